@@ -1,0 +1,5 @@
+import sys
+
+from fixed_embed.cli import main
+
+sys.exit(main())

@@ -1,0 +1,32 @@
+"""The ``fixed-embed`` command: one entry point, one module per sub-command."""
+
+from __future__ import annotations
+
+import sys
+
+COMMANDS = {
+    "fit": "fixed_embed.cli.train",
+    "validate": "fixed_embed.cli.train",
+    "test": "fixed_embed.cli.train",
+    "params": "fixed_embed.cli.params",
+}
+
+USAGE = """usage: fixed-embed COMMAND [ARGS]
+
+commands:
+  fit|validate|test   train or score a model (Lightning CLI; --config EXPERIMENT.yaml, --help)
+  params CONFIG       parameter and FLOP report of an experiment, built on the meta device
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE, end="")
+        return 0
+    command = argv[0]
+    if command not in COMMANDS:
+        print(f"fixed-embed: unknown command {command!r}\n\n{USAGE}", end="", file=sys.stderr)
+        return 2
+    module = __import__(COMMANDS[command], fromlist=["run"])
+    return module.run(argv) or 0

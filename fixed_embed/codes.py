@@ -1,0 +1,150 @@
+"""Token-identity codes: bit widths, little-endian bit codes and GF(2) recodings.
+
+Everything here is pure integer algebra on Python ints or integer tensors, so the
+same code runs on CPU, CUDA and the meta device and gives bit-identical results.
+
+Conventions
+-----------
+* A token id ``i`` is written as ``K = code_width(V)`` bits, **little-endian**:
+  element 0 is the least significant bit.
+* A K x K matrix over GF(2) is stored as ``K`` row masks (Python ints): bit ``c`` of
+  ``rows[r]`` is the entry ``A[r, c]``. Applying it to a code ``x`` (also an int
+  whose bit ``c`` is element ``c``) gives ``y`` with bit ``r`` = parity(rows[r] & x).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+import torch
+
+__all__ = [
+    "code_width",
+    "bits_of",
+    "gf2_rank",
+    "gf2_inverse",
+    "gf2_apply",
+    "random_invertible_gf2",
+    "rows_from_matrix",
+    "matrix_from_rows",
+    "parity",
+    "decode_bits",
+]
+
+
+def code_width(vocab_size: int) -> int:
+    """K = ceil(log2 V): the fewest bits that give every id of a V-token vocabulary its own code."""
+    if not isinstance(vocab_size, int) or vocab_size < 2:
+        raise ValueError(f"vocab_size must be an integer >= 2, got {vocab_size!r}")
+    return (vocab_size - 1).bit_length()
+
+
+def bits_of(ids: torch.Tensor, width: int) -> torch.Tensor:
+    """Little-endian bits of integer ``ids``: shape ``ids.shape + (width,)``, dtype int64, values 0/1."""
+    shifts = torch.arange(width, device=ids.device, dtype=torch.int64)
+    return (ids.to(torch.int64).unsqueeze(-1) >> shifts) & 1
+
+
+def parity(x: torch.Tensor) -> torch.Tensor:
+    """Parity (popcount mod 2) of each element of a non-negative int64 tensor below 2**63."""
+    # xor-folding: torch has no popcount, and this stays exact on every device.
+    for shift in (32, 16, 8, 4, 2, 1):
+        x = x ^ (x >> shift)
+    return x & 1
+
+
+def gf2_apply(rows: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
+    """y = A x over GF(2) for integer codes ``codes`` (any shape); ``rows`` is an int64 tensor of K row masks."""
+    masked = codes.to(torch.int64).unsqueeze(-1) & rows  # (..., K)
+    return decode_bits(parity(masked))
+
+
+def rows_from_matrix(matrix: Sequence[Sequence[int]] | torch.Tensor) -> list[int]:
+    """Row masks of a K x K 0/1 matrix; raises ValueError for a non-square or non-binary matrix."""
+    rows = [[int(v) for v in row] for row in (matrix.tolist() if isinstance(matrix, torch.Tensor) else matrix)]
+    k = len(rows)
+    if k == 0 or any(len(r) != k for r in rows):
+        shape = f"{k} x {sorted({len(r) for r in rows})}"
+        raise ValueError(f"GF(2) matrix must be square K x K, got rows of shape {shape}")
+    bad = sorted({v for r in rows for v in r} - {0, 1})
+    if bad:
+        raise ValueError(f"GF(2) matrix entries must be 0 or 1, got {bad}")
+    return [sum(v << c for c, v in enumerate(r)) for r in rows]
+
+
+def matrix_from_rows(rows: Sequence[int], width: int) -> torch.Tensor:
+    """The K x K uint8 matrix of row masks (entry [r, c] = bit c of rows[r])."""
+    return torch.tensor([[(r >> c) & 1 for c in range(width)] for r in rows], dtype=torch.uint8)
+
+
+def gf2_rank(rows: Sequence[int]) -> int:
+    """Rank over GF(2) of the matrix given by its row masks (Gaussian elimination on ints)."""
+    pivots: dict[int, int] = {}  # leading bit -> reduced row
+    for row in rows:
+        while row:
+            lead = row.bit_length() - 1
+            if lead not in pivots:
+                pivots[lead] = row
+                break
+            row ^= pivots[lead]
+    return len(pivots)
+
+
+def gf2_inverse(rows: Sequence[int], width: int) -> list[int]:
+    """Row masks of A^-1 over GF(2); raises ValueError naming the rank if A is singular."""
+    # Gauss-Jordan on the augmented [A | I], each augmented row packed as one int.
+    aug = [rows[r] | (1 << (width + r)) for r in range(width)]
+    for col in range(width):
+        pivot = next((r for r in range(col, width) if (aug[r] >> col) & 1), None)
+        if pivot is None:
+            raise ValueError(
+                f"GF(2) matrix is singular (rank {gf2_rank(rows)} < {width}); a recoding must be invertible "
+                "so that every token keeps a distinct code"
+            )
+        aug[col], aug[pivot] = aug[pivot], aug[col]
+        for r in range(width):
+            if r != col and (aug[r] >> col) & 1:
+                aug[r] ^= aug[col]
+    return [row >> width for row in aug]
+
+
+def _seeded_words(seed: int, label: str):
+    """An endless, platform-independent stream of 64-bit words: SHA-256 in counter mode.
+
+    Deliberately not torch's or NumPy's RNG: their streams are allowed to change across
+    versions and devices, and a code assignment must never change under a user.
+    """
+    counter = 0
+    while True:
+        digest = hashlib.sha256(f"fixed-embed/{label}/seed={seed}/block={counter}".encode()).digest()
+        for i in range(0, len(digest), 8):
+            yield int.from_bytes(digest[i : i + 8], "little")
+        counter += 1
+
+
+def random_invertible_gf2(width: int, seed: int) -> list[int]:
+    """A uniformly random invertible ``width x width`` matrix over GF(2), as row masks, fixed by ``seed``.
+
+    Rejection sampling: draw K random rows, keep the matrix if its rank is K (about 29 % of
+    draws for large K), otherwise draw again. The stream is SHA-256 based, so the result is
+    the same on every machine, OS, Python and torch version.
+    """
+    if width < 1:
+        raise ValueError(f"matrix width must be >= 1, got {width}")
+    words = _seeded_words(seed, f"gf2-matrix/K={width}")
+    mask = (1 << width) - 1
+    for _ in range(10_000):
+        rows = [next(words) & mask for _ in range(width)]
+        if gf2_rank(rows) == width:
+            return rows
+    raise RuntimeError(f"no invertible {width}x{width} matrix found for seed {seed}")  # probability ~0.71**10000
+
+
+def decode_bits(bits: torch.Tensor) -> torch.Tensor:
+    """Inverse of :func:`bits_of`: little-endian 0/1 bits (last dim) back to integers."""
+    width = bits.shape[-1]
+    weights = torch.ones((), dtype=torch.int64, device=bits.device) << torch.arange(
+        width, device=bits.device, dtype=torch.int64
+    )
+    return (bits.to(torch.int64) * weights).sum(-1)

@@ -1,0 +1,253 @@
+"""Llama-style decoder-only transformer fed by a pluggable input interface.
+
+Design choices (each matches the paper's backbone unless marked "ours"):
+
+* Input: any :class:`~fixed_embed.interfaces.InputInterface` -- a learned table or a fixed
+  code. The decoder never assumes the input is trainable, normalised or non-zero.
+* Pre-norm blocks: x + Attn(RMSNorm(x)), then x + SwiGLU(RMSNorm(x)); a final RMSNorm.
+  RMSNorm has a learnable gain and computes in float32; for x = 0 it returns exactly 0
+  (finite gradient), which the all-zero code of token 0 relies on.
+* Attention: causal multi-head (optionally grouped-query, ``n_kv_heads``) through
+  ``F.scaled_dot_product_attention`` so GPUs get flash / memory-efficient kernels.
+* RoPE in the Hugging Face Llama layout (rotate the two halves of each head), theta
+  configurable (10,000 by default), so an export to ``LlamaForCausalLM`` is exact.
+* SwiGLU MLP: down(silu(gate(x)) * up(x)), intermediate size ``ffn_dim``.
+* No biases anywhere. Untied, trainable output head V x d (tying only with LearnedInput,
+  off by default: the paper's models are untied).
+* Initialisation (ours; the paper does not state one): every linear N(0, init_std^2) with
+  init_std = 0.02; the two residual output projections (attention ``o``, MLP ``down``)
+  scaled by 1/sqrt(2 n_layers) as in GPT-2 / OLMo so the residual stream's variance does
+  not grow with depth; norm gains 1. The interface initialises itself.
+* Costs: every module reports ``flops_per_token(seq_len)`` -- 6 x (matmul parameters) per
+  token, plus 12 d T for attention scores per layer; fixed input codes cost 0.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fixed_embed.interfaces import InputInterface, LearnedInput
+
+__all__ = ["DecoderConfig", "Decoder", "RMSNorm", "RotaryEmbedding", "Attention", "SwiGLU", "Block"]
+
+
+@dataclass
+class DecoderConfig:
+    """The backbone's schema. Paper: V 49,152, d 2048, 24 layers, 32 heads, SwiGLU 8192, ctx 2048."""
+
+    vocab_size: int = 49152
+    d_model: int = 2048
+    n_layers: int = 24
+    n_heads: int = 32
+    n_kv_heads: int | None = None
+    ffn_dim: int = 8192
+    max_seq_len: int = 2048
+    rope_theta: float = 10000.0
+    norm_eps: float = 1e-5
+    init_std: float = 0.02
+    tie_embeddings: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "ffn_dim", "max_seq_len"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+        if self.head_dim % 2:
+            raise ValueError(f"head dim d_model/n_heads = {self.head_dim} must be even for RoPE")
+        if self.n_heads % self.kv_heads:
+            raise ValueError(f"n_heads ({self.n_heads}) must be divisible by n_kv_heads ({self.kv_heads})")
+        if self.rope_theta <= 0 or self.norm_eps <= 0 or self.init_std <= 0:
+            raise ValueError(
+                f"rope_theta, norm_eps and init_std must be > 0, got {self.rope_theta}, {self.norm_eps}, {self.init_std}"
+            )
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_kv_heads or self.n_heads
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _matmul_flops(module: nn.Module) -> int:
+    """6 FLOPs (2 forward + 4 backward) per token for every weight of every Linear below ``module``."""
+    return 6 * sum(m.weight.numel() for m in module.modules() if isinstance(m, nn.Linear))
+
+
+class RMSNorm(nn.Module):
+    """x / sqrt(mean(x^2) + eps) * gain, computed in float32, cast back to the input dtype."""
+
+    def __init__(self, dim: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def reset_parameters(self) -> None:
+        nn.init.ones_(self.weight)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x32 = x.float()
+        normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (normed * self.weight.float()).to(x.dtype)
+
+
+class RotaryEmbedding(nn.Module):
+    """cos/sin tables for rotary position embeddings (Hugging Face Llama layout).
+
+    Frequencies f_i = theta^(-2i/h) for i < h/2; position p rotates the pair
+    (x_i, x_{i+h/2}) by the angle p f_i.
+    """
+
+    def __init__(self, head_dim: int, max_seq_len: int, theta: float = 10000.0) -> None:
+        super().__init__()
+        self.head_dim, self.max_seq_len, self.theta = head_dim, max_seq_len, theta
+        # Non-persistent: derived from the config, recomputed after meta-device init.
+        self.register_buffer("cos", torch.empty(max_seq_len, head_dim // 2), persistent=False)
+        self.register_buffer("sin", torch.empty(max_seq_len, head_dim // 2), persistent=False)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        if self.cos.is_meta:
+            return
+        inv_freq = 1.0 / (self.theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.float64) / self.head_dim))
+        angles = torch.outer(torch.arange(self.max_seq_len, dtype=torch.float64), inv_freq)
+        self.cos.copy_(angles.cos())
+        self.sin.copy_(angles.sin())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Rotate ``x[B, H, T, h]`` by its position (0 .. T-1)."""
+        t = x.shape[-2]
+        cos, sin = self.cos[:t].to(x.dtype), self.sin[:t].to(x.dtype)
+        x1, x2 = x.chunk(2, dim=-1)
+        return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+
+
+class Attention(nn.Module):
+    def __init__(self, config: DecoderConfig) -> None:
+        super().__init__()
+        d, h, kv = config.d_model, config.head_dim, config.kv_heads
+        self.n_heads, self.n_kv_heads, self.head_dim = config.n_heads, kv, h
+        self.q_proj = nn.Linear(d, config.n_heads * h, bias=False)
+        self.k_proj = nn.Linear(d, kv * h, bias=False)
+        self.v_proj = nn.Linear(d, kv * h, bias=False)
+        self.o_proj = nn.Linear(config.n_heads * h, d, bias=False)
+
+    def forward(self, x: torch.Tensor, rope: RotaryEmbedding) -> torch.Tensor:
+        b, t, _ = x.shape
+        q = self.q_proj(x).view(b, t, self.n_heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        q, k = rope(q), rope(k)
+        y = F.scaled_dot_product_attention(
+            q, k, v, is_causal=True, enable_gqa=self.n_kv_heads != self.n_heads
+        )
+        return self.o_proj(y.transpose(1, 2).reshape(b, t, -1))
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, config: DecoderConfig) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(config.d_model, config.ffn_dim, bias=False)
+        self.up_proj = nn.Linear(config.d_model, config.ffn_dim, bias=False)
+        self.down_proj = nn.Linear(config.ffn_dim, config.d_model, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block: x + attn(norm(x)); x + mlp(norm(x))."""
+
+    def __init__(self, config: DecoderConfig) -> None:
+        super().__init__()
+        self.d_model = config.d_model
+        self.attn_norm = RMSNorm(config.d_model, config.norm_eps)
+        self.attn = Attention(config)
+        self.mlp_norm = RMSNorm(config.d_model, config.norm_eps)
+        self.mlp = SwiGLU(config)
+
+    def forward(self, x: torch.Tensor, rope: RotaryEmbedding) -> torch.Tensor:
+        x = x + self.attn(self.attn_norm(x), rope)
+        return x + self.mlp(self.mlp_norm(x))
+
+    def flops_per_token(self, seq_len: int) -> int:
+        """6 x matmul weights + 12 d T for the attention scores (QK^T and AV, forward + backward)."""
+        return _matmul_flops(self) + 12 * self.d_model * seq_len
+
+
+class Decoder(nn.Module):
+    """interface -> n_layers pre-norm blocks -> RMSNorm -> untied head. ``forward(ids) -> logits``."""
+
+    def __init__(self, config: DecoderConfig, interface: InputInterface) -> None:
+        super().__init__()
+        if (interface.vocab_size, interface.d_model) != (config.vocab_size, config.d_model):
+            raise ValueError(
+                f"interface is built for vocab_size={interface.vocab_size}, d_model={interface.d_model} "
+                f"but the decoder has vocab_size={config.vocab_size}, d_model={config.d_model}"
+            )
+        if config.tie_embeddings and not isinstance(interface, LearnedInput):
+            raise ValueError(
+                f"tie_embeddings=True needs a LearnedInput table to tie to, got {type(interface).__name__}"
+            )
+        self.config = config
+        self.interface = interface
+        self.rope = RotaryEmbedding(config.head_dim, config.max_seq_len, config.rope_theta)
+        self.layers = nn.ModuleList(Block(config) for _ in range(config.n_layers))
+        self.norm = RMSNorm(config.d_model, config.norm_eps)
+        self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.init_weights()
+        if config.tie_embeddings:
+            self.head.weight = interface.weight
+
+    @torch.no_grad()
+    def init_weights(self) -> None:
+        """Initialise every parameter and buffer (also used after meta-device construction)."""
+        std = self.config.init_std
+        residual_std = std / math.sqrt(2 * self.config.n_layers)
+        for name, module in self.named_modules():
+            if isinstance(module, nn.Linear):
+                is_residual_out = name.endswith(("o_proj", "down_proj"))
+                nn.init.normal_(module.weight, mean=0.0, std=residual_std if is_residual_out else std)
+            elif module is not self and hasattr(module, "reset_parameters"):
+                module.reset_parameters()
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        x = self.embed(ids)
+        for layer in self.layers:
+            x = layer(x, self.rope)
+        return self.head(self.norm(x))
+
+    def embed(self, ids: torch.Tensor) -> torch.Tensor:
+        """The interface's output for ``ids[B, T]``, after checking the shape fits the model."""
+        if ids.dim() != 2:
+            raise ValueError(f"ids must have shape [batch, seq], got {tuple(ids.shape)}")
+        if ids.shape[1] > self.config.max_seq_len:
+            raise ValueError(f"sequence length {ids.shape[1]} exceeds max_seq_len {self.config.max_seq_len}")
+        return self.interface(ids)
+
+    def hidden_states(self, ids: torch.Tensor) -> list[torch.Tensor]:
+        """The residual stream after the interface (index 0) and after each block (index i + 1)."""
+        states = [self.embed(ids)]
+        for layer in self.layers:
+            states.append(layer(states[-1], self.rope))
+        return states
+
+    def flops_per_token(self, seq_len: int | None = None) -> int:
+        """Training FLOPs per token at context ``seq_len`` (default: max_seq_len)."""
+        t = seq_len or self.config.max_seq_len
+        return (
+            self.interface.flops_per_token()
+            + sum(layer.flops_per_token(t) for layer in self.layers)
+            + _matmul_flops(self.head)
+        )

@@ -1,0 +1,211 @@
+"""LanguageModel: the Lightning wrapper around the decoder and its pluggable input interface.
+
+A batch is a LongTensor of packed blocks ``[B, T + 1]``: inputs are ``block[:, :-1]``,
+targets ``block[:, 1:]``, so every block carries exactly T prediction targets.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import asdict
+from functools import partial
+from typing import Any, Literal
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from lightning.pytorch.utilities import rank_zero_info
+from torchmetrics.aggregation import MeanMetric
+
+from fixed_embed.interfaces import BinaryCodeInput, InputInterface
+from fixed_embed.model import Decoder, DecoderConfig
+from fixed_embed.recipe import AdamWConfig, ScheduleConfig, build_adamw, lr_at, steps_for_budget
+
+__all__ = ["LanguageModel"]
+
+InterfaceFactory = Callable[[int, int], InputInterface]
+
+
+class LanguageModel(L.LightningModule):
+    """Next-token language model. The signature is the ``model:`` schema of an experiment YAML.
+
+    Args:
+        decoder: the backbone (vocabulary, width, depth, ...).
+        interface: the input interface class (and its options), built as ``interface(vocab_size, d_model)``.
+        optimizer: AdamW settings.
+        schedule: warm-up and cosine floor.
+        token_budget: prediction tokens to train on; sets ``max_steps`` unless the trainer has one.
+        on_nonfinite: ``stop`` raises at the first non-finite loss; ``skip`` drops that update.
+    """
+
+    def __init__(
+        self,
+        decoder: DecoderConfig | None = None,
+        interface: InterfaceFactory = BinaryCodeInput,
+        optimizer: AdamWConfig | None = None,
+        schedule: ScheduleConfig | None = None,
+        token_budget: int | None = None,
+        on_nonfinite: Literal["stop", "skip"] = "stop",
+    ) -> None:
+        super().__init__()
+        self.config = _as(DecoderConfig, decoder)
+        self.optimizer_config = _as(AdamWConfig, optimizer)
+        self.schedule_config = _as(ScheduleConfig, schedule)
+        if token_budget is not None and token_budget <= 0:
+            raise ValueError(f"token_budget must be > 0, got {token_budget}")
+        if on_nonfinite not in ("stop", "skip"):
+            raise ValueError(f"on_nonfinite must be 'stop' or 'skip', got {on_nonfinite!r}")
+        self.token_budget = token_budget
+        self.on_nonfinite = on_nonfinite
+        built = _interface_factory(interface)(self.config.vocab_size, self.config.d_model)
+        self.decoder = Decoder(self.config, built)
+
+        # Plain dicts only: the checkpoint then loads with weights_only=True, and both
+        # LightningCLI's and a direct LanguageModel(**hparams) rebuild the same model.
+        self.save_hyperparameters()
+        self.hparams.update(
+            decoder=self.config.to_dict(),
+            interface=built.spec(),
+            optimizer=asdict(self.optimizer_config),
+            schedule=asdict(self.schedule_config),
+        )
+        self.val_loss = MeanMetric()
+        self.tokens_seen = 0
+        self.skipped_updates = 0
+
+    @property
+    def interface(self) -> InputInterface:
+        return self.decoder.interface
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.decoder(ids)
+
+    # -- training -------------------------------------------------------------------------
+
+    def _loss(self, block: torch.Tensor) -> tuple[torch.Tensor, int]:
+        if block.dim() != 2 or block.shape[1] < 2:
+            raise ValueError(f"a batch must be packed blocks of shape [B, T + 1], got {tuple(block.shape)}")
+        inputs, targets = block[:, :-1], block[:, 1:]
+        logits = self.decoder(inputs)
+        loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
+        return loss, targets.numel()
+
+    def training_step(self, block: torch.Tensor, batch_idx: int) -> torch.Tensor | None:
+        loss, n_targets = self._loss(block)
+        if not torch.isfinite(loss):
+            if self.on_nonfinite == "stop":
+                raise FloatingPointError(
+                    f"non-finite training loss ({loss.item()}) at step {self.global_step}, batch {batch_idx}; "
+                    "stopping before the update (set model.on_nonfinite=skip to drop such updates)"
+                )
+            self.skipped_updates += 1
+            self.log("train/skipped_updates", float(self.skipped_updates), rank_zero_only=True)
+            return None
+        self.tokens_seen += n_targets * self.trainer.world_size
+        self.log("train/loss", loss, prog_bar=True)
+        self.log("train/tokens", float(self.tokens_seen), rank_zero_only=True)
+        self.log("train/lr", self.trainer.optimizers[0].param_groups[0]["lr"], rank_zero_only=True)
+        return loss
+
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        grads = [p.grad for p in self.parameters() if p.grad is not None]
+        if grads and not torch.isfinite(torch.stack([g.detach().float().norm() for g in grads]).sum()):
+            if self.on_nonfinite == "stop":
+                raise FloatingPointError(
+                    f"non-finite gradient at step {self.global_step}; stopping before the update "
+                    "so no checkpoint with poisoned weights is written"
+                )
+            self.skipped_updates += 1
+            for p in self.parameters():
+                p.grad = None
+
+    def validation_step(self, block: torch.Tensor, batch_idx: int) -> None:
+        loss, n_targets = self._loss(block)
+        self.val_loss.update(loss.detach(), weight=n_targets)
+
+    def on_validation_epoch_end(self) -> None:
+        mean = self.val_loss.compute()
+        self.val_loss.reset()
+        self.log("val/loss", mean, prog_bar=True, sync_dist=False)
+        self.log("val/ppl", torch.exp(mean), sync_dist=False)
+
+    def test_step(self, block: torch.Tensor, batch_idx: int) -> None:
+        self.validation_step(block, batch_idx)
+
+    def on_test_epoch_end(self) -> None:
+        mean = self.val_loss.compute()
+        self.val_loss.reset()
+        self.log("test/loss", mean)
+        self.log("test/ppl", torch.exp(mean))
+
+    # -- recipe ---------------------------------------------------------------------------
+
+    def setup(self, stage: str) -> None:
+        if stage == "fit":
+            self._resolve_max_steps()
+
+    def _resolve_max_steps(self) -> None:
+        trainer = self.trainer
+        if trainer.max_steps is not None and trainer.max_steps > 0:
+            rank_zero_info(f"Training length: trainer.max_steps = {trainer.max_steps} updates (explicit)")
+            return
+        if self.token_budget is None:
+            raise ValueError("set model.token_budget (prediction tokens) or trainer.max_steps to bound training")
+        datamodule = trainer.datamodule
+        micro_batch, seq_len = datamodule.batch_size, datamodule.seq_len
+        steps = steps_for_budget(
+            self.token_budget, trainer.world_size, micro_batch, trainer.accumulate_grad_batches, seq_len
+        )
+        trainer.fit_loop.epoch_loop.max_steps = steps
+        per_update = trainer.world_size * micro_batch * trainer.accumulate_grad_batches * seq_len
+        rank_zero_info(
+            f"Training length: token budget {self.token_budget:,} / ({trainer.world_size} devices x {micro_batch} "
+            f"x {trainer.accumulate_grad_batches} accumulation x {seq_len} ctx = {per_update:,} targets per update) "
+            f"= {steps:,} updates"
+        )
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        optimizer = build_adamw(self, self.optimizer_config)
+        max_steps = self.trainer.max_steps
+        sched = self.schedule_config
+        peak = self.optimizer_config.lr
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer,
+            lambda step: lr_at(step, peak, sched.warmup_steps, max_steps, sched.min_lr_ratio) / peak,
+        )
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["tokens_seen"] = self.tokens_seen
+        checkpoint["skipped_updates"] = self.skipped_updates
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.tokens_seen = checkpoint.get("tokens_seen", 0)
+        self.skipped_updates = checkpoint.get("skipped_updates", 0)
+
+
+def _as(cls: type, value: Any) -> Any:
+    """A config dataclass from None (defaults), a mapping (checkpoint hparams) or an instance."""
+    if value is None:
+        return cls()
+    if isinstance(value, Mapping):
+        return cls(**value)
+    if not isinstance(value, cls):
+        raise TypeError(f"expected {cls.__name__} or a mapping of its fields, got {type(value).__name__}")
+    return value
+
+
+def _interface_factory(interface: InterfaceFactory | Mapping) -> InterfaceFactory:
+    """Accept a class, a partial, or a ``{"class_path", "init_args"}`` mapping (as stored in hparams)."""
+    if not isinstance(interface, Mapping):
+        return interface
+    class_path = interface.get("class_path")
+    if not isinstance(class_path, str) or "." not in class_path:
+        raise ValueError(f"interface spec needs a dotted class_path, got {interface!r}")
+    module_name, _, name = class_path.rpartition(".")
+    cls = getattr(importlib.import_module(module_name), name, None)
+    if not (isinstance(cls, type) and issubclass(cls, InputInterface)):
+        raise ValueError(f"interface class_path {class_path!r} is not an InputInterface subclass")
+    return partial(cls, **dict(interface.get("init_args") or {}))
+

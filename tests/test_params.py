@@ -1,0 +1,51 @@
+"""`fixed-embed params`: the paper's exact parameter counts, built on the meta device."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fixed_embed.cli.params import reports
+
+ROOT = Path(__file__).resolve().parents[1]
+PAPER = ROOT / "experiments" / "paper"
+
+
+@pytest.mark.parametrize(
+    ("variant", "total", "removed"),
+    [("binary16", 1_711_376_384, 100_663_296), ("gf2", 1_711_376_384, 100_663_296), ("learned", 1_812_039_680, 0)],
+)
+def test_paper_counts(variant, total, removed):
+    _, report, control = reports(str(PAPER / f"{variant}.yaml"))
+    assert report.total == report.trainable == total
+    assert control.total == 1_812_039_680
+    assert control.total - report.total == removed == 49152 * 2048 * (variant != "learned")
+    assert report.head == 49152 * 2048
+
+
+def test_command_prints_exact_numbers():
+    out = subprocess.run(
+        [sys.executable, "-m", "fixed_embed", "params", str(PAPER / "binary16.yaml")],
+        capture_output=True, text=True, check=True, cwd=ROOT,
+    ).stdout  # fmt: skip
+    assert "1,711,376,384" in out and "1,812,039,680" in out
+    assert "100,663,296 (5.56 % of the control)" in out
+
+
+def test_earlier_setting_v65536_d1024(tmp_path):
+    base = yaml.safe_load((PAPER / "base.yaml").read_text())
+    base["model"]["decoder"].update(vocab_size=65536, d_model=1024, n_heads=16, ffn_dim=4096)
+    config = tmp_path / "small.yaml"
+    config.write_text(yaml.safe_dump({**base, "model": {**base["model"], "interface": {
+        "class_path": "fixed_embed.interfaces.BinaryCodeInput"}}}))  # fmt: skip
+    _, report, control = reports(str(config))
+    assert control.total - report.total == 67_108_864
+
+
+def test_variants_differ_only_in_interface():
+    bodies = [yaml.safe_load((PAPER / f"{v}.yaml").read_text()) for v in ("learned", "binary16", "gf2")]
+    for body in bodies:
+        assert body.pop("__base__") == "base.yaml"
+        assert list(body) == ["model"] and list(body["model"]) == ["interface"]
