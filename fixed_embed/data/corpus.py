@@ -1,0 +1,74 @@
+"""The offline default corpus: documentation text every CPython installation carries.
+
+Documents are (1) the language-reference topics behind ``help()`` (``pydoc_data.topics``) and
+(2) for each standard-library module, its module, class and function docstrings concatenated,
+read with ``ast`` (nothing is imported or executed). Files are visited in sorted order, so the
+corpus is deterministic for a given Python version; it is written once to a cache folder as
+``train.jsonl`` / ``valid.jsonl`` (a hash-based 5 % hold-out) and reused afterwards.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+import sys
+import sysconfig
+from collections.abc import Iterator
+from pathlib import Path
+
+__all__ = ["default_corpus", "cache_root"]
+
+VALID_PER_MILLE = 50
+_SKIP_DIRS = {"test", "tests", "idlelib", "site-packages", "dist-packages", "__pycache__", "lib2to3", "turtledemo"}
+
+
+def cache_root() -> Path:
+    """``$FIXED_EMBED_CACHE`` or ``$XDG_CACHE_HOME/fixed-embed`` (default ``~/.cache/fixed-embed``)."""
+    if "FIXED_EMBED_CACHE" in os.environ:
+        return Path(os.environ["FIXED_EMBED_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "fixed-embed"
+
+
+def _documents() -> Iterator[tuple[str, str]]:
+    import pydoc_data.topics
+
+    for name in sorted(pydoc_data.topics.topics):
+        yield f"topic:{name}", pydoc_data.topics.topics[name].strip()
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    for path in sorted(stdlib.rglob("*.py")):
+        if _SKIP_DIRS & set(path.relative_to(stdlib).parts):
+            continue
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (SyntaxError, UnicodeDecodeError, ValueError):
+            continue
+        docs = [
+            doc
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and (doc := ast.get_docstring(node))
+        ]
+        if docs:
+            yield f"module:{path.relative_to(stdlib).as_posix()}", "\n\n".join(docs)
+
+
+def _is_valid(doc_id: str) -> bool:
+    return int(hashlib.sha256(doc_id.encode()).hexdigest()[:8], 16) % 1000 < VALID_PER_MILLE
+
+
+def default_corpus() -> Path:
+    """The folder holding ``train.jsonl`` and ``valid.jsonl``, built on first use."""
+    folder = cache_root() / f"default-corpus-py{sys.version_info.major}.{sys.version_info.minor}"
+    if (folder / "valid.jsonl").is_file():
+        return folder
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = {split: folder / f".{split}.jsonl.{os.getpid()}" for split in ("train", "valid")}
+    with open(tmp["train"], "w") as train, open(tmp["valid"], "w") as valid:
+        for doc_id, text in _documents():
+            (valid if _is_valid(doc_id) else train).write(json.dumps({"id": doc_id, "text": text}) + "\n")
+    # train first, valid last: valid.jsonl existing means the corpus is complete (atomic renames).
+    os.replace(tmp["train"], folder / "train.jsonl")
+    os.replace(tmp["valid"], folder / "valid.jsonl")
+    return folder

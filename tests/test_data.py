@@ -1,0 +1,174 @@
+"""Data: packing, sharding, exact resume, validation set, errors."""
+
+import json
+import random
+
+import pytest
+import torch
+from torchdata.stateful_dataloader import StatefulDataLoader
+
+from fixed_embed.data import DocumentSource, PackedBlocks, TextDataModule
+from fixed_embed.data.tokenizer import load_tokenizer, train_bpe
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """Two jsonl files of synthetic prose: 40 documents of varied length, one empty."""
+    folder = tmp_path_factory.mktemp("corpus")
+    words = "the of and a to in is was that for it with as his on be at by had are but from or".split()
+    rng = random.Random(0)
+    for part in range(2):
+        with open(folder / f"part{part}.jsonl", "w") as f:
+            for i in range(20):
+                text = " ".join(rng.choice(words) for _ in range(rng.randint(30, 400)))
+                f.write(json.dumps({"text": "" if (part, i) == (0, 5) else f"Doc {part}-{i}. {text}"}) + "\n")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def tokenizer(corpus, tmp_path_factory):
+    texts = [json.loads(line)["text"] for p in sorted(corpus.glob("*.jsonl")) for line in open(p)]
+    return str(train_bpe(texts, 300, tmp_path_factory.mktemp("tok"), "test-corpus"))
+
+
+def stream(corpus, tokenizer, **kw):
+    kw = {"seq_len": 16, "eos_id": 0, "num_shards": 8, "shuffle_buffer": 0, **kw}
+    return PackedBlocks(DocumentSource(str(corpus / "*.jsonl")), tokenizer, **kw)
+
+
+def test_packing_concatenates_documents_with_eos_and_no_padding(corpus, tokenizer):
+    tok = load_tokenizer(tokenizer)
+    blocks = list(stream(corpus, tokenizer, num_shards=1, epochs=1))
+    assert all(b.shape == (17,) for b in blocks)
+    flat = torch.cat(blocks).tolist()
+    expected = []
+    for p in sorted(corpus.glob("*.jsonl")):
+        for line in open(p):
+            text = json.loads(line)["text"]
+            if text:
+                expected += tok.encode(text, add_special_tokens=False).ids + [0]
+    n = len(expected) // 17 * 17
+    assert flat == expected[:n]  # exact stream; the last partial block waits for more text
+    stats = stream(corpus, tokenizer, num_shards=1, epochs=1)
+    list(stats)
+    assert stats.stats.empty_documents == 1 and stats.stats.documents == 39
+
+
+def test_bos_is_prepended_when_configured(corpus, tokenizer):
+    first = next(iter(stream(corpus, tokenizer, num_shards=1, bos_id=5)))
+    assert first[0].item() == 5
+
+
+def _reader_blocks(corpus, tokenizer, rank, world, workers):
+    ds = stream(corpus, tokenizer, rank=rank, world_size=world, epochs=1, shuffle_buffer=4)
+    loader = StatefulDataLoader(ds, batch_size=None, num_workers=workers)
+    return [tuple(b.tolist()) for b in loader]
+
+
+def test_ranks_and_workers_are_disjoint_and_complete(corpus, tokenizer):
+    single = _reader_blocks(corpus, tokenizer, 0, 1, 0)
+    sharded = [b for rank in range(2) for b in _reader_blocks(corpus, tokenizer, rank, 2, 2)]
+    assert len(sharded) == len(set(sharded)) == len(single)
+    assert sorted(sharded) == sorted(single)
+
+
+def test_too_many_readers_is_an_error(corpus, tokenizer):
+    with pytest.raises(ValueError, match="4 ranks x 1 workers = 4 readers exceed num_shards = 2"):
+        next(iter(stream(corpus, tokenizer, num_shards=2, rank=0, world_size=4)))
+
+
+def _batches(loader, n):
+    it = iter(loader)
+    return [next(it) for _ in range(n)]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_loader_resumes_exactly_after_two_resumes(corpus, tokenizer, workers):
+    def loader():
+        ds = stream(corpus, tokenizer, shuffle_buffer=8, seed=3, tokenize_batch=3)
+        return StatefulDataLoader(ds, batch_size=4, num_workers=workers)
+
+    reference = _batches(loader(), 60)  # several passes over the corpus
+    first = loader()
+    out = _batches(first, 17)
+    state = first.state_dict()
+    second = loader()
+    second.load_state_dict(state)
+    out += _batches(second, 21)
+    state = second.state_dict()
+    third = loader()
+    third.load_state_dict(state)
+    out += _batches(third, 22)
+    assert all(torch.equal(a, b) for a, b in zip(reference, out, strict=True))
+
+
+def test_resume_with_other_data_config_is_refused(corpus, tokenizer):
+    ds = stream(corpus, tokenizer)
+    it = iter(ds)
+    next(it)
+    state = ds.state_dict()
+    other = stream(corpus, tokenizer, seq_len=32)
+    with pytest.raises(ValueError, match="refusing to resume: .*different configuration"):
+        other.load_state_dict(state)
+
+
+def test_datamodule_vocab_and_validation(corpus, tokenizer):
+    dm = TextDataModule(train=str(corpus / "*.jsonl"), tokenizer=tokenizer, seq_len=16, batch_size=4,
+                        val_sequences=10, holdout_per_mille=300)  # fmt: skip
+    assert dm.vocab_size() == 300
+    val = dm.validation_blocks()
+    assert val.shape == (10, 17)
+    again = TextDataModule(train=str(corpus / "*.jsonl"), tokenizer=tokenizer, seq_len=16, batch_size=2,
+                           val_sequences=10, holdout_per_mille=300)  # fmt: skip
+    assert torch.equal(again.validation_blocks(), val)
+    train_blocks = {tuple(b.tolist()) for b in stream(corpus, tokenizer, epochs=1, holdout_per_mille=300)}
+    assert not train_blocks & {tuple(b.tolist()) for b in val}
+
+
+@pytest.mark.parametrize(
+    ("path", "error", "message"),
+    [
+        ("/nonexistent/data.jsonl", FileNotFoundError, "data file not found: /nonexistent/data.jsonl"),
+        ("/tmp/*.nothing-matches-this", FileNotFoundError, "matches no file"),
+    ],
+)
+def test_bad_paths(path, error, message):
+    with pytest.raises(error, match=message):
+        DocumentSource(path).open()
+
+
+def test_missing_text_field_lists_fields(corpus, tokenizer):
+    source = DocumentSource(str(corpus / "*.jsonl"), text_field="body")
+    with pytest.raises(KeyError, match=r"'body' not found .* fields are \['text'\]"):
+        source.open()
+
+
+def test_hub_id_without_network_says_so():
+    with pytest.raises(OSError, match="could not open hub dataset .*local files"):
+        DocumentSource("nobody-here/no-such-dataset-xyz").open()
+
+
+def test_tokenizer_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="tokenizer file or folder not found"):
+        load_tokenizer(tmp_path / "missing" / "tokenizer.json")
+    with pytest.raises(FileNotFoundError, match="has no tokenizer.json"):
+        load_tokenizer(tmp_path)
+
+
+def test_txt_files_and_invalid_utf8(tmp_path, tokenizer):
+    (tmp_path / "a.txt").write_bytes(b"caf\xe9 au lait " * 50)
+    ds = PackedBlocks(DocumentSource(str(tmp_path / "a.txt")), tokenizer, seq_len=8, eos_id=0, num_shards=1,
+                      shuffle_buffer=0, epochs=1)  # fmt: skip
+    assert len(list(ds)) > 0
+    assert ds.stats.replaced_characters == 50
+
+
+def test_gutenberg_with_smollm2_tokenizer(shared_data):
+    tok = str(shared_data / "smollm2-tokenizer" / "tokenizer.json")
+    dm = TextDataModule(train=str(shared_data / "gutenberg-prose" / "train.jsonl"),
+                        valid=str(shared_data / "gutenberg-prose" / "valid.jsonl"), tokenizer=tok,
+                        seq_len=128, batch_size=2, val_sequences=4)  # fmt: skip
+    assert dm.vocab_size() == 49152
+    assert dm.validation_blocks().shape == (4, 129)
+    batch = next(iter(dm.train_dataloader()))
+    assert batch.shape == (2, 129) and batch.max() < 49152
