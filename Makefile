@@ -9,7 +9,14 @@ NODES     ?= 1
 STRATEGY  ?= ddp
 ARGS      ?=
 
-.PHONY: help install test lint bench bench-core
+DATA      ?=
+TOKENIZER ?=
+# The variant's config first: later flags override it.
+fit = $(BIN)/fixed-embed fit --config experiments/paper/$(1).yaml --trainer.devices=$(GPUS) \
+	--trainer.num_nodes=$(NODES) --trainer.strategy=$(STRATEGY) \
+	$(if $(DATA),--data.train=$(DATA)) $(if $(TOKENIZER),--data.tokenizer=$(TOKENIZER)) $(ARGS)
+
+.PHONY: help install test lint bench bench-core bench-data demo tensorboard fit-learned fit-binary16 fit-gf2
 
 help:
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -33,4 +40,22 @@ lint: install ## byte-compile and check every module imports
 bench-core: install ## input-layer forward+backward time and training-state bytes per interface
 	$(BIN)/python benchmarks/input_layer.py
 
-bench: bench-core ## every CPU benchmark
+bench-data: install ## tokenize+pack throughput (SmolLM2 tokenizer over gutenberg-prose)
+	$(BIN)/python benchmarks/data_throughput.py
+
+bench: bench-core bench-data ## every CPU benchmark
+
+demo: install ## train the three tiny variants on CPU on the offline corpus, print a table
+	$(BIN)/python experiments/demo.py $(ARGS)
+
+fit-learned: install ## paper scale, learned table (override GPUS NODES STRATEGY DATA TOKENIZER ARGS)
+	$(call fit,learned)
+
+fit-binary16: install ## paper scale, 16-bit binary code
+	$(call fit,binary16)
+
+fit-gf2: install ## paper scale, GF(2)-recoded code (seed 12345)
+	$(call fit,gf2)
+
+tensorboard: install ## watch logs/ in TensorBoard
+	$(BIN)/tensorboard --logdir logs --bind_all

@@ -9,6 +9,7 @@ COMMANDS = {
     "validate": "fixed_embed.cli.train",
     "test": "fixed_embed.cli.train",
     "params": "fixed_embed.cli.params",
+    "tokenizer": "fixed_embed.cli.tokenizer",
 }
 
 USAGE = """usage: fixed-embed COMMAND [ARGS]
@@ -16,6 +17,7 @@ USAGE = """usage: fixed-embed COMMAND [ARGS]
 commands:
   fit|validate|test   train or score a model (Lightning CLI; --config EXPERIMENT.yaml, --help)
   params CONFIG       parameter and FLOP report of an experiment, built on the meta device
+  tokenizer           train a byte-level BPE (--data, --vocab-size, --out); cached
 """
 
 
