@@ -172,3 +172,19 @@ def test_gutenberg_with_smollm2_tokenizer(shared_data):
     assert dm.validation_blocks().shape == (4, 129)
     batch = next(iter(dm.train_dataloader()))
     assert batch.shape == (2, 129) and batch.max() < 49152
+
+
+def test_default_corpus_is_deterministic_and_cached(tmp_path, monkeypatch):
+    from fixed_embed.data.corpus import default_corpus
+
+    monkeypatch.setenv("FIXED_EMBED_CACHE", str(tmp_path / "a"))
+    first = default_corpus()
+    train = (first / "train.jsonl").read_bytes()
+    assert len(train) > 1_000_000 and (first / "valid.jsonl").stat().st_size > 10_000
+    mtime = (first / "train.jsonl").stat().st_mtime_ns
+    assert default_corpus() == first and (first / "train.jsonl").stat().st_mtime_ns == mtime  # cached
+    monkeypatch.setenv("FIXED_EMBED_CACHE", str(tmp_path / "b"))
+    assert (default_corpus() / "train.jsonl").read_bytes() == train
+    train_ids = {json.loads(line)["id"] for line in train.decode().splitlines()}
+    valid_ids = {json.loads(line)["id"] for line in (first / "valid.jsonl").read_text().splitlines()}
+    assert not train_ids & valid_ids
