@@ -110,7 +110,8 @@ class LanguageModel(L.LightningModule):
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         grads = [p.grad for p in self.parameters() if p.grad is not None]
-        if grads and not torch.isfinite(torch.stack([g.detach().float().norm() for g in grads]).sum()):
+        # One fused norm over all gradients: non-finite iff some element is inf or NaN.
+        if grads and not torch.isfinite(torch.nn.utils.get_total_norm(grads)):
             if self.on_nonfinite == "stop":
                 raise FloatingPointError(
                     f"non-finite gradient at step {self.global_step}; stopping before the update "

@@ -89,6 +89,8 @@ class TextDataModule(L.LightningDataModule):
         self.save_hyperparameters()
         self.seq_len, self.batch_size, self.num_workers = seq_len, batch_size, num_workers
         self._val_blocks: torch.Tensor | None = None
+        self._tokenizer_path: str | None = None
+        self._loaded_tokenizer = None
 
     # -- sources and tokenizer ----------------------------------------------------------------
 
@@ -108,6 +110,16 @@ class TextDataModule(L.LightningDataModule):
 
     def tokenizer_path(self) -> str:
         """The tokenizer to use, training (once, cached) the default BPE when none is configured."""
+        if self._tokenizer_path is None:
+            self._tokenizer_path = self._resolve_tokenizer_path()
+        return self._tokenizer_path
+
+    def _tokenizer(self):
+        if self._loaded_tokenizer is None:
+            self._loaded_tokenizer = load_tokenizer(self.tokenizer_path())
+        return self._loaded_tokenizer
+
+    def _resolve_tokenizer_path(self) -> str:
         hp = self.hparams
         if hp.tokenizer is not None:
             return hp.tokenizer
@@ -119,7 +131,7 @@ class TextDataModule(L.LightningDataModule):
         return str(train_bpe(texts, hp.tokenizer_vocab_size, out, fingerprint))
 
     def vocab_size(self) -> int:
-        return load_tokenizer(self.tokenizer_path()).get_vocab_size()
+        return self._tokenizer().get_vocab_size()
 
     def _check_vocab(self) -> None:
         module = self.trainer.lightning_module if self.trainer else None
@@ -136,7 +148,7 @@ class TextDataModule(L.LightningDataModule):
 
     def _stream(self, source: DocumentSource, **kwargs) -> PackedBlocks:
         hp = self.hparams
-        tokenizer = load_tokenizer(self.tokenizer_path())
+        tokenizer = self._tokenizer()
         return PackedBlocks(
             source,
             self.tokenizer_path(),
