@@ -34,8 +34,9 @@ install: $(STAMP) ## create .venv with the project and its dev extras (idempoten
 test: install ## run the test suite (CPU, offline)
 	$(BIN)/python -m pytest -q -ra
 
-lint: install ## byte-compile and check every module imports
-	$(BIN)/python -m compileall -q fixed_embed callbacks tests benchmarks
+lint: install ## ruff: lint rules and formatting (pyproject.toml [tool.ruff])
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 bench-core: install ## input-layer forward+backward time and training-state bytes per interface
 	$(BIN)/python benchmarks/input_layer.py

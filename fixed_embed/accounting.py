@@ -12,7 +12,7 @@ from torch import nn
 
 from fixed_embed.model import Decoder
 
-__all__ = ["ParameterReport", "parameter_report", "optimizer_state_bytes"]
+__all__ = ["ModuleCost", "ParameterReport", "module_costs", "optimizer_state_bytes", "parameter_report"]
 
 
 def _count(module: nn.Module, trainable: bool | None = None) -> int:
@@ -56,6 +56,58 @@ def parameter_report(decoder: Decoder) -> ParameterReport:
         flops_per_token=decoder.flops_per_token(),
         seq_len=decoder.config.max_seq_len,
     )
+
+
+@dataclass(frozen=True)
+class ModuleCost:
+    """One row of a model summary: what a sub-module holds and what it costs per token."""
+
+    name: str
+    kind: str
+    trainable: int
+    frozen: int
+    fixed_state: int  # persistent buffers: e.g. the GF(2) matrix that fixes a code assignment
+    flops_per_token: int
+
+
+def module_costs(decoder: Decoder, seq_len: int | None = None) -> list[ModuleCost]:
+    """Per top-level part of the decoder (interface, blocks, final norm, head), in forward order."""
+    t = seq_len or decoder.config.max_seq_len
+    flops = {
+        "interface": decoder.interface.flops_per_token(),
+        "layers": sum(layer.flops_per_token(t) for layer in decoder.layers),
+        "norm": 0,
+        "head": 0 if decoder.config.tie_embeddings else 6 * decoder.head.weight.numel(),
+    }
+    if decoder.config.tie_embeddings:  # a tied head is counted once, under the interface that owns it
+        flops["interface"] += 6 * decoder.head.weight.numel()
+    rows = []
+    for name, module in decoder.named_children():
+        if name not in flops:
+            continue  # RoPE tables: derived, non-persistent
+        kind = type(module).__name__
+        if isinstance(module, nn.ModuleList):
+            kind = f"{len(module)} x {type(module[0]).__name__}" if len(module) else "empty"
+        persistent = dict(module.named_buffers()).keys() - _non_persistent(module)
+        head_tied = name == "head" and decoder.config.tie_embeddings
+        rows.append(
+            ModuleCost(
+                name=name,
+                kind=kind + (" (tied)" if head_tied else ""),
+                trainable=0 if head_tied else _count(module, trainable=True),
+                frozen=0 if head_tied else _count(module, trainable=False),
+                fixed_state=sum(dict(module.named_buffers())[b].numel() for b in persistent),
+                flops_per_token=flops[name],
+            )
+        )
+    return rows
+
+
+def _non_persistent(module: nn.Module) -> set[str]:
+    names = set()
+    for prefix, sub in module.named_modules():
+        names |= {f"{prefix}.{b}" if prefix else b for b in sub._non_persistent_buffers_set}
+    return names
 
 
 def optimizer_state_bytes(n_trainable: int, param_bytes: int = 4, grad_bytes: int = 4, adam_bytes: int = 8) -> int:

@@ -16,7 +16,9 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     """Write to a temporary file in the same folder, fsync, then ``os.replace`` onto the target.
 
     ``os.replace`` is atomic on POSIX: at any instant the path holds either the previous
-    complete checkpoint or the new complete one, even under SIGKILL mid-save.
+    complete checkpoint or the new complete one, even under SIGKILL mid-save. A temporary file
+    orphaned by such a kill is removed by the next save of the same checkpoint name (only one
+    process -- global rank 0 -- writes a given path).
     """
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str | os.PathLike, storage_options: Any = None) -> None:
@@ -24,6 +26,8 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             raise TypeError(f"AtomicCheckpointIO takes no storage_options, got {storage_options!r}")
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
+        for orphan in path.parent.glob(f".{path.name}.tmp-*"):
+            orphan.unlink(missing_ok=True)
         tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
         try:
             with open(tmp, "wb") as f:

@@ -20,16 +20,16 @@ from collections.abc import Sequence
 import torch
 
 __all__ = [
-    "code_width",
     "bits_of",
-    "gf2_rank",
-    "gf2_inverse",
+    "code_width",
+    "decode_bits",
     "gf2_apply",
-    "random_invertible_gf2",
-    "rows_from_matrix",
+    "gf2_inverse",
+    "gf2_rank",
     "matrix_from_rows",
     "parity",
-    "decode_bits",
+    "random_invertible_gf2",
+    "rows_from_matrix",
 ]
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-__all__ = ["load_experiment", "deep_merge", "expand_config_args"]
+__all__ = ["deep_merge", "expand_config_args", "load_experiment"]
 
 BASE_KEY = "__base__"
 

@@ -39,7 +39,6 @@ from torch import nn
 
 from fixed_embed.codes import (
     bits_of,
-    code_width as minimal_code_width,
     decode_bits,
     gf2_apply,
     gf2_inverse,
@@ -47,8 +46,11 @@ from fixed_embed.codes import (
     random_invertible_gf2,
     rows_from_matrix,
 )
+from fixed_embed.codes import (
+    code_width as minimal_code_width,
+)
 
-__all__ = ["InputInterface", "LearnedInput", "BinaryCodeInput", "GF2CodeInput"]
+__all__ = ["BinaryCodeInput", "GF2CodeInput", "InputInterface", "LearnedInput"]
 
 
 class InputInterface(nn.Module):
@@ -230,7 +232,9 @@ class GF2CodeInput(BinaryCodeInput):
         else:
             rows = rows_from_matrix(matrix)
             if len(rows) != width:
-                raise ValueError(f"matrix must be K x K = {width} x {width} for vocab_size {vocab_size}, got {len(rows)} rows")
+                raise ValueError(
+                    f"matrix must be K x K = {width} x {width} for vocab_size {vocab_size}, got {len(rows)} rows"
+                )
         self.code_seed = code_seed
         self.matrix = [list(map(int, r)) for r in matrix] if matrix is not None else None
         self._rows = rows

@@ -33,7 +33,7 @@ from torch import nn
 
 from fixed_embed.interfaces import InputInterface, LearnedInput
 
-__all__ = ["DecoderConfig", "Decoder", "RMSNorm", "RotaryEmbedding", "Attention", "SwiGLU", "Block"]
+__all__ = ["Attention", "Block", "Decoder", "DecoderConfig", "RMSNorm", "RotaryEmbedding", "SwiGLU"]
 
 
 @dataclass
@@ -65,7 +65,8 @@ class DecoderConfig:
             raise ValueError(f"n_heads ({self.n_heads}) must be divisible by n_kv_heads ({self.kv_heads})")
         if self.rope_theta <= 0 or self.norm_eps <= 0 or self.init_std <= 0:
             raise ValueError(
-                f"rope_theta, norm_eps and init_std must be > 0, got {self.rope_theta}, {self.norm_eps}, {self.init_std}"
+                "rope_theta, norm_eps and init_std must be > 0, "
+                f"got {self.rope_theta}, {self.norm_eps}, {self.init_std}"
             )
 
     @property
@@ -149,9 +150,7 @@ class Attention(nn.Module):
         k = self.k_proj(x).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)
         q, k = rope(q), rope(k)
-        y = F.scaled_dot_product_attention(
-            q, k, v, is_causal=True, enable_gqa=self.n_kv_heads != self.n_heads
-        )
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.n_kv_heads != self.n_heads)
         return self.o_proj(y.transpose(1, 2).reshape(b, t, -1))
 
 

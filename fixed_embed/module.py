@@ -15,7 +15,7 @@ from typing import Any, Literal
 import lightning as L
 import torch
 import torch.nn.functional as F
-from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torchmetrics.aggregation import MeanMetric
 
 from fixed_embed.interfaces import BinaryCodeInput, InputInterface
@@ -36,7 +36,8 @@ class LanguageModel(L.LightningModule):
         optimizer: AdamW settings.
         schedule: warm-up and cosine floor.
         token_budget: prediction tokens to train on; sets ``max_steps`` unless the trainer has one.
-        on_nonfinite: ``stop`` raises at the first non-finite loss; ``skip`` drops that update.
+        on_nonfinite: on a non-finite loss or gradient, ``stop`` raises naming the step (before
+            the update); ``skip`` drops that update and counts it in ``train/skipped_updates``.
     """
 
     def __init__(
@@ -73,6 +74,7 @@ class LanguageModel(L.LightningModule):
         self.val_loss = MeanMetric()
         self.tokens_seen = 0
         self.skipped_updates = 0
+        self._last_loss: torch.Tensor | None = None
 
     @property
     def interface(self) -> InputInterface:
@@ -91,17 +93,11 @@ class LanguageModel(L.LightningModule):
         loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
         return loss, targets.numel()
 
-    def training_step(self, block: torch.Tensor, batch_idx: int) -> torch.Tensor | None:
+    def training_step(self, block: torch.Tensor, batch_idx: int) -> torch.Tensor:
         loss, n_targets = self._loss(block)
-        if not torch.isfinite(loss):
-            if self.on_nonfinite == "stop":
-                raise FloatingPointError(
-                    f"non-finite training loss ({loss.item()}) at step {self.global_step}, batch {batch_idx}; "
-                    "stopping before the update (set model.on_nonfinite=skip to drop such updates)"
-                )
-            self.skipped_updates += 1
-            self.log("train/skipped_updates", float(self.skipped_updates), rank_zero_only=True)
-            return None
+        # A non-finite loss is not acted on here: its backward makes the gradients non-finite,
+        # and on_before_optimizer_step decides once per update, identically on every rank.
+        self._last_loss = loss.detach()
         self.tokens_seen += n_targets * self.trainer.world_size
         self.log("train/loss", loss, prog_bar=True)
         self.log("train/tokens", float(self.tokens_seen), rank_zero_only=True)
@@ -109,17 +105,25 @@ class LanguageModel(L.LightningModule):
         return loss
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        # Runs after the (DDP-reduced) backward and before clipping. One fused norm over all
+        # gradients is non-finite iff some element is; sharded (FSDP) gradients see only their
+        # shard, hence the any-rank vote.
         grads = [p.grad for p in self.parameters() if p.grad is not None]
-        # One fused norm over all gradients: non-finite iff some element is inf or NaN.
-        if grads and not torch.isfinite(torch.nn.utils.get_total_norm(grads)):
-            if self.on_nonfinite == "stop":
-                raise FloatingPointError(
-                    f"non-finite gradient at step {self.global_step}; stopping before the update "
-                    "so no checkpoint with poisoned weights is written"
-                )
-            self.skipped_updates += 1
-            for p in self.parameters():
-                p.grad = None
+        local_bad = bool(grads) and not bool(torch.isfinite(torch.nn.utils.get_total_norm(grads)))
+        if not self.trainer.strategy.reduce_boolean_decision(local_bad, all=False):
+            return
+        loss = float(self._last_loss) if self._last_loss is not None else float("nan")
+        if self.on_nonfinite == "stop":
+            raise FloatingPointError(
+                f"non-finite gradient at step {self.global_step} (last micro-batch loss {loss}); stopping "
+                "before the update, so no checkpoint with poisoned weights is written. "
+                "Set model.on_nonfinite=skip to drop such updates instead."
+            )
+        self.skipped_updates += 1
+        rank_zero_warn(f"non-finite gradient at step {self.global_step} (loss {loss}): update skipped")
+        self.log("train/skipped_updates", float(self.skipped_updates), rank_zero_only=True)
+        # AdamW leaves parameters without a gradient untouched (no moment update, no decay).
+        optimizer.zero_grad(set_to_none=True)
 
     def validation_step(self, block: torch.Tensor, batch_idx: int) -> None:
         loss, n_targets = self._loss(block)
@@ -178,6 +182,13 @@ class LanguageModel(L.LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # Raising here aborts the save, so a good checkpoint on disk is never replaced by a poisoned one.
+        for name, tensor in checkpoint.get("state_dict", {}).items():
+            local = tensor.to_local() if hasattr(tensor, "to_local") else tensor
+            if local.is_floating_point() and not bool(torch.isfinite(local).all()):
+                raise FloatingPointError(
+                    f"refusing to write a checkpoint at step {self.global_step}: {name} has non-finite values"
+                )
         checkpoint["tokens_seen"] = self.tokens_seen
         checkpoint["skipped_updates"] = self.skipped_updates
 
@@ -209,4 +220,3 @@ def _interface_factory(interface: InterfaceFactory | Mapping) -> InterfaceFactor
     if not (isinstance(cls, type) and issubclass(cls, InputInterface)):
         raise ValueError(f"interface class_path {class_path!r} is not an InputInterface subclass")
     return partial(cls, **dict(interface.get("init_args") or {}))
-

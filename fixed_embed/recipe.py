@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-__all__ = ["AdamWConfig", "ScheduleConfig", "lr_at", "parameter_groups", "build_adamw", "steps_for_budget"]
+__all__ = ["AdamWConfig", "ScheduleConfig", "build_adamw", "lr_at", "parameter_groups", "steps_for_budget"]
 
 
 @dataclass

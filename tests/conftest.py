@@ -25,3 +25,20 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def corpus(tmp_path_factory):
+    """A 60-document jsonl of a 12-word language and a 300-token BPE trained on it."""
+    import json
+    import random
+
+    from fixed_embed.data.tokenizer import train_bpe
+
+    folder = tmp_path_factory.mktemp("corpus")
+    rng = random.Random(0)
+    words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa", "lambda", "mu"]
+    texts = [" ".join(rng.choice(words) for _ in range(rng.randint(50, 300))) for _ in range(60)]
+    (folder / "docs.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    tok = train_bpe(texts, 300, folder / "tok", "training-corpus")
+    return folder / "docs.jsonl", tok

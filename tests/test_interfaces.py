@@ -101,8 +101,9 @@ def test_spec_round_trips():
                   GF2CodeInput(4, 16, matrix=[[1, 1], [0, 1]])):  # fmt: skip
         spec = iface.spec()
         module, _, name = spec["class_path"].rpartition(".")
-        rebuilt = getattr(__import__(module, fromlist=[name]), name)(300 if iface.vocab_size == 300 else 4, 16,
-                                                                     **spec["init_args"])
+        rebuilt = getattr(__import__(module, fromlist=[name]), name)(
+            300 if iface.vocab_size == 300 else 4, 16, **spec["init_args"]
+        )
         ids = torch.arange(iface.vocab_size).view(1, -1)
         if iface.fixed:
             assert torch.equal(rebuilt(ids), iface(ids))

@@ -86,7 +86,9 @@ def test_tying_needs_a_learned_table():
     tied = DecoderConfig(**{**CONFIG.to_dict(), "tie_embeddings": True})
     model = Decoder(tied, LearnedInput(256, 32))
     assert model.head.weight is model.interface.weight
-    with pytest.raises(ValueError, match="tie_embeddings=True needs a LearnedInput table to tie to, got BinaryCodeInput"):
+    with pytest.raises(
+        ValueError, match="tie_embeddings=True needs a LearnedInput table to tie to, got BinaryCodeInput"
+    ):
         Decoder(tied, BinaryCodeInput(256, 32))
 
 

@@ -50,5 +50,43 @@ def test_variants_differ_only_in_interface():
         assert body.pop("__base__") == "base.yaml"
         assert list(body["model"]) == ["interface"]
         # besides the interface, only where the variant's logs go
-        assert body.get("trainer", {}) in ({}, {"logger": {"init_args": {"name": body["trainer"]["logger"]["init_args"]["name"]}}})
+        assert body.get("trainer", {}) in (
+            {},
+            {"logger": {"init_args": {"name": body["trainer"]["logger"]["init_args"]["name"]}}},
+        )
         assert set(body) <= {"model", "trainer"}
+
+
+@pytest.mark.parametrize(("variant", "interface", "fixed_state"), [("gf2", 0, 16 * 16), ("learned", 49152 * 2048, 0)])
+def test_module_costs_add_up_to_the_report(variant, interface, fixed_state):
+    from fixed_embed.accounting import module_costs, parameter_report
+    from fixed_embed.cli.params import build_model
+    from fixed_embed.config import load_experiment
+
+    decoder = build_model(load_experiment(str(PAPER / f"{variant}.yaml"))["model"]).decoder
+    rows = {row.name: row for row in module_costs(decoder)}
+    report = parameter_report(decoder)
+    assert list(rows) == ["interface", "layers", "norm", "head"]
+    assert rows["interface"].trainable == interface and rows["interface"].fixed_state == fixed_state
+    assert rows["interface"].flops_per_token == 0 and rows["layers"].kind == "24 x Block"
+    assert sum(r.trainable for r in rows.values()) == report.trainable
+    assert sum(r.flops_per_token for r in rows.values()) == report.flops_per_token
+
+
+def test_model_summary_callback_table_shows_trainable_frozen_and_fixed():
+    from rich.console import Console
+
+    from callbacks.model_summary import summary_table
+    from fixed_embed.interfaces import GF2CodeInput
+    from fixed_embed.module import LanguageModel
+
+    model = LanguageModel(decoder={"vocab_size": 300, "d_model": 32, "n_layers": 2, "n_heads": 4, "ffn_dim": 64,
+                                   "max_seq_len": 16}, interface=GF2CodeInput)  # fmt: skip
+    model.decoder.norm.weight.requires_grad_(False)
+    console = Console(width=200, record=True)
+    console.print(summary_table(model))
+    text = console.export_text()
+    assert "GF2CodeInput" in text and "2 x Block" in text
+    norm_row = next(line for line in text.splitlines() if " norm " in line)
+    assert norm_row.split("│")[3].strip() == "0" and norm_row.split("│")[4].strip() == "32"  # trainable, frozen
+    assert "81" in next(line for line in text.splitlines() if "interface" in line)  # 9 x 9 GF(2) matrix

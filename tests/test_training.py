@@ -1,19 +1,16 @@
 """Training: every experiment YAML parses, `fixed-embed fit` runs, checkpoints rebuild and resume exactly."""
 
-import json
 import subprocess
 import sys
 from pathlib import Path
 
-import lightning as L
 import pytest
 import torch
 
-from fixed_embed.data import TextDataModule
-from fixed_embed.data.tokenizer import train_bpe
 from fixed_embed.interfaces import GF2CodeInput
 from fixed_embed.module import LanguageModel
 from fixed_embed.recipe import lr_at, steps_for_budget
+from tests.helpers import fit_tiny as _fit
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = sorted(p for p in (ROOT / "experiments").rglob("*.yaml"))
@@ -39,60 +36,6 @@ def test_lr_schedule_formula():
     assert lr_at(381_470, 1.5e-4, 2000, 381_470, 0.1) == pytest.approx(1.5e-5)
 
 
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("corpus")
-    import random
-
-    rng = random.Random(0)
-    words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
-    texts = [" ".join(rng.choice(words) for _ in range(rng.randint(50, 300))) for _ in range(60)]
-    (folder / "docs.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
-    tok = train_bpe(texts, 300, folder / "tok", "training-corpus")
-    return folder / "docs.jsonl", tok
-
-
-class BatchRecorder(L.Callback):
-    def __init__(self):
-        self.batches, self.losses = [], []
-
-    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
-        self.batches.append(batch.clone())
-        self.losses.append(outputs["loss"].item())
-
-
-class StopAt(L.Callback):
-    """Interrupt a run at ``step`` (the LR schedule still follows the full max_steps)."""
-
-    def __init__(self, step):
-        self.step = step
-
-    def on_train_batch_end(self, trainer, *args):
-        if trainer.global_step >= self.step:
-            trainer.should_stop = True
-
-
-def _fit(tmp_path, corpus, stop_at, workers=0, ckpt_path=None, interface=GF2CodeInput, max_steps=9):
-    data, tok = corpus
-    L.seed_everything(0)
-    model = LanguageModel(
-        decoder={"vocab_size": 300, "d_model": 32, "n_layers": 2, "n_heads": 4, "ffn_dim": 64, "max_seq_len": 16},
-        interface=interface, schedule={"warmup_steps": 2}, optimizer={"lr": 1e-2},
-    )  # fmt: skip
-    dm = TextDataModule(train=str(data), tokenizer=str(tok), seq_len=16, batch_size=4, num_workers=workers,
-                        num_shards=4, shuffle_buffer=8, val_sequences=4, holdout_per_mille=100)  # fmt: skip
-    recorder = BatchRecorder()
-    trainer = L.Trainer(
-        accelerator="cpu", max_steps=max_steps, logger=False, enable_progress_bar=False,
-        enable_model_summary=False, default_root_dir=tmp_path, limit_val_batches=0,
-        callbacks=[recorder, StopAt(stop_at), L.pytorch.callbacks.ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True,
-                                                                  every_n_train_steps=1, save_top_k=0)],
-    )  # fmt: skip
-    trainer.fit(model, dm, ckpt_path=ckpt_path)
-    assert trainer.global_step == stop_at
-    return recorder, model
-
-
 @pytest.mark.parametrize("workers", [0, 2])
 def test_resume_continues_with_the_next_batch_and_same_loss(tmp_path, corpus, workers):
     full, _ = _fit(tmp_path / "full", corpus, 9, workers)
@@ -101,7 +44,7 @@ def test_resume_continues_with_the_next_batch_and_same_loss(tmp_path, corpus, wo
     third, model = _fit(tmp_path / "run", corpus, 9, workers, ckpt_path=str(tmp_path / "run" / "ckpt" / "last.ckpt"))
     resumed = first.batches + second.batches + third.batches
     assert len(resumed) == len(full.batches) == 9
-    assert all(torch.equal(a, b) for a, b in zip(full.batches, resumed))
+    assert all(torch.equal(a, b) for a, b in zip(full.batches, resumed, strict=True))
     assert first.losses + second.losses + third.losses == pytest.approx(full.losses, rel=1e-5)
     assert model.tokens_seen == 9 * 4 * 16
 

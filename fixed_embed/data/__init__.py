@@ -4,4 +4,4 @@ from fixed_embed.data.datamodule import TextDataModule
 from fixed_embed.data.packing import PackedBlocks
 from fixed_embed.data.sources import DocumentSource
 
-__all__ = ["TextDataModule", "PackedBlocks", "DocumentSource"]
+__all__ = ["DocumentSource", "PackedBlocks", "TextDataModule"]

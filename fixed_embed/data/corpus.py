@@ -18,7 +18,7 @@ import sysconfig
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["default_corpus", "cache_root"]
+__all__ = ["cache_root", "default_corpus"]
 
 VALID_PER_MILLE = 50
 _SKIP_DIRS = {"test", "tests", "idlelib", "site-packages", "dist-packages", "__pycache__", "lib2to3", "turtledemo"}

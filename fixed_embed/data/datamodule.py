@@ -139,7 +139,9 @@ class TextDataModule(L.LightningDataModule):
         if model_vocab is None:
             return
         tokenizer_vocab = self.vocab_size()
-        if model_vocab < tokenizer_vocab or (model_vocab > tokenizer_vocab and not self.hparams.allow_larger_model_vocab):
+        if model_vocab < tokenizer_vocab or (
+            model_vocab > tokenizer_vocab and not self.hparams.allow_larger_model_vocab
+        ):
             raise ValueError(
                 f"model vocab_size {model_vocab} does not match the tokenizer's {tokenizer_vocab} "
                 f"({self.tokenizer_path()}); set model.decoder.vocab_size: {tokenizer_vocab}"
@@ -225,4 +227,3 @@ class TextDataModule(L.LightningDataModule):
 
     def test_dataloader(self) -> DataLoader:
         return self.val_dataloader()
-

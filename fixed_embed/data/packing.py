@@ -154,7 +154,9 @@ class PackedBlocks(IterableDataset):
             "blocks_from_doc": state.blocks_from_doc,
             "carry_at_doc": torch.tensor(state.carry_at_doc, dtype=torch.int64),
             "carries": {str(k): torch.tensor(v, dtype=torch.int64) for k, v in state.carries.items()},
-            "buffer": torch.stack(state.buffer) if state.buffer else torch.empty(0, self.seq_len + 1, dtype=torch.int64),
+            "buffer": torch.stack(state.buffer)
+            if state.buffer
+            else torch.empty(0, self.seq_len + 1, dtype=torch.int64),
             "rng_state": _rng_to_list(state.rng_state),
             "blocks_delivered": state.blocks_delivered,
             "stats": vars(state.stats).copy(),
@@ -211,7 +213,7 @@ class PackedBlocks(IterableDataset):
             produced_before = state.stats.blocks
             for owned in self._owned_batches(reader, readers, state):
                 encodings = tokenizer.encode_batch([text for _, text in owned], add_special_tokens=False)
-                for position, ((shard, _), encoding) in enumerate(zip(owned, encodings)):
+                for position, ((shard, _), encoding) in enumerate(zip(owned, encodings, strict=True)):
                     if position < state.doc_in_batch:
                         continue  # packed before the checkpoint
                     resumed_mid_doc = state.blocks_from_doc > 0
@@ -220,7 +222,7 @@ class PackedBlocks(IterableDataset):
                         state.stats.documents += 1
                         state.stats.tokens += len(encoding.ids)
                     tokens = state.carry_at_doc + ([self.bos_id] if self.bos_id is not None else [])
-                    tokens += encoding.ids + [self.eos_id]
+                    tokens += [*encoding.ids, self.eos_id]
                     n_blocks = len(tokens) // block_len
                     for b in range(state.blocks_from_doc, n_blocks):
                         block = torch.tensor(tokens[b * block_len : (b + 1) * block_len], dtype=torch.int64)

@@ -52,8 +52,12 @@ class DocumentSource:
     @property
     def is_local(self) -> bool:
         p = self.path
-        return Path(p).expanduser().exists() or any(ch in p for ch in "*?[") or p.startswith((".", "/", "~")) \
+        return (
+            Path(p).expanduser().exists()
+            or any(ch in p for ch in "*?[")
+            or p.startswith((".", "/", "~"))
             or Path(p).suffix in _BUILDERS
+        )
 
     def fingerprint(self) -> dict[str, Any]:
         """What identifies the data, for the resume check (files with their sizes, or the hub id)."""

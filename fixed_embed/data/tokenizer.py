@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
-__all__ = ["load_tokenizer", "train_bpe", "special_token_id"]
+__all__ = ["load_tokenizer", "special_token_id", "train_bpe"]
 
 EOS = "<|endoftext|>"
 

@@ -1,0 +1,57 @@
+"""ParameterSummary: a rich table of what each part of the model holds and costs, at fit start.
+
+Replaces Lightning's model summary (it subclasses ``ModelSummary``, so the trainer does not add
+its own): Lightning's shows one parameter total per module, which cannot tell a frozen
+parameter from a fixed code, and nothing about compute. Here each part -- input interface,
+blocks, final norm, head -- gets its trainable and frozen parameters, its fixed state (persistent
+buffers such as the GF(2) matrix, which no optimizer touches) and its training FLOPs per token.
+"""
+
+from __future__ import annotations
+
+import lightning as L
+from lightning.pytorch.callbacks import ModelSummary
+from rich.console import Console
+from rich.table import Table
+
+from fixed_embed.accounting import module_costs, optimizer_state_bytes
+
+__all__ = ["ParameterSummary", "summary_table"]
+
+
+def summary_table(module: L.LightningModule) -> Table:
+    """The table for a LanguageModel (anything with a ``decoder`` built by fixed_embed.model)."""
+    decoder = module.decoder
+    rows = module_costs(decoder)
+    table = Table(title=f"{type(module).__name__} with {type(decoder.interface).__name__}")
+    for column in ("part", "type", "trainable", "frozen", "fixed state", "FLOPs/token"):
+        table.add_column(column, justify="left" if column in ("part", "type") else "right")
+    for row in rows:
+        table.add_row(
+            row.name, row.kind, f"{row.trainable:,}", f"{row.frozen:,}", f"{row.fixed_state:,}",
+            f"{row.flops_per_token:,}",
+        )  # fmt: skip
+    trainable = sum(r.trainable for r in rows)
+    table.add_section()
+    table.add_row(
+        "total", f"ctx {decoder.config.max_seq_len}", f"{trainable:,}", f"{sum(r.frozen for r in rows):,}",
+        f"{sum(r.fixed_state for r in rows):,}", f"{sum(r.flops_per_token for r in rows):,}",
+    )  # fmt: skip
+    table.caption = f"fp32 weights + grads + AdamW moments: {optimizer_state_bytes(trainable) / 2**30:.2f} GiB"
+    return table
+
+
+class ParameterSummary(ModelSummary):
+    """Print :func:`summary_table` once, on global rank 0, when fitting starts.
+
+    Args:
+        enabled: the on/off switch.
+    """
+
+    def __init__(self, enabled: bool = True) -> None:
+        super().__init__(max_depth=1)
+        self.enabled = enabled
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.enabled and trainer.is_global_zero and hasattr(pl_module, "decoder"):
+            Console().print(summary_table(pl_module))
