@@ -16,7 +16,7 @@ fit = $(BIN)/fixed-embed fit --config experiments/paper/$(1).yaml --trainer.devi
 	--trainer.num_nodes=$(NODES) --trainer.strategy=$(STRATEGY) \
 	$(if $(DATA),--data.train=$(DATA)) $(if $(TOKENIZER),--data.tokenizer=$(TOKENIZER)) $(ARGS)
 
-.PHONY: help install test lint bench bench-core bench-data demo tensorboard fit-learned fit-binary16 fit-gf2
+.PHONY: help install test lint bench bench-core bench-data bench-loop demo tensorboard fit-learned fit-binary16 fit-gf2
 
 help:
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -44,7 +44,10 @@ bench-core: install ## input-layer forward+backward time and training-state byte
 bench-data: install ## tokenize+pack throughput (SmolLM2 tokenizer over gutenberg-prose)
 	$(BIN)/python benchmarks/data_throughput.py
 
-bench: bench-core bench-data ## every CPU benchmark
+bench-loop: install ## tokens/s of `fixed-embed fit` vs a plain PyTorch loop, tiny config, per interface
+	$(BIN)/python benchmarks/lightning_overhead.py $(ARGS)
+
+bench: bench-core bench-data bench-loop ## every CPU benchmark
 
 demo: install ## train the three tiny variants on CPU on the offline corpus, print a table
 	$(BIN)/python experiments/demo.py $(ARGS)

@@ -14,12 +14,14 @@ from fixed_embed.module import LanguageModel
 class FixedEmbedCLI(LightningCLI):
     """LightningCLI whose ``--config`` files may compose a ``__base__``."""
 
-    def __init__(self) -> None:
+    def __init__(self, args: list[str] | None = None, run: bool = True) -> None:
         super().__init__(
             LanguageModel,
             TextDataModule,
             save_config_kwargs={"overwrite": True},
             auto_configure_optimizers=False,
+            args=None if args is None else expand_config_args(args),
+            run=run,
         )
 
 

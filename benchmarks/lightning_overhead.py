@@ -1,0 +1,143 @@
+"""What the Lightning loop costs: `fixed-embed fit` versus a plain PyTorch loop, same model, same batches.
+
+Both sides are built from the same experiment YAML by the same LightningCLI parser (model,
+seed, data module), so they train the identical model on the identical batch stream:
+
+- ``fit``: the CLI's own Trainer with every callback and logger of the config (rich progress bar,
+  parameter summary, preemption handler, TensorBoard, gradient clipping, LR schedule, logging);
+  validation and checkpoints are switched off so both sides do the same work.
+- ``plain``: ``for block in loader: forward, cross-entropy, backward, clip, AdamW, LR step``.
+
+Tokens/s is measured between the end of step ``warmup`` and the end of the last step, so it
+includes everything the loop does between batches. Each measurement runs in its own process
+(clean peak RSS, no shared allocator state).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+
+ROOT = Path(__file__).resolve().parents[1]
+VARIANTS = ("learned", "binary16", "gf2")
+
+
+class StepClock(L.Callback):
+    def __init__(self) -> None:
+        self.ends: list[float] = []
+
+    def on_train_batch_end(self, *args) -> None:
+        self.ends.append(time.perf_counter())
+
+
+def build(variant: str, steps: int, log_dir: str):
+    from fixed_embed.cli.train import FixedEmbedCLI
+
+    args = [
+        "--config", str(ROOT / f"experiments/tiny/{variant}.yaml"),
+        f"--trainer.max_steps={steps}", "--trainer.limit_val_batches=0",
+        f"--trainer.logger.init_args.save_dir={log_dir}",
+    ]  # fmt: skip
+    cli = FixedEmbedCLI(args=args, run=False)
+    # No ModelCheckpoint: the plain loop saves nothing either.
+    cli.trainer.callbacks = [c for c in cli.trainer.callbacks if type(c).__name__ != "ModelCheckpoint"]
+    return cli
+
+
+def run_fit(cli, steps: int) -> list[float]:
+    clock = StepClock()
+    cli.trainer.callbacks.append(clock)
+    cli.trainer.fit(cli.model, cli.datamodule)
+    return clock.ends
+
+
+def run_plain(cli, steps: int) -> list[float]:
+    from fixed_embed.recipe import build_adamw, lr_at
+
+    model, datamodule = cli.model, cli.datamodule
+    datamodule.setup("fit")
+    optimizer = build_adamw(model, model.optimizer_config)
+    sched, peak = model.schedule_config, model.optimizer_config.lr
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: lr_at(s, peak, sched.warmup_steps, steps, sched.min_lr_ratio) / peak
+    )
+    model.train()
+    ends = []
+    for step, block in enumerate(datamodule.train_dataloader()):
+        if step == steps:
+            break
+        logits = model.decoder(block[:, :-1])
+        loss = F.cross_entropy(logits.float().flatten(0, 1), block[:, 1:].flatten())
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        ends.append(time.perf_counter())
+    return ends
+
+
+def measure(loop: str, variant: str, steps: int, warmup: int) -> dict:
+    with tempfile.TemporaryDirectory() as log_dir:
+        cli = build(variant, steps, log_dir)
+        ends = (run_fit if loop == "fit" else run_plain)(cli, steps)
+    if len(ends) != steps:
+        raise RuntimeError(f"{loop} {variant}: expected {steps} steps, timed {len(ends)}")
+    tokens_per_step = cli.datamodule.batch_size * cli.datamodule.seq_len
+    return {
+        "loop": loop,
+        "variant": variant,
+        "tokens_per_sec": tokens_per_step * (steps - warmup) / (ends[-1] - ends[warmup - 1]),
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--warmup", type=int, default=5, help="steps excluded from the timing")
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
+    parser.add_argument("--one", nargs=2, metavar=("LOOP", "VARIANT"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if not 0 < args.warmup < args.steps:
+        parser.error(f"need 0 < --warmup < --steps, got warmup {args.warmup}, steps {args.steps}")
+    if args.one:
+        print(json.dumps(measure(*args.one, args.steps, args.warmup)))
+        return
+
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"Lightning loop vs plain PyTorch loop (tiny config, {args.steps} steps, CPU)")
+    for column in ("variant", "plain tok/s", "fit tok/s", "fit / plain", "plain RSS MB", "fit RSS MB"):
+        table.add_column(column, justify="left" if column == "variant" else "right")
+    for variant in args.variants:
+        result = {}
+        for loop in ("plain", "fit"):
+            out = subprocess.run(
+                [sys.executable, __file__, "--one", loop, variant, "--steps", str(args.steps),
+                 "--warmup", str(args.warmup)],
+                capture_output=True, text=True, check=True, cwd=ROOT,
+            ).stdout  # fmt: skip
+            result[loop] = json.loads(out.strip().splitlines()[-1])
+        plain, fit = result["plain"], result["fit"]
+        table.add_row(
+            variant, f"{plain['tokens_per_sec']:,.0f}", f"{fit['tokens_per_sec']:,.0f}",
+            f"{fit['tokens_per_sec'] / plain['tokens_per_sec']:.3f}",
+            f"{plain['peak_rss_mb']:,.0f}", f"{fit['peak_rss_mb']:,.0f}",
+        )  # fmt: skip
+    Console(width=120).print(table)
+
+
+if __name__ == "__main__":
+    main()
