@@ -31,7 +31,7 @@ class StopAt(L.Callback):
 
 
 def fit_tiny(tmp_path, corpus, stop_at, workers=0, ckpt_path=None, interface=GF2CodeInput, max_steps=9,
-             callbacks=(), accumulate=1, expect_step=None, **model_options):  # fmt: skip
+             callbacks=(), accumulate=1, expect_step=None, logger=False, clip=None, **model_options):  # fmt: skip
     data, tok = corpus
     L.seed_everything(0)
     model = LanguageModel(decoder=TINY_DECODER, interface=interface, schedule={"warmup_steps": 2},
@@ -41,9 +41,9 @@ def fit_tiny(tmp_path, corpus, stop_at, workers=0, ckpt_path=None, interface=GF2
     recorder = BatchRecorder()
     checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True, every_n_train_steps=1, save_top_k=0)
     trainer = L.Trainer(
-        accelerator="cpu", max_steps=max_steps, logger=False, enable_progress_bar=False,
+        accelerator="cpu", max_steps=max_steps, logger=logger, enable_progress_bar=False, log_every_n_steps=1,
         enable_model_summary=False, default_root_dir=tmp_path, limit_val_batches=0,
-        accumulate_grad_batches=accumulate, callbacks=[recorder, StopAt(stop_at), *callbacks, checkpoint],
+        accumulate_grad_batches=accumulate, gradient_clip_val=clip, callbacks=[recorder, StopAt(stop_at), *callbacks, checkpoint],
     )  # fmt: skip
     trainer.fit(model, dm, ckpt_path=ckpt_path)
     assert trainer.global_step == (stop_at if expect_step is None else expect_step)

@@ -1,0 +1,83 @@
+"""GradientMonitor: are the gradients healthy? Global and per-part norms, once per optimizer step.
+
+Logged every ``every_n_steps`` updates, from ``on_before_optimizer_step`` -- after the gradients of
+all micro-batches are accumulated and reduced across ranks, before clipping:
+
+- ``grad/norm``: the global L2 norm that clipping sees (full tensors, also under FSDP: see
+  :mod:`fixed_embed.norms`);
+- ``grad/clip_coef``: the factor clipping will scale the gradients by, ``min(1, clip / norm)``
+  (1.0 = not clipped; only when the trainer clips by norm);
+- ``grad/block_{i}``, ``grad/head``, ``grad/final_norm``, and ``grad/interface`` for an interface
+  with trainable parameters (a fixed code has no gradient to show);
+- with ``parameter_norms``: the same under ``param/`` for the weights.
+"""
+
+from __future__ import annotations
+
+import lightning as L
+import torch
+
+from callbacks._global_metrics import log_global
+from fixed_embed.norms import global_sq_sums
+
+__all__ = ["GradientMonitor"]
+
+
+class GradientMonitor(L.Callback):
+    """Args:
+    every_n_steps: log every N optimizer updates.
+    per_part: also log each block, the head, the final norm and a learned interface.
+    parameter_norms: also log weight norms (``param/...``).
+    enabled: the on/off switch.
+    """
+
+    def __init__(
+        self, every_n_steps: int = 10, per_part: bool = True, parameter_norms: bool = False, enabled: bool = True
+    ) -> None:
+        if every_n_steps < 1:
+            raise ValueError(f"every_n_steps must be >= 1, got {every_n_steps}")
+        self.every_n_steps = every_n_steps
+        self.per_part = per_part
+        self.parameter_norms = parameter_norms
+        self.enabled = enabled
+        self.last_metrics: dict[str, float] = {}
+
+    def on_before_optimizer_step(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: torch.optim.Optimizer
+    ) -> None:
+        if not self.enabled or trainer.global_step % self.every_n_steps:
+            return
+        parts = self._parts(pl_module)
+        grads = {name: [p.grad for p in params if p.grad is not None] for name, params in parts.items()}
+        # Per-part sums of squares add up to the global one: one pass, every part's norm.
+        squares = global_sq_sums({name: g for name, g in grads.items() if g})
+        if not squares:
+            return
+        total = torch.stack(list(squares.values())).sum().sqrt()
+        metrics = {"grad/norm": total}
+        clip = trainer.gradient_clip_val
+        if clip and (trainer.gradient_clip_algorithm or "norm") == "norm":
+            metrics["grad/clip_coef"] = torch.clamp(clip / (total + 1e-6), max=1.0)
+        if self.per_part:
+            metrics.update({f"grad/{name}": sq.sqrt() for name, sq in squares.items()})
+        if self.parameter_norms:
+            weights = global_sq_sums({name: [p.detach() for p in params] for name, params in parts.items()})
+            metrics["param/norm"] = torch.stack(list(weights.values())).sum().sqrt()
+            if self.per_part:
+                metrics.update({f"param/{name}": sq.sqrt() for name, sq in weights.items()})
+        # Already global (DDP-reduced or all-reduced shards): identical on every rank.
+        self.last_metrics = log_global(trainer, {k: (v, "max") for k, v in metrics.items()}, trainer.global_step)
+
+    @staticmethod
+    def _parts(pl_module: L.LightningModule) -> dict[str, list[torch.nn.Parameter]]:
+        decoder = pl_module.decoder
+        parts: dict[str, list[torch.nn.Parameter]] = {}
+        interface = [p for p in decoder.interface.parameters() if p.requires_grad]
+        if interface:
+            parts["interface"] = interface
+        for i, block in enumerate(decoder.layers):
+            parts[f"block_{i}"] = [p for p in block.parameters() if p.requires_grad]
+        parts["final_norm"] = [p for p in decoder.norm.parameters() if p.requires_grad]
+        seen = {id(p) for params in parts.values() for p in params}
+        parts["head"] = [p for p in decoder.head.parameters() if p.requires_grad and id(p) not in seen]
+        return {name: params for name, params in parts.items() if params}

@@ -1,0 +1,123 @@
+"""Monitors: the tags they write, values equal to references, and the same numbers under 2-process DDP."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+from lightning.pytorch.loggers import TensorBoardLogger
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from callbacks.gradients import GradientMonitor
+from callbacks.input_norm import InputNormMonitor
+from callbacks.throughput import ThroughputMonitor
+from fixed_embed.codes import bits_of
+from fixed_embed.interfaces import BinaryCodeInput, GF2CodeInput, LearnedInput
+from fixed_embed.peak_flops import matmul_dtype, peak_flops
+from tests.helpers import fit_tiny
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def scalars(log_dir):
+    events = EventAccumulator(str(log_dir))
+    events.Reload()
+    return {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}, events
+
+
+@pytest.mark.parametrize("interface", [LearnedInput, GF2CodeInput])
+def test_monitors_write_their_tags_at_their_steps(tmp_path, corpus, interface):
+    monitors = [
+        GradientMonitor(every_n_steps=2, parameter_norms=True),
+        InputNormMonitor(every_n_steps=2, histogram=True),
+        ThroughputMonitor(every_n_steps=2, skip_first_steps=1),
+    ]
+    logger = TensorBoardLogger(tmp_path / "logs", name="run")
+    fit_tiny(tmp_path, corpus, 6, max_steps=6, callbacks=monitors, logger=logger, clip=1.0, interface=interface)
+    tags, events = scalars(logger.log_dir)
+    for tag in ("grad/norm", "grad/clip_coef", "grad/block_0", "grad/block_1", "grad/head", "param/norm",
+                "input/norm_mean", "input/norm_min", "input/norm_max", "input/norm_expected", "input/norm_error"):  # fmt: skip
+        assert [s for s, _ in tags[tag]] == [0, 2, 4], tag
+    assert [s for s, _ in tags["perf/tokens_per_sec"]] == [2, 4]
+    assert ("grad/interface" in tags) == ("input/drift" in tags) == (interface is LearnedInput)
+    assert "perf/mfu" not in tags  # CPU: no known peak, no MFU
+    assert all(0 <= v <= 1 for _, v in tags["perf/data_wait_frac"])
+    assert all(v > 0 for _, v in tags["perf/tokens_per_sec"] + tags["perf/peak_mem_gb"])
+    assert all(0 < v <= 1 for _, v in tags["grad/clip_coef"])
+    assert all(v == pytest.approx(0, abs=1e-6) for _, v in tags["input/norm_error"])  # learned: its rows' norms
+    assert "input/norms" in events.Tags()["histograms"]
+
+
+class Reference(L.Callback):
+    """Independent references, taken at the same points as the monitors."""
+
+    def __init__(self):
+        self.grad_norm, self.batches = {}, {}
+
+    def on_train_batch_start(self, trainer, module, batch, batch_idx):
+        self.batches[trainer.global_step] = batch.clone()
+
+    def on_before_optimizer_step(self, trainer, module, optimizer):
+        flat = torch.cat([p.grad.flatten() for p in module.parameters() if p.grad is not None])
+        self.grad_norm[trainer.global_step] = flat.double().norm().item()
+
+
+def test_values_equal_independent_references(tmp_path, corpus):
+    gradients, norms, reference = GradientMonitor(every_n_steps=1), InputNormMonitor(every_n_steps=1), Reference()
+    fit_tiny(tmp_path, corpus, 3, max_steps=3, callbacks=[reference, gradients, norms], interface=BinaryCodeInput)
+    assert gradients.last_metrics["grad/norm"] == pytest.approx(reference.grad_norm[2], rel=1e-5)
+    # Binary codes, V = 300 -> K = 9, d = 32 = 3 full copies + the first 5 bits: the norm is analytic.
+    bits = bits_of(reference.batches[2][:, :-1], 9)
+    expected = (3 * bits.sum(-1) + bits[..., :5].sum(-1)).double().sqrt()
+    assert norms.last_metrics["input/norm_mean"] == pytest.approx(expected.mean().item(), rel=1e-6)
+    assert norms.last_metrics["input/norm_min"] == pytest.approx(expected.min().item(), rel=1e-6)
+    assert norms.last_metrics["input/norm_max"] == pytest.approx(expected.max().item(), rel=1e-6)
+    assert norms.last_metrics["input/norm_error"] == 0.0
+
+
+class CorruptCode(L.Callback):
+    def on_train_batch_end(self, trainer, module, *args):
+        if trainer.global_step == 2:
+            module.decoder.interface.rows[0] ^= 1  # silently re-assign codes
+
+
+def test_a_fixed_code_that_moves_is_an_error(tmp_path, corpus):
+    with pytest.raises(RuntimeError, match=r"fixed GF2CodeInput changed during training \(step 2\)"):
+        fit_tiny(tmp_path, corpus, 4, callbacks=[CorruptCode(), InputNormMonitor(every_n_steps=1)])
+
+
+@pytest.mark.slow
+def test_two_process_ddp_gives_the_single_process_norms_and_losses(tmp_path):
+    results = []
+    for devices in (1, 2):
+        out = tmp_path / f"{devices}.json"
+        run = subprocess.run(
+            [sys.executable, str(ROOT / "tests" / "distributed_fit.py"), str(out), "--devices", str(devices)],
+            capture_output=True, text=True, cwd=tmp_path, timeout=300,
+        )  # fmt: skip
+        assert run.returncode == 0, run.stderr[-3000:]
+        results.append(json.loads(out.read_text()))
+    single, ddp = results
+    assert ddp["world_size"] == 2 and len(single["rows"]) == len(ddp["rows"]) == 4
+    for a, b in zip(single["rows"], ddp["rows"], strict=True):
+        for key in ("loss", "grad/norm", "grad/block_0", "grad/head", "input/norm_mean", "input/norm_min",
+                    "input/norm_max", "input/drift"):  # fmt: skip
+            assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-7), (a["step"], key)
+
+
+def test_peak_flops_table_is_dense_and_cpu_has_none():
+    assert peak_flops(torch.device("cpu"), "bf16") is None
+    assert matmul_dtype("bf16-mixed") == "bf16" and matmul_dtype("16-mixed") == "fp16"
+    with pytest.raises(ValueError, match="transformer-engine"):
+        matmul_dtype("transformer-engine")
+    from fixed_embed.peak_flops import PEAK_FLOPS
+
+    assert PEAK_FLOPS["h200"]["bf16"] == 989.4e12 and PEAK_FLOPS["h100"]["bf16"] == 989.4e12
+
+
+@pytest.mark.gpu
+def test_mfu_is_logged_on_a_known_gpu():
+    assert peak_flops(torch.device("cuda"), "bf16") is not None, torch.cuda.get_device_name()
