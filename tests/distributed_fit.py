@@ -20,10 +20,10 @@ from torch.utils.data import DataLoader, IterableDataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from callbacks.gradients import GradientMonitor  # noqa: E402
-from callbacks.input_norm import InputNormMonitor  # noqa: E402
-from fixed_embed.interfaces import LearnedInput  # noqa: E402
-from fixed_embed.module import LanguageModel  # noqa: E402
+from callbacks.gradients import GradientMonitor
+from callbacks.input_norm import InputNormMonitor
+from fixed_embed.interfaces import LearnedInput
+from fixed_embed.module import LanguageModel
 
 GLOBAL_BATCH, SEQ, VOCAB = 8, 16, 300
 

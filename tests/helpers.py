@@ -43,7 +43,8 @@ def fit_tiny(tmp_path, corpus, stop_at, workers=0, ckpt_path=None, interface=GF2
     trainer = L.Trainer(
         accelerator="cpu", max_steps=max_steps, logger=logger, enable_progress_bar=False, log_every_n_steps=1,
         enable_model_summary=False, default_root_dir=tmp_path, limit_val_batches=0,
-        accumulate_grad_batches=accumulate, gradient_clip_val=clip, callbacks=[recorder, StopAt(stop_at), *callbacks, checkpoint],
+        accumulate_grad_batches=accumulate, gradient_clip_val=clip,
+        callbacks=[recorder, StopAt(stop_at), *callbacks, checkpoint],
     )  # fmt: skip
     trainer.fit(model, dm, ckpt_path=ckpt_path)
     assert trainer.global_step == (stop_at if expect_step is None else expect_step)
