@@ -253,6 +253,17 @@ class GF2CodeInput(BinaryCodeInput):
             self.rows.copy_(torch.tensor(self._rows, dtype=torch.int64))
             self.inverse_rows.copy_(torch.tensor(self._inverse_rows, dtype=torch.int64))
 
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
+        # The code used to encode comes from the options (seed or matrix); a checkpoint whose
+        # stored matrix disagrees would be decoded with another assignment than it was trained on.
+        stored = state_dict.get(prefix + "code_matrix")
+        if stored is not None and stored.device.type != "meta":
+            expected = matrix_from_rows(self._rows, self.code_width)
+            if not torch.equal(stored.to(expected.device, expected.dtype), expected):
+                source = f"code_seed={self.code_seed}" if self.matrix is None else "the explicit matrix"
+                raise ValueError(f"the checkpoint's GF(2) code_matrix differs from the one {source} gives")
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
     @property
     def offset(self) -> int:
         """The K-bit offset b as an integer mask."""

@@ -1,0 +1,249 @@
+"""lm-eval-harness model ``fixed_embed``: score a checkpoint, or a live LightningModule, with lm-eval.
+
+Scores are computed the way lm-eval's own ``hf`` model computes them, so our numbers sit in the
+same table as the SmolLM2 references:
+
+- ``loglikelihood``: lm-eval's ``TemplateLM`` splits context / continuation (trailing spaces move
+  to the continuation; the whole string is tokenized, then split at the context's length) and an
+  empty context is replaced by the end-of-text token; we score ``(context + continuation)[-(L+1):][:-1]``
+  and read the continuation's log-probabilities and whether greedy decoding reproduces it.
+- ``loglikelihood_rolling``: lm-eval's disjoint rolling windows of the model's context length L,
+  the first conditioned on end-of-text (WikiText word perplexity).
+- ``generate_until``: greedy decoding, stopped at any ``until`` string or ``max_gen_toks``.
+
+Requests are sorted by length (longest first, so an out-of-memory error shows at once), batched
+and right-padded: with causal attention, padding after a sequence cannot change its logits, so no
+mask is needed. Contexts longer than L are truncated from the left. bf16 autocast on GPUs that
+support it, fp32 otherwise.
+
+lm-eval's command line has no plugin discovery for models; ``fixed-embed lm-eval ARGS`` is its CLI
+with this model registered (``--model fixed_embed --model_args checkpoint=PATH``).
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from lm_eval import utils as lm_utils
+from lm_eval.api.model import TemplateLM
+from lm_eval.api.registry import register_model
+from lm_eval.models.utils import Collator
+from tokenizers import Tokenizer
+from tqdm import tqdm
+
+from fixed_embed.data.tokenizer import EOS, special_token_id
+from fixed_embed.loading import load_checkpoint
+from fixed_embed.module import LanguageModel
+
+__all__ = ["FixedEmbedLM"]
+
+
+@register_model("fixed_embed")
+class FixedEmbedLM(TemplateLM):
+    """Args (``--model_args`` of lm-eval):
+    checkpoint: a LanguageModel ``.ckpt``.
+    tokenizer: overrides the tokenizer stored in the checkpoint.
+    batch_size: requests per forward pass.
+    device: ``cuda``, ``cpu``, ... (default: cuda if available).
+    dtype: ``auto`` (bf16 autocast where supported), ``bfloat16`` or ``float32``.
+    max_length: context length L (default: the model's max_seq_len).
+    max_gen_toks: default generation budget for ``generate_until``.
+    eos_token: the end-of-text token, also the prefix of empty contexts and rolling windows.
+    """
+
+    def __init__(
+        self,
+        checkpoint: str | None = None,
+        tokenizer: str | None = None,
+        batch_size: int | str = 16,
+        device: str | None = None,
+        dtype: str = "auto",
+        max_length: int | None = None,
+        max_gen_toks: int = 256,
+        eos_token: str = EOS,
+        module: LanguageModel | None = None,
+        tokenizer_object: Tokenizer | None = None,
+        **unused: Any,  # lm-eval passes e.g. max_batch_size to every model
+    ) -> None:
+        super().__init__()
+        if (checkpoint is None) == (module is None):
+            raise ValueError("pass exactly one of checkpoint=PATH or module=LanguageModel")
+        if str(batch_size).startswith("auto"):
+            raise ValueError(f"batch_size must be an integer for fixed_embed, got {batch_size!r}")
+        self.batch_size = int(batch_size)
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        if module is None:
+            target = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+            module, loaded = load_checkpoint(checkpoint, tokenizer, target)
+            tokenizer_object = tokenizer_object or loaded
+        if tokenizer_object is None:
+            raise ValueError("a live module needs its tokenizer: pass tokenizer_object=")
+        self.module = module
+        self.tok = tokenizer_object
+        self.max_length = int(max_length or module.config.max_seq_len)
+        if not 1 <= self.max_length <= module.config.max_seq_len:
+            raise ValueError(f"max_length must lie in [1, {module.config.max_seq_len}], got {self.max_length}")
+        self.max_gen_toks = max_gen_toks
+        self._eot = special_token_id(self.tok, eos_token)
+        if dtype not in ("auto", "bfloat16", "float32"):
+            raise ValueError(f"dtype must be auto, bfloat16 or float32, got {dtype!r}")
+        self.dtype = dtype
+
+    @classmethod
+    def from_module(cls, module: LanguageModel, tokenizer: Tokenizer, **kwargs: Any) -> FixedEmbedLM:
+        """Wrap an in-memory model (e.g. the one being trained) without copying it."""
+        return cls(module=module, tokenizer_object=tokenizer, **kwargs)
+
+    # -- TemplateLM interface -------------------------------------------------------------------
+
+    @property
+    def eot_token_id(self) -> int:
+        return self._eot
+
+    @property
+    def device(self) -> torch.device:
+        return self.module.device
+
+    def tok_encode(self, string: str, add_special_tokens: bool | None = None, **kwargs: Any) -> list[int]:
+        return self.tok.encode(string, add_special_tokens=bool(add_special_tokens)).ids
+
+    def tok_decode(self, tokens: list[int]) -> str:
+        return self.tok.decode(tokens)
+
+    def _loglikelihood_tokens(
+        self,
+        requests: list[tuple[Any, list[int], list[int]]],
+        disable_tqdm: bool = False,
+        override_bs: int | None = None,
+    ) -> list[tuple[float, bool]]:
+        collator = Collator(requests, sort_fn=lambda r: (-len(r[1] + r[2]), tuple(r[1] + r[2])))
+        results = []
+        progress = tqdm(total=len(requests), disable=disable_tqdm or self.rank != 0, desc="loglikelihood")
+        for chunk in collator.get_batched(n=override_bs or self.batch_size):
+            inputs, spans = [], []
+            for _, context, continuation in chunk:
+                if not context or not continuation:
+                    raise ValueError(f"empty context or continuation: {context!r}, {continuation!r}")
+                if len(continuation) > self.max_length:
+                    raise ValueError(
+                        f"a continuation of {len(continuation)} tokens cannot be scored within the context "
+                        f"length {self.max_length}"
+                    )
+                tokens = (context + continuation)[-(self.max_length + 1) :][:-1]
+                inputs.append(tokens)
+                spans.append((len(tokens), continuation))
+            logits = self._logits(inputs)
+            for row, (length, continuation) in enumerate(spans):
+                n = len(continuation)
+                # log-softmax over the continuation's positions only: [n, V], not [B, T, V]
+                span = F.log_softmax(logits[row, length - n : length].float(), dim=-1)
+                target = torch.tensor(continuation, device=span.device)
+                score = span.gather(-1, target[:, None]).sum().item()
+                greedy = bool((span.argmax(-1) == target).all())
+                results.append((score, greedy))
+                progress.update(1)
+        progress.close()
+        return collator.get_original(results)
+
+    def loglikelihood_rolling(self, requests: list, disable_tqdm: bool = False) -> list[float]:
+        windows, owners = [], []
+        for index, (string,) in enumerate(req.args for req in requests):
+            for context, target in map(
+                lm_utils.make_disjoint_window,
+                lm_utils.get_rolling_token_windows(
+                    token_list=self.tok_encode(string),
+                    prefix_token=self.prefix_token_id,
+                    max_seq_len=self.max_length,
+                    context_len=1,
+                ),
+            ):
+                windows.append((None, context, target))
+                owners.append(index)
+        scores = self._loglikelihood_tokens(windows, disable_tqdm=disable_tqdm)
+        totals = [0.0] * len(requests)
+        for owner, (score, _) in zip(owners, scores, strict=True):
+            totals[owner] += score
+        for request, total in zip(requests, totals, strict=True):
+            self.cache_hook.add_partial("loglikelihood_rolling", request.args, total)
+        return totals
+
+    def generate_until(self, requests: list, disable_tqdm: bool = False) -> list[str]:
+        jobs = []
+        for context, gen_kwargs in (req.args for req in requests):
+            kwargs = dict(gen_kwargs or {})
+            if kwargs.pop("do_sample", False) and kwargs.get("temperature", 0.0) > 0:
+                raise ValueError("fixed_embed generates greedily only; got do_sample=True with temperature > 0")
+            until = kwargs.pop("until", None) or []
+            until = [until] if isinstance(until, str) else list(until)
+            until.append(self.tok_decode([self.eot_token_id]))
+            jobs.append((self.tok_encode(context), until, int(kwargs.pop("max_gen_toks", self.max_gen_toks))))
+        # Batch equal-length contexts: no padding, no attention mask needed while generating.
+        order = sorted(range(len(jobs)), key=lambda i: (-len(jobs[i][0]), i))
+        outputs: list[str] = [""] * len(jobs)
+        progress = tqdm(total=len(jobs), disable=disable_tqdm or self.rank != 0, desc="generate_until")
+        start = 0
+        while start < len(order):
+            length = len(jobs[order[start]][0])
+            group = [order[start]]
+            while (
+                start + len(group) < len(order)
+                and len(group) < self.batch_size
+                and len(jobs[order[start + len(group)]][0]) == length
+            ):
+                group.append(order[start + len(group)])
+            for index, text in zip(group, self._greedy([jobs[i] for i in group]), strict=True):
+                outputs[index] = text
+                self.cache_hook.add_partial("generate_until", requests[index].args, text)
+            progress.update(len(group))
+            start += len(group)
+        progress.close()
+        return outputs
+
+    # -- the model --------------------------------------------------------------------------
+
+    def _autocast(self):
+        device = self.device
+        use_bf16 = self.dtype == "bfloat16" or (
+            self.dtype == "auto" and device.type == "cuda" and torch.cuda.is_bf16_supported()
+        )
+        return torch.autocast(device.type, dtype=torch.bfloat16) if use_bf16 else nullcontext()
+
+    @torch.inference_mode()
+    def _logits(self, inputs: list[list[int]]) -> torch.Tensor:
+        """Logits for right-padded ``inputs``: [B, longest, V]."""
+        longest = max(len(t) for t in inputs)
+        batch = torch.full((len(inputs), longest), self.eot_token_id, dtype=torch.long)
+        for row, tokens in enumerate(inputs):
+            batch[row, : len(tokens)] = torch.tensor(tokens)
+        was_training = self.module.training
+        self.module.eval()
+        try:
+            with self._autocast():
+                return self.module(batch.to(self.device))
+        finally:
+            self.module.train(was_training)
+
+    def _greedy(self, jobs: list[tuple[list[int], list[str], int]]) -> list[str]:
+        """Equal-length contexts, decoded together; every row takes a token each step so they stay equal."""
+        contexts = [context for context, _, _ in jobs]
+        generated: list[list[int]] = [[] for _ in jobs]
+        for _ in range(max(limit for _, _, limit in jobs)):
+            inputs = [(c + g)[-self.max_length :] for c, g in zip(contexts, generated, strict=True)]
+            for row, token in enumerate(self._logits(inputs)[:, -1].argmax(-1).tolist()):
+                generated[row].append(token)
+            if all(
+                len(tokens) >= limit or any(stop in self.tok_decode(tokens) for stop in until)
+                for tokens, (_, until, limit) in zip(generated, jobs, strict=True)
+            ):
+                break
+        texts = []
+        for tokens, (_, until, limit) in zip(generated, jobs, strict=True):
+            text = self.tok_decode(tokens[:limit])
+            for stop in until:
+                text = text.split(stop)[0]
+            texts.append(text)
+        return texts

@@ -1,0 +1,80 @@
+"""Export a trained model as a Hugging Face ``LlamaForCausalLM`` folder (config, safetensors, tokenizer).
+
+The backbone is a Llama: pre-norm RMSNorm blocks, RoPE in the HF layout, SwiGLU, no biases. The
+input interface becomes ``embed_tokens``: a learned table as it is; a fixed code *materialised*
+as the V x d matrix it computes (``interface.table()``), exactly the vectors the model was trained
+on. vLLM, lm-eval's ``hf`` backend and any Llama tooling can then run the model. What the Llama
+format cannot express is refused, not approximated.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+from tokenizers import Tokenizer
+
+from fixed_embed.data.tokenizer import EOS, special_token_id
+from fixed_embed.module import LanguageModel
+
+__all__ = ["export_llama", "llama_state_dict"]
+
+
+def llama_state_dict(model: LanguageModel) -> dict[str, torch.Tensor]:
+    """Our weights under transformers' Llama names (a fixed interface materialised as embed_tokens)."""
+    decoder = model.decoder
+    table = getattr(decoder.interface, "table", None)
+    if table is None:
+        raise ValueError(
+            f"{type(decoder.interface).__name__} cannot be written as a Llama embed_tokens table: "
+            "it has no table() giving the vector of every id"
+        )
+    with torch.no_grad():
+        state = {"model.embed_tokens.weight": table().detach(), "model.norm.weight": decoder.norm.weight}
+        if not decoder.config.tie_embeddings:
+            state["lm_head.weight"] = decoder.head.weight
+        for i, layer in enumerate(decoder.layers):
+            p = f"model.layers.{i}."
+            state[p + "input_layernorm.weight"] = layer.attn_norm.weight
+            state[p + "post_attention_layernorm.weight"] = layer.mlp_norm.weight
+            for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
+                state[p + f"self_attn.{name}.weight"] = getattr(layer.attn, name).weight
+            for name in ("gate_proj", "up_proj", "down_proj"):
+                state[p + f"mlp.{name}.weight"] = getattr(layer.mlp, name).weight
+    return {k: v.detach().contiguous() for k, v in state.items()}
+
+
+def export_llama(
+    model: LanguageModel, tokenizer: Tokenizer, out: str | os.PathLike, dtype: torch.dtype = torch.float32
+) -> Path:
+    """Write ``out/`` (config.json, model.safetensors, tokenizer files, fixed_embed.json); returns it."""
+    import transformers
+
+    config = model.decoder.config
+    out = Path(out)
+    if out.exists() and any(out.iterdir()):
+        raise FileExistsError(f"export folder {out} exists and is not empty")
+    eos = special_token_id(tokenizer, EOS)
+    hf_config = transformers.LlamaConfig(
+        vocab_size=config.vocab_size, hidden_size=config.d_model, intermediate_size=config.ffn_dim,
+        num_hidden_layers=config.n_layers, num_attention_heads=config.n_heads,
+        num_key_value_heads=config.kv_heads, head_dim=config.head_dim,
+        max_position_embeddings=config.max_seq_len, rms_norm_eps=config.norm_eps, rope_theta=config.rope_theta,
+        tie_word_embeddings=config.tie_embeddings, attention_bias=False, mlp_bias=False, hidden_act="silu",
+        bos_token_id=eos, eos_token_id=eos, torch_dtype=dtype,
+    )  # fmt: skip
+    state = {k: v.to("cpu", dtype).contiguous() for k, v in llama_state_dict(model).items()}
+    out.mkdir(parents=True, exist_ok=True)
+    hf_config.save_pretrained(out)
+    save_file(state, out / "model.safetensors", metadata={"format": "pt"})
+    fast = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, eos_token=EOS, bos_token=EOS, unk_token=None, model_max_length=config.max_seq_len
+    )
+    fast.save_pretrained(out)
+    (out / "fixed_embed.json").write_text(
+        json.dumps({"interface": model.decoder.interface.spec(), "decoder": config.to_dict()}, indent=2) + "\n"
+    )
+    return out

@@ -1,0 +1,71 @@
+"""Load a trained model and its tokenizer from a checkpoint, for evaluation and export.
+
+A Lightning checkpoint of :class:`~fixed_embed.module.LanguageModel` carries everything: the
+model's hyper-parameters (decoder, interface class and options), its weights, and -- written by
+:class:`~fixed_embed.data.TextDataModule` -- the tokenizer itself. The file is read once,
+memory-mapped, with ``weights_only=True`` (no pickled code runs).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer
+
+from fixed_embed.data.tokenizer import load_tokenizer
+from fixed_embed.module import LanguageModel
+
+__all__ = ["load_checkpoint"]
+
+
+def load_checkpoint(
+    path: str | os.PathLike, tokenizer: str | None = None, device: str | torch.device = "cpu"
+) -> tuple[LanguageModel, Tokenizer]:
+    """The model (eval mode, on ``device``) and tokenizer of a ``LanguageModel`` checkpoint file.
+
+    ``tokenizer`` (a tokenizer.json, a folder holding one, or a hub id) overrides the one stored
+    in the checkpoint; it is required for checkpoints that hold none.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(
+            f"{path} is a folder: a sharded (distributed) checkpoint? Consolidate it into one file first "
+            "(fixed-embed consolidate), or pass a .ckpt file"
+        )
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint not found: {path}")
+    try:
+        checkpoint = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+    except Exception as error:  # torch raises several types for a file that is not a checkpoint
+        raise ValueError(f"{path} is not a readable PyTorch checkpoint ({type(error).__name__}: {error})") from error
+    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint or "hyper_parameters" not in checkpoint:
+        keys = sorted(checkpoint)[:8] if isinstance(checkpoint, dict) else type(checkpoint).__name__
+        raise ValueError(
+            f"{path} is not a fixed-embed LanguageModel checkpoint (expected 'state_dict' and 'hyper_parameters', "
+            f"found {keys})"
+        )
+    hparams = {k: v for k, v in checkpoint["hyper_parameters"].items() if not k.startswith("_")}
+    with torch.device("meta"):  # no random init of weights that are about to be overwritten
+        model = LanguageModel(**hparams)
+    model.to_empty(device=device)
+    for module in model.modules():
+        if module._non_persistent_buffers_set:  # derived buffers (RoPE tables, GF(2) rows): rebuilt, not stored
+            module.reset_parameters()
+    model.load_state_dict(checkpoint["state_dict"], strict=True)
+    model.to(device)  # to_empty moved the tensors; this also records the device on the LightningModule
+    model.eval()
+    return model, _tokenizer(checkpoint, tokenizer, path)
+
+
+def _tokenizer(checkpoint: dict, override: str | None, path: Path) -> Tokenizer:
+    if override is not None:
+        return load_tokenizer(override)
+    for state in checkpoint.values():
+        if isinstance(state, dict) and "tokenizer_json" in state:
+            return Tokenizer.from_str(state["tokenizer_json"])
+    spec = (checkpoint.get("datamodule_hyper_parameters") or {}).get("tokenizer")
+    if spec is not None:
+        return load_tokenizer(spec)
+    raise ValueError(f"{path} holds no tokenizer; pass one (a tokenizer.json, a folder with one, or a hub id)")
