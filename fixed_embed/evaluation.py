@@ -26,6 +26,7 @@ from contextlib import nullcontext
 from typing import Any
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from lm_eval import utils as lm_utils
 from lm_eval.api.model import TemplateLM
@@ -52,6 +53,8 @@ class FixedEmbedLM(TemplateLM):
     max_length: context length L (default: the model's max_seq_len).
     max_gen_toks: default generation budget for ``generate_until``.
     eos_token: the end-of-text token, also the prefix of empty contexts and rolling windows.
+    distributed: split the requests over the ranks of the initialised process group (lm-eval pads
+        each rank to the same number of requests and gathers the results on rank 0).
     """
 
     def __init__(
@@ -66,6 +69,7 @@ class FixedEmbedLM(TemplateLM):
         eos_token: str = EOS,
         module: LanguageModel | None = None,
         tokenizer_object: Tokenizer | None = None,
+        distributed: bool = False,
         **unused: Any,  # lm-eval passes e.g. max_batch_size to every model
     ) -> None:
         super().__init__()
@@ -92,11 +96,28 @@ class FixedEmbedLM(TemplateLM):
         if dtype not in ("auto", "bfloat16", "float32"):
             raise ValueError(f"dtype must be auto, bfloat16 or float32, got {dtype!r}")
         self.dtype = dtype
+        if distributed and dist.is_available() and dist.is_initialized():
+            self._rank, self._world_size = dist.get_rank(), dist.get_world_size()
 
     @classmethod
     def from_module(cls, module: LanguageModel, tokenizer: Tokenizer, **kwargs: Any) -> FixedEmbedLM:
         """Wrap an in-memory model (e.g. the one being trained) without copying it."""
         return cls(module=module, tokenizer_object=tokenizer, **kwargs)
+
+    # -- distributed hooks lm-eval calls when world_size > 1 ------------------------------------
+
+    def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
+        parts = [torch.empty_like(tensor) for _ in range(self.world_size)]
+        dist.all_gather(parts, tensor)
+        return torch.stack(parts) if tensor.dim() == 0 else torch.cat(parts)
+
+    def gather_object(self, obj: Any, dst: int = 0) -> list | None:
+        gathered = [None] * self.world_size if self.rank == dst else None
+        dist.gather_object(obj, gathered, dst=dst)
+        return gathered
+
+    def barrier(self) -> None:
+        dist.barrier()
 
     # -- TemplateLM interface -------------------------------------------------------------------
 
@@ -111,8 +132,8 @@ class FixedEmbedLM(TemplateLM):
     def tok_encode(self, string: str, add_special_tokens: bool | None = None, **kwargs: Any) -> list[int]:
         return self.tok.encode(string, add_special_tokens=bool(add_special_tokens)).ids
 
-    def tok_decode(self, tokens: list[int]) -> str:
-        return self.tok.decode(tokens)
+    def tok_decode(self, tokens: list[int], skip_special_tokens: bool = True) -> str:
+        return self.tok.decode(tokens, skip_special_tokens=skip_special_tokens)
 
     def _loglikelihood_tokens(
         self,
@@ -179,7 +200,7 @@ class FixedEmbedLM(TemplateLM):
                 raise ValueError("fixed_embed generates greedily only; got do_sample=True with temperature > 0")
             until = kwargs.pop("until", None) or []
             until = [until] if isinstance(until, str) else list(until)
-            until.append(self.tok_decode([self.eot_token_id]))
+            until = [stop for stop in until if stop] + [self.tok_decode([self.eot_token_id], skip_special_tokens=False)]
             jobs.append((self.tok_encode(context), until, int(kwargs.pop("max_gen_toks", self.max_gen_toks))))
         # Batch equal-length contexts: no padding, no attention mask needed while generating.
         order = sorted(range(len(jobs)), key=lambda i: (-len(jobs[i][0]), i))
@@ -236,13 +257,13 @@ class FixedEmbedLM(TemplateLM):
             for row, token in enumerate(self._logits(inputs)[:, -1].argmax(-1).tolist()):
                 generated[row].append(token)
             if all(
-                len(tokens) >= limit or any(stop in self.tok_decode(tokens) for stop in until)
+                len(tokens) >= limit or any(stop in self.tok_decode(tokens, False) for stop in until)
                 for tokens, (_, until, limit) in zip(generated, jobs, strict=True)
             ):
                 break
         texts = []
         for tokens, (_, until, limit) in zip(generated, jobs, strict=True):
-            text = self.tok_decode(tokens[:limit])
+            text = self.tok_decode(tokens[:limit], skip_special_tokens=False)
             for stop in until:
                 text = text.split(stop)[0]
             texts.append(text)

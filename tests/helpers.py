@@ -35,8 +35,8 @@ def fit_tiny(tmp_path, corpus, stop_at, workers=0, ckpt_path=None, interface=GF2
              **model_options):  # fmt: skip
     data, tok = corpus
     L.seed_everything(0)
-    model = LanguageModel(decoder={**TINY_DECODER, **(decoder or {})}, interface=interface, schedule={"warmup_steps": 2},
-                          optimizer={"lr": 1e-2}, **model_options)  # fmt: skip
+    model = LanguageModel(decoder={**TINY_DECODER, **(decoder or {})}, interface=interface,
+                          schedule={"warmup_steps": 2}, optimizer={"lr": 1e-2}, **model_options)  # fmt: skip
     dm = TextDataModule(train=str(data), tokenizer=str(tok), seq_len=16, batch_size=4, num_workers=workers,
                         num_shards=4, shuffle_buffer=8, val_sequences=4, holdout_per_mille=100)  # fmt: skip
     recorder = BatchRecorder()

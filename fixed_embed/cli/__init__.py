@@ -10,6 +10,10 @@ COMMANDS = {
     "test": "fixed_embed.cli.train",
     "params": "fixed_embed.cli.params",
     "tokenizer": "fixed_embed.cli.tokenizer",
+    "eval": "fixed_embed.cli.eval",
+    "table": "fixed_embed.cli.table",
+    "export": "fixed_embed.cli.export",
+    "lm-eval": "fixed_embed.cli.lm_eval",
 }
 
 USAGE = """usage: fixed-embed COMMAND [ARGS]
@@ -18,6 +22,10 @@ commands:
   fit|validate|test   train or score a model (Lightning CLI; --config EXPERIMENT.yaml, --help)
   params CONFIG       parameter and FLOP report of an experiment, built on the meta device
   tokenizer           train a byte-level BPE (--data, --vocab-size, --out); cached
+  eval CKPT           benchmark suite with lm-eval (--suite paper|offline, --tasks, --limit, --hf MODEL)
+  table RESULTS...    merge eval results into one paper-format Markdown table
+  export CKPT OUT     Hugging Face LlamaForCausalLM folder (fixed codes materialised as embed_tokens)
+  lm-eval ARGS        lm-eval's own CLI with --model fixed_embed registered
 """
 
 

@@ -116,7 +116,8 @@ class TextDataModule(L.LightningDataModule):
             self._tokenizer_path = self._resolve_tokenizer_path()
         return self._tokenizer_path
 
-    def _tokenizer(self):
+    def tokenizer(self) -> Tokenizer:
+        """The tokenizer (loaded once)."""
         if self._loaded_tokenizer is None:
             self._loaded_tokenizer = load_tokenizer(self.tokenizer_path())
         return self._loaded_tokenizer
@@ -133,7 +134,7 @@ class TextDataModule(L.LightningDataModule):
         return str(train_bpe(texts, hp.tokenizer_vocab_size, out, fingerprint))
 
     def vocab_size(self) -> int:
-        return self._tokenizer().get_vocab_size()
+        return self.tokenizer().get_vocab_size()
 
     def _check_vocab(self) -> None:
         module = self.trainer.lightning_module if self.trainer else None
@@ -152,7 +153,7 @@ class TextDataModule(L.LightningDataModule):
 
     def _stream(self, source: DocumentSource, **kwargs) -> PackedBlocks:
         hp = self.hparams
-        tokenizer = self._tokenizer()
+        tokenizer = self.tokenizer()
         return PackedBlocks(
             source,
             self.tokenizer_path(),
@@ -235,13 +236,13 @@ class TextDataModule(L.LightningDataModule):
     def state_dict(self) -> dict[str, Any]:
         # The tokenizer travels inside every checkpoint (~2 MB for SmolLM2's), so evaluation and
         # export need nothing but the checkpoint -- not the hub, nor a cache on the training machine.
-        return {"tokenizer": self.tokenizer_path(), "tokenizer_json": self._tokenizer().to_str()}
+        return {"tokenizer": self.tokenizer_path(), "tokenizer_json": self.tokenizer().to_str()}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         saved = state_dict.get("tokenizer_json")
         if saved is None:
             return
-        if Tokenizer.from_str(saved).get_vocab() != self._tokenizer().get_vocab():
+        if Tokenizer.from_str(saved).get_vocab() != self.tokenizer().get_vocab():
             raise ValueError(
                 f"the checkpoint was trained with tokenizer {state_dict.get('tokenizer')!r}, whose vocabulary "
                 f"differs from data.tokenizer {self.tokenizer_path()!r}: resuming would feed the model other ids"

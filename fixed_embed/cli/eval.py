@@ -1,0 +1,55 @@
+"""``fixed-embed eval CKPT | --hf MODEL``: a benchmark suite with lm-eval, results JSON + paper-format table."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.console import Console
+from rich.markdown import Markdown
+
+
+def run(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="fixed-embed eval", description=__doc__)
+    parser.add_argument("checkpoint", nargs="?", help="a LanguageModel .ckpt")
+    parser.add_argument("--hf", metavar="MODEL", help="score a transformers model instead (hub id or folder)")
+    parser.add_argument("--suite", choices=["paper", "offline"], help="default: paper, unless --tasks is given")
+    parser.add_argument("--tasks", help="comma-separated lm-eval task names instead of a suite")
+    parser.add_argument("--num-fewshot", type=int, default=0, help="shots for --tasks (suites fix their own)")
+    parser.add_argument("--limit", type=float, help="examples per task (an int), or a fraction below 1")
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--device", help="cuda, cpu, ... (default: cuda if available)")
+    parser.add_argument("--tokenizer", help="override the tokenizer stored in the checkpoint")
+    parser.add_argument("--include-path", action="append", default=[], help="extra lm-eval task YAMLs")
+    parser.add_argument("--output", help="results folder (default: logs/eval/<name>)")
+    parser.add_argument("--name", help="the model's row name in the table")
+    args = parser.parse_args(argv[1:])
+    if (args.checkpoint is None) == (args.hf is None):
+        parser.error("give a checkpoint or --hf MODEL (one of them)")
+    tasks = [t for t in (args.tasks or "").split(",") if t]
+    suite = args.suite or (None if tasks else "paper")
+    limit = None if args.limit is None else (int(args.limit) if args.limit >= 1 else args.limit)
+
+    from fixed_embed.suite import columns_for, markdown_table, run_suite, write_results
+
+    try:
+        columns = columns_for(suite, tasks, args.num_fewshot)
+    except ValueError as error:
+        parser.error(str(error))
+    if args.hf:
+        name = args.name or args.hf
+        model_args = f"pretrained={args.hf},dtype=auto" + (f",device={args.device}" if args.device else "")
+        from lm_eval.api.registry import get_model
+
+        lm = get_model("hf").create_from_arg_string(model_args, {"batch_size": args.batch_size})
+    else:
+        from fixed_embed.evaluation import FixedEmbedLM
+
+        lm = FixedEmbedLM(args.checkpoint, args.tokenizer, batch_size=args.batch_size, device=args.device)
+        name = args.name or f"{type(lm.module.interface).__name__} {Path(args.checkpoint).name}"
+    results = run_suite(lm, columns, limit=limit, include_path=args.include_path)
+    out = Path(args.output or Path("logs") / "eval" / name.replace("/", "_").replace(" ", "_"))
+    path = write_results(results, name, out)
+    Console().print(Markdown(markdown_table([{"model": name, **results}])))
+    print(f"results: {path}\ntable:   {out / 'table.md'}")
+    return 0

@@ -1,0 +1,23 @@
+"""``fixed-embed export CKPT OUT``: a Hugging Face LlamaForCausalLM folder (fixed codes materialised)."""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+
+def run(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="fixed-embed export", description=__doc__)
+    parser.add_argument("checkpoint", help="a LanguageModel .ckpt")
+    parser.add_argument("out", help="the folder to write (must not exist or be empty)")
+    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+    parser.add_argument("--tokenizer", help="override the tokenizer stored in the checkpoint")
+    args = parser.parse_args(argv[1:])
+    from fixed_embed.export import export_llama
+    from fixed_embed.loading import load_checkpoint
+
+    model, tokenizer = load_checkpoint(args.checkpoint, args.tokenizer)
+    out = export_llama(model, tokenizer, args.out, getattr(torch, args.dtype))
+    print(f"wrote {out} (LlamaForCausalLM, {type(model.interface).__name__} as embed_tokens, {args.dtype})")
+    return 0

@@ -1,0 +1,24 @@
+"""``fixed-embed lm-eval ARGS``: lm-eval's own command line, with the ``fixed_embed`` model registered.
+
+lm-eval discovers no model plugins, so ``lm_eval --model fixed_embed`` cannot see ours; this is
+the same CLI after importing it: ``fixed-embed lm-eval --model fixed_embed --model_args
+checkpoint=last.ckpt --tasks hellaswag``. The offline tasks are added to ``--include_path``.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def run(argv: list[str]) -> int:
+    import fixed_embed.evaluation  # noqa: F401  (registers the model)
+    from fixed_embed.tasks import tasks_dir
+
+    args = argv[1:]
+    if "--include_path" not in args and not any(a.startswith("--include_path=") for a in args):
+        args += ["--include_path", str(tasks_dir())]
+    from lm_eval.__main__ import cli_evaluate
+
+    sys.argv = ["lm-eval", *args]
+    cli_evaluate()
+    return 0

@@ -1,0 +1,30 @@
+"""``fixed-embed table RESULTS.json...``: merge results files into one paper-format Markdown table."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def run(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="fixed-embed table", description=__doc__)
+    parser.add_argument("results", nargs="+", help="results.json files written by fixed-embed eval")
+    parser.add_argument("--output", help="also write the table to this file")
+    args = parser.parse_args(argv[1:])
+    from fixed_embed.suite import markdown_table
+
+    loaded = []
+    for path in map(Path, args.results):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as error:
+            parser.error(f"cannot read results file {path}: {error}")
+        if not {"model", "columns", "scores"} <= set(data):
+            parser.error(f"{path} is not a fixed-embed eval results file (needs model, columns, scores)")
+        loaded.append(data)
+    table = markdown_table(loaded)
+    if args.output:
+        Path(args.output).write_text(table)
+    print(table, end="")
+    return 0

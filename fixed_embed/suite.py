@@ -1,0 +1,184 @@
+"""Benchmark suites, running them with lm-eval, and the paper-format results table.
+
+A suite is a list of columns -- (task, metric, few-shot) -- laid out like the paper's table. Tasks
+are run in one ``simple_evaluate`` call per few-shot setting (MMLU appears at 0 and 5 shots).
+A results file is ``{"model", "columns", "scores", "lm_eval"}``: the scores of each column
+(value and standard error) plus lm-eval's own results, configs and versions, so any number in a
+table can be traced to the harness output that produced it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["SUITES", "Column", "columns_for", "markdown_table", "run_suite", "write_results"]
+
+
+@dataclass(frozen=True)
+class Column:
+    task: str
+    metric: str
+    fewshot: int = 0
+    label: str = ""
+    percent: bool = True  # accuracies as percentages; perplexities as they are
+
+    @property
+    def key(self) -> str:
+        return f"{self.task}|{self.metric}|{self.fewshot}"
+
+    @property
+    def title(self) -> str:
+        return self.label or f"{self.task} {self.metric}" + (f" ({self.fewshot}-shot)" if self.fewshot else "")
+
+
+PAPER = [
+    Column("hellaswag", "acc_norm", label="HellaSwag"),
+    Column("arc_easy", "acc_norm", label="ARC-E"),
+    Column("arc_challenge", "acc_norm", label="ARC-C"),
+    Column("piqa", "acc", label="PIQA"),
+    Column("winogrande", "acc", label="WinoGrande"),
+    Column("openbookqa", "acc_norm", label="OBQA"),
+    Column("commonsense_qa", "acc", label="CSQA"),
+    Column("mmlu", "acc", 0, label="MMLU 0-shot"),
+    Column("mmlu", "acc", 5, label="MMLU 5-shot"),
+    Column("lambada_openai", "acc", label="LAMBADA acc"),
+    Column("lambada_openai", "perplexity", label="LAMBADA ppl", percent=False),
+    Column("wikitext", "word_perplexity", label="WikiText word ppl", percent=False),
+]
+OFFLINE = [
+    Column("fixed_embed_word_order", "acc", label="word order"),
+    Column("fixed_embed_docs_ppl", "word_perplexity", label="docs word ppl", percent=False),
+    Column("fixed_embed_docs_ppl", "bits_per_byte", label="docs bits/byte", percent=False),
+]
+SUITES: dict[str, list[Column]] = {"paper": PAPER, "offline": OFFLINE}
+
+
+def columns_for(suite: str | None, tasks: Sequence[str] = (), fewshot: int = 0) -> list[Column]:
+    """The suite's columns, or those of ``tasks`` (their suite metrics if known, else every metric)."""
+    if suite is not None and tasks:
+        raise ValueError("give a suite or a task list, not both")
+    if suite is not None:
+        if suite not in SUITES:
+            raise ValueError(f"unknown suite {suite!r}; known: {sorted(SUITES)}")
+        return list(SUITES[suite])
+    if not tasks:
+        raise ValueError("no tasks: give --suite or --tasks")
+    columns = []
+    for task in tasks:
+        matches = [c for cols in SUITES.values() for c in cols if c.task == task and c.fewshot == fewshot]
+        columns.extend(matches or [Column(task, "*", fewshot)])  # "*": every metric lm-eval reports
+    return columns
+
+
+def run_suite(
+    lm: Any,
+    columns: Sequence[Column],
+    limit: int | float | None = None,
+    include_path: Iterable[str | os.PathLike] = (),
+    batch_size: int | None = None,
+    log_samples: bool = False,
+) -> dict[str, Any]:
+    """Evaluate ``lm`` (an lm-eval LM instance, or a registered model name) on the columns' tasks.
+
+    Returns ``{"scores": {column key: {"value", "stderr"}}, "columns": [...], "lm_eval": {...}}``.
+    Raises ``ValueError`` naming any task lm-eval does not know.
+    """
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+
+    from fixed_embed.tasks import tasks_dir
+
+    paths = [str(tasks_dir()), *map(str, include_path)]
+    manager = TaskManager(include_path=paths)
+    wanted = sorted({c.task for c in columns})
+    unknown = [t for t in wanted if t not in manager.all_tasks]
+    if unknown:
+        raise ValueError(f"lm-eval knows no task {unknown} (searched its built-ins and {paths})")
+    raw: dict[str, Any] = {}
+    scores: dict[str, dict[str, float | None]] = {}
+    expanded: list[Column] = []
+    for shots in sorted({c.fewshot for c in columns}):
+        group = [c for c in columns if c.fewshot == shots]
+        kwargs = {"batch_size": batch_size} if batch_size is not None and isinstance(lm, str) else {}
+        out = lm_eval.simple_evaluate(
+            model=lm,
+            tasks=sorted({c.task for c in group}),
+            num_fewshot=shots,
+            limit=limit,
+            task_manager=manager,
+            log_samples=log_samples,
+            **kwargs,
+        )
+        if out is None:  # a non-zero rank of a distributed evaluation
+            continue
+        raw[f"{shots}-shot"] = _json_safe(out)
+        for column in group:
+            for metric in _metrics(out["results"].get(column.task, {}), column.metric):
+                resolved = Column(column.task, metric, shots, column.label if column.metric != "*" else "",
+                                  column.percent if column.metric != "*" else "perplexity" not in metric)  # fmt: skip
+                scores[resolved.key] = _score(out["results"][column.task], metric)
+                expanded.append(resolved)
+    return {"columns": [asdict(c) for c in expanded], "scores": scores, "lm_eval": raw}
+
+
+def _metrics(task_results: dict[str, Any], metric: str) -> list[str]:
+    names = [k.split(",")[0] for k in task_results if "," in k and "_stderr" not in k]
+    if metric == "*":
+        return names
+    if metric not in names:
+        raise ValueError(f"lm-eval reported no {metric!r} (reported: {names})")
+    return [metric]
+
+
+def _score(task_results: dict[str, Any], metric: str) -> dict[str, float | None]:
+    value = task_results[f"{metric},none"]
+    stderr = task_results.get(f"{metric}_stderr,none")
+    return {"value": float(value), "stderr": float(stderr) if isinstance(stderr, (int, float)) else None}
+
+
+def _json_safe(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=lambda o: repr(o)))
+
+
+def write_results(results: dict[str, Any], model: str, out_dir: str | os.PathLike) -> Path:
+    """``out_dir/results.json`` (atomically) and ``out_dir/table.md``; returns the JSON path."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "results.json"
+    tmp = out / ".results.json.tmp"
+    tmp.write_text(json.dumps({"model": model, **results}, indent=2) + "\n")
+    os.replace(tmp, path)
+    (out / "table.md").write_text(markdown_table([json.loads(path.read_text())]))
+    return path
+
+
+def markdown_table(results: Sequence[dict[str, Any]]) -> str:
+    """One row per results file, one column per (task, metric, shots) in order of first appearance."""
+    columns: dict[str, Column] = {}
+    for result in results:
+        for column in map(lambda c: Column(**c), result["columns"]):
+            columns.setdefault(column.key, column)
+    header = "| model | " + " | ".join(c.title for c in columns.values()) + " |"
+    rule = "|---|" + "---:|" * len(columns)
+    rows = [header, rule]
+    for result in results:
+        cells = [_cell(result["scores"].get(key), column) for key, column in columns.items()]
+        rows.append(f"| {result['model']} | " + " | ".join(cells) + " |")
+    return "\n".join(rows) + "\n"
+
+
+def _cell(score: dict[str, float | None] | None, column: Column) -> str:
+    if score is None:
+        return "--"
+    scale = 100.0 if column.percent else 1.0
+    value = f"{score['value'] * scale:.2f}"
+    stderr = score.get("stderr")
+    if stderr is not None and math.isfinite(stderr):
+        value += f" ± {stderr * scale:.2f}"
+    return value
