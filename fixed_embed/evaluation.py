@@ -184,7 +184,12 @@ class FixedEmbedLM(TemplateLM):
             ):
                 windows.append((None, context, target))
                 owners.append(index)
-        scores = self._loglikelihood_tokens(windows, disable_tqdm=disable_tqdm)
+        real = len(windows)
+        if self.world_size > 1 and windows:
+            # Every rank must run the same number of forward passes (FSDP all-gathers in forward).
+            counts = self.all_gather(torch.tensor(real, device=self.device))
+            windows += [windows[0]] * (int(counts.max()) - real)
+        scores = self._loglikelihood_tokens(windows, disable_tqdm=disable_tqdm)[:real]
         totals = [0.0] * len(requests)
         for owner, (score, _) in zip(owners, scores, strict=True):
             totals[owner] += score

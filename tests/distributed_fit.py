@@ -20,6 +20,7 @@ from torch.utils.data import DataLoader, IterableDataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from callbacks.benchmarks import BenchmarkCallback
 from callbacks.gradients import GradientMonitor
 from callbacks.input_norm import InputNormMonitor
 from fixed_embed.interfaces import LearnedInput
@@ -57,14 +58,18 @@ def main() -> None:
     parser.add_argument("--devices", type=int, default=1)
     parser.add_argument("--strategy", default="ddp")
     parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--bench-tokenizer", help="also run BenchmarkCallback with this tokenizer")
     args = parser.parse_args()
     torch.set_num_threads(1)
     L.seed_everything(0)
     model = LanguageModel(
-        decoder={"vocab_size": VOCAB, "d_model": 32, "n_layers": 2, "n_heads": 4, "ffn_dim": 64, "max_seq_len": SEQ},
+        decoder={"vocab_size": VOCAB, "d_model": 32, "n_layers": 2, "n_heads": 4, "ffn_dim": 64, "max_seq_len": 256},
         interface=LearnedInput, optimizer={"lr": 1e-2}, schedule={"warmup_steps": 1},
     )  # fmt: skip
     monitors = [GradientMonitor(every_n_steps=1), InputNormMonitor(every_n_steps=1)]
+    if args.bench_tokenizer:
+        monitors.append(BenchmarkCallback(["fixed_embed_word_order"], every_n_steps=2, limit=6, batch_size=2,
+                                          tokenizer=args.bench_tokenizer, at_train_end=False))  # fmt: skip
     record = Record(monitors)
     strategy = args.strategy if args.devices > 1 else "auto"
     trainer = L.Trainer(

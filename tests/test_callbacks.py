@@ -1,6 +1,7 @@
 """Monitors: the tags they write, values equal to references, and the same numbers under 2-process DDP."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -91,13 +92,15 @@ def test_a_fixed_code_that_moves_is_an_error(tmp_path, corpus):
 
 
 @pytest.mark.slow
-def test_two_process_ddp_gives_the_single_process_norms_and_losses(tmp_path):
+def test_two_process_ddp_gives_the_single_process_norms_losses_and_benchmarks(tmp_path, corpus):
     results = []
     for devices in (1, 2):
         out = tmp_path / f"{devices}.json"
         run = subprocess.run(
-            [sys.executable, str(ROOT / "tests" / "distributed_fit.py"), str(out), "--devices", str(devices)],
-            capture_output=True, text=True, cwd=tmp_path, timeout=300,
+            [sys.executable, str(ROOT / "tests" / "distributed_fit.py"), str(out), "--devices", str(devices),
+             "--bench-tokenizer", str(corpus[1])],
+            capture_output=True, text=True, cwd=tmp_path, timeout=600,
+            env={**os.environ, "HF_DATASETS_CACHE": str(tmp_path / "hf-datasets")},
         )  # fmt: skip
         assert run.returncode == 0, run.stderr[-3000:]
         results.append(json.loads(out.read_text()))
@@ -107,6 +110,9 @@ def test_two_process_ddp_gives_the_single_process_norms_and_losses(tmp_path):
         for key in ("loss", "grad/norm", "grad/block_0", "grad/head", "input/norm_mean", "input/norm_min",
                     "input/norm_max", "input/drift"):  # fmt: skip
             assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-7), (a["step"], key)
+    # lm-eval split the 6 examples over the 2 ranks and gathered them: the same accuracy.
+    bench = "bench/fixed_embed_word_order/acc"
+    assert ddp["rows"][-1][bench] == pytest.approx(single["rows"][-1][bench])
 
 
 def test_peak_flops_table_is_dense_and_cpu_has_none():
@@ -122,3 +128,22 @@ def test_peak_flops_table_is_dense_and_cpu_has_none():
 @pytest.mark.gpu
 def test_mfu_is_logged_on_a_known_gpu():
     assert peak_flops(torch.device("cuda"), "bf16") is not None, torch.cuda.get_device_name()
+
+
+def test_benchmark_callback_logs_in_the_loop_without_perturbing_training(tmp_path, corpus, monkeypatch):
+    from callbacks.benchmarks import BenchmarkCallback
+
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf-datasets"))
+    decoder = {"max_seq_len": 256}
+    plain, _ = fit_tiny(tmp_path / "plain", corpus, 5, max_steps=5, decoder=decoder)
+    bench = BenchmarkCallback(tasks=["fixed_embed_word_order"], every_n_steps=2, limit=6, batch_size=4)
+    logger = TensorBoardLogger(tmp_path / "logs", name="run")
+    with_bench, model = fit_tiny(tmp_path / "bench", corpus, 5, max_steps=5, decoder=decoder, callbacks=[bench],
+                                 logger=logger)  # fmt: skip
+    assert with_bench.losses == plain.losses  # same data order, same updates
+    assert model.training and torch.is_grad_enabled()
+    tags, _ = scalars(logger.log_dir)
+    assert [s for s, _ in tags["bench/fixed_embed_word_order/acc"]] == [1, 3, 4]  # steps 2, 4 and the end (5)
+    assert all(0 <= v <= 1 for _, v in tags["bench/fixed_embed_word_order/acc"])
+    results = tmp_path / "bench" / "benchmarks" / "step_00000004" / "results.json"
+    assert json.loads(results.read_text())["lm_eval"]["0-shot"]["results"]["fixed_embed_word_order"]["sample_len"] == 6

@@ -1,0 +1,139 @@
+"""BenchmarkCallback: is the model getting better at the benchmarks? lm-eval tasks on the live weights.
+
+Every ``every_n_steps`` updates and at the end of training, runs lm-eval tasks on the model being
+trained (through :class:`fixed_embed.evaluation.FixedEmbedLM`, no copy of the weights) and logs
+``bench/<task>/<metric>``; the full results (lm-eval's JSON and a Markdown table) go to
+``<run folder>/benchmarks/step_<N>/``.
+
+- Distributed: every rank takes part; lm-eval splits the requests, pads every rank to the same
+  number of forward passes and gathers the results on rank 0, so no rank sits in a collective
+  while another evaluates (keep ``limit`` small enough that an evaluation fits the process
+  group's timeout).
+- Training is not perturbed: lm-eval seeds the global RNGs, so they are saved before and restored
+  after (data order and any dropout continue as if nothing ran); the model goes back to train mode
+  and no gradient mode leaks (evaluation runs under ``inference_mode`` inside the wrapper).
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import numpy as np
+import torch
+from lightning.pytorch.utilities import rank_zero_info
+
+from fixed_embed.data.tokenizer import load_tokenizer
+
+__all__ = ["BenchmarkCallback"]
+
+
+class BenchmarkCallback(L.Callback):
+    """Args:
+    tasks: lm-eval task names (built-in, the offline ``fixed_embed_*`` tasks, or from include_path).
+    every_n_steps: evaluate every N optimizer updates (0: only at the end of training).
+    limit: examples per task (an int), or a fraction; keep it small for in-loop checks.
+    num_fewshot: shots for every task.
+    batch_size: requests per forward pass.
+    include_path: folders of extra lm-eval task YAMLs.
+    tokenizer: a tokenizer.json / folder / hub id (default: the data module's tokenizer).
+    at_train_end: also evaluate when training ends.
+    enabled: the on/off switch.
+    """
+
+    def __init__(
+        self,
+        tasks: list[str] | None = None,
+        every_n_steps: int = 1000,
+        limit: int | float | None = 100,
+        num_fewshot: int = 0,
+        batch_size: int = 16,
+        include_path: list[str] | None = None,
+        tokenizer: str | None = None,
+        at_train_end: bool = True,
+        enabled: bool = True,
+    ) -> None:
+        if every_n_steps < 0:
+            raise ValueError(f"every_n_steps must be >= 0, got {every_n_steps}")
+        self.tasks = list(tasks) if tasks else ["fixed_embed_word_order"]
+        self.every_n_steps = every_n_steps
+        self.limit = limit
+        self.num_fewshot = num_fewshot
+        self.batch_size = batch_size
+        self.include_path = list(include_path or [])
+        self.tokenizer = tokenizer
+        self.at_train_end = at_train_end
+        self.enabled = enabled
+        self.last_metrics: dict[str, float] = {}
+        self._evaluated_step = -1
+        self._step_at_start = -1
+
+    def on_train_batch_start(self, trainer: L.Trainer, *args: Any) -> None:
+        self._step_at_start = trainer.global_step
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
+        step = trainer.global_step
+        if self.enabled and self.every_n_steps and step != self._step_at_start and step % self.every_n_steps == 0:
+            self.evaluate(trainer, pl_module)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.enabled and self.at_train_end and trainer.global_step != self._evaluated_step:
+            self.evaluate(trainer, pl_module)
+
+    def evaluate(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, float]:
+        from fixed_embed.evaluation import FixedEmbedLM
+        from fixed_embed.suite import columns_for, run_suite, write_results
+
+        step = trainer.global_step
+        if self.tokenizer is not None:
+            tokenizer = load_tokenizer(self.tokenizer)
+        elif hasattr(trainer.datamodule, "tokenizer"):
+            tokenizer = trainer.datamodule.tokenizer()
+        else:
+            raise ValueError("BenchmarkCallback needs a tokenizer: set its tokenizer= or use TextDataModule")
+        lm = FixedEmbedLM.from_module(
+            pl_module, tokenizer, batch_size=self.batch_size, distributed=trainer.world_size > 1
+        )
+        state = _rng_state()
+        try:
+            results = run_suite(lm, columns_for(None, self.tasks, self.num_fewshot), self.limit, self.include_path)
+        finally:
+            _set_rng_state(state)
+        self._evaluated_step = step
+        folder = self._folder(trainer)  # on every rank: trainer.log_dir is a collective under DDP
+        if not trainer.is_global_zero:
+            return {}
+        metrics = {}
+        for key, score in results["scores"].items():
+            task, metric, _ = key.split("|")
+            metrics[f"bench/{task}/{metric}"] = score["value"]
+        for logger in trainer.loggers:
+            logger.log_metrics(metrics, step=step - 1)  # the index of the last update, as train/loss
+        path = write_results(results, f"step {step}", folder / f"step_{step:08d}")
+        rank_zero_info(f"BenchmarkCallback at step {step}: {metrics} ({path})")
+        self.last_metrics = metrics
+        return metrics
+
+    @staticmethod
+    def _folder(trainer: L.Trainer) -> Path:
+        checkpoint = trainer.checkpoint_callback
+        if checkpoint is not None and getattr(checkpoint, "dirpath", None):
+            return Path(checkpoint.dirpath).parent / "benchmarks"
+        return Path(trainer.log_dir or trainer.default_root_dir) / "benchmarks"
+
+
+def _rng_state() -> dict[str, Any]:
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state:
+        torch.cuda.set_rng_state_all(state["cuda"])
