@@ -9,6 +9,8 @@ trained (through :class:`fixed_embed.evaluation.FixedEmbedLM`, no copy of the we
   number of forward passes and gathers the results on rank 0, so no rank sits in a collective
   while another evaluates (keep ``limit`` small enough that an evaluation fits the process
   group's timeout).
+- Task names are checked when fitting starts (a typo fails at once); an evaluation that fails at
+  run time (e.g. a hub dataset out of reach) is reported as a warning and training continues.
 - Training is not perturbed: lm-eval seeds the global RNGs, so they are saved before and restored
   after (data order and any dropout continue as if nothing ran); the model goes back to train mode
   and no gradient mode leaks (evaluation runs under ``inference_mode`` inside the wrapper).
@@ -23,7 +25,7 @@ from typing import Any
 import lightning as L
 import numpy as np
 import torch
-from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from fixed_embed.data.tokenizer import load_tokenizer
 
@@ -70,6 +72,13 @@ class BenchmarkCallback(L.Callback):
         self._evaluated_step = -1
         self._step_at_start = -1
 
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        # A misspelt task fails now, not 5,000 updates into the run.
+        if self.enabled and stage == "fit":
+            from fixed_embed.suite import check_tasks
+
+            check_tasks(self.tasks, self.include_path)
+
     def on_train_batch_start(self, trainer: L.Trainer, *args: Any) -> None:
         self._step_at_start = trainer.global_step
 
@@ -99,6 +108,11 @@ class BenchmarkCallback(L.Callback):
         state = _rng_state()
         try:
             results = run_suite(lm, columns_for(None, self.tasks, self.num_fewshot), self.limit, self.include_path)
+        except Exception as error:  # e.g. a hub dataset that cannot be fetched: the run goes on
+            rank_zero_warn(
+                f"BenchmarkCallback at step {step} failed, training goes on: {type(error).__name__}: {error}"
+            )
+            return {}
         finally:
             _set_rng_state(state)
         self._evaluated_step = step

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SUITES", "Column", "columns_for", "markdown_table", "run_suite", "write_results"]
+__all__ = ["SUITES", "Column", "check_tasks", "columns_for", "markdown_table", "run_suite", "write_results"]
 
 
 @dataclass(frozen=True)
@@ -90,16 +90,8 @@ def run_suite(
     Raises ``ValueError`` naming any task lm-eval does not know.
     """
     import lm_eval
-    from lm_eval.tasks import TaskManager
 
-    from fixed_embed.tasks import tasks_dir
-
-    paths = [str(tasks_dir()), *map(str, include_path)]
-    manager = TaskManager(include_path=paths)
-    wanted = sorted({c.task for c in columns})
-    unknown = [t for t in wanted if t not in manager.all_tasks]
-    if unknown:
-        raise ValueError(f"lm-eval knows no task {unknown} (searched its built-ins and {paths})")
+    manager = check_tasks({c.task for c in columns}, include_path)
     raw: dict[str, Any] = {}
     scores: dict[str, dict[str, float | None]] = {}
     expanded: list[Column] = []
@@ -125,6 +117,20 @@ def run_suite(
                 scores[resolved.key] = _score(out["results"][column.task], metric)
                 expanded.append(resolved)
     return {"columns": [asdict(c) for c in expanded], "scores": scores, "lm_eval": raw}
+
+
+def check_tasks(tasks: Iterable[str], include_path: Iterable[str | os.PathLike] = ()) -> Any:
+    """lm-eval's TaskManager over its built-ins, the offline tasks and ``include_path``; raises for unknown tasks."""
+    from lm_eval.tasks import TaskManager
+
+    from fixed_embed.tasks import tasks_dir
+
+    paths = [str(tasks_dir()), *map(str, include_path)]
+    manager = TaskManager(include_path=paths)
+    unknown = sorted(t for t in set(tasks) if t not in manager.all_tasks)
+    if unknown:
+        raise ValueError(f"lm-eval knows no task {unknown} (searched its built-ins and {paths})")
+    return manager
 
 
 def _metrics(task_results: dict[str, Any], metric: str) -> list[str]:

@@ -147,3 +147,10 @@ def test_benchmark_callback_logs_in_the_loop_without_perturbing_training(tmp_pat
     assert all(0 <= v <= 1 for _, v in tags["bench/fixed_embed_word_order/acc"])
     results = tmp_path / "bench" / "benchmarks" / "step_00000004" / "results.json"
     assert json.loads(results.read_text())["lm_eval"]["0-shot"]["results"]["fixed_embed_word_order"]["sample_len"] == 6
+
+
+def test_benchmark_task_typo_fails_when_fitting_starts(tmp_path, corpus):
+    from callbacks.benchmarks import BenchmarkCallback
+
+    with pytest.raises(ValueError, match=r"lm-eval knows no task \['hellaswagg'\]"):
+        fit_tiny(tmp_path, corpus, 2, callbacks=[BenchmarkCallback(tasks=["hellaswagg"])])

@@ -147,9 +147,10 @@ def test_cli_fit_on_sigterm_saves_last_checkpoint_and_exits_zero(tmp_path, corpu
         [sys.executable, "-m", "fixed_embed", "fit", "--config", str(ROOT / "experiments/tiny/gf2.yaml"),
          "--trainer.max_steps", "100000", f"--trainer.logger.init_args.save_dir={tmp_path}/logs",
          "--model.decoder.vocab_size", "300", "--model.decoder.d_model", "32", "--model.decoder.n_heads", "4",
-         "--model.decoder.ffn_dim", "64", "--model.decoder.max_seq_len", "32", "--data.seq_len", "32",
+         "--model.decoder.ffn_dim", "64", "--model.decoder.max_seq_len", "256", "--data.seq_len", "32",
          f"--data.train={data}", f"--data.tokenizer={tok}", "--data.num_shards", "4", "--data.val_sequences", "4"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
+        env={**os.environ, "HF_DATASETS_CACHE": str(tmp_path / "hf")},
     )  # fmt: skip
     output = []
     for line in proc.stdout:

@@ -1,5 +1,6 @@
 """Training: every experiment YAML parses, `fixed-embed fit` runs, checkpoints rebuild and resume exactly."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -79,9 +80,9 @@ def test_cli_fit_subprocess_writes_checkpoint_and_tensorboard(tmp_path, corpus):
          "--trainer.max_steps", "4", "--trainer.val_check_interval", "2", "--trainer.log_every_n_steps", "1",
          f"--trainer.logger.init_args.save_dir={tmp_path}/logs", "--model.decoder.vocab_size", "300",
          "--model.decoder.d_model", "32", "--model.decoder.n_heads", "4", "--model.decoder.ffn_dim", "64",
-         "--model.decoder.max_seq_len", "32", "--data.seq_len", "32", f"--data.train={data}",
+         "--model.decoder.max_seq_len", "256", "--data.seq_len", "32", f"--data.train={data}",
          f"--data.tokenizer={tok}", "--data.num_shards", "4", "--data.val_sequences", "4"],
-        capture_output=True, text=True, cwd=tmp_path,
+        capture_output=True, text=True, cwd=tmp_path, env={**os.environ, "HF_DATASETS_CACHE": str(tmp_path / "hf")},
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     version = tmp_path / "logs" / "tiny" / "binary16" / "version_0"
