@@ -16,7 +16,7 @@ fit = $(BIN)/fixed-embed fit --config experiments/paper/$(1).yaml --trainer.devi
 	--trainer.num_nodes=$(NODES) --trainer.strategy=$(STRATEGY) \
 	$(if $(DATA),--data.train=$(DATA)) $(if $(TOKENIZER),--data.tokenizer=$(TOKENIZER)) $(ARGS)
 
-.PHONY: help install test lint bench bench-core bench-data bench-loop demo tensorboard fit-learned fit-binary16 fit-gf2
+.PHONY: help install test lint bench bench-core bench-data bench-loop bench-eval demo tensorboard fit-learned fit-binary16 fit-gf2
 
 help:
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -47,7 +47,10 @@ bench-data: install ## tokenize+pack throughput (SmolLM2 tokenizer over gutenber
 bench-loop: install ## tokens/s of `fixed-embed fit` vs a plain PyTorch loop, tiny config, per interface
 	$(BIN)/python benchmarks/lightning_overhead.py $(ARGS)
 
-bench: bench-core bench-data bench-loop ## every CPU benchmark
+bench-eval: install ## lm-eval requests/s: our model class vs lm-eval's hf backend on the export
+	$(BIN)/python benchmarks/eval_throughput.py $(ARGS)
+
+bench: bench-core bench-data bench-loop bench-eval ## every CPU benchmark
 
 demo: install ## train the three tiny variants on CPU on the offline corpus, print a table
 	$(BIN)/python experiments/demo.py $(ARGS)

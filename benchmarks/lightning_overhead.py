@@ -1,4 +1,4 @@
-"""What the Lightning loop costs: `fixed-embed fit` versus a plain PyTorch loop, same model, same batches.
+"""What the Lightning loop and the monitors cost: `fixed-embed fit` vs a plain PyTorch loop, same model and batches.
 
 Both sides are built from the same experiment YAML by the same LightningCLI parser (model,
 seed, data module), so they train the identical model on the identical batch stream:
@@ -6,7 +6,12 @@ seed, data module), so they train the identical model on the identical batch str
 - ``fit``: the CLI's own Trainer with every callback and logger of the config (rich progress bar,
   parameter summary, preemption handler, TensorBoard, gradient clipping, LR schedule, logging);
   validation and checkpoints are switched off so both sides do the same work.
+- ``fit-bare``: the same without the monitors (gradients, input norms, throughput);
 - ``plain``: ``for block in loader: forward, cross-entropy, backward, clip, AdamW, LR step``.
+
+The benchmark callback (lm-eval every N steps) is left out of all three: its cost is an
+evaluation, not a per-step overhead. In ``fit`` every monitor hook is also timed from inside, so
+the monitors' share of the step time is measured directly, free of run-to-run noise.
 
 Tokens/s is measured between the end of step ``warmup`` and the end of the last step, so it
 includes everything the loop does between batches. Each measurement runs in its own process
@@ -32,6 +37,35 @@ ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = ("learned", "binary16", "gf2")
 
 
+MONITORS = ("GradientMonitor", "InputNormMonitor", "ThroughputMonitor")
+HOOKS = ("on_train_batch_start", "on_train_batch_end", "on_before_optimizer_step", "_capture")
+
+
+class HookTimer:
+    """Wraps the monitors' hooks; records (end time, duration) of every call."""
+
+    def __init__(self, callbacks) -> None:
+        self.calls: list[tuple[float, float]] = []
+        for callback in callbacks:
+            for name in HOOKS:
+                if hasattr(callback, name):
+                    setattr(callback, name, self._timed(getattr(callback, name)))
+
+    def _timed(self, hook):
+        def timed(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return hook(*args, **kwargs)
+            finally:
+                end = time.perf_counter()
+                self.calls.append((end, end - start))
+
+        return timed
+
+    def seconds_between(self, start: float, end: float) -> float:
+        return sum(d for t, d in self.calls if start < t <= end)
+
+
 class StepClock(L.Callback):
     def __init__(self) -> None:
         self.ends: list[float] = []
@@ -40,7 +74,7 @@ class StepClock(L.Callback):
         self.ends.append(time.perf_counter())
 
 
-def build(variant: str, steps: int, log_dir: str):
+def build(variant: str, steps: int, log_dir: str, monitors: bool = True):
     from fixed_embed.cli.train import FixedEmbedCLI
 
     args = [
@@ -49,19 +83,21 @@ def build(variant: str, steps: int, log_dir: str):
         f"--trainer.logger.init_args.save_dir={log_dir}",
     ]  # fmt: skip
     cli = FixedEmbedCLI(args=args, run=False)
-    # No ModelCheckpoint: the plain loop saves nothing either.
-    cli.trainer.callbacks = [c for c in cli.trainer.callbacks if type(c).__name__ != "ModelCheckpoint"]
+    # No ModelCheckpoint (the plain loop saves nothing either), no in-loop lm-eval.
+    dropped = {"ModelCheckpoint", "BenchmarkCallback", *(() if monitors else MONITORS)}
+    cli.trainer.callbacks = [c for c in cli.trainer.callbacks if type(c).__name__ not in dropped]
     return cli
 
 
-def run_fit(cli, steps: int) -> list[float]:
+def run_fit(cli, steps: int) -> tuple[list[float], HookTimer]:
     clock = StepClock()
+    timer = HookTimer([c for c in cli.trainer.callbacks if type(c).__name__ in MONITORS])
     cli.trainer.callbacks.append(clock)
     cli.trainer.fit(cli.model, cli.datamodule)
-    return clock.ends
+    return clock.ends, timer
 
 
-def run_plain(cli, steps: int) -> list[float]:
+def run_plain(cli, steps: int) -> tuple[list[float], None]:
     from fixed_embed.recipe import build_adamw, lr_at
 
     model, datamodule = cli.model, cli.datamodule
@@ -84,27 +120,31 @@ def run_plain(cli, steps: int) -> list[float]:
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         ends.append(time.perf_counter())
-    return ends
+    return ends, None
 
 
 def measure(loop: str, variant: str, steps: int, warmup: int) -> dict:
     with tempfile.TemporaryDirectory() as log_dir:
-        cli = build(variant, steps, log_dir)
-        ends = (run_fit if loop == "fit" else run_plain)(cli, steps)
+        cli = build(variant, steps, log_dir, monitors=loop == "fit")
+        ends, timer = (run_plain if loop == "plain" else run_fit)(cli, steps)
     if len(ends) != steps:
         raise RuntimeError(f"{loop} {variant}: expected {steps} steps, timed {len(ends)}")
     tokens_per_step = cli.datamodule.batch_size * cli.datamodule.seq_len
-    return {
+    start, end = ends[warmup - 1], ends[-1]
+    result = {
         "loop": loop,
         "variant": variant,
-        "tokens_per_sec": tokens_per_step * (steps - warmup) / (ends[-1] - ends[warmup - 1]),
+        "tokens_per_sec": tokens_per_step * (steps - warmup) / (end - start),
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
+    if timer is not None:
+        result["monitor_frac"] = timer.seconds_between(start, end) / (end - start)
+    return result
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--warmup", type=int, default=5, help="steps excluded from the timing")
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
     parser.add_argument("--one", nargs=2, metavar=("LOOP", "VARIANT"), help=argparse.SUPPRESS)
@@ -118,23 +158,25 @@ def main() -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"Lightning loop vs plain PyTorch loop (tiny config, {args.steps} steps, CPU)")
-    for column in ("variant", "plain tok/s", "fit tok/s", "fit / plain", "plain RSS MB", "fit RSS MB"):
+    table = Table(title=f"Lightning loop and monitors vs a plain PyTorch loop (tiny config, {args.steps} steps, CPU)")
+    columns = ("variant", "plain tok/s", "fit-bare tok/s", "fit tok/s", "fit / plain", "monitors, in-hook",
+               "monitors, end-to-end", "fit RSS MB")  # fmt: skip
+    for column in columns:
         table.add_column(column, justify="left" if column == "variant" else "right")
     for variant in args.variants:
         result = {}
-        for loop in ("plain", "fit"):
+        for loop in ("plain", "fit-bare", "fit"):
             out = subprocess.run(
                 [sys.executable, __file__, "--one", loop, variant, "--steps", str(args.steps),
                  "--warmup", str(args.warmup)],
                 capture_output=True, text=True, check=True, cwd=ROOT,
             ).stdout  # fmt: skip
             result[loop] = json.loads(out.strip().splitlines()[-1])
-        plain, fit = result["plain"], result["fit"]
+        plain, bare, fit = (result[k]["tokens_per_sec"] for k in ("plain", "fit-bare", "fit"))
         table.add_row(
-            variant, f"{plain['tokens_per_sec']:,.0f}", f"{fit['tokens_per_sec']:,.0f}",
-            f"{fit['tokens_per_sec'] / plain['tokens_per_sec']:.3f}",
-            f"{plain['peak_rss_mb']:,.0f}", f"{fit['peak_rss_mb']:,.0f}",
+            variant, f"{plain:,.0f}", f"{bare:,.0f}", f"{fit:,.0f}", f"{fit / plain:.3f}",
+            f"{100 * result['fit']['monitor_frac']:.2f} %", f"{100 * (1 - fit / bare):+.1f} %",
+            f"{result['fit']['peak_rss_mb']:,.0f}",
         )  # fmt: skip
     Console(width=120).print(table)
 
