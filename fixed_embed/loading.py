@@ -15,6 +15,7 @@ import torch
 from tokenizers import Tokenizer
 
 from fixed_embed.data.tokenizer import load_tokenizer
+from fixed_embed.fsdp import consolidate, is_sharded_checkpoint
 from fixed_embed.module import LanguageModel
 
 __all__ = ["load_checkpoint"]
@@ -23,23 +24,23 @@ __all__ = ["load_checkpoint"]
 def load_checkpoint(
     path: str | os.PathLike, tokenizer: str | None = None, device: str | torch.device = "cpu"
 ) -> tuple[LanguageModel, Tokenizer]:
-    """The model (eval mode, on ``device``) and tokenizer of a ``LanguageModel`` checkpoint file.
+    """The model (eval mode, on ``device``) and tokenizer of a ``LanguageModel`` checkpoint (file or sharded folder).
 
     ``tokenizer`` (a tokenizer.json, a folder holding one, or a hub id) overrides the one stored
     in the checkpoint; it is required for checkpoints that hold none.
     """
     path = Path(path)
     if path.is_dir():
-        raise ValueError(
-            f"{path} is a folder: a sharded (distributed) checkpoint? Consolidate it into one file first "
-            "(fixed-embed consolidate), or pass a .ckpt file"
-        )
-    if not path.is_file():
+        if not is_sharded_checkpoint(path):
+            raise ValueError(f"{path} is a folder but not a sharded checkpoint (no meta.pt and .metadata)")
+        checkpoint = consolidate(path)  # FSDP2 shards -> one state dict, in memory
+    elif not path.is_file():
         raise FileNotFoundError(f"checkpoint not found: {path}")
-    try:
-        checkpoint = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
-    except Exception as error:  # torch raises several types for a file that is not a checkpoint
-        raise ValueError(f"{path} is not a readable PyTorch checkpoint ({type(error).__name__}: {error})") from error
+    else:
+        try:
+            checkpoint = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+        except Exception as error:  # torch raises several types for a file that is not a checkpoint
+            raise ValueError(f"{path} is not a readable PyTorch checkpoint ({error!r})") from error
     if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint or "hyper_parameters" not in checkpoint:
         keys = sorted(checkpoint)[:8] if isinstance(checkpoint, dict) else type(checkpoint).__name__
         raise ValueError(

@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from fixed_embed.interfaces import InputInterface, LearnedInput
 
@@ -205,6 +206,8 @@ class Decoder(nn.Module):
         self.layers = nn.ModuleList(Block(config) for _ in range(config.n_layers))
         self.norm = RMSNorm(config.d_model, config.norm_eps)
         self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        # Set by fixed_embed.parallel: recompute each block in backward (names and weights unchanged).
+        self.activation_checkpointing = False
         self.init_weights()
         if config.tie_embeddings:
             self.head.weight = interface.weight
@@ -224,7 +227,10 @@ class Decoder(nn.Module):
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         x = self.embed(ids)
         for layer in self.layers:
-            x = layer(x, self.rope)
+            if self.activation_checkpointing and torch.is_grad_enabled():
+                x = checkpoint(layer, x, self.rope, use_reentrant=False)
+            else:
+                x = layer(x, self.rope)
         return self.head(self.norm(x))
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:

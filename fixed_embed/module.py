@@ -15,11 +15,13 @@ from typing import Any, Literal
 import lightning as L
 import torch
 import torch.nn.functional as F
+from lightning.pytorch.strategies import ModelParallelStrategy
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torchmetrics.aggregation import MeanMetric
 
 from fixed_embed.interfaces import BinaryCodeInput, InputInterface
 from fixed_embed.model import Decoder, DecoderConfig
+from fixed_embed.parallel import ParallelConfig, apply_parallelism
 from fixed_embed.recipe import AdamWConfig, ScheduleConfig, build_adamw, lr_at, steps_for_budget
 
 __all__ = ["LanguageModel"]
@@ -38,6 +40,7 @@ class LanguageModel(L.LightningModule):
         token_budget: prediction tokens to train on; sets ``max_steps`` unless the trainer has one.
         on_nonfinite: on a non-finite loss or gradient, ``stop`` raises naming the step (before
             the update); ``skip`` drops that update and counts it in ``train/skipped_updates``.
+        parallel: activation checkpointing, compile and FSDP2 settings (:mod:`fixed_embed.parallel`).
     """
 
     def __init__(
@@ -48,10 +51,12 @@ class LanguageModel(L.LightningModule):
         schedule: ScheduleConfig | None = None,
         token_budget: int | None = None,
         on_nonfinite: Literal["stop", "skip"] = "stop",
+        parallel: ParallelConfig | None = None,
     ) -> None:
         super().__init__()
         self.config = _as(DecoderConfig, decoder)
         self.optimizer_config = _as(AdamWConfig, optimizer)
+        self.parallel_config = _as(ParallelConfig, parallel)
         self.schedule_config = _as(ScheduleConfig, schedule)
         if token_budget is not None and token_budget <= 0:
             raise ValueError(f"token_budget must be > 0, got {token_budget}")
@@ -70,11 +75,13 @@ class LanguageModel(L.LightningModule):
             interface=built.spec(),
             optimizer=asdict(self.optimizer_config),
             schedule=asdict(self.schedule_config),
+            parallel=asdict(self.parallel_config),
         )
         self.val_loss = MeanMetric()
         self.tokens_seen = 0
         self.skipped_updates = 0
         self._last_loss: torch.Tensor | None = None
+        self._parallelized = False
 
     @property
     def interface(self) -> InputInterface:
@@ -108,7 +115,7 @@ class LanguageModel(L.LightningModule):
         # Runs after the (DDP-reduced) backward and before clipping. One fused norm over all
         # gradients is non-finite iff some element is; sharded (FSDP) gradients see only their
         # shard, hence the any-rank vote.
-        grads = [p.grad for p in self.parameters() if p.grad is not None]
+        grads = [_local(p.grad) for p in self.parameters() if p.grad is not None]
         local_bad = bool(grads) and not bool(torch.isfinite(torch.nn.utils.get_total_norm(grads)))
         if not self.trainer.strategy.reduce_boolean_decision(local_bad, all=False):
             return
@@ -132,8 +139,9 @@ class LanguageModel(L.LightningModule):
     def on_validation_epoch_end(self) -> None:
         mean = self.val_loss.compute()
         self.val_loss.reset()
-        self.log("val/loss", mean, prog_bar=True, sync_dist=False)
-        self.log("val/ppl", torch.exp(mean), sync_dist=False)
+        # Already global (torchmetrics reduced it); sync_dist averages identical values, silencing Lightning.
+        self.log("val/loss", mean, prog_bar=True, sync_dist=True)
+        self.log("val/ppl", torch.exp(mean), sync_dist=True)
 
     def test_step(self, block: torch.Tensor, batch_idx: int) -> None:
         self.validation_step(block, batch_idx)
@@ -141,8 +149,19 @@ class LanguageModel(L.LightningModule):
     def on_test_epoch_end(self) -> None:
         mean = self.val_loss.compute()
         self.val_loss.reset()
-        self.log("test/loss", mean)
-        self.log("test/ppl", torch.exp(mean))
+        self.log("test/loss", mean, sync_dist=True)
+        self.log("test/ppl", torch.exp(mean), sync_dist=True)
+
+    # -- parallelism --------------------------------------------------------------------------
+
+    def configure_model(self) -> None:
+        # Lightning may call this hook again (e.g. fit then test): apply the wrapping once.
+        if self._parallelized:
+            return
+        trainer = self._trainer  # None outside a Trainer
+        mesh = self.device_mesh if trainer is not None and isinstance(trainer.strategy, ModelParallelStrategy) else None
+        apply_parallelism(self.decoder, self.parallel_config, mesh)
+        self._parallelized = True
 
     # -- recipe ---------------------------------------------------------------------------
 
@@ -184,7 +203,7 @@ class LanguageModel(L.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         # Raising here aborts the save, so a good checkpoint on disk is never replaced by a poisoned one.
         for name, tensor in checkpoint.get("state_dict", {}).items():
-            local = tensor.to_local() if hasattr(tensor, "to_local") else tensor
+            local = _local(tensor)
             if local.is_floating_point() and not bool(torch.isfinite(local).all()):
                 raise FloatingPointError(
                     f"refusing to write a checkpoint at step {self.global_step}: {name} has non-finite values"
@@ -195,6 +214,11 @@ class LanguageModel(L.LightningModule):
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.tokens_seen = checkpoint.get("tokens_seen", 0)
         self.skipped_updates = checkpoint.get("skipped_updates", 0)
+
+
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    """This rank's shard of a DTensor (FSDP2), or the tensor itself."""
+    return tensor.to_local() if hasattr(tensor, "to_local") else tensor
 
 
 def _as(cls: type, value: Any) -> Any:

@@ -4,7 +4,8 @@ Every update sees the same global batch whatever the process count: rank r of N 
 r, r + N, ... of global batch i. Lightning's DDP launcher re-runs this script for the other ranks.
 Global rank 0 writes a JSON of per-update losses (averaged over ranks) and monitor metrics.
 
-    python tests/distributed_fit.py OUT.json --devices 2 [--strategy ddp] [--steps 4]
+    python tests/distributed_fit.py OUT.json --devices 2 [--strategy ddp|fsdp] [--steps 4]
+        [--ckpt-dir DIR] [--stop-at N] [--resume CKPT] [--bench-tokenizer TOKENIZER]
 """
 
 from __future__ import annotations
@@ -16,27 +17,43 @@ from pathlib import Path
 
 import lightning as L
 import torch
-from torch.utils.data import DataLoader, IterableDataset
+from lightning.pytorch.callbacks import ModelCheckpoint
+from torch.utils.data import Dataset
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from callbacks.benchmarks import BenchmarkCallback
 from callbacks.gradients import GradientMonitor
 from callbacks.input_norm import InputNormMonitor
+from fixed_embed.fsdp import FSDP2Strategy
 from fixed_embed.interfaces import LearnedInput
 from fixed_embed.module import LanguageModel
 
 GLOBAL_BATCH, SEQ, VOCAB = 8, 16, 300
 
 
-class GlobalBatchRows(IterableDataset):
+class GlobalBatchRows(Dataset):
+    """Item i: this rank's rows of global batch i (read through a StatefulDataLoader: resumable)."""
+
     def __init__(self, steps: int, rank: int, world: int) -> None:
         self.steps, self.rank, self.world = steps, rank, world
 
-    def __iter__(self):
-        for i in range(self.steps):
-            batch = torch.randint(0, VOCAB, (GLOBAL_BATCH, SEQ + 1), generator=torch.Generator().manual_seed(i))
-            yield batch[self.rank :: self.world]
+    def __len__(self) -> int:
+        return self.steps
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        batch = torch.randint(0, VOCAB, (GLOBAL_BATCH, SEQ + 1), generator=torch.Generator().manual_seed(i))
+        return batch[self.rank :: self.world]
+
+
+class StopAt(L.Callback):
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_end(self, trainer, *args) -> None:
+        if trainer.global_step >= self.step:
+            trainer.should_stop = True
 
 
 class Record(L.Callback):
@@ -59,12 +76,16 @@ def main() -> None:
     parser.add_argument("--strategy", default="ddp")
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--bench-tokenizer", help="also run BenchmarkCallback with this tokenizer")
+    parser.add_argument("--ckpt-dir", help="save last.ckpt there after every update")
+    parser.add_argument("--stop-at", type=int, help="stop after this many updates (the schedule keeps --steps)")
+    parser.add_argument("--resume", help="checkpoint to resume from")
     args = parser.parse_args()
     torch.set_num_threads(1)
     L.seed_everything(0)
     model = LanguageModel(
         decoder={"vocab_size": VOCAB, "d_model": 32, "n_layers": 2, "n_heads": 4, "ffn_dim": 64, "max_seq_len": 256},
         interface=LearnedInput, optimizer={"lr": 1e-2}, schedule={"warmup_steps": 1},
+        parallel={"param_dtype": "float32"},  # CPU: fp32 compute, so 1 and 2 processes agree closely
     )  # fmt: skip
     monitors = [GradientMonitor(every_n_steps=1), InputNormMonitor(every_n_steps=1)]
     if args.bench_tokenizer:
@@ -72,13 +93,20 @@ def main() -> None:
                                           tokenizer=args.bench_tokenizer, at_train_end=False))  # fmt: skip
     record = Record(monitors)
     strategy = args.strategy if args.devices > 1 else "auto"
+    if strategy == "fsdp":
+        strategy = FSDP2Strategy()
+    callbacks = [*monitors, record]
+    if args.stop_at:
+        callbacks.append(StopAt(args.stop_at))
+    if args.ckpt_dir:
+        callbacks.append(ModelCheckpoint(args.ckpt_dir, every_n_train_steps=1, save_last=True, save_top_k=0))
     trainer = L.Trainer(
         accelerator="cpu", devices=args.devices, strategy=strategy, max_steps=args.steps, logger=False,
-        enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
-        gradient_clip_val=1.0, use_distributed_sampler=False, callbacks=[*monitors, record],
+        enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=bool(args.ckpt_dir),
+        gradient_clip_val=1.0, use_distributed_sampler=False, callbacks=callbacks,
     )  # fmt: skip
     data = GlobalBatchRows(args.steps, trainer.global_rank, trainer.world_size)
-    trainer.fit(model, DataLoader(data, batch_size=None))
+    trainer.fit(model, StatefulDataLoader(data, batch_size=None), ckpt_path=args.resume)
     if trainer.is_global_zero:
         Path(args.out).write_text(json.dumps({"world_size": trainer.world_size, "rows": record.rows}))
 

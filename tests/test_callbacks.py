@@ -92,13 +92,14 @@ def test_a_fixed_code_that_moves_is_an_error(tmp_path, corpus):
 
 
 @pytest.mark.slow
-def test_two_process_ddp_gives_the_single_process_norms_losses_and_benchmarks(tmp_path, corpus):
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_two_processes_give_the_single_process_norms_losses_and_benchmarks(tmp_path, corpus, strategy):
     results = []
     for devices in (1, 2):
         out = tmp_path / f"{devices}.json"
         run = subprocess.run(
             [sys.executable, str(ROOT / "tests" / "distributed_fit.py"), str(out), "--devices", str(devices),
-             "--bench-tokenizer", str(corpus[1])],
+             "--strategy", strategy, "--bench-tokenizer", str(corpus[1])],
             capture_output=True, text=True, cwd=tmp_path, timeout=600,
             env={**os.environ, "HF_DATASETS_CACHE": str(tmp_path / "hf-datasets")},
         )  # fmt: skip

@@ -13,6 +13,7 @@ COMMANDS = {
     "eval": "fixed_embed.cli.eval",
     "table": "fixed_embed.cli.table",
     "export": "fixed_embed.cli.export",
+    "consolidate": "fixed_embed.cli.consolidate",
     "lm-eval": "fixed_embed.cli.lm_eval",
 }
 
@@ -25,6 +26,7 @@ commands:
   eval CKPT           benchmark suite with lm-eval (--suite paper|offline, --tasks, --limit, --hf MODEL)
   table RESULTS...    merge eval results into one paper-format Markdown table
   export CKPT OUT     Hugging Face LlamaForCausalLM folder (fixed codes materialised as embed_tokens)
+  consolidate DIR OUT one checkpoint file from a sharded (FSDP2) checkpoint folder
   lm-eval ARGS        lm-eval's own CLI with --model fixed_embed registered
 """
 

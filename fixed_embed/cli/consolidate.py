@@ -1,0 +1,18 @@
+"""``fixed-embed consolidate FOLDER OUT.ckpt``: one checkpoint file from a sharded (FSDP2) checkpoint folder."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def run(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="fixed-embed consolidate", description=__doc__)
+    parser.add_argument("folder", help="a sharded checkpoint (e.g. .../checkpoints/last.ckpt written under FSDP2)")
+    parser.add_argument("out", help="the single-file checkpoint to write (weights + hyper-parameters)")
+    args = parser.parse_args(argv[1:])
+    from fixed_embed.fsdp import consolidate
+
+    checkpoint = consolidate(args.folder, args.out)
+    n = sum(t.numel() for t in checkpoint["state_dict"].values())
+    print(f"wrote {args.out}: {n:,} weights at step {checkpoint.get('global_step')} (optimizer state left out)")
+    return 0
