@@ -16,7 +16,7 @@ fit = $(BIN)/fixed-embed fit --config experiments/paper/$(1).yaml --trainer.devi
 	--trainer.num_nodes=$(NODES) --trainer.strategy=$(STRATEGY) \
 	$(if $(DATA),--data.train=$(DATA)) $(if $(TOKENIZER),--data.tokenizer=$(TOKENIZER)) $(ARGS)
 
-.PHONY: help install test lint bench bench-core bench-data bench-loop bench-eval demo tensorboard fit-learned fit-binary16 fit-gf2
+.PHONY: help install test lint bench bench-core bench-data bench-loop bench-eval bench-gpu demo tensorboard fit-learned fit-binary16 fit-gf2
 
 help:
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -51,6 +51,9 @@ bench-eval: install ## lm-eval requests/s: our model class vs lm-eval's hf backe
 	$(BIN)/python benchmarks/eval_throughput.py $(ARGS)
 
 bench: bench-core bench-data bench-loop bench-eval ## every CPU benchmark
+
+bench-gpu: install ## GPU: paper 1.7B config, tokens/s, MFU, memory; learned vs binary16, eager/compile/AC (< 5 min)
+	$(BIN)/python benchmarks/gpu.py $(ARGS)
 
 demo: install ## train the three tiny variants on CPU on the offline corpus, print a table
 	$(BIN)/python experiments/demo.py $(ARGS)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from pathlib import Path
 
 import torch
 from rich.console import Console
@@ -66,6 +67,39 @@ def main() -> None:
     for name, seconds, nbytes in rows:
         table.add_row(name, f"{seconds * 1e3:.1f}", f"{seconds / learned_time:.2f}", f"{nbytes:,}")
     Console(width=120).print(table)
+    Console(width=120).print(paper_training_state())
+
+
+def paper_training_state(n_gpus: int = 2) -> Table:
+    """fp32 weights + gradients + AdamW moments of the whole paper model, per GPU, learned vs binary16.
+
+    Built on the meta device and stepped once with AdamW there, so the bytes are those of the
+    tensors that training really allocates (without allocating them). Under DDP every GPU holds
+    all of it; FSDP divides it by the number of GPUs.
+    """
+    from fixed_embed.cli.params import build_model
+    from fixed_embed.config import load_experiment
+    from fixed_embed.recipe import AdamWConfig, build_adamw
+
+    root = Path(__file__).resolve().parents[1] / "experiments" / "paper"
+    sizes = {}
+    for variant in ("learned", "binary16"):
+        model = build_model(load_experiment(root / f"{variant}.yaml")["model"])  # meta
+        for p in model.parameters():
+            p.grad = torch.zeros_like(p)
+        optimizer = build_adamw(model, AdamWConfig(implementation="for-loop"))
+        optimizer.step()
+        params = list(model.parameters())
+        state = [t for s in optimizer.state.values() for t in s.values() if torch.is_tensor(t) and t.dim() > 0]
+        sizes[variant] = sum(t.numel() * t.element_size() for t in [*params, *(p.grad for p in params), *state])
+    table = Table(title=f"paper config: fp32 weights + grads + AdamW state per GPU ({n_gpus} GPUs)")
+    for col in ("interface", "DDP bytes/GPU", f"FSDP bytes/GPU (/{n_gpus})"):
+        table.add_column(col, justify="right")
+    for variant, nbytes in sizes.items():
+        table.add_row(variant, f"{nbytes:,}", f"{nbytes // n_gpus:,}")
+    saved = sizes["learned"] - sizes["binary16"]
+    table.add_row("saved by fixed codes", f"{saved:,}", f"{saved // n_gpus:,}")
+    return table
 
 
 if __name__ == "__main__":
