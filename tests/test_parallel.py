@@ -80,14 +80,18 @@ def test_cli_fit_ddp_two_processes(tmp_path, corpus):
     assert checkpoint["global_step"] == 3 and checkpoint["tokens_seen"] == 3 * 2 * 8 * 32
 
 
-def test_activation_checkpointing_changes_nothing_but_memory():
+def twin_decoders():
+    """Two tiny decoders with the same weights, and a batch of ids."""
     config = DecoderConfig(vocab_size=256, d_model=32, n_layers=2, n_heads=4, ffn_dim=64, max_seq_len=16)
     torch.manual_seed(0)
-    plain = Decoder(config, BinaryCodeInput(256, 32))
-    recomputed = Decoder(config, BinaryCodeInput(256, 32))
-    recomputed.load_state_dict(plain.state_dict())
+    first, second = Decoder(config, BinaryCodeInput(256, 32)), Decoder(config, BinaryCodeInput(256, 32))
+    second.load_state_dict(first.state_dict())
+    return first, second, torch.randint(0, 256, (2, 16))
+
+
+def test_activation_checkpointing_changes_nothing_but_memory():
+    plain, recomputed, ids = twin_decoders()
     recomputed.activation_checkpointing = True
-    ids = torch.randint(0, 256, (2, 16))
     for model in (plain, recomputed):
         model(ids).square().mean().backward()
     assert torch.equal(plain(ids), recomputed(ids))
@@ -99,12 +103,7 @@ def test_activation_checkpointing_changes_nothing_but_memory():
 def test_regional_compile_with_checkpointing_keeps_outputs_and_parameter_names():
     from fixed_embed.parallel import ParallelConfig, apply_parallelism
 
-    config = DecoderConfig(vocab_size=256, d_model=32, n_layers=2, n_heads=4, ffn_dim=64, max_seq_len=16)
-    torch.manual_seed(0)
-    compiled = Decoder(config, BinaryCodeInput(256, 32))
-    reference = Decoder(config, BinaryCodeInput(256, 32))
-    reference.load_state_dict(compiled.state_dict())
+    compiled, reference, ids = twin_decoders()
     apply_parallelism(compiled, ParallelConfig(compile=True, activation_checkpointing=True))
-    ids = torch.randint(0, 256, (2, 16))
     assert torch.allclose(compiled(ids), reference(ids), atol=1e-5)
     assert list(compiled.state_dict()) == list(reference.state_dict())  # no _orig_mod. / wrapper prefixes
