@@ -11,7 +11,8 @@ seed, data module), so they train the identical model on the identical batch str
 
 The benchmark callback (lm-eval every N steps) is left out of all three: its cost is an
 evaluation, not a per-step overhead. In ``fit`` every monitor hook is also timed from inside, so
-the monitors' share of the step time is measured directly, free of run-to-run noise.
+the monitors' share of the step time is measured directly, free of run-to-run noise; so is the
+input layer's (its forward, and for a learned table its backward into the table's gradient).
 
 Tokens/s is measured between the end of step ``warmup`` and the end of the last step, so it
 includes everything the loop does between batches. Each measurement runs in its own process
@@ -66,6 +67,38 @@ class HookTimer:
         return sum(d for t, d in self.calls if start < t <= end)
 
 
+class InputLayerTimer:
+    """Time spent in the input interface: its forward, and (learned tables) its backward, i.e.
+    from the moment the gradient of its output arrives until the table's gradient is accumulated."""
+
+    def __init__(self, interface: torch.nn.Module) -> None:
+        self.calls: list[tuple[float, float]] = []
+        self._start = self._grad_arrived = 0.0
+        interface.register_forward_pre_hook(self._before)
+        interface.register_forward_hook(self._after)
+        for weight in interface.parameters():
+            weight.register_post_accumulate_grad_hook(self._accumulated)
+
+    def _before(self, *args) -> None:
+        self._start = time.perf_counter()
+
+    def _after(self, module, args, output) -> None:
+        end = time.perf_counter()
+        self.calls.append((end, end - self._start))
+        if output.requires_grad:
+            output.register_hook(self._output_grad)
+
+    def _output_grad(self, grad):
+        self._grad_arrived = time.perf_counter()
+
+    def _accumulated(self, param) -> None:
+        end = time.perf_counter()
+        self.calls.append((end, end - self._grad_arrived))
+
+    def seconds_between(self, start: float, end: float) -> float:
+        return sum(d for t, d in self.calls if start < t <= end)
+
+
 class StepClock(L.Callback):
     def __init__(self) -> None:
         self.ends: list[float] = []
@@ -89,15 +122,16 @@ def build(variant: str, steps: int, log_dir: str, monitors: bool = True):
     return cli
 
 
-def run_fit(cli, steps: int) -> tuple[list[float], HookTimer]:
+def run_fit(cli, steps: int) -> tuple[list[float], HookTimer, InputLayerTimer]:
     clock = StepClock()
     timer = HookTimer([c for c in cli.trainer.callbacks if type(c).__name__ in MONITORS])
+    input_layer = InputLayerTimer(cli.model.decoder.interface)
     cli.trainer.callbacks.append(clock)
     cli.trainer.fit(cli.model, cli.datamodule)
-    return clock.ends, timer
+    return clock.ends, timer, input_layer
 
 
-def run_plain(cli, steps: int) -> tuple[list[float], None]:
+def run_plain(cli, steps: int) -> tuple[list[float], None, None]:
     from fixed_embed.recipe import build_adamw, lr_at
 
     model, datamodule = cli.model, cli.datamodule
@@ -120,13 +154,13 @@ def run_plain(cli, steps: int) -> tuple[list[float], None]:
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         ends.append(time.perf_counter())
-    return ends, None
+    return ends, None, None
 
 
 def measure(loop: str, variant: str, steps: int, warmup: int) -> dict:
     with tempfile.TemporaryDirectory() as log_dir:
         cli = build(variant, steps, log_dir, monitors=loop == "fit")
-        ends, timer = (run_plain if loop == "plain" else run_fit)(cli, steps)
+        ends, timer, input_layer = (run_plain if loop == "plain" else run_fit)(cli, steps)
     if len(ends) != steps:
         raise RuntimeError(f"{loop} {variant}: expected {steps} steps, timed {len(ends)}")
     tokens_per_step = cli.datamodule.batch_size * cli.datamodule.seq_len
@@ -139,6 +173,7 @@ def measure(loop: str, variant: str, steps: int, warmup: int) -> dict:
     }
     if timer is not None:
         result["monitor_frac"] = timer.seconds_between(start, end) / (end - start)
+        result["input_layer_frac"] = input_layer.seconds_between(start, end) / (end - start)
     return result
 
 
@@ -160,7 +195,7 @@ def main() -> None:
 
     table = Table(title=f"Lightning loop and monitors vs a plain PyTorch loop (tiny config, {args.steps} steps, CPU)")
     columns = ("variant", "plain tok/s", "fit-bare tok/s", "fit tok/s", "fit / plain", "monitors, in-hook",
-               "monitors, end-to-end", "fit RSS MB")  # fmt: skip
+               "monitors, end-to-end", "input layer", "fit RSS MB")  # fmt: skip
     for column in columns:
         table.add_column(column, justify="left" if column == "variant" else "right")
     for variant in args.variants:
@@ -176,7 +211,7 @@ def main() -> None:
         table.add_row(
             variant, f"{plain:,.0f}", f"{bare:,.0f}", f"{fit:,.0f}", f"{fit / plain:.3f}",
             f"{100 * result['fit']['monitor_frac']:.2f} %", f"{100 * (1 - fit / bare):+.1f} %",
-            f"{result['fit']['peak_rss_mb']:,.0f}",
+            f"{100 * result['fit']['input_layer_frac']:.2f} %", f"{result['fit']['peak_rss_mb']:,.0f}",
         )  # fmt: skip
     Console(width=120).print(table)
 
