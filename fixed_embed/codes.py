@@ -28,6 +28,7 @@ __all__ = [
     "gf2_rank",
     "matrix_from_rows",
     "parity",
+    "random_injection",
     "random_invertible_gf2",
     "rows_from_matrix",
 ]
@@ -139,6 +140,22 @@ def random_invertible_gf2(width: int, seed: int) -> list[int]:
         if gf2_rank(rows) == width:
             return rows
     raise RuntimeError(f"no invertible {width}x{width} matrix found for seed {seed}")  # probability ~0.71**10000
+
+
+def random_injection(n: int, width: int, seed: int) -> list[int]:
+    """``n`` distinct ``width``-bit codes in random order, fixed by ``seed``: a random id -> code assignment.
+
+    The first ``n`` entries of a Fisher-Yates shuffle of ``range(2**width)`` driven by the same
+    platform-stable SHA-256 stream (modulo bias below 2**-40 for width <= 24).
+    """
+    if not 1 <= width <= 24 or not 1 <= n <= 2**width:
+        raise ValueError(f"need 1 <= width <= 24 and 1 <= n <= 2**width, got n={n}, width={width}")
+    words = _seeded_words(seed, f"injection/K={width}")
+    codes = list(range(2**width))
+    for i in range(n):  # a partial shuffle: only the first n places are needed
+        j = i + next(words) % (len(codes) - i)
+        codes[i], codes[j] = codes[j], codes[i]
+    return codes[:n]
 
 
 def decode_bits(bits: torch.Tensor) -> torch.Tensor:
