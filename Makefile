@@ -16,7 +16,7 @@ fit = $(BIN)/fixed-embed fit --config experiments/paper/$(1).yaml --trainer.devi
 	--trainer.num_nodes=$(NODES) --trainer.strategy=$(STRATEGY) \
 	$(if $(DATA),--data.train=$(DATA)) $(if $(TOKENIZER),--data.tokenizer=$(TOKENIZER)) $(ARGS)
 
-.PHONY: help install test lint bench bench-core bench-data bench-loop bench-eval bench-gpu demo tensorboard fit-learned fit-binary16 fit-gf2
+.PHONY: help install test lint bench bench-core bench-data bench-loop bench-eval bench-gpu demo controls sweep-recodings tensorboard fit-learned fit-binary16 fit-gf2
 
 help:
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -57,6 +57,12 @@ bench-gpu: install ## GPU: paper 1.7B config, tokens/s, MFU, memory; learned vs 
 
 demo: install ## train the three tiny variants on CPU on the offline corpus, print a table
 	$(BIN)/python experiments/demo.py $(ARGS)
+
+controls: install ## the paper's tiny variants beside every control in experiments/beyond/ -> docs/results/controls.md
+	$(BIN)/python experiments/controls.py $(ARGS)
+
+sweep-recodings: install ## GF(2) seeds and random injections at tiny scale -> docs/results/recodings.md
+	$(BIN)/python experiments/recodings.py $(ARGS)
 
 fit-learned: install ## paper scale, learned table (override GPUS NODES STRATEGY DATA TOKENIZER ARGS)
 	$(call fit,learned)
