@@ -14,6 +14,7 @@ COMMANDS = {
     "table": "fixed_embed.cli.table",
     "export": "fixed_embed.cli.export",
     "consolidate": "fixed_embed.cli.consolidate",
+    "analyze": "fixed_embed.cli.analyze",
     "lm-eval": "fixed_embed.cli.lm_eval",
 }
 
@@ -27,6 +28,7 @@ commands:
   table RESULTS...    merge eval results into one paper-format Markdown table
   export CKPT OUT     Hugging Face LlamaForCausalLM folder (fixed codes materialised as embed_tokens)
   consolidate DIR OUT one checkpoint file from a sharded (FSDP2) checkpoint folder
+  analyze probe|ablate CKPT...  identity probes across depth / one-block ablations (JSON + PNG)
   lm-eval ARGS        lm-eval's own CLI with --model fixed_embed registered
 """
 

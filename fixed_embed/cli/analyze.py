@@ -1,0 +1,48 @@
+"""``fixed-embed analyze probe|ablate CKPT... --out DIR``: identity probes across depth, block ablations.
+
+Several checkpoints (e.g. learned, binary16, gf2 of one setup) go into one JSON and one plot.
+Held-out text comes from ``--data`` (default: the offline corpus's held-out split), tokenized with
+each checkpoint's own tokenizer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def run(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="fixed-embed analyze", description=__doc__)
+    parser.add_argument("analysis", choices=["probe", "ablate"])
+    parser.add_argument("checkpoints", nargs="+", help="LanguageModel checkpoints (files or sharded folders)")
+    parser.add_argument("--labels", nargs="+", help="one label per checkpoint (default: the interface names)")
+    parser.add_argument("--data", help="held-out documents (file, folder, glob or hub id)")
+    parser.add_argument("--blocks", type=int, default=32, help="held-out blocks of the model's context")
+    parser.add_argument("--mode", choices=["zero", "mean"], default="zero", help="ablation mode")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--out", required=True, help="folder for <analysis>.json and <analysis>.png")
+    args = parser.parse_args(argv[1:])
+    if args.labels and len(args.labels) != len(args.checkpoints):
+        parser.error(f"{len(args.labels)} labels for {len(args.checkpoints)} checkpoints")
+    from fixed_embed.analysis import identity_probe, layer_ablation, text_blocks
+    from fixed_embed.analysis.ablation import plot_ablation
+    from fixed_embed.analysis.probe import plot_probe
+    from fixed_embed.loading import load_checkpoint
+
+    results = {}
+    for i, path in enumerate(args.checkpoints):
+        model, tokenizer = load_checkpoint(path, device=args.device)
+        blocks = text_blocks(tokenizer, args.blocks, model.config.max_seq_len, args.data)
+        label = args.labels[i] if args.labels else f"{type(model.interface).__name__} ({Path(path).name})"
+        if args.analysis == "probe":
+            results[label] = identity_probe(model.decoder, blocks)
+        else:
+            results[label] = layer_ablation(model.decoder, blocks, args.mode)
+        results[label]["checkpoint"] = str(path)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{args.analysis}.json").write_text(json.dumps(results, indent=2) + "\n")
+    (plot_probe if args.analysis == "probe" else plot_ablation)(results, str(out / f"{args.analysis}.png"))
+    print(f"wrote {out / f'{args.analysis}.json'} and {out / f'{args.analysis}.png'}")
+    return 0
