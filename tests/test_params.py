@@ -90,3 +90,13 @@ def test_model_summary_callback_table_shows_trainable_frozen_and_fixed():
     norm_row = next(line for line in text.splitlines() if " norm " in line)
     assert norm_row.split("│")[3].strip() == "0" and norm_row.split("│")[4].strip() == "32"  # trainable, frozen
     assert "81" in next(line for line in text.splitlines() if "interface" in line)  # 9 x 9 GF(2) matrix
+
+
+@pytest.mark.parametrize(
+    ("config", "interface_trainable"),
+    [("lowrank_learned", 8192 * 13), ("norm_matched_learned", 8192 * 192), ("random_full", 0), ("permuted", 0)],
+)
+def test_controls_report_their_trainable_parameters(config, interface_trainable):
+    _, report, control = reports(str(ROOT / "experiments" / "beyond" / f"{config}.yaml"))
+    assert report.interface_trainable == interface_trainable
+    assert control.total - report.total == 8192 * 192 - interface_trainable
