@@ -198,6 +198,12 @@ class FixedEmbedLM(TemplateLM):
         return totals
 
     def generate_until(self, requests: list, disable_tqdm: bool = False) -> list[str]:
+        if self.world_size > 1 and any(hasattr(p, "to_local") for p in self.module.parameters()):
+            # Ranks stop generating at different steps, so their FSDP all-gathers would not pair up.
+            raise NotImplementedError(
+                "generate_until on a sharded (FSDP) model across ranks is not supported: score generation "
+                "tasks with fixed-embed eval on the (consolidated) checkpoint"
+            )
         jobs = []
         for context, gen_kwargs in (req.args for req in requests):
             kwargs = dict(gen_kwargs or {})
