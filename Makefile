@@ -11,9 +11,10 @@ ARGS      ?=
 
 DATA      ?=
 TOKENIZER ?=
-# The variant's config first: later flags override it.
-fit = $(BIN)/fixed-embed fit --config experiments/paper/$(1).yaml --trainer.devices=$(GPUS) \
-	--trainer.num_nodes=$(NODES) --trainer.strategy=$(STRATEGY) \
+# The variant's config first, then the strategy's: later flags override both.
+# STRATEGY names a file of experiments/strategies/ (ddp, fsdp).
+fit = $(BIN)/fixed-embed fit --config experiments/paper/$(1).yaml --config experiments/strategies/$(STRATEGY).yaml \
+	--trainer.devices=$(GPUS) --trainer.num_nodes=$(NODES) \
 	$(if $(DATA),--data.train=$(DATA)) $(if $(TOKENIZER),--data.tokenizer=$(TOKENIZER)) $(ARGS)
 
 .PHONY: help install test lint bench bench-core bench-data bench-loop bench-eval bench-gpu demo controls sweep-recodings tensorboard fit-learned fit-binary16 fit-gf2

@@ -94,3 +94,16 @@ def test_cli_fit_subprocess_writes_checkpoint_and_tensorboard(tmp_path, corpus):
     losses = [e.value for e in events.Scalars("train/loss")]
     assert len(losses) == 4 and all(torch.isfinite(torch.tensor(losses)))
     assert "val/loss" in events.Tags()["scalars"] and "train/lr" in events.Tags()["scalars"]
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_paper_config_composes_with_each_strategy(strategy):
+    result = subprocess.run(
+        [sys.executable, "-m", "fixed_embed", "fit", "--config", str(ROOT / "experiments/paper/gf2.yaml"),
+         "--config", str(ROOT / f"experiments/strategies/{strategy}.yaml"), "--print_config"],
+        capture_output=True, text=True, cwd=ROOT,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    expected = {"ddp": "DDPStrategy", "fsdp": "FSDP2Strategy"}[strategy]
+    assert expected in result.stdout and "GF2CodeInput" in result.stdout
+    assert ("precision: 32-true" in result.stdout) == (strategy == "fsdp")
