@@ -71,6 +71,7 @@ def plot_ablation(results: dict[str, dict], path: str) -> None:
     for j, (label, result) in enumerate(results.items()):
         xs = [row["block"] + j * width for row in result["blocks"]]
         ax.bar(xs, [row["increase"] for row in result["blocks"]], width=width, label=label)
+    ax.set_xticks([row["block"] for row in next(iter(results.values()))["blocks"]])
     ax.set_xlabel("ablated block")
     ax.set_ylabel("validation loss increase (nats/token)")
     ax.set_title(f"{next(iter(results.values()))['mode']}-ablation of one block at a time")

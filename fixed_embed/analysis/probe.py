@@ -100,6 +100,7 @@ def plot_probe(results: dict[str, dict], path: str) -> None:
         ax.set_title(title)
         ax.set_xlabel("layer (0 = input)")
         ax.set_ylim(0, 1.02)
+        ax.set_xticks(depth)
         ax.grid(alpha=0.3)
     axes[1].legend()
     fig.suptitle("Linear identity probes on held-out tokens")
