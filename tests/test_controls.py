@@ -110,3 +110,12 @@ def test_tiny_fit(tmp_path, corpus, cls, options, trainable):
     recorder, model = fit_tiny(tmp_path, corpus, 2, max_steps=2, interface=partial(cls, **options))
     assert all(math.isfinite(loss) for loss in recorder.losses)
     assert model.hparams["interface"]["class_path"].endswith(cls.__name__)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("cls", "options", "trainable"), CONTROLS, ids=lambda x: getattr(x, "__name__", str(x)))
+def test_contracts_on_gpu(cls, options, trainable):
+    interface = cls(V, D, **options)
+    cpu = interface(IDS()[None])
+    gpu = interface.to("cuda")(IDS()[None].cuda())
+    assert gpu.device.type == "cuda" and torch.allclose(gpu.cpu(), cpu, atol=1e-6)
