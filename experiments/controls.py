@@ -15,10 +15,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--logs", default="logs/controls")
     parser.add_argument("--out", default=str(ROOT / "docs" / "results" / "controls"))
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1234], help="training seeds (1234: the configs')")
+    parser.add_argument("--only", nargs="+", help="run only these names (e.g. tiny/learned beyond/random_full)")
     parser.add_argument("extra", nargs="*", help="extra fixed-embed fit arguments for every run")
     args = parser.parse_args()
-    plan = tiny_variants(args.extra)
-    plan += [(f"beyond/{p.stem}", p, args.extra) for p in sorted((ROOT / "experiments" / "beyond").glob("*.yaml"))]
+    base = tiny_variants(args.extra)
+    base += [(f"beyond/{p.stem}", p, args.extra) for p in sorted((ROOT / "experiments" / "beyond").glob("*.yaml"))]
+    plan = []
+    for seed in args.seeds:  # seed 1234 keeps the plain names, so earlier result files stay valid
+        suffix, flags = ("", []) if seed == 1234 else (f"-seed{seed}", [f"--seed_everything={seed}"])
+        plan += [(name + suffix, config, [*extra, *flags]) for name, config, extra in base
+                 if not args.only or name in args.only]  # fmt: skip
     run_all(plan, args.logs, "Controls at tiny scale (CPU, offline corpus, 300 updates of 8 x 256)", args.out)
 
 
