@@ -76,11 +76,13 @@ def run_all(plan: list[tuple[str, Path, list[str]]], logs: str, title: str, out:
     done = {}
     if out and Path(f"{out}.json").is_file():
         done = {row["name"]: row for row in json.loads(Path(f"{out}.json").read_text())["runs"]}
+    planned = {name for name, _, _ in plan}
+    kept = [row for name, row in done.items() if name not in planned]  # earlier runs outside this plan stay
     rows = []
     for name, config, extra in plan:
         rows.append(done.get(name) or run(name, config, logs, extra))
         if out:
-            _write(rows, title, out)
+            _write(kept + rows, title, out)
     Console(width=150).print(table(rows, title))
     return rows
 
