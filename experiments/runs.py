@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import statistics
 import subprocess
 import sys
 import time
@@ -64,6 +66,7 @@ def run(name: str, config: Path, logs: str, extra: list[str]) -> dict:
         "tokens_per_sec": tokens_seen(run_dir) / seconds,
         "wall_seconds": seconds,
         "logs": str(run_dir),
+        "commit": _git_commit(),
     }
 
 
@@ -97,14 +100,40 @@ def table(rows: list[dict], title: str) -> Table:
     return result
 
 
-def _write(rows: list[dict], title: str, out: str) -> None:
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+def _git_commit() -> str:
+    return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+
+
+def _write(rows: list[dict], title: str, out: str, commit: str | None = None) -> None:
+    commit = commit or _git_commit()
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(f"{out}.json").write_text(json.dumps({"title": title, "commit": commit, "runs": rows}, indent=2) + "\n")
-    lines = [f"# {title}", "", f"commit `{commit}`; one `fixed-embed fit` per row (`extra` = its flags).", "",
+    note = "one `fixed-embed fit` per row; the JSON has each row's flags (`extra`) and, since added, its commit"
+    lines = [f"# {title}", "", f"commit `{commit}`; {note}.", "",
              "| run | trainable params | final val loss | val ppl | tokens/s | wall (min) |",
              "|---|---:|---:|---:|---:|---:|"]  # fmt: skip
     for r in rows:
         lines.append(f"| {r['name']} | {r['trainable_params']:,} | {r['val_loss']:.3f} | {r['val_ppl']:.1f} | "
                      f"{r['tokens_per_sec']:,.0f} | {r['wall_seconds'] / 60:.1f} |")  # fmt: skip
+    groups = seed_groups(rows)
+    if any(len(losses) > 1 for losses in groups.values()):
+        lines += ["", "Over training seeds (runs named `NAME` and `NAME-seedS`): mean ± sample sd.", "",
+                  "| run | seeds | val loss mean | sd | min | max |", "|---|---:|---:|---:|---:|---:|"]  # fmt: skip
+        for name, losses in groups.items():
+            sd = statistics.stdev(losses) if len(losses) > 1 else float("nan")
+            lines.append(f"| {name} | {len(losses)} | {statistics.mean(losses):.3f} | {sd:.3f} | "
+                         f"{min(losses):.3f} | {max(losses):.3f} |")  # fmt: skip
     Path(f"{out}.md").write_text("\n".join(lines) + "\n")
+
+
+def seed_groups(rows: list[dict]) -> dict[str, list[float]]:
+    """Final validation losses grouped by run name without its ``-seedS`` suffix."""
+    groups: dict[str, list[float]] = {}
+    for r in rows:
+        groups.setdefault(re.sub(r"-seed\d+$", "", r["name"]), []).append(r["val_loss"])
+    return groups
+
+
+if __name__ == "__main__":  # re-render OUT.md from OUT.json: python experiments/runs.py OUT
+    data = json.loads(Path(f"{sys.argv[1]}.json").read_text())
+    _write(data["runs"], data["title"], sys.argv[1], commit=data["commit"])
