@@ -70,7 +70,7 @@ class FixedEmbedLM(TemplateLM):
         module: LanguageModel | None = None,
         tokenizer_object: Tokenizer | None = None,
         distributed: bool = False,
-        **unused: Any,  # lm-eval passes e.g. max_batch_size to every model
+        max_batch_size: int | None = None,  # lm-eval passes it to every model; batches here are fixed
     ) -> None:
         super().__init__()
         if (checkpoint is None) == (module is None):

@@ -150,6 +150,8 @@ def test_bad_inputs_are_clear_errors(tmp_path, checkpoint):
         load_checkpoint(tmp_path / "other.ckpt")
     with pytest.raises(ValueError, match="not a sharded checkpoint"):
         load_checkpoint(tmp_path)
+    with pytest.raises(TypeError, match="dtyp"):  # a misspelt model_arg is not silently dropped
+        FixedEmbedLM(str(checkpoint), device="cpu", dtyp="bfloat16")
     lm = FixedEmbedLM(str(checkpoint), device="cpu")
     with pytest.raises(ValueError, match=r"lm-eval knows no task \['no_such_task_xyz'\]"):
         run_suite(lm, [__import__("fixed_embed.suite").suite.Column("no_such_task_xyz", "acc")])

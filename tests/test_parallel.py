@@ -56,7 +56,9 @@ def test_an_orphaned_shard_folder_never_shadows_last(tmp_path):
     from lightning.pytorch.callbacks import ModelCheckpoint
 
     # A save killed mid-write leaves a hidden folder; "last" lookups must not see it.
-    (tmp_path / ".shards-7-123").mkdir()
+    from fixed_embed.fsdp import _SHARDS_PREFIX
+
+    (tmp_path / f"{_SHARDS_PREFIX}7-123").mkdir()
     (tmp_path / "last.ckpt").write_text("")
     found = ModelCheckpoint(dirpath=tmp_path)._find_last_checkpoints(trainer=None)
     assert {Path(p).name for p in found} == {"last.ckpt"}
