@@ -56,7 +56,12 @@ OFFLINE = [
     Column("fixed_embed_docs_ppl", "word_perplexity", label="docs word ppl", percent=False),
     Column("fixed_embed_docs_ppl", "bits_per_byte", label="docs bits/byte", percent=False),
 ]
-SUITES: dict[str, list[Column]] = {"paper": PAPER, "offline": OFFLINE}
+STUDY = [  # what `make study` can score offline on local files
+    Column("gutenberg_word_order", "acc", label="books word order"),
+    Column("gutenberg_ppl", "bits_per_byte", label="books bits/byte", percent=False),
+    Column("wikitext2_local", "word_perplexity", label="WikiText-2 valid word ppl", percent=False),
+]
+SUITES: dict[str, list[Column]] = {"paper": PAPER, "offline": OFFLINE, "study": STUDY}
 
 
 def columns_for(suite: str | None, tasks: Sequence[str] = (), fewshot: int = 0) -> list[Column]:

@@ -8,12 +8,14 @@ from pathlib import Path
 from rich.console import Console
 from rich.markdown import Markdown
 
+from fixed_embed.suite import SUITES
+
 
 def run(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="fixed-embed eval", description=__doc__)
     parser.add_argument("checkpoint", nargs="?", help="a LanguageModel .ckpt")
     parser.add_argument("--hf", metavar="MODEL", help="score a transformers model instead (hub id or folder)")
-    parser.add_argument("--suite", choices=["paper", "offline"], help="default: paper, unless --tasks is given")
+    parser.add_argument("--suite", choices=sorted(SUITES), help="default: paper, unless --tasks is given")
     parser.add_argument("--tasks", help="comma-separated lm-eval task names instead of a suite")
     parser.add_argument("--num-fewshot", type=int, default=0, help="shots for --tasks (suites fix their own)")
     parser.add_argument("--limit", type=float, help="examples per task (an int), or a fraction below 1")

@@ -18,7 +18,7 @@ import sysconfig
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["cache_root", "default_corpus"]
+__all__ = ["cache_root", "default_corpus", "shared_data_root"]
 
 VALID_PER_MILLE = 50
 _SKIP_DIRS = {"test", "tests", "idlelib", "site-packages", "dist-packages", "__pycache__", "lib2to3", "turtledemo"}
@@ -29,6 +29,13 @@ def cache_root() -> Path:
     if "FIXED_EMBED_CACHE" in os.environ:
         return Path(os.environ["FIXED_EMBED_CACHE"])
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "fixed-embed"
+
+
+def shared_data_root() -> Path:
+    """Local datasets (gutenberg-prose, wikitext-2, ...): ``$FIXED_EMBED_DATA``, else ``../shared/data`` beside the checkout."""
+    if "FIXED_EMBED_DATA" in os.environ:
+        return Path(os.environ["FIXED_EMBED_DATA"])
+    return Path(__file__).resolve().parents[3] / "shared" / "data"
 
 
 def _documents() -> Iterator[tuple[str, str]]:

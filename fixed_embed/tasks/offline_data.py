@@ -1,4 +1,9 @@
-"""Datasets of the offline tasks (see ``__init__``), from the default corpus's validation split."""
+"""Datasets of the offline tasks (see ``__init__``): held-out documents of the default corpus or local files.
+
+A task YAML picks its documents with ``dataset_kwargs: {path: ...}``: a ``.jsonl`` (one document per
+line, in ``text``) or WikiText's ``.tokens`` format, relative to ``shared_data_root()``. Without a
+path, the default corpus's validation split is used.
+"""
 
 from __future__ import annotations
 
@@ -9,20 +14,43 @@ from typing import Any
 
 from datasets import Dataset
 
-from fixed_embed.data.corpus import default_corpus
+from fixed_embed.data.corpus import default_corpus, shared_data_root
 
 SEED = 20261130
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
+_WIKITEXT_TITLE = re.compile(r"^ = [^=].* = $")
 
 
-def _documents() -> list[str]:
-    with open(default_corpus() / "valid.jsonl") as f:
+def _documents(path: str | None = None) -> list[str]:
+    if path is None:
+        file = default_corpus() / "valid.jsonl"
+    else:
+        file = shared_data_root() / path
+        if not file.is_file():
+            raise FileNotFoundError(
+                f"offline task data {file} not found; set FIXED_EMBED_DATA to the folder holding {path}"
+            )
+    if file.suffix == ".tokens":
+        return _wikitext_articles(file.read_text(encoding="utf-8"))
+    with open(file, encoding="utf-8") as f:
         return [json.loads(line)["text"] for line in f]
 
 
-def _sentences() -> list[str]:
+def _wikitext_articles(text: str) -> list[str]:
+    """WikiText's articles, split at their top-level `` = Title = `` lines and detokenized like lm-eval's."""
+    from lm_eval.tasks.wikitext.preprocess_wikitext import wikitext_detokenizer
+
+    articles: list[list[str]] = []
+    for line in text.splitlines(keepends=True):
+        if _WIKITEXT_TITLE.match(line.rstrip("\n")) or not articles:
+            articles.append([])
+        articles[-1].append(line)
+    return [wikitext_detokenizer({"page": "".join(lines)}) for lines in articles if "".join(lines).strip()]
+
+
+def _sentences(path: str | None) -> list[str]:
     out = []
-    for text in _documents():
+    for text in _documents(path):
         for sentence in _SENTENCE.split(" ".join(text.split())):
             words = sentence.split()
             if 10 <= len(words) <= 30 and sentence[:1].isupper() and not any(c in sentence for c in "|>{}"):
@@ -30,9 +58,9 @@ def _sentences() -> list[str]:
     return out
 
 
-def word_order(n_items: int = 200, **_: Any) -> dict[str, Dataset]:
+def word_order(n_items: int = 200, path: str | None = None, **_: Any) -> dict[str, Dataset]:
     rng = random.Random(SEED)
-    sentences = _sentences()
+    sentences = _sentences(path)
     rng.shuffle(sentences)
     rows = []
     for sentence in sentences:
@@ -55,6 +83,7 @@ def word_order(n_items: int = 200, **_: Any) -> dict[str, Dataset]:
     return {"test": Dataset.from_list(rows)}
 
 
-def docs_ppl(n_docs: int = 20, max_chars: int = 4000, **_: Any) -> dict[str, Dataset]:
-    docs = [text[:max_chars] for text in _documents() if len(text) >= 500][:n_docs]
+def docs_ppl(n_docs: int | None = 20, max_chars: int | None = 4000, path: str | None = None, **_: Any) -> dict[str, Dataset]:
+    """The first ``n_docs`` documents of at least 500 characters, each cut to ``max_chars`` (None: all, whole)."""
+    docs = [text[:max_chars] for text in _documents(path) if len(text) >= 500][:n_docs]
     return {"test": Dataset.from_list([{"text": text} for text in docs])}
