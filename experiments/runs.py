@@ -109,8 +109,8 @@ def run(name: str, config: Configs, logs: str, extra: list[str], threads: int | 
 def evaluate_run(run_dir: Path, name: str, suite: str, env: dict[str, str]) -> dict:
     """Score ``run_dir``'s last checkpoint on ``suite``; its ``{column key: {value, stderr}}``."""
     out = run_dir / "eval"
-    args = [sys.executable, "-m", "fixed_embed", "eval", str(run_dir / "checkpoints" / "last.ckpt"),
-            "--suite", suite, "--device", "cpu", "--batch-size", "32", "--name", name, "--output", str(out)]  # fmt: skip
+    args = [sys.executable, "-m", "fixed_embed", "eval", str(run_dir / "checkpoints" / "last.ckpt"), "--suite", suite,
+            "--device", "cpu", "--batch-size", "32", "--name", name, "--output", str(out)]  # fmt: skip
     subprocess.run(args, check=True, cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
     return json.loads((out / "results.json").read_text())["scores"]
 
@@ -129,24 +129,31 @@ def run_all(plan: list[tuple[str, Configs, list[str]]], logs: str, title: str, o
     planned = {name for name, _, _ in plan}
     kept = [row for name, row in done.items() if name not in planned]  # earlier runs outside this plan stay
     rows: dict[str, dict] = {name: done[name] for name, _, _ in plan if name in done}
-    lock = threading.Lock()
+    for name, _, extra in plan:  # a finished row stands in for a run only if it ran the same flags
+        if name in rows and rows[name].get("extra", extra) != extra:
+            raise ValueError(
+                f"{out}.json already has a run {name!r} with flags {rows[name]['extra']}, not {extra}; "
+                "write to another --out (or remove that row to re-run it)"
+            )
+    lock, failed = threading.Lock(), threading.Event()
     threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
 
     def one(name: str, config: Configs, extra: list[str]) -> None:
-        row = run(name, config, logs, extra, threads=threads, evaluate=evaluate)
+        if failed.is_set():  # a failure stops the sweep: runs not yet started are dropped
+            return
+        try:
+            row = run(name, config, logs, extra, threads=threads, evaluate=evaluate)
+        except BaseException:
+            failed.set()
+            raise
         with lock:
             rows[name] = row
             if out:
                 _write(kept + [rows[n] for n, _, _ in plan if n in rows], title, out)
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = [pool.submit(one, *step) for step in plan if step[0] not in rows]
-        try:
-            for future in futures:
-                future.result()
-        except BaseException:
-            pool.shutdown(cancel_futures=True)  # a failure stops the sweep: queued runs are dropped
-            raise
+        for future in [pool.submit(one, *step) for step in plan if step[0] not in rows]:
+            future.result()  # re-raises a run's failure (runs already going finish and are written)
     ordered = [rows[name] for name, _, _ in plan]
     Console(width=150).print(table(ordered, title))
     return ordered

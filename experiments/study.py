@@ -36,8 +36,8 @@ def plan(parts: list[str], seeds: list[int], code_seeds: list[int], code_seed_pa
                               [f"--seed_everything={seed}"]))  # fmt: skip
         if part in code_seed_parts:  # other GF(2) matrices, at the first training seed
             for code in code_seeds:
-                steps.append((f"{part}/gf2-code{code}-seed{seeds[0]}", (STUDY / "gf2.yaml", *PARTS[part]),
-                              [f"--seed_everything={seeds[0]}", f"--model.interface.init_args.code_seed={code}"]))  # fmt: skip
+                flags = [f"--seed_everything={seeds[0]}", f"--model.interface.init_args.code_seed={code}"]
+                steps.append((f"{part}/gf2-code{code}-seed{seeds[0]}", (STUDY / "gf2.yaml", *PARTS[part]), flags))
     return steps
 
 
@@ -55,8 +55,8 @@ def main() -> None:
     args = parser.parse_args()
     runs_file = f"{args.out}-runs"
     if not args.render:
-        steps = [(name, configs, [*flags, *args.extra])
-                 for name, configs, flags in plan(args.parts, args.seeds, args.code_seeds, args.code_seed_parts)]  # fmt: skip
+        planned = plan(args.parts, args.seeds, args.code_seeds, args.code_seed_parts)
+        steps = [(name, configs, [*flags, *args.extra]) for name, configs, flags in planned]
         title = "Study: learned vs binary16 vs gf2 on gutenberg-prose (CPU), one row per run"
         run_all(steps, args.logs, title, runs_file, jobs=args.jobs, evaluate="study")
     from study_report import render

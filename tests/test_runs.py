@@ -29,10 +29,60 @@ def test_a_partial_plan_keeps_earlier_rows_and_skips_finished_runs(tmp_path, mon
     out = str(tmp_path / "out")
     runs._write([row("a", 1.0), row("b", 2.0)], "T", out, commit="abc")
     ran = []
-    monkeypatch.setattr(runs, "run", lambda name, *args: ran.append(name) or row(name, 3.0))
+    monkeypatch.setattr(runs, "run", lambda name, *args, **kwargs: ran.append(name) or row(name, 3.0))
     monkeypatch.setattr(runs, "_git_commit", lambda: "def")
     runs.run_all([("b", Path("c.yaml"), []), ("c", Path("c.yaml"), [])], "logs", "T", out)
     assert ran == ["c"]  # b was finished
     assert [r["name"] for r in json.loads(Path(f"{out}.json").read_text())["runs"]] == ["a", "b", "c"]
     with pytest.raises(KeyError):
         runs.seed_groups([{"name": "x"}])
+
+
+def test_parallel_jobs_keep_the_plan_order_and_split_the_cores(tmp_path, monkeypatch):
+    import threading
+    import time
+
+    out, seen = str(tmp_path / "out"), {}
+    barrier = threading.Barrier(2, timeout=10)
+
+    def fake(name, config, logs, extra, threads=None, evaluate=None):
+        if name in ("a", "b"):
+            barrier.wait()  # both started before either finished: two at once
+        time.sleep(0.05 if name == "a" else 0)
+        seen[name] = (threads, evaluate)
+        return row(name, 1.0)
+
+    monkeypatch.setattr(runs, "run", fake)
+    monkeypatch.setattr(runs.os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(runs, "_git_commit", lambda: "abc")
+    plan = [(n, Path("c.yaml"), []) for n in ("a", "b", "c")]
+    rows = runs.run_all(plan, "logs", "T", out, jobs=2, evaluate="study")
+    assert [r["name"] for r in rows] == ["a", "b", "c"]
+    assert [r["name"] for r in json.loads(Path(f"{out}.json").read_text())["runs"]] == ["a", "b", "c"]
+    assert seen == {"a": (2, "study"), "b": (2, "study"), "c": (2, "study")}
+
+
+def test_a_failed_run_stops_the_sweep_and_keeps_finished_rows(tmp_path, monkeypatch):
+    out, ran = str(tmp_path / "out"), []
+
+    def fake(name, *args, **kwargs):
+        ran.append(name)
+        if name == "b":
+            raise RuntimeError("fit failed")
+        return row(name, 1.0)
+
+    monkeypatch.setattr(runs, "run", fake)
+    monkeypatch.setattr(runs, "_git_commit", lambda: "abc")
+    plan = [(n, Path("c.yaml"), []) for n in ("a", "b", "c", "d")]
+    with pytest.raises(RuntimeError, match="fit failed"):
+        runs.run_all(plan, "logs", "T", out, jobs=1)
+    assert ran == ["a", "b"]
+    assert [r["name"] for r in json.loads(Path(f"{out}.json").read_text())["runs"]] == ["a"]
+
+
+def test_a_finished_row_with_other_flags_is_refused_not_reused(tmp_path, monkeypatch):
+    out = str(tmp_path / "out")
+    runs._write([row("a", 1.0)], "T", out, commit="abc")
+    monkeypatch.setattr(runs, "run", lambda *args, **kwargs: pytest.fail("nothing may run"))
+    with pytest.raises(ValueError, match=r"already has a run 'a' with flags \[\], not \['--data.train=x'\]"):
+        runs.run_all([("a", Path("c.yaml"), ["--data.train=x"])], "logs", "T", out)

@@ -32,7 +32,7 @@ def cache_root() -> Path:
 
 
 def shared_data_root() -> Path:
-    """Local datasets (gutenberg-prose, wikitext-2, ...): ``$FIXED_EMBED_DATA``, else ``../shared/data`` beside the checkout."""
+    """Local datasets (gutenberg-prose, ...): ``$FIXED_EMBED_DATA``, else ``../shared/data`` from the checkout."""
     if "FIXED_EMBED_DATA" in os.environ:
         return Path(os.environ["FIXED_EMBED_DATA"])
     return Path(__file__).resolve().parents[3] / "shared" / "data"

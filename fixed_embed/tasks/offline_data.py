@@ -83,7 +83,9 @@ def word_order(n_items: int = 200, path: str | None = None, **_: Any) -> dict[st
     return {"test": Dataset.from_list(rows)}
 
 
-def docs_ppl(n_docs: int | None = 20, max_chars: int | None = 4000, path: str | None = None, **_: Any) -> dict[str, Dataset]:
+def docs_ppl(
+    n_docs: int | None = 20, max_chars: int | None = 4000, path: str | None = None, **_: Any
+) -> dict[str, Dataset]:
     """The first ``n_docs`` documents of at least 500 characters, each cut to ``max_chars`` (None: all, whole)."""
     docs = [text[:max_chars] for text in _documents(path) if len(text) >= 500][:n_docs]
     return {"test": Dataset.from_list([{"text": text} for text in docs])}
