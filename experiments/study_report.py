@@ -140,7 +140,7 @@ def recoding_table(rows: list[dict], part: str) -> list[str]:
     return lines
 
 
-def plot_curves(rows: list[dict], tag: str, ylabel: str, path: Path, parts: list[str]) -> None:
+def plot_curves(rows: list[dict], tag: str, ylabel: str, path: Path, parts: list[str], log: bool = False) -> None:
     figure, axes = plt.subplots(1, len(parts), figsize=(6.5 * len(parts), 4.2), squeeze=False)
     for axis, part in zip(axes[0], parts, strict=True):
         labelled = set()
@@ -158,6 +158,8 @@ def plot_curves(rows: list[dict], tag: str, ylabel: str, path: Path, parts: list
             labelled.add(label)
         axis.set_title(part + ": " + PART_TITLES.get(part, ""), fontsize=9)
         axis.set_xlabel("optimizer update")
+        if log:  # input norms: learned tables sit ~25x below the codes
+            axis.set_yscale("log")
         axis.set_ylabel(ylabel)
         axis.grid(alpha=0.3)
         axis.legend(fontsize=8)
@@ -193,9 +195,9 @@ def render(data: dict, out: Path) -> None:
             lines += [*recodings, ""]
     plots = [("val/loss", "validation loss (nats/token)", "val-loss"),
              ("train/loss", "training loss (nats/token)", "loss"),
-             ("input/norm_mean", "mean input-vector norm", "input-norm")]  # fmt: skip
+             ("input/norm_mean", "mean input-vector norm over a batch (log scale)", "input-norm")]  # fmt: skip
     for tag, ylabel, suffix in plots:
-        plot_curves(rows, tag, ylabel, out.parent / f"{stem}-{suffix}.png", parts)
+        plot_curves(rows, tag, ylabel, out.parent / f"{stem}-{suffix}.png", parts, log=tag.startswith("input/"))
         lines.append(f"![{ylabel}]({stem}-{suffix}.png)")
     out.parent.mkdir(parents=True, exist_ok=True)
     Path(f"{out}.md").write_text("\n".join(lines) + "\n")
