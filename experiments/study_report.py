@@ -82,19 +82,32 @@ def parameter_split(row: dict) -> tuple[int, int, int]:
     return report.interface_trainable, report.backbone, report.head
 
 
-def ranking(by_variant: dict[str, list[float]]) -> list[str]:
-    """Plain statements: each fixed code against the learned table, and gf2 against binary16."""
+def ranking(by_variant: dict[str, dict[int, float]]) -> list[str]:
+    """Plain statements: each fixed code against the learned table, and gf2 against binary16.
+
+    ``by_variant`` maps a variant to its final loss per training seed. Besides the unpaired
+    comparison, runs of the same training seed are paired: they saw the same batches in the same
+    order, and binary16 and gf2 (no trainable interface) even start from the same weights.
+    """
     lines = []
     for a, b in (("learned", "binary16"), ("learned", "gf2"), ("binary16", "gf2")):
-        if len(by_variant.get(a, [])) < 2 or len(by_variant.get(b, [])) < 2:
+        if len(by_variant.get(a, {})) < 2 or len(by_variant.get(b, {})) < 2:
             continue
-        xa, xb = by_variant[a], by_variant[b]
+        xa, xb = list(by_variant[a].values()), list(by_variant[b].values())
         diff = statistics.mean(xb) - statistics.mean(xa)
         se = math.sqrt(statistics.variance(xa) / len(xa) + statistics.variance(xb) / len(xb))
         apart = max(xa) < min(xb) or max(xb) < min(xa)
         verdict = "the seed ranges do not overlap" if apart else "the seed ranges overlap"
-        lines.append(f"- {b} − {a}: {diff:+.3f} nats (standard error of the difference {se:.3f}, "
-                     f"{abs(diff) / se if se else float('inf'):.1f} of them); {verdict}.")  # fmt: skip
+        line = (f"- {b} − {a}: {diff:+.3f} nats (standard error of the difference {se:.3f}, "
+                f"{abs(diff) / se if se else float('inf'):.1f} of them); {verdict}.")  # fmt: skip
+        seeds = sorted(set(by_variant[a]) & set(by_variant[b]))
+        if len(seeds) >= 2:
+            paired = [by_variant[b][s] - by_variant[a][s] for s in seeds]
+            one_sign = all(d > 0 for d in paired) or all(d < 0 for d in paired)
+            signs = "the same sign for every seed" if one_sign else "signs differ between seeds"
+            line += (f" Paired by training seed: {', '.join(f'{d:+.3f}' for d in paired)} "
+                     f"(mean {statistics.mean(paired):+.3f} ± {statistics.stdev(paired):.3f}; {signs}).")  # fmt: skip
+        lines.append(line)
     return lines
 
 
@@ -187,7 +200,7 @@ def render(data: dict, out: Path) -> None:
                   + "; gf2 with the paper's code seed 12345. Accuracy and perplexities are lm-eval on "
                   "the final checkpoint.", ""]  # fmt: skip
         lines += [*part_table(part, by_variant), ""]
-        statements = ranking({v: [r["val_loss"] for r in rs] for v, rs in by_variant.items()})
+        statements = ranking({v: {parse(r)["seed"]: r["val_loss"] for r in rs} for v, rs in by_variant.items()})
         if statements:
             lines += ["Validation loss, pairwise:", "", *statements, ""]
         recodings = recoding_table(rows, part)

@@ -118,6 +118,8 @@ def test_the_report_summarises_seeds_recodings_and_draws_the_curves(tmp_path):
     se = math.sqrt(0.01 / 3 + 0.01 / 3)
     assert f"- binary16 − learned: +1.000 nats (standard error of the difference {se:.3f}" in text
     assert "the seed ranges do not overlap" in text and "gf2 − binary16: +0.050" in text
+    assert "Paired by training seed: +0.050, +0.000, +0.100 (mean +0.050 ± 0.050; signs differ between seeds)." in text
+    assert "seed: +1.000, +1.000, +1.000 (mean +1.000 ± 0.000; the same sign for every seed)." in text
     assert "| 12345 (paper) | 6.050 |" in text and "| 1 | 6.200 | 70.0 |" in text
     assert f"sd {statistics.stdev([6.05, 6.2, 6.4]):.3f}" in text
     for suffix in ("val-loss", "loss", "input-norm"):
