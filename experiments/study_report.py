@@ -206,6 +206,23 @@ def render(data: dict, out: Path) -> None:
         recodings = recoding_table(rows, part)
         if recodings:
             lines += [*recodings, ""]
+    lines += [
+        "## Commands",
+        "",
+        "```bash",
+        "make study                              # = python experiments/study.py: the runs below, then this file",
+        "python experiments/study.py --render    # redraw this file and the plots from study-runs.json",
+        "# each run (plus --trainer.logger.init_args.save_dir=logs/study --trainer.logger.init_args.name=RUN):",
+    ]
+    for row in rows:
+        configs = " ".join(f"--config {c}" for c in row["config"].split(" + "))
+        lines.append(f"fixed-embed fit {configs} {' '.join(row['extra'])}".rstrip())
+    lines += [
+        "# then, on each run's final checkpoint:",
+        "fixed-embed eval RUN/checkpoints/last.ckpt --suite study --device cpu --batch-size 32",
+        "```",
+        "",
+    ]
     plots = [("val/loss", "validation loss (nats/token)", "val-loss"),
              ("train/loss", "training loss (nats/token)", "loss"),
              ("input/norm_mean", "mean input-vector norm over a batch (log scale)", "input-norm")]  # fmt: skip

@@ -96,7 +96,7 @@ def test_the_smollm2_delta_composes_with_every_variant():
 
 def _row(name, loss, acc):
     variant = study_report.parse({"name": name})["variant"]
-    return {"name": name, "config": f"experiments/study/{variant}.yaml", "commit": "0123456789abcdef",
+    return {"name": name, "config": f"experiments/study/{variant}.yaml", "commit": "0123456789abcdef", "extra": [],
             "val_loss": loss, "wall_seconds": 600.0, "trainable_params": 1,
             "scores": {"gutenberg_word_order|acc|0": {"value": acc, "stderr": 0.03}},
             "curves": {"val/loss": [[99, loss + 1], [399, loss]], "train/loss": [[9, 9.0], [399, loss]],
@@ -122,6 +122,7 @@ def test_the_report_summarises_seeds_recodings_and_draws_the_curves(tmp_path):
     assert "seed: +1.000, +1.000, +1.000 (mean +1.000 ± 0.000; the same sign for every seed)." in text
     assert "| 12345 (paper) | 6.050 |" in text and "| 1 | 6.200 | 70.0 |" in text
     assert f"sd {statistics.stdev([6.05, 6.2, 6.4]):.3f}" in text
+    assert "\nfixed-embed fit --config experiments/study/binary16.yaml\n" in text
     for suffix in ("val-loss", "loss", "input-norm"):
         assert (tmp_path / f"study-{suffix}.png").stat().st_size > 10_000
 
