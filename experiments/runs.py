@@ -35,10 +35,6 @@ ROOT = Path(__file__).resolve().parents[1]
 CURVES = ("train/loss", "val/loss", "input/norm_mean", "perf/tokens_per_sec")  # kept in each row, for plots
 
 
-def last_scalar(run_dir: Path, tag: str) -> float:
-    return curves(run_dir, (tag,))[tag][-1][1]
-
-
 def curves(run_dir: Path, tags: Sequence[str] = CURVES) -> dict[str, list[list[float]]]:
     """``{tag: [[step, value], ...]}`` for the tags the run logged."""
     events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
@@ -57,6 +53,16 @@ def tokens_seen(run_dir: Path) -> int:
 Configs = Path | Sequence[Path]  # one experiment file, or several merged in order (a variant, then deltas)
 
 
+def merged_config(configs: Sequence[str | Path]) -> dict:
+    """The experiment that ``--config A --config B ...`` gives: each file (with its bases) merged in order."""
+    from fixed_embed.config import deep_merge, load_experiment
+
+    merged: dict = {}
+    for path in configs:
+        merged = deep_merge(merged, load_experiment(path))
+    return merged
+
+
 def run(name: str, config: Configs, logs: str, extra: list[str], threads: int | None = None,
         evaluate: str | None = None) -> dict:  # fmt: skip
     """Fit ``config`` (plus ``extra`` flags) with its logs under ``logs/<name>``; return its row.
@@ -65,7 +71,6 @@ def run(name: str, config: Configs, logs: str, extra: list[str], threads: int | 
     checkpoint with (``fixed-embed eval``, results under the run's ``eval/`` folder).
     """
     from fixed_embed.cli.params import build_model
-    from fixed_embed.config import deep_merge, load_experiment
 
     configs = [config] if isinstance(config, Path) else list(config)
     env = {**os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {})}
@@ -76,16 +81,14 @@ def run(name: str, config: Configs, logs: str, extra: list[str], threads: int | 
     subprocess.run(args, check=True, cwd=ROOT, env=env)
     seconds = time.perf_counter() - start
     run_dir = max((Path(logs) / name).glob("version_*"), key=lambda p: p.stat().st_mtime)
-    merged: dict = {}
-    for path in configs:
-        merged = deep_merge(merged, load_experiment(path))
-    model_config = merged.get("model") or {}
+    model_config = merged_config(configs).get("model") or {}
     for flag in extra:  # interface options given on the command line change the model too
         if flag.startswith("--model.interface.init_args."):
             key, value = flag.removeprefix("--model.interface.init_args.").split("=", 1)
             model_config.setdefault("interface", {}).setdefault("init_args", {})[key] = json.loads(value)
     trainable = sum(p.numel() for p in build_model(model_config).parameters() if p.requires_grad)
-    val_loss = last_scalar(run_dir, "val/loss")
+    logged, seen = curves(run_dir), tokens_seen(run_dir)
+    val_loss = logged["val/loss"][-1][1]
     row = {
         "name": name,
         "config": " + ".join(str(Path(path).resolve().relative_to(ROOT)) for path in configs),
@@ -93,13 +96,13 @@ def run(name: str, config: Configs, logs: str, extra: list[str], threads: int | 
         "trainable_params": trainable,
         "val_loss": val_loss,
         "val_ppl": math.exp(val_loss),
-        "tokens_seen": tokens_seen(run_dir),
-        "tokens_per_sec": tokens_seen(run_dir) / seconds,
+        "tokens_seen": seen,
+        "tokens_per_sec": seen / seconds,
         "wall_seconds": seconds,
         "threads": threads,
         "logs": str(run_dir),
         "commit": _git_commit(),
-        "curves": curves(run_dir),
+        "curves": logged,
     }
     if evaluate:
         row["scores"] = evaluate_run(run_dir, name, evaluate, env)

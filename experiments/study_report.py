@@ -17,7 +17,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
-from runs import ROOT
+from runs import ROOT, merged_config
 
 NAME = re.compile(r"^(?P<part>[^/]+)/(?P<variant>learned|binary16|gf2)(?:-code(?P<code>\d+))?-seed(?P<seed>\d+)$")
 VARIANTS = ("learned", "binary16", "gf2")
@@ -73,12 +73,9 @@ def parameter_split(row: dict) -> tuple[int, int, int]:
     """(trainable interface, blocks + final norm, head) of the row's model, built from its configs."""
     from fixed_embed.accounting import parameter_report
     from fixed_embed.cli.params import build_model
-    from fixed_embed.config import deep_merge, load_experiment
 
-    merged: dict = {}
-    for config in row["config"].split(" + "):
-        merged = deep_merge(merged, load_experiment(ROOT / config))
-    report = parameter_report(build_model(merged["model"]).decoder)
+    model = merged_config([ROOT / config for config in row["config"].split(" + ")])["model"]
+    report = parameter_report(build_model(model).decoder)
     return report.interface_trainable, report.backbone, report.head
 
 
@@ -134,8 +131,8 @@ def part_table(part: str, rows_by_variant: dict[str, list[dict]]) -> list[str]:
 
 def recoding_table(rows: list[dict], part: str) -> list[str]:
     """GF(2) code seeds at one training seed, beside binary16 and the training-seed spread."""
-    recoded = [(parse(r)["code"], parse(r)["seed"], r) for r in rows
-               if parse(r)["part"] == part and parse(r)["variant"] == "gf2"]  # fmt: skip
+    metas = [(parse(r), r) for r in rows]
+    recoded = [(m["code"], m["seed"], r) for m, r in metas if m["part"] == part and m["variant"] == "gf2"]
     first_seed = min((seed for _, seed, _ in recoded), default=None)
     paper_first = lambda item: (item[0] != PAPER_CODE_SEED, item[0])  # noqa: E731
     at_seed = sorted(((code, r) for code, seed, r in recoded if seed == first_seed), key=paper_first)

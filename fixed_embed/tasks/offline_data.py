@@ -45,7 +45,8 @@ def _wikitext_articles(text: str) -> list[str]:
         if _WIKITEXT_TITLE.match(line.rstrip("\n")) or not articles:
             articles.append([])
         articles[-1].append(line)
-    return [wikitext_detokenizer({"page": "".join(lines)}) for lines in articles if "".join(lines).strip()]
+    pages = ("".join(lines) for lines in articles)
+    return [wikitext_detokenizer({"page": page}) for page in pages if page.strip()]
 
 
 def _sentences(path: str | None) -> list[str]:
