@@ -11,13 +11,17 @@ ARGS      ?=
 
 DATA      ?=
 TOKENIZER ?=
+# TensorBoard's address: loopback unless set on the command line (make tensorboard HOST=0.0.0.0 PORT=6010).
+# `:=`, not `?=`: a HOST from the environment (tcsh exports the machine's name) must not widen the bind.
+HOST      := 127.0.0.1
+PORT      := 6006
 # The variant's config first, then the strategy's: later flags override both.
 # STRATEGY names a file of experiments/strategies/ (ddp, fsdp).
 fit = $(BIN)/fixed-embed fit --config experiments/paper/$(1).yaml --config experiments/strategies/$(STRATEGY).yaml \
 	--trainer.devices=$(GPUS) --trainer.num_nodes=$(NODES) \
 	$(if $(DATA),--data.train=$(DATA)) $(if $(TOKENIZER),--data.tokenizer=$(TOKENIZER)) $(ARGS)
 
-.PHONY: help install test lint bench bench-core bench-data bench-loop bench-eval bench-gpu demo study controls sweep-recodings tensorboard fit-learned fit-binary16 fit-gf2
+.PHONY: help install test lint bench bench-core bench-data bench-loop bench-eval bench-memory bench-gpu demo study controls sweep-recodings tensorboard fit-learned fit-binary16 fit-gf2
 
 help:
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -51,7 +55,10 @@ bench-loop: install ## tokens/s of `fixed-embed fit` vs a plain PyTorch loop, ti
 bench-eval: install ## lm-eval requests/s: our model class vs lm-eval's hf backend on the export
 	$(BIN)/python benchmarks/eval_throughput.py $(ARGS)
 
-bench: bench-core bench-data bench-loop bench-eval ## every CPU benchmark
+bench-memory: install ## peak RSS of one training step (V 49,152, T 2,048, batch 8): full logits vs chunked loss (~12 GiB RAM)
+	$(BIN)/python benchmarks/memory.py $(ARGS)
+
+bench: bench-core bench-data bench-loop bench-eval bench-memory ## every CPU benchmark
 
 bench-gpu: install ## GPU: paper 1.7B config, tokens/s, MFU, memory; learned vs binary16, eager/compile/AC (< 5 min)
 	$(BIN)/python benchmarks/gpu.py $(ARGS)
@@ -80,5 +87,6 @@ fit-binary16: install ## paper scale, 16-bit binary code
 fit-gf2: install ## paper scale, GF(2)-recoded code (seed 12345)
 	$(call fit,gf2)
 
-tensorboard: install ## watch logs/ in TensorBoard
-	$(BIN)/tensorboard --logdir logs --bind_all
+tensorboard: install ## watch logs/ in TensorBoard on 127.0.0.1:6006 (HOST=0.0.0.0 PORT=6010 to serve others)
+	@case "$(HOST)" in 127.*|localhost|::1) ;; *) echo "warning: HOST=$(HOST) serves every run's logs, configs and benchmark outputs, unauthenticated, to anyone who can reach this machine" >&2 ;; esac
+	$(BIN)/tensorboard --logdir logs --host $(HOST) --port $(PORT)

@@ -9,8 +9,14 @@ trained (through :class:`fixed_embed.evaluation.FixedEmbedLM`, no copy of the we
   number of forward passes and gathers the results on rank 0, so no rank sits in a collective
   while another evaluates (keep ``limit`` small enough that an evaluation fits the process
   group's timeout).
-- Task names are checked when fitting starts (a typo fails at once); an evaluation that fails at
-  run time (e.g. a hub dataset out of reach) is reported as a warning and training continues.
+- Task names are checked when fitting starts (a typo fails at once). An evaluation that fails at
+  run time (e.g. a hub dataset out of reach) fails the run on every rank (a failure caught on one
+  rank only would leave the others waiting in a collective); set ``on_error: warn`` to log it and
+  go on, which is safe only where the error is the same on every rank (a dataset out of reach).
+- Nothing is lost to an evaluation: the checkpoint due at this update (and, at the end of training,
+  the final one) is written before the evaluation starts; a SIGTERM during it (through
+  :class:`callbacks.preemption.PreemptionCheckpoint`) stops it within one batch, and the run ends
+  with that checkpoint and exit status 0.
 - Training is not perturbed: lm-eval seeds the global RNGs, so they are saved before and restored
   after (data order and any dropout continue as if nothing ran); the model goes back to train mode
   and no gradient mode leaks (evaluation runs under ``inference_mode`` inside the wrapper).
@@ -20,13 +26,15 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import lightning as L
 import numpy as np
 import torch
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
+from callbacks.checkpointing import save_now
+from callbacks.preemption import PreemptionCheckpoint
 from fixed_embed.data.tokenizer import load_tokenizer
 
 __all__ = ["BenchmarkCallback"]
@@ -42,6 +50,7 @@ class BenchmarkCallback(L.Callback):
     include_path: folders of extra lm-eval task YAMLs.
     tokenizer: a tokenizer.json / folder / hub id (default: the data module's tokenizer).
     at_train_end: also evaluate when training ends.
+    on_error: ``raise`` (fail the run) or ``warn`` (log and train on) when an evaluation fails.
     enabled: the on/off switch.
     """
 
@@ -55,10 +64,13 @@ class BenchmarkCallback(L.Callback):
         include_path: list[str] | None = None,
         tokenizer: str | None = None,
         at_train_end: bool = True,
+        on_error: Literal["raise", "warn"] = "raise",
         enabled: bool = True,
     ) -> None:
         if every_n_steps < 0:
             raise ValueError(f"every_n_steps must be >= 0, got {every_n_steps}")
+        if on_error not in ("raise", "warn"):
+            raise ValueError(f"on_error must be 'raise' or 'warn', got {on_error!r}")
         self.tasks = list(tasks) if tasks else ["fixed_embed_word_order"]
         self.every_n_steps = every_n_steps
         self.limit = limit
@@ -67,7 +79,9 @@ class BenchmarkCallback(L.Callback):
         self.include_path = list(include_path or [])
         self.tokenizer = tokenizer
         self.at_train_end = at_train_end
+        self.on_error = on_error
         self.enabled = enabled
+        self.interrupted = False
         self.last_metrics: dict[str, float] = {}
         self._evaluated_step = -1
         self._step_at_start = -1
@@ -85,14 +99,21 @@ class BenchmarkCallback(L.Callback):
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
         step = trainer.global_step
         if self.enabled and self.every_n_steps and step != self._step_at_start and step % self.every_n_steps == 0:
+            if _checkpoint_due(trainer):
+                save_now(trainer)
             self.evaluate(trainer, pl_module)
+            if self.interrupted:
+                trainer.should_stop = True  # every rank: the interruption was a vote
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if self.enabled and self.at_train_end and trainer.global_step != self._evaluated_step:
-            self.evaluate(trainer, pl_module)
+        if self.interrupted or not (self.enabled and self.at_train_end) or trainer.global_step == self._evaluated_step:
+            return
+        if trainer.checkpoint_callback is not None:
+            save_now(trainer)  # no-op when the checkpoint callback already saved this update
+        self.evaluate(trainer, pl_module)
 
     def evaluate(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, float]:
-        from fixed_embed.evaluation import FixedEmbedLM
+        from fixed_embed.evaluation import EvaluationInterrupted, FixedEmbedLM
         from fixed_embed.suite import columns_for, run_suite, write_results
 
         step = trainer.global_step
@@ -102,13 +123,24 @@ class BenchmarkCallback(L.Callback):
             tokenizer = trainer.datamodule.tokenizer()
         else:
             raise ValueError("BenchmarkCallback needs a tokenizer: set its tokenizer= or use TextDataModule")
+        preemption = next((c for c in trainer.callbacks if isinstance(c, PreemptionCheckpoint) and c.enabled), None)
         lm = FixedEmbedLM.from_module(
-            pl_module, tokenizer, batch_size=self.batch_size, distributed=trainer.world_size > 1
+            pl_module,
+            tokenizer,
+            batch_size=self.batch_size,
+            distributed=trainer.world_size > 1,
+            interrupt=preemption.stop_requested if preemption is not None else None,
         )
         state = _rng_state()
         try:
             results = run_suite(lm, columns_for(None, self.tasks, self.num_fewshot), self.limit, self.include_path)
-        except Exception as error:  # e.g. a hub dataset that cannot be fetched: the run goes on
+        except EvaluationInterrupted:
+            self.interrupted = True
+            rank_zero_info(f"BenchmarkCallback at step {step}: stopped by a stop request (the checkpoint is saved)")
+            return {}
+        except Exception as error:
+            if self.on_error == "raise":
+                raise
             rank_zero_warn(
                 f"BenchmarkCallback at step {step} failed, training goes on: {type(error).__name__}: {error}"
             )
@@ -136,6 +168,12 @@ class BenchmarkCallback(L.Callback):
         if checkpoint is not None and getattr(checkpoint, "dirpath", None):
             return Path(checkpoint.dirpath).parent / "benchmarks"
         return Path(trainer.log_dir or trainer.default_root_dir) / "benchmarks"
+
+
+def _checkpoint_due(trainer: L.Trainer) -> bool:
+    """Whether the trainer's checkpoint callback saves at this update (it runs after the other callbacks)."""
+    every = getattr(trainer.checkpoint_callback, "_every_n_train_steps", 0)
+    return bool(every) and trainer.global_step % every == 0
 
 
 def _rng_state() -> dict[str, Any]:

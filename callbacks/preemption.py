@@ -5,23 +5,29 @@ as do ``kill``, Kubernetes and torchrun when it is itself terminated. Lightning'
 raises at the next micro-batch -- possibly halfway through a gradient accumulation, whose
 partial gradients are then lost -- and exits with an error. This callback instead:
 
-1. records the signal (the handler only sets a flag; nothing unsafe runs inside it);
+1. records the signal (the handler only sets flags; nothing unsafe runs inside it) and asks
+   :mod:`fixed_embed.rank_watch` to tell the other ranks (under the subprocess launcher only
+   rank 0 is signalled);
 2. after the next *optimizer update*, agrees across ranks that some rank was signalled
-   (one tiny all-reduce per update; under the subprocess launcher only rank 0 is signalled);
-3. saves ``last.ckpt`` in the ModelCheckpoint folder -- exactly what ``--ckpt_path last`` resumes --
-   and stops the trainer, so the process exits with status 0 and the resumed run continues
-   with the next batch, the same LR and optimizer state.
+   (one tiny all-reduce per update);
+3. saves through the run's checkpoint callback (:func:`callbacks.checkpointing.save_now`: its
+   ``step=N`` name and its ``last`` link, one write) and stops the trainer, so the process exits
+   with status 0 and ``--ckpt_path last`` continues with the next batch, the same LR and optimizer state.
+
+An evaluation in flight (in-loop or end-of-run benchmarks) polls :meth:`stop_requested` between
+forward passes and stops within one batch; see :mod:`callbacks.benchmarks`.
 """
 
 from __future__ import annotations
 
 import signal
-from pathlib import Path
 from typing import Any
 
 import lightning as L
-from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_info
+
+from callbacks.checkpointing import save_now
+from fixed_embed import rank_watch
 
 __all__ = ["PreemptionCheckpoint"]
 
@@ -47,6 +53,14 @@ class PreemptionCheckpoint(L.Callback):
 
     def _handle(self, signum: int, frame: Any) -> None:
         self.received = signal.Signals(signum)
+        watch = rank_watch.current()
+        if watch is not None:
+            watch.request_stop()
+
+    def stop_requested(self) -> bool:
+        """This rank was signalled, or (through the rank watch) another one was."""
+        watch = rank_watch.current()
+        return self.received is not None or (watch is not None and watch.stop_requested)
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not self.enabled:
@@ -55,18 +69,12 @@ class PreemptionCheckpoint(L.Callback):
         self.received = None
         self._previous = {s: signal.signal(s, self._handle) for s in self.signals}
         names = ", ".join(s.name for s in self.signals)
-        rank_zero_info(f"PreemptionCheckpoint: on {names}, save {self.checkpoint_path(trainer)} and stop")
+        rank_zero_info(f"PreemptionCheckpoint: on {names}, save a checkpoint at the end of the update and stop")
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         self._previous = {}
-
-    def checkpoint_path(self, trainer: L.Trainer) -> Path:
-        callback = trainer.checkpoint_callback
-        if isinstance(callback, ModelCheckpoint) and callback.dirpath:
-            return Path(callback.dirpath) / f"{callback.CHECKPOINT_NAME_LAST}{callback.FILE_EXTENSION}"
-        return Path(trainer.default_root_dir) / "checkpoints" / "last.ckpt"
 
     def on_train_batch_start(self, trainer: L.Trainer, *args: Any) -> None:
         self._step_at_batch_start = trainer.global_step
@@ -74,13 +82,12 @@ class PreemptionCheckpoint(L.Callback):
     def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
         if not self._previous or trainer.global_step == self._step_at_batch_start:
             return  # disabled, or mid-accumulation: stopping here would lose partial gradients
-        if not trainer.strategy.reduce_boolean_decision(self.received is not None, all=False):
+        if not trainer.strategy.reduce_boolean_decision(self.stop_requested(), all=False):
             return
-        path = self.checkpoint_path(trainer)
-        trainer.save_checkpoint(path)
+        path = save_now(trainer)
         trainer.should_stop = True
         what = self.received.name if self.received is not None else "a signal on another rank"
         rank_zero_info(
             f"PreemptionCheckpoint: {what} -> saved {path} at step {trainer.global_step}; stopping. "
-            "Resume with --ckpt_path last"
+            "Relaunch the same command with --ckpt_path last to continue"
         )

@@ -22,7 +22,9 @@ import time
 from typing import Any
 
 import lightning as L
+import psutil
 import torch
+from lightning.pytorch.utilities import rank_zero_info
 
 from callbacks._global_metrics import log_global
 from fixed_embed.peak_flops import matmul_dtype, peak_flops
@@ -42,6 +44,7 @@ class ThroughputMonitor(L.Callback):
             raise ValueError(f"need every_n_steps >= 1, skip_first_steps >= 0, got {every_n_steps}, {skip_first_steps}")
         self.every_n_steps = every_n_steps
         self.skip_first_steps = skip_first_steps
+        self._first_update_logged = False
         self.enabled = enabled
         self.last_metrics: dict[str, float] = {}
         self._peak: float | None = None
@@ -72,6 +75,13 @@ class ThroughputMonitor(L.Callback):
         if not self.enabled:
             return
         step = trainer.global_step
+        if not self._first_update_logged and step != self._step_at_start:
+            self._first_update_logged = True
+            # Start-up cost (imports, data and validation set-up, resume, first forward/backward):
+            # what every preemption pays again. Measured from the process's own start.
+            since = time.time() - psutil.Process().create_time()
+            rank_zero_info(f"First update done {since:.1f} s after the process started (update {step})")
+            log_global(trainer, {"perf/time_to_first_update_s": (since, "max")}, step - 1)
         if self._window_start is None:  # still warming up
             if step != self._step_at_start and step >= self.skip_first_steps:
                 self._reset(self._now(pl_module))

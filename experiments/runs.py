@@ -71,16 +71,18 @@ def run(name: str, config: Configs, logs: str, extra: list[str], threads: int | 
     checkpoint with (``fixed-embed eval``, results under the run's ``eval/`` folder).
     """
     from fixed_embed.cli.params import build_model
+    from fixed_embed.cli.train import DEFAULT_RUN
 
     configs = [config] if isinstance(config, Path) else list(config)
     env = {**os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {})}
     logger = [f"--trainer.logger.init_args.save_dir={logs}", f"--trainer.logger.init_args.name={name}"]
     config_args = [arg for path in configs for arg in ("--config", str(path))]
-    args = [sys.executable, "-m", "fixed_embed", "fit", *config_args, *logger, *extra]
+    # --ckpt_path last: a row interrupted earlier continues from its checkpoint instead of being refused.
+    args = [sys.executable, "-m", "fixed_embed", "fit", *config_args, *logger, "--ckpt_path=last", *extra]
     start = time.perf_counter()
     subprocess.run(args, check=True, cwd=ROOT, env=env)
     seconds = time.perf_counter() - start
-    run_dir = max((Path(logs) / name).glob("version_*"), key=lambda p: p.stat().st_mtime)
+    run_dir = Path(logs) / name / DEFAULT_RUN
     model_config = merged_config(configs).get("model") or {}
     for flag in extra:  # interface options given on the command line change the model too
         if flag.startswith("--model.interface.init_args."):
@@ -113,7 +115,7 @@ def evaluate_run(run_dir: Path, name: str, suite: str, env: dict[str, str]) -> d
     """Score ``run_dir``'s last checkpoint on ``suite``; its ``{column key: {value, stderr}}``."""
     out = run_dir / "eval"
     args = [sys.executable, "-m", "fixed_embed", "eval", str(run_dir / "checkpoints" / "last.ckpt"), "--suite", suite,
-            "--device", "cpu", "--batch-size", "32", "--name", name, "--output", str(out)]  # fmt: skip
+            "--device", "cpu", "--batch-size", "32", "--name", name, "--output", str(out), "--overwrite"]  # fmt: skip
     subprocess.run(args, check=True, cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
     return json.loads((out / "results.json").read_text())["scores"]
 

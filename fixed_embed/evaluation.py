@@ -22,6 +22,7 @@ with this model registered (``--model fixed_embed --model_args checkpoint=PATH``
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Any
 
@@ -39,7 +40,11 @@ from fixed_embed.data.tokenizer import EOS, special_token_id
 from fixed_embed.loading import load_checkpoint
 from fixed_embed.module import LanguageModel
 
-__all__ = ["FixedEmbedLM"]
+__all__ = ["EvaluationInterrupted", "FixedEmbedLM"]
+
+
+class EvaluationInterrupted(Exception):
+    """Raised between forward passes when ``interrupt()`` asks to stop (e.g. a SIGTERM during training)."""
 
 
 @register_model("fixed_embed")
@@ -55,6 +60,9 @@ class FixedEmbedLM(TemplateLM):
     eos_token: the end-of-text token, also the prefix of empty contexts and rolling windows.
     distributed: split the requests over the ranks of the initialised process group (lm-eval pads
         each rank to the same number of requests and gathers the results on rank 0).
+    interrupt: polled before each batch; when it returns true, :class:`EvaluationInterrupted` is
+        raised. Across ranks the decision is a vote (every rank stops at the same batch); generation
+        across ranks, whose ranks run different numbers of passes, is not interruptible.
     """
 
     def __init__(
@@ -71,6 +79,7 @@ class FixedEmbedLM(TemplateLM):
         tokenizer_object: Tokenizer | None = None,
         distributed: bool = False,
         max_batch_size: int | None = None,  # lm-eval passes it to every model; batches here are fixed
+        interrupt: Callable[[], bool] | None = None,
     ) -> None:
         super().__init__()
         if (checkpoint is None) == (module is None):
@@ -96,8 +105,20 @@ class FixedEmbedLM(TemplateLM):
         if dtype not in ("auto", "bfloat16", "float32"):
             raise ValueError(f"dtype must be auto, bfloat16 or float32, got {dtype!r}")
         self.dtype = dtype
+        self.interrupt = interrupt
         if distributed and dist.is_available() and dist.is_initialized():
             self._rank, self._world_size = dist.get_rank(), dist.get_world_size()
+
+    def _check_interrupt(self) -> None:
+        if self.interrupt is None:
+            return
+        stop = bool(self.interrupt())
+        if self.world_size > 1:
+            vote = torch.tensor(float(stop), device=self.device)
+            dist.all_reduce(vote, op=dist.ReduceOp.MAX)
+            stop = bool(vote.item())
+        if stop:
+            raise EvaluationInterrupted("evaluation stopped on request")
 
     @classmethod
     def from_module(cls, module: LanguageModel, tokenizer: Tokenizer, **kwargs: Any) -> FixedEmbedLM:
@@ -145,6 +166,7 @@ class FixedEmbedLM(TemplateLM):
         results = []
         progress = tqdm(total=len(requests), disable=disable_tqdm or self.rank != 0, desc="loglikelihood")
         for chunk in collator.get_batched(n=override_bs or self.batch_size):
+            self._check_interrupt()
             inputs, spans = [], []
             for _, context, continuation in chunk:
                 if not context or not continuation:
@@ -185,10 +207,12 @@ class FixedEmbedLM(TemplateLM):
                 windows.append((None, context, target))
                 owners.append(index)
         real = len(windows)
-        if self.world_size > 1 and windows:
-            # Every rank must run the same number of forward passes (FSDP all-gathers in forward).
+        if self.world_size > 1:
+            # Every rank must run the same number of forward passes (FSDP all-gathers in forward),
+            # including a rank that got no window at all: it scores padding.
             counts = self.all_gather(torch.tensor(real, device=self.device))
-            windows += [windows[0]] * (int(counts.max()) - real)
+            padding = windows[0] if windows else (None, [self.prefix_token_id], [self.prefix_token_id])
+            windows += [padding] * (int(counts.max()) - real)
         scores = self._loglikelihood_tokens(windows, disable_tqdm=disable_tqdm)[:real]
         totals = [0.0] * len(requests)
         for owner, (score, _) in zip(owners, scores, strict=True):
@@ -219,6 +243,8 @@ class FixedEmbedLM(TemplateLM):
         progress = tqdm(total=len(jobs), disable=disable_tqdm or self.rank != 0, desc="generate_until")
         start = 0
         while start < len(order):
+            if self.world_size == 1:
+                self._check_interrupt()
             length = len(jobs[order[start]][0])
             group = [order[start]]
             while (

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import torch
@@ -18,9 +19,36 @@ from safetensors.torch import save_file
 from tokenizers import Tokenizer
 
 from fixed_embed.data.tokenizer import EOS, special_token_id
+from fixed_embed.errors import ConfigError
 from fixed_embed.module import LanguageModel
+from fixed_embed.suite import OutputExistsError
 
-__all__ = ["export_llama", "llama_state_dict"]
+__all__ = ["check_export_dir", "export_llama", "llama_state_dict"]
+
+MARKER = "fixed_embed.json"  # written last: a folder holding it is a complete export
+
+
+def check_export_dir(out: str | os.PathLike, overwrite: bool = False) -> Path:
+    """``out`` as a Path if an export may be written there; raises a ``UserError`` saying why not.
+
+    A missing or empty folder is fine; a non-empty one only with ``overwrite`` and only if it
+    is an earlier export (it holds ``fixed_embed.json``): other folders are never deleted.
+    """
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"export path {out} is a file, not a folder; choose a folder")
+    if out.is_dir() and any(out.iterdir()):
+        if not overwrite:
+            raise OutputExistsError(
+                f"export folder {out} exists and is not empty; choose another folder, "
+                "or pass --overwrite to replace an earlier export there"
+            )
+        if not (out / MARKER).is_file():
+            raise OutputExistsError(
+                f"export folder {out} is not empty and is not an earlier export (no {MARKER}): "
+                "--overwrite only replaces exports; choose another folder"
+            )
+    return out
 
 
 def llama_state_dict(model: LanguageModel) -> dict[str, torch.Tensor]:
@@ -48,15 +76,21 @@ def llama_state_dict(model: LanguageModel) -> dict[str, torch.Tensor]:
 
 
 def export_llama(
-    model: LanguageModel, tokenizer: Tokenizer, out: str | os.PathLike, dtype: torch.dtype = torch.float32
+    model: LanguageModel,
+    tokenizer: Tokenizer,
+    out: str | os.PathLike,
+    dtype: torch.dtype = torch.float32,
+    overwrite: bool = False,
 ) -> Path:
-    """Write ``out/`` (config.json, model.safetensors, tokenizer files, fixed_embed.json); returns it."""
+    """Write ``out/`` (config.json, model.safetensors, tokenizer files, fixed_embed.json); returns it.
+
+    The files are written to a hidden sibling folder that then takes ``out``'s place, so ``out``
+    is never half written; with ``overwrite`` an earlier export there is replaced as a whole.
+    """
     import transformers
 
     config = model.decoder.config
-    out = Path(out)
-    if out.exists() and any(out.iterdir()):
-        raise FileExistsError(f"export folder {out} exists and is not empty")
+    out = check_export_dir(out, overwrite)
     eos = special_token_id(tokenizer, EOS)
     hf_config = transformers.LlamaConfig(
         vocab_size=config.vocab_size, hidden_size=config.d_model, intermediate_size=config.ffn_dim,
@@ -67,14 +101,28 @@ def export_llama(
         bos_token_id=eos, eos_token_id=eos, torch_dtype=dtype,
     )  # fmt: skip
     state = {k: v.to("cpu", dtype).contiguous() for k, v in llama_state_dict(model).items()}
-    out.mkdir(parents=True, exist_ok=True)
-    hf_config.save_pretrained(out)
-    save_file(state, out / "model.safetensors", metadata={"format": "pt"})
-    fast = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer, eos_token=EOS, bos_token=EOS, unk_token=None, model_max_length=config.max_seq_len
-    )
-    fast.save_pretrained(out)
-    (out / "fixed_embed.json").write_text(
-        json.dumps({"interface": model.decoder.interface.spec(), "decoder": config.to_dict()}, indent=2) + "\n"
-    )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        hf_config.save_pretrained(tmp)
+        save_file(state, tmp / "model.safetensors", metadata={"format": "pt"})
+        fast = transformers.PreTrainedTokenizerFast(
+            tokenizer_object=tokenizer, eos_token=EOS, bos_token=EOS, unk_token=None,
+            model_max_length=config.max_seq_len,
+        )  # fmt: skip
+        fast.save_pretrained(tmp)
+        (tmp / MARKER).write_text(
+            json.dumps({"interface": model.decoder.interface.spec(), "decoder": config.to_dict()}, indent=2) + "\n"
+        )
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    old = out.parent / f".{out.name}.old-{os.getpid()}"
+    if out.exists():  # empty, or an earlier export with overwrite (check_export_dir)
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(out, old)
+    os.replace(tmp, out)
+    shutil.rmtree(old, ignore_errors=True)
     return out

@@ -13,14 +13,19 @@ checkpoint's name (``last.ckpt``, ``step=1000.ckpt``) is a symlink swapped onto 
 Folders no name points to any more (replaced, or orphaned by a kill) are removed at the next save.
 
 :func:`consolidate` turns such a folder into one ordinary checkpoint file (weights and
-hyper-parameters) for ``eval``, ``export`` or a single-device run.
+hyper-parameters) for ``eval``, ``export`` or a single-device run. It runs no code from the
+folder: ``meta.pt`` and every non-tensor item are read weights-only, and the pickled ``.metadata``
+index with an unpickler that admits only torch.distributed.checkpoint's own metadata classes
+(torch's ``dcp_to_torch_save`` would ``pickle.load`` it and ``torch.load`` the items unrestricted).
 """
 
 from __future__ import annotations
 
+import io
 import os
+import pickle
+import re
 import shutil
-import tempfile
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -29,10 +34,98 @@ from typing import Any
 import torch
 from lightning.pytorch.strategies import ModelParallelStrategy
 
-__all__ = ["FSDP2Strategy", "consolidate", "is_sharded_checkpoint"]
+__all__ = ["FSDP2Strategy", "UnsafeCheckpointError", "consolidate", "is_sharded_checkpoint", "load_weights_only"]
 
 _SHARDS_PREFIX = ".shards-"
 _META = "meta.pt"  # Lightning's metadata file inside a distributed checkpoint
+
+
+class UnsafeCheckpointError(ValueError):
+    """A checkpoint holding pickled objects other than tensors and plain data: refused, nothing in it ran."""
+
+    def __init__(self, path: str | os.PathLike, detail: str = "") -> None:
+        super().__init__(
+            f"{path} holds pickled objects other than tensors and plain data{f' ({detail})' if detail else ''}; "
+            "it is refused for safety and nothing in it was run. fixed-embed reads checkpoints weights-only: "
+            "use a checkpoint written by fixed-embed, or re-save the weights from a copy of the model you trust"
+        )
+
+
+def load_weights_only(source: str | os.PathLike | io.BytesIO, path: str | os.PathLike, **kwargs: Any) -> Any:
+    """``torch.load(source, weights_only=True)``; a pickled callable or class is an :class:`UnsafeCheckpointError`."""
+    try:
+        return torch.load(source, map_location="cpu", weights_only=True, **kwargs)
+    except pickle.UnpicklingError as error:  # torch's weights-only refusal
+        found = re.search(r"GLOBAL ([\w.]+)", str(error))
+        raise UnsafeCheckpointError(path, f"found {found.group(1)}" if found else "") from None
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    """Reads a sharded checkpoint's ``.metadata`` (a pickle), admitting only the data types torch writes there."""
+
+    _METADATA = "torch.distributed.checkpoint.metadata"  # dataclasses and enums only
+    _GLOBALS = (("torch.distributed.checkpoint.filesystem", "_StorageInfo"), ("torch.serialization", "_get_layout"))
+    _PATHS = ("Path", "PosixPath", "PurePosixPath", "WindowsPath", "PureWindowsPath")
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in self._GLOBALS:
+            return super().find_class(module, name)
+        if module == self._METADATA:
+            found = super().find_class(module, name)
+            if not (isinstance(found, type) and found.__module__ == module):
+                raise pickle.UnpicklingError(f"found {module}.{name}, not a metadata class")
+            return found
+        if module == "torch" and (name == "Size" or isinstance(getattr(torch, name, None), torch.dtype)):
+            return getattr(torch, name)
+        if module == "pathlib" and name in self._PATHS:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"found {module}.{name}")
+
+
+def _read_shards(folder: Path) -> dict[str, Any]:
+    """Every item of a torch.distributed.checkpoint folder, like ``dcp_to_torch_save`` but running none of its code."""
+    from torch.distributed.checkpoint import CheckpointException, FileSystemReader
+    from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
+    from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
+    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
+
+    with open(folder / ".metadata", "rb") as f:  # read (and refused) here, before DCP would pickle.load it
+        try:
+            metadata = _MetadataUnpickler(f).load()
+        except pickle.UnpicklingError as error:
+            raise UnsafeCheckpointError(folder / ".metadata", str(error)) from None
+    if not isinstance(metadata, Metadata):
+        raise UnsafeCheckpointError(folder / ".metadata", f"a {type(metadata).__name__}, not DCP metadata")
+    refused: list[UnsafeCheckpointError] = []  # DCP wraps errors raised while reading; re-raised plain below
+
+    class Reader(FileSystemReader):
+        def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
+            if getattr(metadata, "storage_meta", None) is None:
+                metadata.storage_meta = StorageMeta()
+            metadata.storage_meta.load_id = self.load_id
+            return metadata
+
+    class Planner(_EmptyStateDictLoadPlanner):
+        def load_bytes(self, read_item: Any, value: io.BytesIO) -> None:
+            # torch's planner torch.load()s this unrestricted: hand it a re-save of the
+            # weights-only result, so what it unpickles is our own plain data
+            safe = io.BytesIO()
+            try:
+                torch.save(load_weights_only(value, f"{folder} (item {read_item.dest_index.fqn})"), safe)
+            except UnsafeCheckpointError as error:
+                refused.append(error)
+                raise
+            safe.seek(0)
+            super().load_bytes(read_item, safe)
+
+    state: dict[str, Any] = {}
+    try:
+        _load_state_dict(state, storage_reader=Reader(folder), planner=Planner(), no_dist=True)
+    except (Exception, CheckpointException):  # the latter is a BaseException
+        if refused:
+            raise refused[0] from None
+        raise
+    return state
 
 
 def is_sharded_checkpoint(path: str | os.PathLike) -> bool:
@@ -105,16 +198,11 @@ def consolidate(folder: str | os.PathLike, out: str | os.PathLike | None = None)
     Optimizer states are left out: FSDP2 stores them keyed by parameter name for resharding, a form
     a single-device optimizer cannot load; resume sharded runs from the folder itself.
     """
-    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
-
     folder = Path(folder)
     if not is_sharded_checkpoint(folder):
         raise ValueError(f"{folder} is not a sharded checkpoint folder (needs {_META} and .metadata)")
-    metadata = torch.load(folder / _META, map_location="cpu", weights_only=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        full = Path(tmp) / "full.pt"
-        dcp_to_torch_save(folder, full)
-        state = torch.load(full, map_location="cpu", weights_only=True)
+    metadata = load_weights_only(folder / _META, folder / _META)
+    state = _read_shards(folder)
     checkpoint = {**metadata, "state_dict": state["state_dict"]}
     if out is not None:
         from fixed_embed.checkpoint_io import AtomicCheckpointIO

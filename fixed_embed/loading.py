@@ -3,7 +3,8 @@
 A Lightning checkpoint of :class:`~fixed_embed.module.LanguageModel` carries everything: the
 model's hyper-parameters (decoder, interface class and options), its weights, and -- written by
 :class:`~fixed_embed.data.TextDataModule` -- the tokenizer itself. The file is read once,
-memory-mapped, with ``weights_only=True`` (no pickled code runs).
+memory-mapped, with ``weights_only=True`` (no pickled code runs): a file that pickles anything but
+tensors and plain data is refused with an :class:`~fixed_embed.fsdp.UnsafeCheckpointError`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import torch
 from tokenizers import Tokenizer
 
 from fixed_embed.data.tokenizer import load_tokenizer
-from fixed_embed.fsdp import consolidate, is_sharded_checkpoint
+from fixed_embed.fsdp import UnsafeCheckpointError, consolidate, is_sharded_checkpoint, load_weights_only
 from fixed_embed.module import LanguageModel
 
 __all__ = ["load_checkpoint"]
@@ -38,7 +39,9 @@ def load_checkpoint(
         raise FileNotFoundError(f"checkpoint not found: {path}")
     else:
         try:
-            checkpoint = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+            checkpoint = load_weights_only(path, path, mmap=True)
+        except UnsafeCheckpointError:
+            raise
         except Exception as error:  # torch raises several types for a file that is not a checkpoint
             raise ValueError(f"{path} is not a readable PyTorch checkpoint ({error!r})") from error
     if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint or "hyper_parameters" not in checkpoint:

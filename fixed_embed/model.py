@@ -33,8 +33,9 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from fixed_embed.interfaces import InputInterface, LearnedInput
+from fixed_embed.loss import linear_cross_entropy
 
-__all__ = ["Attention", "Block", "Decoder", "DecoderConfig", "RMSNorm", "RotaryEmbedding", "SwiGLU"]
+__all__ = ["Attention", "Block", "Decoder", "DecoderConfig", "OutputHead", "RMSNorm", "RotaryEmbedding", "SwiGLU"]
 
 
 @dataclass
@@ -186,8 +187,26 @@ class Block(nn.Module):
         return _matmul_flops(self) + 12 * self.d_model * seq_len
 
 
+class OutputHead(nn.Linear):
+    """The V x d output projection (no bias). ``head(h)`` gives logits; ``head(h, targets, chunk_tokens)``
+    the mean cross-entropy without materialising the full logits (:func:`fixed_embed.loss.linear_cross_entropy`).
+
+    The loss is computed inside the head's own ``forward`` so that FSDP2's hooks on this module gather
+    its weight first (and reduce its gradient after backward), as for the logits.
+    """
+
+    def forward(
+        self, x: torch.Tensor, targets: torch.Tensor | None = None, chunk_tokens: int | None = None
+    ) -> torch.Tensor:
+        if targets is None:
+            return super().forward(x)
+        return linear_cross_entropy(x, self.weight, targets, chunk_tokens)
+
+
 class Decoder(nn.Module):
-    """interface -> n_layers pre-norm blocks -> RMSNorm -> untied head. ``forward(ids) -> logits``."""
+    """interface -> n_layers pre-norm blocks -> RMSNorm -> untied head. ``forward(ids) -> logits``;
+    ``loss(ids, targets, chunk_tokens)`` -> mean cross-entropy, chunk by chunk (no full logits).
+    """
 
     def __init__(self, config: DecoderConfig, interface: InputInterface) -> None:
         super().__init__()
@@ -205,7 +224,7 @@ class Decoder(nn.Module):
         self.rope = RotaryEmbedding(config.head_dim, config.max_seq_len, config.rope_theta)
         self.layers = nn.ModuleList(Block(config) for _ in range(config.n_layers))
         self.norm = RMSNorm(config.d_model, config.norm_eps)
-        self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.head = OutputHead(config.d_model, config.vocab_size, bias=False)
         # Set by fixed_embed.parallel: recompute each block in backward (names and weights unchanged).
         self.activation_checkpointing = False
         self.init_weights()
@@ -224,14 +243,29 @@ class Decoder(nn.Module):
             elif module is not self and hasattr(module, "reset_parameters"):
                 module.reset_parameters()
 
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, ids: torch.Tensor, targets: torch.Tensor | None = None, chunk_tokens: int | None = None
+    ) -> torch.Tensor:
+        """Logits ``[B, T, V]``; given ``targets[B, T]``, the mean cross-entropy instead (see :meth:`loss`)."""
+        return self.head(self.hidden(ids), targets, chunk_tokens)
+
+    def hidden(self, ids: torch.Tensor) -> torch.Tensor:
+        """The final-normed hidden states ``[B, T, d]``: what the head maps to logits."""
         x = self.embed(ids)
         for layer in self.layers:
             if self.activation_checkpointing and torch.is_grad_enabled():
                 x = checkpoint(layer, x, self.rope, use_reentrant=False)
             else:
                 x = layer(x, self.rope)
-        return self.head(self.norm(x))
+        return self.norm(x)
+
+    def loss(self, ids: torch.Tensor, targets: torch.Tensor, chunk_tokens: int | None = None) -> torch.Tensor:
+        """Mean next-token cross-entropy of ``ids[B, T]`` against ``targets[B, T]``, computed
+        ``chunk_tokens`` positions at a time (0 or ``None``: from the full fp32 logits, as before).
+
+        Through ``forward``, i.e. the module call: FSDP2's root hooks (gathering the input interface)
+        and any other forward hooks run as for the logits."""
+        return self(ids, targets, chunk_tokens)
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
         """The interface's output for ``ids[B, T]``, after checking the shape fits the model."""

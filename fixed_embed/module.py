@@ -14,11 +14,11 @@ from typing import Any, Literal
 
 import lightning as L
 import torch
-import torch.nn.functional as F
 from lightning.pytorch.strategies import ModelParallelStrategy
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torchmetrics.aggregation import MeanMetric
 
+from fixed_embed.errors import CheckpointError
 from fixed_embed.interfaces import BinaryCodeInput, InputInterface
 from fixed_embed.model import Decoder, DecoderConfig
 from fixed_embed.parallel import ParallelConfig, apply_parallelism
@@ -40,7 +40,12 @@ class LanguageModel(L.LightningModule):
         token_budget: prediction tokens to train on; sets ``max_steps`` unless the trainer has one.
         on_nonfinite: on a non-finite loss or gradient, ``stop`` raises naming the step (before
             the update); ``skip`` drops that update and counts it in ``train/skipped_updates``.
+        max_skipped_updates: with ``skip``, stop (as ``stop`` would) once this many consecutive
+            updates, or ``10 x`` this many in all, were skipped: a run that skips everything must end.
         parallel: activation checkpointing, compile and FSDP2 settings (:mod:`fixed_embed.parallel`).
+        loss_chunk_tokens: the head and cross-entropy run over this many tokens at a time, so the full
+            fp32 ``[B, T, V]`` logits (and their gradient) never exist (:mod:`fixed_embed.loss`); same
+            loss and gradients. ``0`` or ``None``: unchunked, from the full logits.
     """
 
     def __init__(
@@ -51,7 +56,9 @@ class LanguageModel(L.LightningModule):
         schedule: ScheduleConfig | None = None,
         token_budget: int | None = None,
         on_nonfinite: Literal["stop", "skip"] = "stop",
+        max_skipped_updates: int = 20,
         parallel: ParallelConfig | None = None,
+        loss_chunk_tokens: int | None = 4096,
     ) -> None:
         super().__init__()
         self.config = _as(DecoderConfig, decoder)
@@ -62,8 +69,15 @@ class LanguageModel(L.LightningModule):
             raise ValueError(f"token_budget must be > 0, got {token_budget}")
         if on_nonfinite not in ("stop", "skip"):
             raise ValueError(f"on_nonfinite must be 'stop' or 'skip', got {on_nonfinite!r}")
+        if loss_chunk_tokens is not None and loss_chunk_tokens < 0:
+            raise ValueError(f"loss_chunk_tokens must be >= 0 (0 or None: unchunked), got {loss_chunk_tokens}")
+        self.loss_chunk_tokens = loss_chunk_tokens
+        if max_skipped_updates < 1:
+            raise ValueError(f"max_skipped_updates must be >= 1, got {max_skipped_updates}")
         self.token_budget = token_budget
         self.on_nonfinite = on_nonfinite
+        self.max_skipped_updates = max_skipped_updates
+        self.consecutive_skips = 0
         built = _interface_factory(interface)(self.config.vocab_size, self.config.d_model)
         self.decoder = Decoder(self.config, built)
 
@@ -81,6 +95,7 @@ class LanguageModel(L.LightningModule):
         self.tokens_seen = 0
         self.skipped_updates = 0
         self._last_loss: torch.Tensor | None = None
+        self._fresh_groups: list[dict[str, Any]] = []
         self._parallelized = False
 
     @property
@@ -96,8 +111,7 @@ class LanguageModel(L.LightningModule):
         if block.dim() != 2 or block.shape[1] < 2:
             raise ValueError(f"a batch must be packed blocks of shape [B, T + 1], got {tuple(block.shape)}")
         inputs, targets = block[:, :-1], block[:, 1:]
-        logits = self.decoder(inputs)
-        loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
+        loss = self.decoder.loss(inputs, targets, self.loss_chunk_tokens)
         return loss, targets.numel()
 
     def training_step(self, block: torch.Tensor, batch_idx: int) -> torch.Tensor:
@@ -118,6 +132,7 @@ class LanguageModel(L.LightningModule):
         grads = [_local(p.grad) for p in self.parameters() if p.grad is not None]
         local_bad = bool(grads) and not bool(torch.isfinite(torch.nn.utils.get_total_norm(grads)))
         if not self.trainer.strategy.reduce_boolean_decision(local_bad, all=False):
+            self.consecutive_skips = 0
             return
         loss = float(self._last_loss) if self._last_loss is not None else float("nan")
         if self.on_nonfinite == "stop":
@@ -127,6 +142,14 @@ class LanguageModel(L.LightningModule):
                 "Set model.on_nonfinite=skip to drop such updates instead."
             )
         self.skipped_updates += 1
+        self.consecutive_skips += 1
+        limit = self.max_skipped_updates
+        if self.consecutive_skips >= limit or self.skipped_updates >= 10 * limit:
+            raise FloatingPointError(
+                f"non-finite gradient at step {self.global_step} (loss {loss}): {self.consecutive_skips} "
+                f"consecutive and {self.skipped_updates} skipped updates in all reach model.max_skipped_updates "
+                f"= {limit} ({10 * limit} in all); stopping. Lower the LR or resume from an earlier checkpoint."
+            )
         rank_zero_warn(f"non-finite gradient at step {self.global_step} (loss {loss}): update skipped")
         self.log("train/skipped_updates", float(self.skipped_updates), rank_zero_only=True)
         # AdamW leaves parameters without a gradient untouched (no moment update, no decay).
@@ -198,22 +221,92 @@ class LanguageModel(L.LightningModule):
             optimizer,
             lambda step: lr_at(step, peak, sched.warmup_steps, max_steps, sched.min_lr_ratio) / peak,
         )
+        self._fresh_groups = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         # Raising here aborts the save, so a good checkpoint on disk is never replaced by a poisoned one.
-        for name, tensor in checkpoint.get("state_dict", {}).items():
-            local = _local(tensor)
-            if local.is_floating_point() and not bool(torch.isfinite(local).all()):
-                raise FloatingPointError(
-                    f"refusing to write a checkpoint at step {self.global_step}: {name} has non-finite values"
-                )
+        # A sharded tensor is checked shard by shard: the verdict is a vote, so every rank refuses together.
+        poisoned = next(
+            (
+                name
+                for name, tensor in checkpoint.get("state_dict", {}).items()
+                if (local := _local(tensor)).is_floating_point() and not bool(torch.isfinite(local).all())
+            ),
+            None,
+        )
+        trainer = self._trainer
+        if trainer is not None and trainer.strategy.reduce_boolean_decision(poisoned is not None, all=False):
+            where = poisoned or "a parameter shard on another rank"
+            raise FloatingPointError(
+                f"refusing to write a checkpoint at step {self.global_step}: {where} has non-finite values"
+            )
+        if trainer is None and poisoned is not None:
+            raise FloatingPointError(f"refusing to write a checkpoint: {poisoned} has non-finite values")
         checkpoint["tokens_seen"] = self.tokens_seen
         checkpoint["skipped_updates"] = self.skipped_updates
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        saved = checkpoint.get("hyper_parameters") or {}
+        _refuse_incompatible(saved, self.hparams)
+        for line in _changed(saved, self.hparams):
+            rank_zero_info(f"resume: {line}")
         self.tokens_seen = checkpoint.get("tokens_seen", 0)
         self.skipped_updates = checkpoint.get("skipped_updates", 0)
+
+    def on_train_start(self) -> None:
+        # A resume restores the optimizer's and scheduler's settings from the checkpoint; the
+        # config given now wins (LR, betas, weight decay, schedule length): re-apply it.
+        if self.trainer.ckpt_path is None or not self._fresh_groups:
+            return
+        optimizer = self.trainer.optimizers[0]
+        scheduler = self.trainer.lr_scheduler_configs[0].scheduler
+        for group, fresh in zip(optimizer.param_groups, self._fresh_groups, strict=True):
+            group.update(fresh)
+        scheduler.base_lrs = [fresh["initial_lr"] for fresh in self._fresh_groups]
+        for group, base, factor in zip(optimizer.param_groups, scheduler.base_lrs, scheduler.lr_lambdas, strict=True):
+            group["lr"] = base * factor(scheduler.last_epoch)
+        scheduler._last_lr = [group["lr"] for group in optimizer.param_groups]
+
+
+# What a resume may not change: the function the weights compute and the token -> input mapping.
+# init_std only matters at initialisation; max_seq_len only sizes the RoPE tables.
+_RESUMABLE_DECODER_CHANGES = {"init_std", "max_seq_len"}
+
+
+def _refuse_incompatible(saved: Mapping[str, Any], now: Mapping[str, Any]) -> None:
+    problems = []
+    if "interface" in saved and saved["interface"] != now.get("interface"):
+        problems.append(f"model.interface: checkpoint {saved['interface']}, config {now.get('interface')}")
+    for key, value in (saved.get("decoder") or {}).items():
+        current = (now.get("decoder") or {}).get(key)
+        if key not in _RESUMABLE_DECODER_CHANGES and value != current:
+            problems.append(f"model.decoder.{key}: checkpoint {value!r}, config {current!r}")
+    if problems:
+        raise CheckpointError(
+            "refusing to resume: the checkpoint's model differs from the config's in what a resume cannot change: "
+            + "; ".join(problems)
+            + ". Resume with the run's own config, or start a new run (--run NAME) without --ckpt_path."
+        )
+
+
+def _changed(saved: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
+    """The settings a resume takes from the config instead of the checkpoint, where they differ."""
+    lines = []
+    for key in ("optimizer", "schedule", "parallel", "token_budget", "on_nonfinite", "max_skipped_updates",
+                "loss_chunk_tokens"):  # fmt: skip
+        old, new = saved.get(key), now.get(key)
+        if key not in saved or old == new:
+            continue
+        if isinstance(old, Mapping) and isinstance(new, Mapping):
+            lines += [
+                f"model.{key}.{k}: {old.get(k)!r} in the checkpoint -> {new.get(k)!r} now"
+                for k in sorted(set(old) | set(new))
+                if old.get(k) != new.get(k)
+            ]
+        else:
+            lines.append(f"model.{key}: {old!r} in the checkpoint -> {new!r} now")
+    return lines
 
 
 def _local(tensor: torch.Tensor) -> torch.Tensor:

@@ -9,15 +9,34 @@ table can be traced to the harness output that produced it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SUITES", "Column", "check_tasks", "columns_for", "markdown_table", "run_suite", "write_results"]
+from fixed_embed.errors import UserError
+
+__all__ = [
+    "SUITES",
+    "Column",
+    "OutputExistsError",
+    "check_tasks",
+    "columns_for",
+    "default_eval_dir",
+    "markdown_table",
+    "refuse_existing_results",
+    "run_suite",
+    "write_results",
+]
+
+
+class OutputExistsError(UserError, FileExistsError):
+    """An output (results file, export folder) already exists and would be replaced."""
 
 
 @dataclass(frozen=True)
@@ -155,6 +174,48 @@ def _score(task_results: dict[str, Any], metric: str) -> dict[str, float | None]
 
 def _json_safe(value: Any) -> Any:
     return json.loads(json.dumps(value, default=lambda o: repr(o)))
+
+
+def default_eval_dir(
+    model: str | os.PathLike,
+    suite: str | None,
+    tasks: Sequence[str] = (),
+    fewshot: int = 0,
+    limit: int | float | None = None,
+    hub: bool = False,
+    root: str | os.PathLike = Path("logs") / "eval",
+) -> Path:
+    """``root/<model label>-<suite or tasks>[-limitN]-<hash>``: one folder per model and evaluation.
+
+    The label keeps a checkpoint's run folders (``tiny-gf2-version_0-last`` for
+    ``logs/tiny/gf2/version_0/checkpoints/last.ckpt``); the hash, of the checkpoint's absolute
+    path (or the hub id), keeps two runs with the same tail apart.
+    """
+    spec = str(model)
+    if hub and not Path(spec).expanduser().exists():
+        label, identity = spec, spec
+    else:
+        path = Path(os.path.abspath(Path(spec).expanduser()))
+        parents = [p for p in path.parent.parts[1:] if p not in ("checkpoints", "ckpt")][-3:]
+        label, identity = "-".join([*parents, path.stem if path.suffix == ".ckpt" else path.name]), str(path)
+    what = suite if suite is not None else "+".join(tasks) + (f"-{fewshot}shot" if fewshot else "")
+    if limit is not None:
+        what += f"-limit{limit:g}"
+    digest = hashlib.sha256(f"{identity}|{what}".encode()).hexdigest()[:8]
+    name = f"{label}-{what}"
+    if len(name) > 120:
+        name = name[:120]
+    return Path(root) / (re.sub(r"[^A-Za-z0-9._+-]+", "_", name) + f"-{digest}")
+
+
+def refuse_existing_results(out_dir: str | os.PathLike, overwrite: bool = False) -> None:
+    """Raise ``OutputExistsError`` if ``out_dir/results.json`` exists and ``overwrite`` is not set."""
+    path = Path(out_dir) / "results.json"
+    if path.exists() and not overwrite:
+        raise OutputExistsError(
+            f"{path} already exists (an earlier evaluation); pass --output DIR to write elsewhere, "
+            "or --overwrite to replace it"
+        )
 
 
 def write_results(results: dict[str, Any], model: str, out_dir: str | os.PathLike) -> Path:

@@ -83,8 +83,8 @@ def test_bos_is_prepended_when_configured(corpus, tokenizer):
     assert first[0].item() == 5
 
 
-def _reader_blocks(corpus, tokenizer, rank, world, workers):
-    ds = stream(corpus, tokenizer, rank=rank, world_size=world, epochs=1, shuffle_buffer=4)
+def _reader_blocks(corpus, tokenizer, rank, world, workers, **kw):
+    ds = stream(corpus, tokenizer, rank=rank, world_size=world, epochs=1, shuffle_buffer=4, **kw)
     loader = StatefulDataLoader(ds, batch_size=None, num_workers=workers)
     return [tuple(b.tolist()) for b in loader]
 
@@ -96,9 +96,11 @@ def test_ranks_and_workers_are_disjoint_and_complete(corpus, tokenizer):
     assert sorted(sharded) == sorted(single)
 
 
-def test_too_many_readers_is_an_error(corpus, tokenizer):
-    with pytest.raises(ValueError, match="4 ranks x 1 workers = 4 readers exceed num_shards = 2"):
-        next(iter(stream(corpus, tokenizer, num_shards=2, rank=0, world_size=4)))
+def test_more_readers_than_num_shards_split_finer(corpus, tokenizer):
+    # 2 ranks x 2 workers = 4 readers > num_shards = 2: one virtual shard per reader, as num_shards = 4
+    four = _reader_blocks(corpus, tokenizer, 0, 1, 0, num_shards=4)
+    sharded = [b for rank in range(2) for b in _reader_blocks(corpus, tokenizer, rank, 2, 2, num_shards=2)]
+    assert len(sharded) == len(set(sharded)) and sorted(sharded) == sorted(four)
 
 
 def _batches(loader, n):

@@ -161,7 +161,7 @@ def test_cli_fit_on_sigterm_saves_last_checkpoint_and_exits_zero(tmp_path, corpu
             break
     output.extend(proc.stdout)
     assert proc.wait(timeout=120) == 0, "".join(output)[-3000:]
-    last = tmp_path / "logs" / "tiny" / "gf2" / "version_0" / "checkpoints" / "last.ckpt"
+    last = tmp_path / "logs" / "tiny" / "gf2" / "default" / "checkpoints" / "last.ckpt"
     checkpoint = torch.load(last, weights_only=False)
     assert 0 < checkpoint["global_step"] < 100000
     assert f"saved {last} at step {checkpoint['global_step']}" in "".join(output).replace("\n", "")

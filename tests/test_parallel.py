@@ -78,7 +78,7 @@ def test_cli_fit_ddp_two_processes(tmp_path, corpus):
         env={**os.environ, "HF_DATASETS_CACHE": str(tmp_path / "hf")},
     )  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
-    checkpoint = torch.load(tmp_path / "logs/tiny/learned/version_0/checkpoints/last.ckpt", weights_only=True)
+    checkpoint = torch.load(tmp_path / "logs/tiny/learned/default/checkpoints/last.ckpt", weights_only=True)
     assert checkpoint["global_step"] == 3 and checkpoint["tokens_seen"] == 3 * 2 * 8 * 32
 
 

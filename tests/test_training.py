@@ -85,7 +85,7 @@ def test_cli_fit_subprocess_writes_checkpoint_and_tensorboard(tmp_path, corpus):
         capture_output=True, text=True, cwd=tmp_path, env={**os.environ, "HF_DATASETS_CACHE": str(tmp_path / "hf")},
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    version = tmp_path / "logs" / "tiny" / "binary16" / "version_0"
+    version = tmp_path / "logs" / "tiny" / "binary16" / "default"
     assert (version / "checkpoints" / "last.ckpt").is_file()
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

@@ -1,7 +1,13 @@
-"""The ``fixed-embed`` command: one entry point, one module per sub-command."""
+"""The ``fixed-embed`` command: one entry point, one module per sub-command.
+
+User errors (:class:`fixed_embed.errors.UserError`: bad config, data, paths, checkpoints) print one
+or two lines and exit with status 2; ``--debug`` (anywhere on the line) or ``FIXED_EMBED_DEBUG=1``
+shows their traceback too. Any other exception is a bug and keeps its traceback.
+"""
 
 from __future__ import annotations
 
+import os
 import sys
 
 COMMANDS = {
@@ -35,6 +41,11 @@ commands:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv or os.environ.get("FIXED_EMBED_DEBUG", "") not in ("", "0")
+    argv = [a for a in argv if a != "--debug"]
+    if debug:
+        # Lightning's DDP launcher re-runs this command line for the other ranks, without --debug.
+        os.environ["FIXED_EMBED_DEBUG"] = "1"
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE, end="")
         return 0
@@ -42,5 +53,13 @@ def main(argv: list[str] | None = None) -> int:
     if command not in COMMANDS:
         print(f"fixed-embed: unknown command {command!r}\n\n{USAGE}", end="", file=sys.stderr)
         return 2
+    from fixed_embed.errors import UserError
+
     module = __import__(COMMANDS[command], fromlist=["run"])
-    return module.run(argv) or 0
+    try:
+        return module.run(argv) or 0
+    except UserError as error:
+        if debug:
+            raise
+        print(f"fixed-embed {command}: error: {error}\n(--debug shows the traceback)", file=sys.stderr)
+        return 2

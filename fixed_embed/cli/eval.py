@@ -23,7 +23,10 @@ def run(argv: list[str]) -> int:
     parser.add_argument("--device", help="cuda, cpu, ... (default: cuda if available)")
     parser.add_argument("--tokenizer", help="override the tokenizer stored in the checkpoint")
     parser.add_argument("--include-path", action="append", default=[], help="extra lm-eval task YAMLs")
-    parser.add_argument("--output", help="results folder (default: logs/eval/<name>)")
+    parser.add_argument(
+        "--output", "--out", help="results folder (default: logs/eval/<run>-<suite>-<hash>, one per checkpoint)"
+    )
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing results.json in the folder")
     parser.add_argument("--name", help="the model's row name in the table")
     args = parser.parse_args(argv[1:])
     if (args.checkpoint is None) == (args.hf is None):
@@ -32,15 +35,27 @@ def run(argv: list[str]) -> int:
     suite = args.suite or (None if tasks else "paper")
     limit = None if args.limit is None else (int(args.limit) if args.limit >= 1 else args.limit)
 
-    from fixed_embed.suite import columns_for, markdown_table, run_suite, write_results
+    from fixed_embed.suite import (
+        columns_for,
+        default_eval_dir,
+        markdown_table,
+        refuse_existing_results,
+        run_suite,
+        write_results,
+    )
 
     try:
         columns = columns_for(suite, tasks, args.num_fewshot)
     except ValueError as error:
         parser.error(str(error))
+    model = args.hf or args.checkpoint
+    out = Path(args.output or default_eval_dir(model, suite, tasks, args.num_fewshot, limit, hub=bool(args.hf)))
+    refuse_existing_results(out, args.overwrite)  # before hours of evaluation, not after
     if args.hf:
         name = args.name or args.hf
-        model_args = f"pretrained={args.hf},dtype=auto" + (f",device={args.device}" if args.device else "")
+        model_args = f"pretrained={args.hf},dtype=auto,trust_remote_code=False" + (
+            f",device={args.device}" if args.device else ""
+        )
         from lm_eval.api.registry import get_model
 
         lm = get_model("hf").create_from_arg_string(model_args, {"batch_size": args.batch_size})
@@ -48,10 +63,16 @@ def run(argv: list[str]) -> int:
         from fixed_embed.evaluation import FixedEmbedLM
 
         lm = FixedEmbedLM(args.checkpoint, args.tokenizer, batch_size=args.batch_size, device=args.device)
-        name = args.name or f"{type(lm.module.interface).__name__} {Path(args.checkpoint).name}"
+        name = args.name or f"{type(lm.module.interface).__name__} {_run_label(args.checkpoint)}"
     results = run_suite(lm, columns, limit=limit, include_path=args.include_path)
-    out = Path(args.output or Path("logs") / "eval" / name.replace("/", "_").replace(" ", "_"))
     path = write_results(results, name, out)
     Console().print(Markdown(markdown_table([{"model": name, **results}])))
     print(f"results: {path}\ntable:   {out / 'table.md'}")
     return 0
+
+
+def _run_label(checkpoint: str) -> str:
+    """``tiny/gf2/version_0/last.ckpt`` for ``.../logs/tiny/gf2/version_0/checkpoints/last.ckpt``."""
+    path = Path(checkpoint)
+    parents = [p for p in path.absolute().parent.parts[1:] if p not in ("checkpoints", "ckpt")][-3:]
+    return "/".join([*parents, path.name])

@@ -13,11 +13,13 @@ def run(argv: list[str]) -> int:
     parser.add_argument("out", help="the folder to write (must not exist or be empty)")
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     parser.add_argument("--tokenizer", help="override the tokenizer stored in the checkpoint")
+    parser.add_argument("--overwrite", action="store_true", help="replace an earlier export in OUT")
     args = parser.parse_args(argv[1:])
-    from fixed_embed.export import export_llama
+    from fixed_embed.export import check_export_dir, export_llama
     from fixed_embed.loading import load_checkpoint
 
+    check_export_dir(args.out, args.overwrite)  # before loading the checkpoint
     model, tokenizer = load_checkpoint(args.checkpoint, args.tokenizer)
-    out = export_llama(model, tokenizer, args.out, getattr(torch, args.dtype))
+    out = export_llama(model, tokenizer, args.out, getattr(torch, args.dtype), overwrite=args.overwrite)
     print(f"wrote {out} (LlamaForCausalLM, {type(model.interface).__name__} as embed_tokens, {args.dtype})")
     return 0

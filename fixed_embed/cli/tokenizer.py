@@ -1,13 +1,18 @@
-"""``fixed-embed tokenizer``: train (or reuse, when cached) a byte-level BPE on a corpus."""
+"""``fixed-embed tokenizer``: train (or reuse, when cached) a byte-level BPE on a corpus.
+
+Without ``--out`` the tokenizer is cached in a folder keyed by the corpus and the size, the one
+``fixed-embed fit`` uses for ``data.tokenizer: null`` on the same ``data.train``.
+"""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from fixed_embed.data.corpus import cache_root, default_corpus
+from fixed_embed.data.corpus import default_corpus
 from fixed_embed.data.sources import DocumentSource
-from fixed_embed.data.tokenizer import train_bpe
+from fixed_embed.data.tokenizer import bpe_for_source
+from fixed_embed.errors import ConfigError
 
 
 def run(argv: list[str]) -> int:
@@ -15,12 +20,12 @@ def run(argv: list[str]) -> int:
     parser.add_argument("--data", default=None, help="file, folder, glob or hub id (default: the offline corpus)")
     parser.add_argument("--text-field", default="text")
     parser.add_argument("--vocab-size", type=int, default=8192)
-    parser.add_argument("--out", type=Path, default=None, help="output folder (default: the cache)")
+    parser.add_argument("--out", type=Path, default=None, help="output folder (default: the cache, keyed by corpus)")
+    parser.add_argument("--overwrite", action="store_true", help="replace a tokenizer in --out made from other inputs")
     args = parser.parse_args(argv[1:])
+    if args.out is not None and args.out.exists() and not args.out.is_dir():
+        raise ConfigError(f"--out {args.out} is a file; --out names the folder to hold tokenizer.json")
     source = DocumentSource(args.data or str(default_corpus() / "train.jsonl"), text_field=args.text_field)
-    fingerprint = repr(source.fingerprint())
-    out = args.out or cache_root() / "tokenizers" / f"bpe-{args.vocab_size}-cli"
-    texts = (row[args.text_field] for row in source.open())
-    path = train_bpe(texts, args.vocab_size, out, fingerprint)
+    path = bpe_for_source(source, args.vocab_size, args.out, overwrite=args.overwrite or args.out is None)
     print(path)
     return 0

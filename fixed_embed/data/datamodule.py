@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,12 +12,18 @@ from tokenizers import Tokenizer
 from torch.utils.data import DataLoader, IterableDataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from fixed_embed.data.corpus import cache_root, default_corpus
-from fixed_embed.data.packing import PackedBlocks
+from fixed_embed.data.corpus import default_corpus
+from fixed_embed.data.packing import BlockCache, PackedBlocks, virtual_shard_count
 from fixed_embed.data.sources import DocumentSource
-from fixed_embed.data.tokenizer import EOS, load_tokenizer, special_token_id, train_bpe
+from fixed_embed.data.tokenizer import EOS, bpe_for_source, load_tokenizer, special_token_id
 
 __all__ = ["TextDataModule"]
+
+# The validation stream's virtual shards: fixed (the former num_shards default), so the validation
+# set never depends on data.num_shards or the world, and single-file validation sets keep their blocks.
+_VALIDATION_SHARDS = 64
+# Bump when packing changes the blocks it makes from the same data: cached validation sets are then rebuilt.
+_VALIDATION_LAYOUT = 2
 
 
 class _RankSlice(IterableDataset):
@@ -49,10 +54,15 @@ class TextDataModule(L.LightningDataModule):
         seq_len: prediction targets per sequence (blocks are ``seq_len + 1`` tokens).
         batch_size: sequences per device per micro-batch.
         num_workers: loader worker processes per device.
-        num_shards: virtual shards; ranks x workers must not exceed it.
+        num_shards: virtual shards of the training stream (``null``: one per reader). Readers
+            (ranks x workers) read only their share of the source's files / hub shards. With
+            more readers than ``num_shards`` it is raised to the number of readers; up to it,
+            the training blocks do not depend on the world size (equal shares when the readers
+            divide it).
         shuffle_buffer: blocks held for a seeded shuffle (0: stream order).
         seed: shuffle seed.
-        val_sequences: validation blocks in total (split equally over ranks).
+        val_sequences: validation blocks in total (split equally over ranks); built once on
+            global rank 0, cached under ``$FIXED_EMBED_CACHE/validation`` and sent to the others.
         bos_token: prepended to each document when set; EOS (``eos_token``) always ends one.
         allow_larger_model_vocab: accept a model vocabulary larger than the tokenizer's.
         txt_sample_by: how ``.txt`` files split into documents (document / paragraph / line).
@@ -71,7 +81,7 @@ class TextDataModule(L.LightningDataModule):
         seq_len: int = 2048,
         batch_size: int = 8,
         num_workers: int = 0,
-        num_shards: int = 64,
+        num_shards: int | None = 64,
         shuffle_buffer: int = 256,
         seed: int = 0,
         val_sequences: int = 64,
@@ -88,9 +98,12 @@ class TextDataModule(L.LightningDataModule):
                 f"need seq_len >= 1, batch_size >= 1, num_workers >= 0, val_sequences >= 0; got {seq_len}, "
                 f"{batch_size}, {num_workers}, {val_sequences}"
             )
+        if num_shards is not None and num_shards < 1:
+            raise ValueError(f"num_shards must be >= 1 or null (one per reader), got {num_shards}")
         self.save_hyperparameters()
         self.seq_len, self.batch_size, self.num_workers = seq_len, batch_size, num_workers
         self._val_blocks: torch.Tensor | None = None
+        self._val_shared = False  # every rank holds the blocks rank 0 loaded or built
         self._tokenizer_path: str | None = None
         self._loaded_tokenizer = None
 
@@ -126,12 +139,7 @@ class TextDataModule(L.LightningDataModule):
         hp = self.hparams
         if hp.tokenizer is not None:
             return hp.tokenizer
-        source = self._train_source()
-        fingerprint = repr(source.fingerprint())
-        digest = hashlib.sha256(fingerprint.encode()).hexdigest()[:16]
-        out = cache_root() / "tokenizers" / f"bpe-{hp.tokenizer_vocab_size}-{digest}"
-        texts = (row[hp.text_field] for row in source.open())
-        return str(train_bpe(texts, hp.tokenizer_vocab_size, out, fingerprint))
+        return str(bpe_for_source(self._train_source(), hp.tokenizer_vocab_size))  # cached, keyed by corpus
 
     def vocab_size(self) -> int:
         return self.tokenizer().get_vocab_size()
@@ -151,20 +159,23 @@ class TextDataModule(L.LightningDataModule):
                 + ("" if model_vocab < tokenizer_vocab else " or data.allow_larger_model_vocab: true")
             )
 
+    def _special_ids(self) -> tuple[int, int | None]:
+        hp, tokenizer = self.hparams, self.tokenizer()
+        eos = special_token_id(tokenizer, hp.eos_token)
+        return eos, special_token_id(tokenizer, hp.bos_token) if hp.bos_token else None
+
     def _stream(self, source: DocumentSource, **kwargs) -> PackedBlocks:
         hp = self.hparams
-        tokenizer = self.tokenizer()
+        eos_id, bos_id = self._special_ids()
+        options = {"num_shards": hp.num_shards, "seed": hp.seed, "tokenize_batch": hp.tokenize_batch, **kwargs}
         return PackedBlocks(
             source,
             self.tokenizer_path(),
             self.seq_len,
-            eos_id=special_token_id(tokenizer, hp.eos_token),
-            bos_id=special_token_id(tokenizer, hp.bos_token) if hp.bos_token else None,
-            num_shards=hp.num_shards,
-            seed=hp.seed,
+            eos_id=eos_id,
+            bos_id=bos_id,
             holdout_per_mille=hp.holdout_per_mille,
-            tokenize_batch=hp.tokenize_batch,
-            **kwargs,
+            **options,
         )
 
     # -- Lightning hooks ------------------------------------------------------------------------
@@ -182,6 +193,19 @@ class TextDataModule(L.LightningDataModule):
         length = None
         if trainer is not None and trainer.max_steps and trainer.max_steps > 0:
             length = trainer.max_steps * trainer.accumulate_grad_batches * self.batch_size
+        readers, shards = world * max(1, self.num_workers), self.hparams.num_shards
+        virtual = virtual_shard_count(shards, readers)
+        if virtual != shards:
+            rank_zero_info(
+                f"data: {readers} readers ({world} ranks x {max(1, self.num_workers)} workers), one virtual shard "
+                f"each{'' if shards is None else f' (more readers than num_shards {shards})'}: the training "
+                "blocks depend on the number of readers"
+            )
+        elif virtual % readers:
+            rank_zero_info(
+                f"data: {virtual} virtual shards over {readers} readers: readers own {virtual // readers} or "
+                f"{virtual // readers + 1} of them (a num_shards that {readers} divides gives equal shares)"
+            )
         dataset = self._stream(
             self._train_source(),
             shuffle_buffer=self.hparams.shuffle_buffer,
@@ -198,28 +222,76 @@ class TextDataModule(L.LightningDataModule):
         )
 
     def validation_blocks(self) -> torch.Tensor:
-        """All ``val_sequences`` validation blocks (identical for every variant, run and rank)."""
+        """All ``val_sequences`` validation blocks (identical for every variant, run and rank).
+
+        Built once and cached on disk (``$FIXED_EMBED_CACHE/validation``), keyed by everything they
+        depend on: the source (files, sizes, modification times; or the hub id, config and split),
+        the tokenizer's content, seq_len, val_sequences, the hold-out, the special ids. Every later
+        call and start loads the file; an unreadable one is rebuilt. No collective: under a trainer
+        ``val_dataloader`` calls this on global rank 0 only and broadcasts the result.
+        """
         if self._val_blocks is None:
             source, keep = self._valid_source()
-            stream = self._stream(source, shuffle_buffer=0, epochs=1, keep=keep)
-            blocks = []
-            for block in stream:
-                if len(blocks) == self.hparams.val_sequences:
-                    break
-                blocks.append(block)
-            if len(blocks) < self.hparams.val_sequences:
-                rank_zero_warn(
-                    f"validation data {source.path} holds only {len(blocks)} blocks of {self.seq_len + 1} tokens; "
-                    f"asked for {self.hparams.val_sequences}"
-                )
-            if not blocks:
-                raise ValueError(f"no validation block of {self.seq_len + 1} tokens could be made from {source.path}")
-            self._val_blocks = torch.stack(blocks)
+            cache = self._validation_cache(source, keep)
+            blocks, seconds = cache.get(lambda: self._build_validation_blocks(source, keep), width=self.seq_len + 1)
+            if seconds is None:
+                rank_zero_info(f"validation: {len(blocks)} blocks from cache {cache.path}")
+            else:
+                rank_zero_info(f"validation: built {len(blocks)} blocks in {seconds:.1f} s, cached at {cache.path}")
+            self._val_blocks = blocks
+        return self._val_blocks
+
+    def _validation_cache(self, source: DocumentSource, keep: str) -> BlockCache:
+        hp = self.hparams
+        eos_id, bos_id = self._special_ids()
+        key = {
+            "layout": _VALIDATION_LAYOUT,
+            "source": source.content_stamp(),
+            "keep": keep,
+            "tokenizer": self.tokenizer().to_str(),  # hashed with the rest: its content, not its name
+            "seq_len": self.seq_len,
+            "val_sequences": hp.val_sequences,
+            "holdout_per_mille": hp.holdout_per_mille,
+            "eos_id": eos_id,
+            "bos_id": bos_id,
+            "num_shards": _VALIDATION_SHARDS,
+        }
+        return BlockCache(key, "validation")  # under cache_root()
+
+    def _build_validation_blocks(self, source: DocumentSource, keep: str) -> torch.Tensor:
+        stream = self._stream(source, shuffle_buffer=0, epochs=1, keep=keep, num_shards=_VALIDATION_SHARDS)
+        blocks = []
+        for block in stream:
+            if len(blocks) == self.hparams.val_sequences:
+                break
+            blocks.append(block)
+        if len(blocks) < self.hparams.val_sequences:
+            rank_zero_warn(
+                f"validation data {source.path} holds only {len(blocks)} blocks of {self.seq_len + 1} tokens; "
+                f"asked for {self.hparams.val_sequences}"
+            )
+        if not blocks:
+            raise ValueError(f"no validation block of {self.seq_len + 1} tokens could be made from {source.path}")
+        return torch.stack(blocks)
+
+    def _shared_validation_blocks(self) -> torch.Tensor:
+        """The validation blocks on every rank: global rank 0 loads (or builds) them, the others receive them.
+
+        Every rank calls this together (``val_dataloader``). Only rank 0 reads the data and the cache,
+        so the cache folder need not be shared between nodes.
+        """
+        trainer = self.trainer
+        if trainer is None or trainer.world_size == 1:
+            return self.validation_blocks()
+        if not self._val_shared:
+            blocks = self.validation_blocks() if trainer.global_rank == 0 else None
+            self._val_blocks = trainer.strategy.broadcast(blocks, src=0)
+            self._val_shared = True
         return self._val_blocks
 
     def val_dataloader(self) -> DataLoader:
         rank, world = self._rank_world()
-        blocks = self.validation_blocks()
+        blocks = self._shared_validation_blocks()
         per_rank = len(blocks) // world
         if per_rank == 0:
             raise ValueError(f"{len(blocks)} validation blocks cannot be shared by {world} ranks")

@@ -41,6 +41,10 @@ class DocumentSource:
     hub dataset id (``HuggingFaceFW/fineweb-edu``, with ``name`` for the config and ``split``).
     ``.txt`` files are split into documents by ``txt_sample_by`` (``document``: one file, one
     document; ``paragraph``: blank-line separated; ``line``).
+
+    The stream's shards (``open().num_shards``) are its files, in sorted order, for local data
+    and the hub dataset's own shards for a hub id; ``PackedBlocks`` gives each reader whole shards
+    where it can, so a reader opens only its share of them.
     """
 
     path: str
@@ -65,6 +69,14 @@ class DocumentSource:
             files = resolve_files(self.path)
             return {"files": [[f, os.path.getsize(f)] for f in files], "text_field": self.text_field}
         return {"hub": self.path, "name": self.name, "split": self.split, "text_field": self.text_field}
+
+    def content_stamp(self) -> dict[str, Any]:
+        """``fingerprint`` plus what else changes the documents (file modification times, how .txt
+        splits): the key of caches built from them. A hub source is its id, config and split."""
+        stamp = {**self.fingerprint(), "txt_sample_by": self.txt_sample_by}
+        if "files" in stamp:
+            stamp["mtimes"] = [os.stat(f).st_mtime_ns for f, _ in stamp["files"]]
+        return stamp
 
     def open(self) -> datasets.IterableDataset:
         """A fresh streaming dataset of the documents (resumable with its ``state_dict``)."""

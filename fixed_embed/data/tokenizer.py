@@ -7,12 +7,20 @@ import json
 import os
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
-__all__ = ["load_tokenizer", "special_token_id", "train_bpe"]
+from fixed_embed.errors import ConfigError, DataError, MissingFileError
+
+if TYPE_CHECKING:
+    from fixed_embed.data.sources import DocumentSource
+
+__all__ = ["bpe_cache_dir", "bpe_for_source", "load_tokenizer", "special_token_id", "train_bpe"]
 
 EOS = "<|endoftext|>"
+ACCEPTED = "a hub id (owner/name), a tokenizer.json, or a folder holding one"
+MIN_VOCAB_FRACTION = 0.9  # a trained BPE smaller than this share of the size asked is refused
 
 
 def load_tokenizer(spec: str | os.PathLike) -> Tokenizer:
@@ -21,15 +29,21 @@ def load_tokenizer(spec: str | os.PathLike) -> Tokenizer:
     if path.is_dir():
         path = path / "tokenizer.json"
         if not path.is_file():
-            raise FileNotFoundError(f"tokenizer folder {spec} has no tokenizer.json")
+            raise MissingFileError(f"tokenizer folder {spec} has no tokenizer.json; give {ACCEPTED}")
     if path.is_file():
-        return Tokenizer.from_file(str(path))
+        try:
+            return Tokenizer.from_file(str(path))
+        except Exception as error:  # the Rust side raises a bare Exception
+            raise DataError(
+                f"{path} is not a valid tokenizers JSON ({str(error).splitlines()[0][:200]}); "
+                f"re-create it (fixed-embed tokenizer) or point to another: {ACCEPTED}"
+            ) from error
     if _looks_local(str(spec)):
-        raise FileNotFoundError(f"tokenizer file or folder not found: {spec}")
+        raise MissingFileError(f"tokenizer file or folder not found: {spec}; give {ACCEPTED}")
     try:
         return Tokenizer.from_pretrained(str(spec))
     except Exception as error:  # the hub client raises several unrelated types
-        raise OSError(
+        raise MissingFileError(
             f"could not load tokenizer {spec!r} from the Hugging Face hub ({type(error).__name__}: {error}). "
             "Without network access, pass a local tokenizer.json or a folder holding one, "
             "e.g. ../shared/data/smollm2-tokenizer/tokenizer.json"
@@ -44,23 +58,85 @@ def _looks_local(spec: str) -> bool:
 def special_token_id(tokenizer: Tokenizer, token: str) -> int:
     token_id = tokenizer.token_to_id(token)
     if token_id is None:
-        raise ValueError(f"the tokenizer has no {token!r} token (vocab size {tokenizer.get_vocab_size()})")
+        raise ConfigError(
+            f"the tokenizer has no {token!r} token (vocab size {tokenizer.get_vocab_size()}); "
+            "name a token it has (data.eos_token / data.bos_token) or use a tokenizer that has it"
+        )
     return token_id
 
 
-def train_bpe(texts: Iterable[str], vocab_size: int, out_dir: str | os.PathLike, fingerprint: str) -> Path:
+def bpe_cache_dir(fingerprint: str, vocab_size: int) -> Path:
+    """The cache folder of the BPE of ``vocab_size`` trained on the corpus with ``fingerprint``."""
+    from fixed_embed.data.corpus import cache_root
+
+    digest = hashlib.sha256(fingerprint.encode()).hexdigest()[:16]
+    return cache_root() / "tokenizers" / f"bpe-{vocab_size}-{digest}"
+
+
+def source_fingerprint(source: DocumentSource) -> str:
+    """What identifies a corpus for its tokenizer (``DocumentSource.fingerprint``, plus how .txt splits)."""
+    fingerprint = repr(source.fingerprint())
+    if source.txt_sample_by != "document" and source.is_local and Path(source.path).suffix == ".txt":
+        fingerprint += f"|txt_sample_by={source.txt_sample_by}"
+    return fingerprint
+
+
+def bpe_for_source(
+    source: DocumentSource, vocab_size: int, out_dir: str | os.PathLike | None = None, *, overwrite: bool = True
+) -> Path:
+    """The ``tokenizer.json`` of a byte-level BPE of ``vocab_size`` on ``source``, trained once.
+
+    Without ``out_dir`` it lives in the cache, in a folder keyed by the corpus fingerprint and the
+    size (``bpe_cache_dir``), so different corpora never share one. ``fixed-embed tokenizer`` and
+    ``TextDataModule`` (``tokenizer: null``) both call this, so they build and find the same file.
+    """
+    fingerprint = source_fingerprint(source)
+    out = Path(out_dir) if out_dir is not None else bpe_cache_dir(fingerprint, vocab_size)
+    texts = (row[source.text_field] for row in source.open())
+    return train_bpe(texts, vocab_size, out, fingerprint, corpus=source.path, overwrite=overwrite)
+
+
+def train_bpe(
+    texts: Iterable[str],
+    vocab_size: int,
+    out_dir: str | os.PathLike,
+    fingerprint: str,
+    *,
+    corpus: str | None = None,
+    overwrite: bool = True,
+) -> Path:
     """Train a byte-level BPE with EOS = ``<|endoftext|>`` at id 0; cached by ``fingerprint``.
 
-    Returns the path of ``tokenizer.json``. A folder whose ``fingerprint.json`` matches is
-    reused without retraining.
+    Returns the path of ``tokenizer.json``. A folder whose ``fingerprint.json`` matches (same
+    corpus fingerprint and size, and the tokenizer.json it describes) is reused without retraining.
+    Any other ``tokenizer.json`` there is replaced when ``overwrite``, else refused. A corpus too
+    small for the size asked (fewer than ``MIN_VOCAB_FRACTION`` of it learned) is refused, and
+    nothing is written. ``corpus`` names the data in messages.
     """
     if vocab_size < 257 + 1:
-        raise ValueError(f"a byte-level BPE needs vocab_size > 257 (256 bytes + EOS), got {vocab_size}")
+        raise ConfigError(
+            f"a byte-level BPE needs vocab_size > 257 (256 bytes + EOS), got {vocab_size}; "
+            "ask for more (--vocab-size, data.tokenizer_vocab_size)"
+        )
     out = Path(out_dir)
     key = hashlib.sha256(f"{fingerprint}|{vocab_size}".encode()).hexdigest()
     stamp = out / "fingerprint.json"
-    if stamp.is_file() and json.loads(stamp.read_text()).get("key") == key and (out / "tokenizer.json").is_file():
-        return out / "tokenizer.json"
+    target = out / "tokenizer.json"
+    if target.is_file():
+        stored = _read_stamp(stamp)
+        digest = _sha256(target)
+        if stored.get("key") == key and stored.get("tokenizer_sha256", digest) == digest:
+            return target
+        if not overwrite:
+            made = (
+                f"from {stored.get('source')}, vocab {stored.get('vocab_size')}"
+                if stored.get("tokenizer_sha256", digest) == digest and "source" in stored
+                else "by unknown inputs: no matching fingerprint.json"
+            )
+            raise ConfigError(
+                f"{target} already exists, made {made}, not from {corpus or fingerprint} at vocab {vocab_size}; "
+                "pass --overwrite to replace it, or choose another --out"
+            )
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
@@ -71,10 +147,42 @@ def train_bpe(texts: Iterable[str], vocab_size: int, out_dir: str | os.PathLike,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tokenizer.train_from_iterator(texts, trainer=trainer)
+    counts = {"documents": 0, "blank": 0}
+
+    def counted(texts: Iterable[str]) -> Iterable[str]:
+        for text in texts:
+            counts["documents"] += 1
+            counts["blank"] += not text.strip()
+            yield text
+
+    tokenizer.train_from_iterator(counted(texts), trainer=trainer)
+    got = tokenizer.get_vocab_size()
+    if got < MIN_VOCAB_FRACTION * vocab_size:
+        raise DataError(
+            f"the BPE trained on {corpus or fingerprint} learned only {got} of the {vocab_size} tokens asked: "
+            f"too little text ({counts['documents']} documents, {counts['blank']} empty or whitespace-only). "
+            "Give more text or ask for a smaller vocabulary; nothing was written."
+        )
     out.mkdir(parents=True, exist_ok=True)
+    stamp.unlink(missing_ok=True)  # never a stamp describing another tokenizer.json, even after a crash
     tmp = out / f".tokenizer.json.{os.getpid()}"
     tokenizer.save(str(tmp))
-    os.replace(tmp, out / "tokenizer.json")
-    stamp.write_text(json.dumps({"key": key, "vocab_size": tokenizer.get_vocab_size(), "source": fingerprint}))
-    return out / "tokenizer.json"
+    digest = _sha256(tmp)
+    os.replace(tmp, target)
+    record = {"key": key, "vocab_size": got, "source": corpus or fingerprint, "tokenizer_sha256": digest}
+    tmp_stamp = out / f".fingerprint.json.{os.getpid()}"
+    tmp_stamp.write_text(json.dumps({**record, "fingerprint": fingerprint}))
+    os.replace(tmp_stamp, stamp)
+    return target
+
+
+def _read_stamp(stamp: Path) -> dict:
+    try:
+        stored = json.loads(stamp.read_text())
+    except (OSError, ValueError):
+        return {}
+    return stored if isinstance(stored, dict) else {}
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()

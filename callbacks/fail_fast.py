@@ -1,0 +1,49 @@
+"""FailFast: an exception on one rank ends every rank within seconds, with that rank's error named.
+
+Without it, the other ranks wait in their next collective (a gradient all-reduce, a checkpoint
+barrier, an evaluation gather) until the process group's timeout. Lightning calls
+``on_exception`` on the rank that raised; this callback publishes the error through
+:mod:`fixed_embed.rank_watch`, whose thread on every other rank prints it and exits with status 1.
+The failing rank itself raises as usual (exit status 1 with its own message).
+"""
+
+from __future__ import annotations
+
+import lightning as L
+
+from fixed_embed import rank_watch
+
+__all__ = ["FailFast"]
+
+
+class FailFast(L.Callback):
+    """Args:
+    poll_s: how often each rank looks for another rank's failure (seconds).
+    enabled: the on/off switch.
+    """
+
+    def __init__(self, poll_s: float = 1.0, enabled: bool = True) -> None:
+        if poll_s <= 0:
+            raise ValueError(f"poll_s must be > 0, got {poll_s}")
+        self.poll_s = poll_s
+        self.enabled = enabled
+        self._failed = False
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if self.enabled:
+            rank_watch.start(self.poll_s)
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        self._failed = True
+        watch = rank_watch.current()
+        if watch is not None:
+            watch.fail(f"{type(exception).__name__}: {exception}")
+
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if rank_watch.current() is None:
+            return
+        if not self._failed and trainer.world_size > 1:
+            # Rank 0 hosts the store: every rank stops watching before any can exit, or a rank that
+            # finishes first would look like a lost store to the others.
+            trainer.strategy.barrier("fail_fast_teardown")
+        rank_watch.stop()

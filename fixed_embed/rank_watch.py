@@ -1,0 +1,109 @@
+"""RankWatch: what one rank knows, every rank learns within a second -- a failure, or a request to stop.
+
+A rank that raises leaves the others blocked in their next collective until the process group's
+timeout (30 minutes by default, on NCCL possibly forever). And a SIGTERM that reaches only one
+rank (``kill`` on the launcher's process) cannot stop an evaluation that the others keep running.
+Both are fixed out of band, through the job's c10d key-value store (the TCP store every launcher
+already set up for the process group), which needs no collective:
+
+- a daemon thread per rank polls two keys every ``poll_s`` seconds;
+- :meth:`RankWatch.fail` (called by the failing rank) writes ``failed`` with its message; every
+  other rank prints it and exits with status 1 at once, whatever its main thread is blocked in;
+- :meth:`RankWatch.request_stop` (safe inside a signal handler: it only sets a flag, the thread
+  publishes it) writes ``stop``; every rank's :attr:`stop_requested` turns true.
+
+If the store itself goes away (the rank hosting it, global rank 0, died), the watch treats that as
+a failure too. One watch per process: :func:`start` is idempotent, :func:`current` returns it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+
+import torch.distributed as dist
+
+__all__ = ["RankWatch", "current", "start", "stop"]
+
+_FAILED, _STOP = "fixed_embed/failed", "fixed_embed/stop"
+
+
+class RankWatch:
+    def __init__(self, store: dist.Store | None, rank: int, poll_s: float = 1.0) -> None:
+        self.store, self.rank, self.poll_s = store, rank, poll_s
+        self.stop_requested = False
+        self._local_stop = False
+        self._published = False
+        self._closing = threading.Event()
+        self._thread: threading.Thread | None = None
+        if store is not None:
+            self._thread = threading.Thread(target=self._watch, name="fixed-embed-rank-watch", daemon=True)
+            self._thread.start()
+
+    def request_stop(self) -> None:
+        """This rank wants every rank to stop (a flag: safe in a signal handler)."""
+        self._local_stop = True
+        if self.store is None:
+            self.stop_requested = True
+
+    def fail(self, message: str) -> None:
+        """Tell every other rank that this one failed; they exit with status 1."""
+        if self.store is None:
+            return
+        # The store may be gone already (rank 0 failed first); this rank raises its error anyway.
+        with contextlib.suppress(Exception):
+            self.store.set(_FAILED, f"rank {self.rank}: {message}")
+
+    def close(self) -> None:
+        self._closing.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=2 * self.poll_s + 1)
+
+    def _watch(self) -> None:
+        while not self._closing.wait(self.poll_s):
+            try:
+                if self._local_stop and not self._published:
+                    self.store.set(_STOP, str(self.rank))
+                    self._published = True
+                if self.store.check([_STOP]):
+                    self.stop_requested = True
+                if self.store.check([_FAILED]):
+                    message = self.store.get(_FAILED).decode(errors="replace")
+                    if not message.startswith(f"rank {self.rank}:"):
+                        _exit(f"rank {self.rank}: stopping because {message}")
+            except Exception as error:
+                if self._closing.is_set():
+                    return
+                _exit(f"rank {self.rank}: stopping: the job's store is unreachable ({type(error).__name__}: {error})")
+
+
+def _exit(message: str) -> None:
+    print(f"fixed-embed: {message}", file=sys.stderr, flush=True)
+    os._exit(1)  # the main thread may be blocked in a collective: only a hard exit ends it
+
+
+_current: RankWatch | None = None
+
+
+def start(poll_s: float = 1.0) -> RankWatch:
+    """The process's watch, started on the default process group's store (a local-only one without)."""
+    global _current
+    if _current is None:
+        store = None
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            store = dist.distributed_c10d._get_default_store()
+        _current = RankWatch(store, dist.get_rank() if store is not None else 0, poll_s)
+    return _current
+
+
+def current() -> RankWatch | None:
+    return _current
+
+
+def stop() -> None:
+    global _current
+    if _current is not None:
+        _current.close()
+        _current = None

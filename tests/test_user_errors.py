@@ -1,0 +1,204 @@
+"""User errors: no output replaced silently (eval, export, tokenizer); messages name the file and the fix."""
+
+import json
+import random
+
+import pytest
+
+from fixed_embed.cli import main
+from fixed_embed.data.tokenizer import bpe_cache_dir, load_tokenizer, train_bpe
+from fixed_embed.errors import ConfigError, DataError, MissingFileError, UserError
+from fixed_embed.suite import OutputExistsError, default_eval_dir
+
+
+def cli(argv, capsys, expected=UserError):
+    """Run ``fixed-embed ARGV`` in-process; the message of the user error it must end with.
+
+    The top-level handler turns a ``UserError`` into a message on stderr and exit status 2 (no
+    traceback; with ``--debug`` or ``FIXED_EMBED_DEBUG=1`` the error propagates, also accepted here).
+    """
+    try:
+        code = main(argv)
+    except UserError as error:
+        assert isinstance(error, expected), type(error)
+        return str(error)
+    assert code == 2, "a user error exits with status 2"
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err
+    return captured.err
+
+
+def write_corpus(path, words, docs=40, seed=0):
+    rng = random.Random(seed)
+    texts = [" ".join(rng.choice(words) for _ in range(rng.randint(50, 200))) for _ in range(docs)]
+    path.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    return path
+
+
+WORDS_A = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa", "lambda", "mu"]
+WORDS_B = ["north", "south", "east", "west", "river", "mountain", "valley", "forest", "ocean", "desert", "lake", "hill"]
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("FIXED_EMBED_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf-datasets"))
+    return tmp_path / "cache"
+
+
+# -- 4. eval and export never replace earlier outputs silently ------------------------------------------------
+
+
+def test_default_eval_folder_is_unique_per_checkpoint_and_evaluation(tmp_path):
+    run0 = tmp_path / "logs" / "tiny" / "gf2" / "version_0" / "checkpoints" / "last.ckpt"
+    run1 = tmp_path / "logs" / "tiny" / "gf2" / "version_1" / "checkpoints" / "last.ckpt"
+    other_root = tmp_path / "elsewhere" / "logs" / "tiny" / "gf2" / "version_0" / "checkpoints" / "last.ckpt"
+    a = default_eval_dir(run0, "offline")
+    assert a.parent.as_posix() == "logs/eval" and a.name.startswith("tiny-gf2-version_0-last-offline-")
+    assert len({a, default_eval_dir(run1, "offline"), default_eval_dir(other_root, "offline")}) == 3
+    assert default_eval_dir(run0, "offline") == a  # stable: the same evaluation finds its folder again
+    assert default_eval_dir(run0, "paper") != a
+    assert "-limit4-" in default_eval_dir(run0, "offline", limit=4).name
+    assert "piqa+arc_easy-5shot" in default_eval_dir(run0, None, ["piqa", "arc_easy"], 5).name
+    hub = default_eval_dir("HuggingFaceTB/SmolLM2-135M", "paper", hub=True)
+    assert hub.name.startswith("HuggingFaceTB_SmolLM2-135M-paper-")
+
+
+def test_eval_refuses_to_replace_results(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    ckpt = tmp_path / "logs" / "tiny" / "gf2" / "version_0" / "checkpoints" / "last.ckpt"
+    out = tmp_path / "eval"
+    out.mkdir()
+    (out / "results.json").write_text("{}")
+    message = cli(["eval", str(ckpt), "--suite", "offline", "--output", str(out)], capsys, OutputExistsError)
+    assert f"{out / 'results.json'} already exists" in message and "--output DIR" in message
+    assert "--overwrite" in message and len(message.strip().splitlines()) <= 2
+    default = default_eval_dir(ckpt, "offline")
+    default.mkdir(parents=True)
+    (default / "results.json").write_text("{}")
+    message = cli(["eval", str(ckpt), "--suite", "offline"], capsys, OutputExistsError)
+    assert str(default / "results.json") in message
+    assert (default / "results.json").read_text() == "{}"  # untouched
+    # --overwrite gets past the check (and then fails on the missing checkpoint, not on the folder)
+    try:
+        main(["eval", str(ckpt), "--suite", "offline", "--output", str(out), "--overwrite"])
+        message = capsys.readouterr().err
+    except Exception as error:  # a FileNotFoundError, unless loading raises a user error
+        message = str(error)
+    assert "checkpoint not found" in message and "already exists" not in message
+
+
+def test_export_refuses_non_empty_folder(tmp_path, capsys):
+    out = tmp_path / "hf"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    message = cli(["export", str(tmp_path / "missing.ckpt"), str(out)], capsys, OutputExistsError)
+    assert f"export folder {out} exists and is not empty" in message and "--overwrite" in message
+    message = cli(["export", str(tmp_path / "missing.ckpt"), str(out), "--overwrite"], capsys)
+    assert "is not an earlier export" in message  # --overwrite never deletes a folder that is not an export
+    assert (out / "notes.txt").read_text() == "mine"
+
+
+def test_export_overwrite_replaces_an_earlier_export_whole(tmp_path, corpus):
+    pytest.importorskip("transformers")
+    from fixed_embed.export import export_llama
+    from fixed_embed.module import LanguageModel
+    from tests.helpers import TINY_DECODER
+
+    model = LanguageModel(decoder=TINY_DECODER).eval()
+    tokenizer = load_tokenizer(corpus[1])
+    out = export_llama(model, tokenizer, tmp_path / "hf")
+    (out / "stale.bin").write_bytes(b"old")
+    with pytest.raises(OutputExistsError, match="--overwrite"):
+        export_llama(model, tokenizer, out)
+    export_llama(model, tokenizer, out, overwrite=True)
+    assert (out / "fixed_embed.json").is_file() and not (out / "stale.bin").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".hf.")]  # no temporary folders left
+
+
+# -- 5. tokenizer: one cache folder per corpus, --out never replaced silently -------------------------------------
+
+
+def test_tokenizer_cache_is_keyed_by_corpus_and_shared_with_the_datamodule(tmp_path, cache, capsys):
+    from fixed_embed.data import TextDataModule
+
+    a = write_corpus(tmp_path / "a.jsonl", WORDS_A)
+    b = write_corpus(tmp_path / "b.jsonl", WORDS_B)
+    assert main(["tokenizer", "--data", str(a), "--vocab-size", "300"]) == 0
+    path_a = capsys.readouterr().out.strip().splitlines()[-1]
+    assert main(["tokenizer", "--data", str(b), "--vocab-size", "300"]) == 0
+    path_b = capsys.readouterr().out.strip().splitlines()[-1]
+    assert path_a != path_b and path_a.startswith(str(cache / "tokenizers" / "bpe-300-"))
+    assert "alpha" in "".join(load_tokenizer(path_a).get_vocab())
+    assert "north" in "".join(load_tokenizer(path_b).get_vocab())
+    dm = TextDataModule(train=str(a), tokenizer=None, tokenizer_vocab_size=300)
+    assert dm.tokenizer_path() == path_a  # `fit` with data.tokenizer: null finds the CLI's tokenizer
+
+
+def test_tokenizer_out_refuses_a_tokenizer_from_other_inputs(tmp_path, cache, capsys):
+    a = write_corpus(tmp_path / "a.jsonl", WORDS_A)
+    b = write_corpus(tmp_path / "b.jsonl", WORDS_B)
+    out = tmp_path / "tok"
+    assert main(["tokenizer", "--data", str(a), "--vocab-size", "300", "--out", str(out)]) == 0
+    before = (out / "tokenizer.json").read_text()
+    assert main(["tokenizer", "--data", str(a), "--vocab-size", "300", "--out", str(out)]) == 0  # same inputs: reused
+    message = cli(["tokenizer", "--data", str(b), "--vocab-size", "300", "--out", str(out)], capsys, ConfigError)
+    assert f"{out / 'tokenizer.json'} already exists, made from {a}, vocab 300, not from {b}" in message
+    assert "--overwrite" in message and (out / "tokenizer.json").read_text() == before
+    message = cli(["tokenizer", "--data", str(a), "--vocab-size", "400", "--out", str(out)], capsys, ConfigError)
+    assert "--overwrite" in message
+    assert main(["tokenizer", "--data", str(b), "--vocab-size", "300", "--out", str(out), "--overwrite"]) == 0
+    assert "north" in "".join(load_tokenizer(out).get_vocab())
+
+
+def test_train_bpe_rebuilds_a_cache_that_does_not_match(tmp_path):
+    texts_a = [" ".join(WORDS_A * 20)] * 10
+    texts_b = [" ".join(WORDS_B * 20)] * 10
+    out = tmp_path / "tok"
+    train_bpe(texts_a, 300, out, "corpus-a")
+    stamp = json.loads((out / "fingerprint.json").read_text())
+    assert stamp["fingerprint"] == "corpus-a" and stamp["vocab_size"] == 300
+    train_bpe(texts_b, 300, out, "corpus-b")  # another fingerprint: retrained, not reused
+    assert "north" in "".join(load_tokenizer(out).get_vocab())
+    # a tokenizer.json replaced behind the stamp's back is not trusted either
+    (out / "tokenizer.json").write_text(load_tokenizer(out).to_str().replace("north", "nort"))
+    train_bpe(texts_b, 300, out, "corpus-b")
+    assert "north" in "".join(load_tokenizer(out).get_vocab())
+    with pytest.raises(ConfigError, match="already exists"):
+        train_bpe(texts_a, 300, out, "corpus-a", overwrite=False)
+
+
+# -- 8. messages that do not mislead ---------------------------------------------------------------------------
+
+
+def test_whitespace_corpus_is_refused_and_nothing_is_cached(tmp_path, cache, capsys):
+    blank = tmp_path / "blank.jsonl"
+    blank.write_text("".join(json.dumps({"text": "   \n\t  "}) + "\n" for _ in range(50)))
+    message = cli(["tokenizer", "--data", str(blank)], capsys, DataError)
+    assert f"the BPE trained on {blank} learned only" in message and "of the 8192 tokens asked" in message
+    assert "too little text (50 documents, 50 empty or whitespace-only)" in message
+    assert "nothing was written" in message and len(message.strip().splitlines()) <= 2
+    assert not (cache / "tokenizers").exists() or not any((cache / "tokenizers").iterdir())
+
+
+def test_bad_tokenizer_files_name_the_file(tmp_path):
+    bad = tmp_path / "tokenizer.json"
+    bad.write_text('{"version": "1.0", "model": ')
+    with pytest.raises(DataError, match=rf"{bad} is not a valid tokenizers JSON"):
+        load_tokenizer(bad)
+    with pytest.raises(DataError, match=r"is not a valid tokenizers JSON"):
+        load_tokenizer(tmp_path)  # the folder holding it
+    missing = tmp_path / "nope" / "tokenizer.json"
+    with pytest.raises(MissingFileError, match=rf"not found: {missing}; give a hub id .*tokenizer\.json.*folder"):
+        load_tokenizer(missing)
+    (tmp_path / "nope").mkdir()
+    with pytest.raises(MissingFileError, match=r"has no tokenizer\.json; give a hub id"):
+        load_tokenizer(tmp_path / "nope")
+    with pytest.raises(ConfigError, match="vocab_size > 257"):
+        train_bpe(["x"], 100, tmp_path / "small", "f")
+
+
+def test_cache_folder_name_matches_the_datamodule_scheme(cache):
+    import hashlib
+
+    assert bpe_cache_dir("fp", 8192) == cache / "tokenizers" / f"bpe-8192-{hashlib.sha256(b'fp').hexdigest()[:16]}"
