@@ -15,13 +15,14 @@ TOKENIZER ?=
 # `:=`, not `?=`: a HOST from the environment (tcsh exports the machine's name) must not widen the bind.
 HOST      := 127.0.0.1
 PORT      := 6006
-# The variant's config first, then the strategy's: later flags override both.
+# The variant's config first, then the strategy's: later flags override both. --ckpt_path=last: a requeued
+# or relaunched job resumes its run; ARGS="--run NAME" starts another.
 # STRATEGY names a file of experiments/strategies/ (ddp, fsdp).
 fit = $(BIN)/fixed-embed fit --config experiments/paper/$(1).yaml --config experiments/strategies/$(STRATEGY).yaml \
-	--trainer.devices=$(GPUS) --trainer.num_nodes=$(NODES) \
+	--trainer.devices=$(GPUS) --trainer.num_nodes=$(NODES) --ckpt_path=last \
 	$(if $(DATA),--data.train=$(DATA)) $(if $(TOKENIZER),--data.tokenizer=$(TOKENIZER)) $(ARGS)
 
-.PHONY: help install test lint bench bench-core bench-data bench-loop bench-eval bench-memory bench-gpu demo study controls sweep-recodings tensorboard fit-learned fit-binary16 fit-gf2
+.PHONY: help install test lint bench bench-core bench-data bench-loop bench-eval bench-memory bench-gpu demo rehearsal study controls sweep-recodings tensorboard fit-learned fit-binary16 fit-gf2
 
 help:
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -62,6 +63,9 @@ bench: bench-core bench-data bench-loop bench-eval bench-memory ## every CPU ben
 
 bench-gpu: install ## GPU: paper 1.7B config, tokens/s, MFU, memory; learned vs binary16, eager/compile/AC (< 5 min)
 	$(BIN)/python benchmarks/gpu.py $(ARGS)
+
+rehearsal: install ## the paper's config (DDP, FSDP) on 2 CPU processes: updates, validation, checkpoint, benchmark, SIGTERM, relaunch (< 10 min)
+	$(BIN)/python experiments/rehearsal.py $(ARGS)
 
 demo: install ## train the three tiny variants on CPU on the offline corpus, print a table
 	$(BIN)/python experiments/demo.py $(ARGS)

@@ -18,8 +18,10 @@ from lightning.pytorch.strategies import ModelParallelStrategy
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torchmetrics.aggregation import MeanMetric
 
+from fixed_embed.accounting import memory_warning
 from fixed_embed.errors import CheckpointError
 from fixed_embed.interfaces import BinaryCodeInput, InputInterface
+from fixed_embed.loss import DEFAULT_LOSS_CHUNK_TOKENS
 from fixed_embed.model import Decoder, DecoderConfig
 from fixed_embed.parallel import ParallelConfig, apply_parallelism
 from fixed_embed.recipe import AdamWConfig, ScheduleConfig, build_adamw, lr_at, steps_for_budget
@@ -58,7 +60,7 @@ class LanguageModel(L.LightningModule):
         on_nonfinite: Literal["stop", "skip"] = "stop",
         max_skipped_updates: int = 20,
         parallel: ParallelConfig | None = None,
-        loss_chunk_tokens: int | None = 4096,
+        loss_chunk_tokens: int | None = DEFAULT_LOSS_CHUNK_TOKENS,
     ) -> None:
         super().__init__()
         self.config = _as(DecoderConfig, decoder)
@@ -191,6 +193,8 @@ class LanguageModel(L.LightningModule):
     def setup(self, stage: str) -> None:
         if stage == "fit":
             self._resolve_max_steps()
+            if warning := memory_warning(self, self.trainer):
+                rank_zero_warn(warning)
 
     def _resolve_max_steps(self) -> None:
         trainer = self.trainer

@@ -5,7 +5,7 @@ r, r + N, ... of global batch i. Lightning's DDP launcher re-runs this script fo
 Global rank 0 writes a JSON of per-update losses (averaged over ranks) and monitor metrics.
 
     python tests/distributed_fit.py OUT.json --devices 2 [--strategy ddp|fsdp] [--steps 4]
-        [--ckpt-dir DIR] [--stop-at N] [--resume CKPT] [--bench-tokenizer TOKENIZER]
+        [--ckpt-dir DIR] [--stop-at N] [--resume CKPT] [--bench-tokenizer TOKENIZER] [--fail-on-rank R --fail-at N]
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
 import lightning as L
@@ -24,6 +25,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from callbacks.benchmarks import BenchmarkCallback
+from callbacks.fail_fast import FailFast
 from callbacks.gradients import GradientMonitor
 from callbacks.input_norm import InputNormMonitor
 from fixed_embed.fsdp import FSDP2Strategy
@@ -56,6 +58,22 @@ class StopAt(L.Callback):
             trainer.should_stop = True
 
 
+class FailOnRank(L.Callback):
+    """Raise on one rank only, at one update, then linger before exiting (as a rank stuck in its own
+    teardown would): the others, waiting for it in a collective, must end on their own."""
+
+    def __init__(self, rank: int, step: int, linger_s: float = 30.0) -> None:
+        self.rank, self.step, self.linger_s = rank, step, linger_s
+
+    def on_train_batch_start(self, trainer, *args) -> None:
+        if trainer.global_rank == self.rank and trainer.global_step == self.step:
+            raise RuntimeError(f"injected failure on rank {self.rank} at step {self.step}")
+
+    def on_exception(self, trainer, module, exception) -> None:
+        if trainer.global_rank == self.rank:
+            time.sleep(self.linger_s)
+
+
 class Record(L.Callback):
     def __init__(self, monitors) -> None:
         self.monitors = monitors
@@ -79,6 +97,8 @@ def main() -> None:
     parser.add_argument("--ckpt-dir", help="save last.ckpt there after every update")
     parser.add_argument("--stop-at", type=int, help="stop after this many updates (the schedule keeps --steps)")
     parser.add_argument("--resume", help="checkpoint to resume from")
+    parser.add_argument("--fail-on-rank", type=int, help="raise on this rank only (with --fail-at)")
+    parser.add_argument("--fail-at", type=int, default=2, help="the update at which --fail-on-rank raises")
     args = parser.parse_args()
     torch.set_num_threads(1)
     L.seed_everything(0)
@@ -95,7 +115,9 @@ def main() -> None:
     strategy = args.strategy if args.devices > 1 else "auto"
     if strategy == "fsdp":
         strategy = FSDP2Strategy()
-    callbacks = [*monitors, record]
+    callbacks = [FailFast(), *monitors, record]
+    if args.fail_on_rank is not None:
+        callbacks.append(FailOnRank(args.fail_on_rank, args.fail_at))
     if args.stop_at:
         callbacks.append(StopAt(args.stop_at))
     if args.ckpt_dir:

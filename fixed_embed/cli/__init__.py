@@ -58,8 +58,22 @@ def main(argv: list[str] | None = None) -> int:
     module = __import__(COMMANDS[command], fromlist=["run"])
     try:
         return module.run(argv) or 0
-    except UserError as error:
-        if debug:
+    except Exception as error:
+        # Lightning's clean-up after a failed run can raise again (e.g. "Please call
+        # iter(combined_loader) first"), hiding the user's error in the exception's context.
+        user_error = _user_error_in(error, UserError)
+        if user_error is None or debug:
             raise
-        print(f"fixed-embed {command}: error: {error}\n(--debug shows the traceback)", file=sys.stderr)
+        print(f"fixed-embed {command}: error: {user_error}\n(--debug shows the traceback)", file=sys.stderr)
         return 2
+
+
+def _user_error_in(error: BaseException | None, kind: type) -> BaseException | None:
+    """``error`` or the first exception it was raised from or during that is a ``kind``."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, kind):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None

@@ -17,8 +17,9 @@ units: so virtual shard ``(f * V + gcd(S, V) * (j % m)) // S`` for document ``j`
 The ``R = world_size x num_workers`` readers own consecutive virtual shards (reader ``r``:
 ``[r * V // R, (r + 1) * V // R)``), hence a consecutive run of units, and open only the source
 shards those units lie in, each with ``datasets``' ``shard``: a reader downloads and parses
-about ``1/R`` of the corpus (``S >= R``), or the one file it shares with the other readers of
-that file (``S < R``), never the whole stream. Within a shared file documents are split by index.
+exactly its ``S / R`` files when ``R`` divides ``S`` (and ``V``), the one file it shares with
+``R / S - 1`` other readers when ``S`` divides ``R``, and in general about ``S / R + 1`` source
+shards at most -- never the whole stream. Within a shared file documents are split by index.
 
 What the blocks depend on: ``V``, the source and the packing settings -- not the world. With a
 fixed ``num_shards >= R``, any number of ranks and workers yields exactly the blocks of one
@@ -53,6 +54,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from fixed_embed.data.corpus import cache_root
 from fixed_embed.data.sources import DocumentSource
 from fixed_embed.data.tokenizer import load_tokenizer
+from fixed_embed.errors import CheckpointError
 
 __all__ = [
     "BlockCache",
@@ -237,9 +239,15 @@ class PackedBlocks(IterableDataset):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         expected = json.dumps(self.config_fingerprint(), sort_keys=True)
         if state["fingerprint"] != expected:
-            raise ValueError(
-                "refusing to resume: the checkpoint's data stream was made with a different configuration.\n"
-                f"  checkpoint: {state['fingerprint']}\n  now:        {expected}"
+            saved, now = json.loads(state["fingerprint"]), json.loads(expected)
+            changed = "; ".join(
+                f"{key}: checkpoint {saved.get(key)!r}, now {now.get(key)!r}"
+                for key in sorted(set(saved) | set(now))
+                if saved.get(key) != now.get(key)
+            )
+            raise CheckpointError(
+                f"refusing to resume: the checkpoint's data stream was made with other data settings ({changed}); "
+                "resume with the run's own data settings, or start a new run (--run NAME)"
             )
         self._pending_state = state
 
@@ -250,19 +258,19 @@ class PackedBlocks(IterableDataset):
             state.rng_state = random.Random(f"{self.seed}/{reader}").getstate()
             return state
         if saved["reader"] != [reader, readers]:
-            raise ValueError(
+            raise CheckpointError(
                 f"refusing to resume: the checkpoint was written by reader {saved['reader'][0]} of "
                 f"{saved['reader'][1]} but this is reader {reader} of {readers} (nodes, devices or num_workers "
                 "changed); resume with the same world and data.num_workers"
             )
         if saved.get("layout") is None and source_shards != 1:
-            raise ValueError(
+            raise CheckpointError(
                 "refusing to resume: the checkpoint's data state predates per-file sharding and can only be "
                 f"resumed from a single-file source; {self.source.path} has {source_shards} shards"
             )
         saved_shards = saved.get("source_shards")
         if saved_shards is not None and saved_shards != source_shards:
-            raise ValueError(
+            raise CheckpointError(
                 f"refusing to resume: {self.source.path} had {saved_shards} shards (files) when the checkpoint "
                 f"was written and has {source_shards} now"
             )
