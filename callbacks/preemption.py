@@ -86,6 +86,9 @@ class PreemptionCheckpoint(L.Callback):
             return
         path = save_now(trainer)
         trainer.should_stop = True
+        # Lightning validates when a run stops early; inside a preemption grace period that is time
+        # the scheduler may not give, and the resumed run validates on its own schedule.
+        trainer.limit_val_batches = 0
         what = self.received.name if self.received is not None else "a signal on another rank"
         rank_zero_info(
             f"PreemptionCheckpoint: {what} -> saved {path} at step {trainer.global_step}; stopping. "

@@ -249,10 +249,13 @@ class LanguageModel(L.LightningModule):
             raise FloatingPointError(f"refusing to write a checkpoint: {poisoned} has non-finite values")
         checkpoint["tokens_seen"] = self.tokens_seen
         checkpoint["skipped_updates"] = self.skipped_updates
+        if trainer is not None and trainer.world_size > 1:
+            _gather_loader_states(checkpoint, trainer.world_size)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         saved = checkpoint.get("hyper_parameters") or {}
         _refuse_incompatible(saved, self.hparams)
+        _take_own_loader_state(checkpoint, self._trainer)
         for line in _changed(saved, self.hparams):
             rank_zero_info(f"resume: {line}")
         self.tokens_seen = checkpoint.get("tokens_seen", 0)
@@ -311,6 +314,35 @@ def _changed(saved: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
         else:
             lines.append(f"model.{key}: {old!r} in the checkpoint -> {new!r} now")
     return lines
+
+
+# Lightning saves the training loader's state (the data position) from global rank 0 only, and every
+# rank would resume rank 0's stream. Every rank's state is kept in the checkpoint instead, and each
+# rank takes its own back on load.
+_LOADER_STATES = "loader_states_per_rank"
+
+
+def _loader_slot(checkpoint: dict[str, Any]) -> dict[str, Any] | None:
+    return checkpoint.get("loops", {}).get("fit_loop", {}).get("state_dict")
+
+
+def _gather_loader_states(checkpoint: dict[str, Any], world_size: int) -> None:
+    slot = _loader_slot(checkpoint)
+    states: list[Any] = [None] * world_size
+    torch.distributed.all_gather_object(states, None if slot is None else slot.get("combined_loader"))
+    checkpoint[_LOADER_STATES] = states
+
+
+def _take_own_loader_state(checkpoint: dict[str, Any], trainer: Any) -> None:
+    states, slot = checkpoint.get(_LOADER_STATES), _loader_slot(checkpoint)
+    if states is None or slot is None or trainer is None:
+        return
+    if len(states) != trainer.world_size:
+        raise CheckpointError(
+            f"refusing to resume: the checkpoint holds the data position of {len(states)} ranks but this run has "
+            f"{trainer.world_size}; resume on the same number of nodes x devices"
+        )
+    slot["combined_loader"] = states[trainer.global_rank]
 
 
 def _local(tensor: torch.Tensor) -> torch.Tensor:

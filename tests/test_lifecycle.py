@@ -202,3 +202,29 @@ def test_a_failure_on_one_rank_ends_every_rank(tmp_path, strategy):
     assert result.returncode != 0
     assert "rank 0: stopping because rank 1: RuntimeError: injected failure on rank 1 at step 2" in result.stderr
     assert elapsed < 25, f"took {elapsed:.0f} s"
+
+
+@pytest.mark.slow
+def test_refused_data_resume_is_the_last_word_and_bad_inputs_are_one_line(tmp_path, corpus):
+    first = launch(fit_command(tmp_path, corpus, "gf2", "--trainer.max_steps", "2", "--ckpt_path", "last"), tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    other = launch(fit_command(tmp_path, corpus, "gf2", "--trainer.max_steps", "4", "--ckpt_path", "last",
+                               "--data.seq_len", "16"), tmp_path)  # fmt: skip
+    assert other.returncode == 2, other.stderr[-3000:]
+    last = other.stderr.strip().splitlines()[-2]
+    assert "refusing to resume" in last and "seq_len: checkpoint 32, now 16" in last
+    assert "iter(combined_loader)" not in other.stderr and "Traceback" not in other.stderr
+
+    garbage = tmp_path / "garbage.ckpt"
+    garbage.write_bytes(os.urandom(4096))
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    cases = {
+        ("--ckpt_path", str(garbage), "--run", "g"): f"cannot read checkpoint {garbage}: it is not a checkpoint",
+        ("--data.val_sequences", "0", "--run", "v"): "data.val_sequences must be an integer >= 1, got 0",
+        (f"--data.train={empty}", "--run", "e"): f"{empty}: every file is empty",
+    }
+    for flags, message in cases.items():
+        result = launch(fit_command(tmp_path, corpus, "gf2", "--trainer.max_steps", "2", *flags), tmp_path)
+        assert result.returncode == 2 and message in result.stderr, (flags, result.stderr[-2000:])
+        assert "Traceback" not in result.stderr and "weights_only=False" not in result.stderr

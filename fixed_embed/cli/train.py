@@ -28,7 +28,7 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from fixed_embed.config import expand_config_args
 from fixed_embed.data import TextDataModule
-from fixed_embed.errors import ConfigError
+from fixed_embed.errors import CheckpointError, ConfigError
 from fixed_embed.module import LanguageModel
 
 DEFAULT_RUN = "default"
@@ -136,7 +136,11 @@ def _global_step(path: Path) -> int | str:
     try:
         return torch.load(target, map_location="cpu", mmap=True, weights_only=True).get("global_step", "?")
     except Exception as error:  # reported as a user error by the caller's resume, which reads it again
-        raise ConfigError(f"cannot read checkpoint {path}: {type(error).__name__}: {error}") from error
+        first = str(error).splitlines()[0] if str(error) else ""
+        raise CheckpointError(
+            f"cannot read checkpoint {path}: it is not a checkpoint written by fixed-embed fit "
+            f"({type(error).__name__}: {first[:160]}); pass the run's last.ckpt or step=N.ckpt"
+        ) from error
 
 
 def run(argv: list[str]) -> int:

@@ -16,6 +16,7 @@ from fixed_embed.data.corpus import default_corpus
 from fixed_embed.data.packing import BlockCache, PackedBlocks, virtual_shard_count
 from fixed_embed.data.sources import DocumentSource
 from fixed_embed.data.tokenizer import EOS, bpe_for_source, load_tokenizer, special_token_id
+from fixed_embed.errors import ConfigError
 
 __all__ = ["TextDataModule"]
 
@@ -93,11 +94,10 @@ class TextDataModule(L.LightningDataModule):
         tokenize_batch: int = 64,
     ) -> None:
         super().__init__()
-        if seq_len < 1 or batch_size < 1 or num_workers < 0 or val_sequences < 0:
-            raise ValueError(
-                f"need seq_len >= 1, batch_size >= 1, num_workers >= 0, val_sequences >= 0; got {seq_len}, "
-                f"{batch_size}, {num_workers}, {val_sequences}"
-            )
+        for key, value, least in (("seq_len", seq_len, 1), ("batch_size", batch_size, 1),
+                                  ("num_workers", num_workers, 0), ("val_sequences", val_sequences, 1)):  # fmt: skip
+            if not isinstance(value, int) or value < least:
+                raise ConfigError(f"data.{key} must be an integer >= {least}, got {value!r}")
         if num_shards is not None and num_shards < 1:
             raise ValueError(f"num_shards must be >= 1 or null (one per reader), got {num_shards}")
         self.save_hyperparameters()

@@ -10,6 +10,8 @@ from typing import Any
 
 import datasets
 
+from fixed_embed.errors import DataError
+
 __all__ = ["DocumentSource", "resolve_files"]
 
 _BUILDERS = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
@@ -88,6 +90,8 @@ class DocumentSource:
                 raise ValueError(
                     f"{self.path} must match files of one kind among {sorted(_BUILDERS)}, got {sorted(suffixes)}"
                 )
+            if all(os.path.getsize(f) == 0 for f in files):
+                raise DataError(f"{self.path}: every file is empty ({len(files)} file(s)); point data at documents")
             builder = _BUILDERS[suffixes.pop()]
             # Undecodable bytes in text files become U+FFFD (counted by the packer), never a crash.
             kwargs = {"sample_by": self.txt_sample_by, "encoding_errors": "replace"} if builder == "text" else {}
