@@ -228,3 +228,20 @@ def test_refused_data_resume_is_the_last_word_and_bad_inputs_are_one_line(tmp_pa
         result = launch(fit_command(tmp_path, corpus, "gf2", "--trainer.max_steps", "2", *flags), tmp_path)
         assert result.returncode == 2 and message in result.stderr, (flags, result.stderr[-2000:])
         assert "Traceback" not in result.stderr and "weights_only=False" not in result.stderr
+
+
+def test_a_reader_without_documents_says_so_and_the_cli_prints_one_line(tmp_path, corpus, capsys):
+    from fixed_embed.cli import _message
+    from fixed_embed.data.packing import PackedBlocks
+    from fixed_embed.data.sources import DocumentSource
+    from fixed_embed.errors import DataError
+
+    one = tmp_path / "one.jsonl"
+    one.write_text('{"text": "a single short document"}\n')
+    stream = PackedBlocks(DocumentSource(str(one)), str(corpus[1]), 8, eos_id=0, rank=1, world_size=2, num_shards=None)
+    with pytest.raises(DataError, match=r"too few documents for 2 readers; lower data\.num_workers") as raised:
+        next(iter(stream))
+    # torch re-raises a worker's error wrapped in its traceback: the CLI prints the message alone
+    wrapped = DataError(f"Caught DataError in DataLoader worker process 0.\nOriginal Traceback (most recent call "
+                        f"last):\n  File \"x.py\", line 1\nfixed_embed.errors.DataError: {raised.value}\n")  # fmt: skip
+    assert _message(wrapped) == str(raised.value)

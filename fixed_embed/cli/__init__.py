@@ -64,8 +64,17 @@ def main(argv: list[str] | None = None) -> int:
         user_error = _user_error_in(error, UserError)
         if user_error is None or debug:
             raise
-        print(f"fixed-embed {command}: error: {user_error}\n(--debug shows the traceback)", file=sys.stderr)
+        print(f"fixed-embed {command}: error: {_message(user_error)}\n(--debug shows the traceback)", file=sys.stderr)
         return 2
+
+
+def _message(error: BaseException) -> str:
+    """The error's own message; from a DataLoader worker, torch re-raises it wrapped in the worker's traceback."""
+    text = str(error)
+    if "Original Traceback" not in text:
+        return text
+    last = text.strip().splitlines()[-1]
+    return last.split(": ", 1)[1] if last.startswith(f"{type(error).__module__}.{type(error).__name__}: ") else last
 
 
 def _user_error_in(error: BaseException | None, kind: type) -> BaseException | None:

@@ -54,7 +54,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from fixed_embed.data.corpus import cache_root
 from fixed_embed.data.sources import DocumentSource
 from fixed_embed.data.tokenizer import load_tokenizer
-from fixed_embed.errors import CheckpointError
+from fixed_embed.errors import CheckpointError, DataError
 
 __all__ = [
     "BlockCache",
@@ -338,10 +338,16 @@ class PackedBlocks(IterableDataset):
             if state.stats.blocks == produced_before and state.blocks_from_doc == 0:
                 cycle = document_cycle(source_shards, virtual)
                 files = ", ".join(f"{f}" if (lo, hi) == (0, cycle) else f"{f}[{lo}:{hi}]/{cycle}" for f, lo, hi in plan)
-                raise ValueError(
-                    f"reader {reader} of {readers} got no block from a whole pass over its share of "
-                    f"{self.source.path} (source shards {files} of {source_shards}, {virtual} virtual shards): "
-                    f"the corpus is too small for seq_len {self.seq_len} and {readers} readers"
+                share = f"{self.source.path} (source shards {files} of {source_shards}, {virtual} virtual shards)"
+                if state.stats.documents == 0:
+                    raise DataError(
+                        f"reader {reader} of {readers} (ranks x data.num_workers) got no document from its share of "
+                        f"{share}: the corpus has too few documents for {readers} readers; lower data.num_workers "
+                        "or give more documents"
+                    )
+                raise DataError(
+                    f"reader {reader} of {readers} got no block of {self.seq_len + 1} tokens from a whole pass over "
+                    f"its {state.stats.documents} documents of {share}: lower data.seq_len or give more text"
                 )
             state.epoch += 1
             state.source_state, state.source_shard = None, plan[0][0]
