@@ -164,4 +164,9 @@ def test_cli_fit_on_sigterm_saves_last_checkpoint_and_exits_zero(tmp_path, corpu
     last = tmp_path / "logs" / "tiny" / "gf2" / "default" / "checkpoints" / "last.ckpt"
     checkpoint = torch.load(last, weights_only=False)
     assert 0 < checkpoint["global_step"] < 100000
-    assert f"saved {last} at step {checkpoint['global_step']}" in "".join(output).replace("\n", "")
+    text = "".join(output).replace("\n", "")
+    # The signal lands between updates (the preemption callback saves) or during the in-loop benchmark
+    # (the checkpoint due at that update was saved before it; the evaluation stops).
+    assert f"saved {last} at step {checkpoint['global_step']}" in text or (
+        f"BenchmarkCallback at step {checkpoint['global_step']}: stopped by a stop request" in text
+    )
