@@ -103,6 +103,11 @@ class CheckpointPolicy(ModelCheckpoint):
             return  # permanent: out of the rolling top-k, but never deleted
         super()._remove_checkpoint(trainer, filepath)
 
+    def _should_remove_checkpoint(self, trainer: L.Trainer, previous: str, current: str) -> bool:
+        # Lightning never deletes the checkpoint a run resumed from; with a relaunch per preemption
+        # that would leak one checkpoint per launch. A newer one has just been written: it may go.
+        return previous != current and Path(self.dirpath).absolute() in Path(previous).absolute().parents
+
     @staticmethod
     def _link_checkpoint(trainer: L.Trainer, filepath: str, linkpath: str) -> None:
         # Lightning removes the old link before making the new one; a kill in between would leave no

@@ -335,8 +335,8 @@ def _gather_loader_states(checkpoint: dict[str, Any], world_size: int) -> None:
 
 def _take_own_loader_state(checkpoint: dict[str, Any], trainer: Any) -> None:
     states, slot = checkpoint.get(_LOADER_STATES), _loader_slot(checkpoint)
-    if states is None or slot is None or trainer is None:
-        return
+    if states is None or slot is None or trainer is None or trainer.state.fn != "fit":
+        return  # validate/test need no data position
     if len(states) != trainer.world_size:
         raise CheckpointError(
             f"refusing to resume: the checkpoint holds the data position of {len(states)} ranks but this run has "
