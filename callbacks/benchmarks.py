@@ -103,6 +103,7 @@ class BenchmarkCallback(L.Callback):
                 save_now(trainer)
             self.evaluate(trainer, pl_module)
             if self.interrupted:
+                save_now(trainer)  # no-op when saved above; otherwise the updates since the last save are kept
                 trainer.should_stop = True  # every rank: the interruption was a vote
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

@@ -12,7 +12,8 @@ accumulated micro-batches) three times:
 Checks (exit status 0 only if all hold): each launch exits 0; the relaunch prints ``resuming``; the
 preempted-and-resumed run's per-update losses equal the reference's; its TensorBoard folder holds
 one curve (every update once, no ``version_N``); validation ran after updates 4 and 8, the
-benchmark after update 4; the checkpoint folder holds what the policy keeps, ``last`` a link.
+benchmark after update 4; the checkpoint folder holds exactly what the policy keeps (the
+checkpoint resumed from is deleted once it rotates out), ``last`` a link.
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ def rehearse(strategy: str, logs: Path) -> list[tuple[str, bool, str]]:
     folder = base / "preempted" / "checkpoints"
     names = sorted(p.name for p in folder.iterdir() if not p.name.startswith("."))
     kept = {"last.ckpt", "step=00000004.ckpt", "step=00000006.ckpt", "step=00000008.ckpt"}
-    check("checkpoints: the policy's, last a link", kept <= set(names) and (folder / "last.ckpt").is_symlink(),
+    check("checkpoints: exactly the policy's, last a link", set(names) == kept and (folder / "last.ckpt").is_symlink(),
           str(names))  # fmt: skip
     return checks
 

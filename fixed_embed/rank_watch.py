@@ -36,6 +36,7 @@ class RankWatch:
         self.stop_requested = False
         self._local_stop = False
         self._published = False
+        self._failed = False
         self._closing = threading.Event()
         self._thread: threading.Thread | None = None
         if store is not None:
@@ -52,6 +53,8 @@ class RankWatch:
         """Tell every other rank that this one failed; they exit with status 1."""
         if self.store is None:
             return
+        # This rank ends with its own error (a user error's one line): it stops reading others' failures.
+        self._failed = True
         # The store may be gone already (rank 0 failed first); this rank raises its error anyway.
         with contextlib.suppress(Exception):
             self.store.set(_FAILED, f"rank {self.rank}: {message}")
@@ -69,7 +72,7 @@ class RankWatch:
                     self._published = True
                 if self.store.check([_STOP]):
                     self.stop_requested = True
-                if self.store.check([_FAILED]):
+                if not self._failed and self.store.check([_FAILED]):
                     message = self.store.get(_FAILED).decode(errors="replace")
                     if not message.startswith(f"rank {self.rank}:"):
                         _exit(f"rank {self.rank}: stopping because {message}")

@@ -9,6 +9,7 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
+import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from callbacks.checkpointing import CheckpointPolicy
@@ -68,6 +69,7 @@ def test_relaunching_the_same_command_continues_the_same_run(tmp_path, corpus):
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"resuming {run / 'checkpoints' / f'step={stopped:08d}.ckpt'} at update {stopped}" in again.stderr
     assert sorted(p.name for p in (tmp_path / "logs" / "tiny" / "gf2").iterdir()) == ["default"]
+    assert yaml.safe_load((run / "config.yaml").read_text())["ckpt_path"] == "last"
     steps = [step for step, _ in scalars(run, "train/loss")]
     assert steps == list(range(stopped + 3)), steps  # one curve: every update once, in order
 
@@ -108,6 +110,9 @@ def test_val_check_interval_counts_updates_with_accumulation(tmp_path, corpus):
     # validation after updates 2 and 4 (logged at the index of the update, 1 and 3), not after micro-batch 2
     assert [step for step, _ in scalars(run, "val/loss")] == [1, 3]
     assert len(scalars(run, "train/loss")) == 4
+    # the run folder's config.yaml keeps what the user wrote: relaunching from it means the same
+    saved = yaml.safe_load((run / "config.yaml").read_text())
+    assert saved["trainer"]["val_check_interval"] == 2 and saved["ckpt_path"] is None
 
 
 def test_seq_len_above_max_seq_len_is_refused_before_any_work(tmp_path, corpus):

@@ -65,15 +65,25 @@ class FixedEmbedCLI(LightningCLI):
         if subcommand is None:
             return
         config = self.config[subcommand]
-        trainer = config.trainer
-        accumulate = trainer.accumulate_grad_batches or 1
-        if isinstance(trainer.val_check_interval, int) and accumulate > 1:
-            trainer.val_check_interval *= accumulate  # updates -> Lightning's micro-batches
         _check_seq_len(config)
+        # The parsed config stays as the user wrote it (SaveConfigCallback writes it to the run folder,
+        # and a relaunch from that file must mean the same); what it resolves to is applied after
+        # instantiation.
+        self._resolved_ckpt_path = config.ckpt_path
         if subcommand == "fit":
-            folder = _pin_run_folder(trainer, config.run)
+            folder = _pin_run_folder(config.trainer, config.run)
             if folder is not None:
-                config.ckpt_path = _resolve_resume(folder / "checkpoints", config.ckpt_path, config.run)
+                self._resolved_ckpt_path = _resolve_resume(folder / "checkpoints", config.ckpt_path, config.run)
+
+    def after_instantiate_classes(self) -> None:
+        super().after_instantiate_classes()
+        subcommand = self.config.get("subcommand")
+        if subcommand is None:
+            return
+        self.config_init[subcommand]["ckpt_path"] = self._resolved_ckpt_path
+        trainer = self.trainer
+        if isinstance(trainer.val_check_interval, int) and trainer.accumulate_grad_batches > 1:
+            trainer.val_check_interval *= trainer.accumulate_grad_batches  # updates -> Lightning's micro-batches
 
 
 def _check_seq_len(config: Any) -> None:
