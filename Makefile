@@ -22,7 +22,7 @@ fit = $(BIN)/fixed-embed fit --config experiments/paper/$(1).yaml --config exper
 	--trainer.devices=$(GPUS) --trainer.num_nodes=$(NODES) --ckpt_path=last \
 	$(if $(DATA),--data.train=$(DATA)) $(if $(TOKENIZER),--data.tokenizer=$(TOKENIZER)) $(ARGS)
 
-.PHONY: help install test lint bench bench-core bench-data bench-loop bench-eval bench-memory bench-gpu demo rehearsal study controls sweep-recodings tensorboard fit-learned fit-binary16 fit-gf2
+.PHONY: help install test lint bench bench-core bench-data bench-loop bench-eval bench-memory bench-gpu demo rehearsal study study-gpu controls sweep-recodings tensorboard fit-learned fit-binary16 fit-gf2
 
 help:
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -72,9 +72,14 @@ demo: install ## train the three tiny variants on CPU on the offline corpus, pri
 
 # The study on another corpus (DATA: file, folder, glob or hub id; VALID: its held-out documents,
 # default a hash hold-out of DATA) writes to logs/study-data/, never over the committed results.
-study: install ## the paper's comparison at CPU scale on gutenberg-prose, 3 seeds, 2 tokenizers (~2 h) -> docs/results/study.md
-	$(BIN)/python experiments/study.py $(if $(DATA),--out logs/study-data/study) $(ARGS) \
+# Stopped at any point (Ctrl-C, a kill), the same command continues: finished runs are skipped and a
+# run cut off resumes from its checkpoint. ARGS="--estimate" prints the plan and its compute.
+study: install ## the learned table vs fixed codes across 3 sizes, tuned LRs, 3 seeds, controls (~4 h CPU) -> docs/results/study-v2.md
+	$(BIN)/python experiments/study.py $(if $(DATA),--out logs/study-data/study --logs logs/study-data) $(ARGS) \
 		$(if $(DATA),-- --data.train=$(DATA) --data.valid=$(or $(VALID),null))
+
+study-gpu: install ## the same study at 25M-302M parameters on one GPU (ARGS=--estimate: runs and hours; ARGS=--smoke: 2 updates per config on CPU)
+	$(BIN)/python experiments/study.py --gpu $(ARGS) $(if $(DATA),-- --data.train=$(DATA))
 
 controls: install ## the paper's tiny variants beside every control in experiments/beyond/ -> docs/results/controls.md
 	$(BIN)/python experiments/controls.py $(ARGS)

@@ -27,8 +27,8 @@ MODES = {"eager": (False, False), "compile": (True, False), "ac": (False, True),
 
 
 def run(variant: str, mode: str, args: argparse.Namespace) -> dict:
-    from fixed_embed.cli.params import build_model
     from fixed_embed.config import load_experiment
+    from fixed_embed.experiment import build_model
     from fixed_embed.parallel import ParallelConfig, apply_parallelism
     from fixed_embed.peak_flops import peak_flops
     from fixed_embed.recipe import AdamWConfig, build_adamw

@@ -77,8 +77,8 @@ def paper_training_state(n_gpus: int = 2) -> Table:
     tensors that training really allocates (without allocating them). Under DDP every GPU holds
     all of it; FSDP divides it by the number of GPUs.
     """
-    from fixed_embed.cli.params import build_model
     from fixed_embed.config import load_experiment
+    from fixed_embed.experiment import build_model
     from fixed_embed.recipe import AdamWConfig, build_adamw
 
     root = Path(__file__).resolve().parents[1] / "experiments" / "paper"

@@ -1,9 +1,10 @@
 """BenchmarkCallback: is the model getting better at the benchmarks? lm-eval tasks on the live weights.
 
-Every ``every_n_steps`` updates and at the end of training, runs lm-eval tasks on the model being
+After every update n with ``n % every_n_steps == 0`` (the convention of
+:mod:`callbacks.update_boundary`) and at the end of training, runs lm-eval tasks on the model being
 trained (through :class:`fixed_embed.evaluation.FixedEmbedLM`, no copy of the weights) and logs
-``bench/<task>/<metric>``; the full results (lm-eval's JSON and a Markdown table) go to
-``<run folder>/benchmarks/step_<N>/``.
+``bench/<task>/<metric>`` at step n - 1; the full results (lm-eval's JSON and a Markdown table) go
+to ``<run folder>/benchmarks/step_<N>/``, one line to the console.
 
 - Distributed: every rank takes part; lm-eval splits the requests, pads every rank to the same
   number of forward passes and gathers the results on rank 0, so no rank sits in a collective
@@ -35,6 +36,7 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from callbacks.checkpointing import save_now
 from callbacks.preemption import PreemptionCheckpoint
+from callbacks.update_boundary import UpdateBoundary, due
 from fixed_embed.data.tokenizer import load_tokenizer
 
 __all__ = ["BenchmarkCallback"]
@@ -84,7 +86,7 @@ class BenchmarkCallback(L.Callback):
         self.interrupted = False
         self.last_metrics: dict[str, float] = {}
         self._evaluated_step = -1
-        self._step_at_start = -1
+        self._boundary = UpdateBoundary()
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         # A misspelt task fails now, not 5,000 updates into the run.
@@ -94,11 +96,14 @@ class BenchmarkCallback(L.Callback):
             check_tasks(self.tasks, self.include_path)
 
     def on_train_batch_start(self, trainer: L.Trainer, *args: Any) -> None:
-        self._step_at_start = trainer.global_step
+        if self.enabled:
+            self._boundary.start(trainer)
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
-        step = trainer.global_step
-        if self.enabled and self.every_n_steps and step != self._step_at_start and step % self.every_n_steps == 0:
+        if not self.enabled:
+            return
+        update = self._boundary.end(trainer)
+        if update is not None and due(update, self.every_n_steps):
             if _checkpoint_due(trainer):
                 save_now(trainer)
             self.evaluate(trainer, pl_module)
@@ -173,8 +178,7 @@ class BenchmarkCallback(L.Callback):
 
 def _checkpoint_due(trainer: L.Trainer) -> bool:
     """Whether the trainer's checkpoint callback saves at this update (it runs after the other callbacks)."""
-    every = getattr(trainer.checkpoint_callback, "_every_n_train_steps", 0)
-    return bool(every) and trainer.global_step % every == 0
+    return due(trainer.global_step, getattr(trainer.checkpoint_callback, "_every_n_train_steps", 0) or 0)
 
 
 def _rng_state() -> dict[str, Any]:

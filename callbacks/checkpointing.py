@@ -3,8 +3,10 @@
 At paper scale one checkpoint (fp32 weights + AdamW moments) is ~21 GB; keeping one every 1,000 of
 381,470 updates would need ~8 TB. The policy, in Lightning's own ``ModelCheckpoint``:
 
-- every ``every_n_steps`` updates a checkpoint ``step=00001000.ckpt`` is written (atomically: the
-  trainer's ``AtomicCheckpointIO``, or the FSDP strategy's swapped folder);
+- after every update n with ``n % every_n_steps == 0`` (Lightning's ``every_n_train_steps`` counts
+  as :mod:`callbacks.update_boundary` does) a checkpoint ``step=00001000.ckpt`` is written
+  (atomically: the trainer's ``AtomicCheckpointIO``, or the FSDP strategy's swapped folder), and
+  one line says so on the console;
 - the ``keep_last`` most recent are kept (top-k on the step), older ones are deleted, except
 - those at a multiple of ``keep_every`` updates, which are never deleted (the permanent record);
 - ``last.ckpt`` is a symlink to the newest, swapped atomically: what ``--ckpt_path last`` resumes,
@@ -96,6 +98,10 @@ class CheckpointPolicy(ModelCheckpoint):
         # The run's last update is saved here, before any end-of-run evaluation (on_train_end).
         if trainer.max_steps > 0 and trainer.global_step >= trainer.max_steps:
             save_now(trainer)
+
+    def _save_checkpoint(self, trainer: L.Trainer, filepath: str) -> None:
+        super()._save_checkpoint(trainer, filepath)
+        rank_zero_info(f"checkpoint at update {trainer.global_step}: {filepath}")
 
     def _remove_checkpoint(self, trainer: L.Trainer, filepath: str) -> None:
         match = _STEP.search(Path(filepath).name)

@@ -34,13 +34,15 @@ class FailFast(L.Callback):
             rank_watch.start(self.poll_s)
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        if not self.enabled:
+            return
         self._failed = True
         watch = rank_watch.current()
         if watch is not None:
             watch.fail(f"{type(exception).__name__}: {exception}")
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        if rank_watch.current() is None:
+        if not self.enabled or rank_watch.current() is None:
             return
         if not self._failed and trainer.world_size > 1:
             # Rank 0 hosts the store: every rank stops watching before any can exit, or a rank that

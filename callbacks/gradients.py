@@ -1,7 +1,8 @@
 """GradientMonitor: are the gradients healthy? Global and per-part norms, once per optimizer step.
 
-Logged every ``every_n_steps`` updates, from ``on_before_optimizer_step`` -- after the gradients of
-all micro-batches are accumulated and reduced across ranks, before clipping:
+Logged for every update n with ``n % every_n_steps == 0`` (at step n - 1; the convention of
+:mod:`callbacks.update_boundary`), from that update's ``on_before_optimizer_step`` -- after the
+gradients of all micro-batches are accumulated and reduced across ranks, before clipping:
 
 - ``grad/norm``: the global L2 norm that clipping sees (full tensors, also under FSDP: see
   :mod:`fixed_embed.norms`);
@@ -18,6 +19,7 @@ import lightning as L
 import torch
 
 from callbacks._global_metrics import log_global
+from callbacks.update_boundary import due, update_in_flight
 from fixed_embed.norms import global_sq_sums
 
 __all__ = ["GradientMonitor"]
@@ -45,7 +47,10 @@ class GradientMonitor(L.Callback):
     def on_before_optimizer_step(
         self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: torch.optim.Optimizer
     ) -> None:
-        if not self.enabled or trainer.global_step % self.every_n_steps:
+        if not self.enabled:
+            return
+        update = update_in_flight(trainer)
+        if not due(update, self.every_n_steps):
             return
         parts = self._parts(pl_module)
         grads = {name: [p.grad for p in params if p.grad is not None] for name, params in parts.items()}
@@ -66,7 +71,7 @@ class GradientMonitor(L.Callback):
             if self.per_part:
                 metrics.update({f"param/{name}": sq.sqrt() for name, sq in weights.items()})
         # Already global (DDP-reduced or all-reduced shards): identical on every rank.
-        self.last_metrics = log_global(trainer, {k: (v, "max") for k, v in metrics.items()}, trainer.global_step)
+        self.last_metrics = log_global(trainer, {k: (v, "max") for k, v in metrics.items()}, update - 1)
 
     @staticmethod
     def _parts(pl_module: L.LightningModule) -> dict[str, list[torch.nn.Parameter]]:

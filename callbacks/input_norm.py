@@ -1,13 +1,14 @@
 """InputNormMonitor: is the input what we think it is? Norms of the interface output on real batches.
 
-Every ``every_n_steps`` updates, a forward hook on the input interface captures its output during
-the real training forward (no extra compute; also inside FSDP, where the table is only unsharded
-during the model's own forward) and logs the per-token L2 norms:
+For every update n with ``n % every_n_steps == 0`` (the convention of :mod:`callbacks.update_boundary`),
+a forward hook on the input interface captures its output during that update's first training
+forward (no extra compute; also inside FSDP, where the table is only unsharded during the model's
+own forward); after the update the per-token L2 norms are logged at step n - 1:
 
 - ``input/norm_mean``, ``input/norm_min``, ``input/norm_max`` (reduced across ranks);
 - ``input/norm_expected``: the interface's analytic value (tiled 0/1 codes: sqrt(popcount x d/K)),
   and ``input/norm_error``, the largest |norm - expected| -- exactly 0 for a fixed code;
-- learned tables: ``input/drift`` = ||W_t - W_0|| / ||W_0|| since the start of this fit;
+- learned tables: ``input/drift`` = ||W_n - W_0|| / ||W_0|| since the start of this fit;
 - fixed interfaces: the codes are re-computed on probe ids and compared with those at the start:
   a fixed code that moved is an error (``RuntimeError``), not a chart;
 - optionally a TensorBoard histogram of the norms (``input/norms``).
@@ -22,6 +23,7 @@ import torch
 from lightning.pytorch.loggers import TensorBoardLogger
 
 from callbacks._global_metrics import log_global
+from callbacks.update_boundary import UpdateBoundary, due, update_in_flight
 from fixed_embed.norms import global_sq_sums
 
 __all__ = ["InputNormMonitor"]
@@ -55,7 +57,8 @@ class InputNormMonitor(L.Callback):
         self.last_metrics: dict[str, float] = {}
         self._captured: dict[str, torch.Tensor] | None = None
         self._armed = False
-        self._step = 0
+        self._update = 0  # the update whose first forward is (to be) captured
+        self._boundary = UpdateBoundary()
         self._hook = None
         self._reference: Any = None
 
@@ -74,7 +77,7 @@ class InputNormMonitor(L.Callback):
             self._reference = [p.detach().clone() for p in interface.parameters() if p.requires_grad]
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        if self._hook is not None:
+        if self._hook is not None:  # set only when enabled at on_train_start
             self._hook.remove()
             self._hook = None
         self._reference = None
@@ -86,22 +89,28 @@ class InputNormMonitor(L.Callback):
     # -- capture on the real forward ----------------------------------------------------------
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, idx: int) -> None:
-        first_micro_batch = idx % trainer.accumulate_grad_batches == 0
-        self._armed = self.enabled and first_micro_batch and trainer.global_step % self.every_n_steps == 0
-        self._step = trainer.global_step
+        if not self.enabled:
+            return
+        self._boundary.start(trainer)
+        update = update_in_flight(trainer)
+        if due(update, self.every_n_steps) and update != self._update:
+            self._armed, self._update, self._captured = True, update, None  # its first micro-batch
 
     def _capture(self, module: torch.nn.Module, args: tuple, output: torch.Tensor) -> None:
         if not self._armed:
             return
-        self._armed = False  # once per logged step (activation checkpointing re-runs forwards)
+        self._armed = False  # once per logged update (activation checkpointing re-runs forwards)
         with torch.no_grad():
             norms = output.detach().float().norm(dim=-1).flatten()
             expected = module.expected_norm(args[0]).float().flatten().to(norms.device)
             self._captured = {"norms": norms, "expected": expected}
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
-        if self._captured is None:
+        if not self.enabled:
             return
+        update = self._boundary.end(trainer)
+        if update is None or update != self._update or self._captured is None:
+            return  # mid-accumulation, or not a logged update
         captured, self._captured = self._captured, None
         norms, expected = captured["norms"], captured["expected"]
         metrics = {
@@ -113,18 +122,18 @@ class InputNormMonitor(L.Callback):
         }
         interface = pl_module.decoder.interface
         if interface.fixed:
-            self._check_unchanged(interface, trainer.global_step)
+            self._check_unchanged(interface, update)
         elif self.track_drift and self._reference:
             params = [p.detach() for p in interface.parameters() if p.requires_grad]
             sums = global_sq_sums(
                 {"delta": [p - r for p, r in zip(params, self._reference, strict=True)], "start": self._reference}
             )
             metrics["input/drift"] = ((sums["delta"] / sums["start"]).sqrt(), "mean")
-        self.last_metrics = log_global(trainer, metrics, self._step)
+        self.last_metrics = log_global(trainer, metrics, update - 1)
         if self.histogram and trainer.is_global_zero:
             for logger in trainer.loggers:
                 if isinstance(logger, TensorBoardLogger):
-                    logger.experiment.add_histogram("input/norms", norms.cpu(), trainer.global_step)
+                    logger.experiment.add_histogram("input/norms", norms.cpu(), update - 1)
 
     def _check_unchanged(self, interface: torch.nn.Module, step: int) -> None:
         probe, codes = self._reference

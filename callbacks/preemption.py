@@ -8,8 +8,8 @@ partial gradients are then lost -- and exits with an error. This callback instea
 1. records the signal (the handler only sets flags; nothing unsafe runs inside it) and asks
    :mod:`fixed_embed.rank_watch` to tell the other ranks (under the subprocess launcher only
    rank 0 is signalled);
-2. after the next *optimizer update*, agrees across ranks that some rank was signalled
-   (one tiny all-reduce per update);
+2. after the next *optimizer update* (the boundary of :mod:`callbacks.update_boundary`), agrees
+   across ranks that some rank was signalled (one tiny all-reduce per update);
 3. saves through the run's checkpoint callback (:func:`callbacks.checkpointing.save_now`: its
    ``step=N`` name and its ``last`` link, one write) and stops the trainer, so the process exits
    with status 0 and ``--ckpt_path last`` continues with the next batch, the same LR and optimizer state.
@@ -27,6 +27,7 @@ import lightning as L
 from lightning.pytorch.utilities import rank_zero_info
 
 from callbacks.checkpointing import save_now
+from callbacks.update_boundary import UpdateBoundary
 from fixed_embed import rank_watch
 
 __all__ = ["PreemptionCheckpoint"]
@@ -49,7 +50,7 @@ class PreemptionCheckpoint(L.Callback):
         self.enabled = enabled
         self.received: signal.Signals | None = None
         self._previous: dict[signal.Signals, Any] = {}
-        self._step_at_batch_start = -1
+        self._boundary = UpdateBoundary()
 
     def _handle(self, signum: int, frame: Any) -> None:
         self.received = signal.Signals(signum)
@@ -72,15 +73,18 @@ class PreemptionCheckpoint(L.Callback):
         rank_zero_info(f"PreemptionCheckpoint: on {names}, save a checkpoint at the end of the update and stop")
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if not self._previous:  # disabled, or never installed
+            return
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         self._previous = {}
 
     def on_train_batch_start(self, trainer: L.Trainer, *args: Any) -> None:
-        self._step_at_batch_start = trainer.global_step
+        if self._previous:  # enabled (handlers installed at on_train_start)
+            self._boundary.start(trainer)
 
     def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
-        if not self._previous or trainer.global_step == self._step_at_batch_start:
+        if not self._previous or self._boundary.end(trainer) is None:
             return  # disabled, or mid-accumulation: stopping here would lose partial gradients
         if not trainer.strategy.reduce_boolean_decision(self.stop_requested(), all=False):
             return

@@ -1,9 +1,11 @@
 """ThroughputMonitor: how fast are we? Tokens/s, samples/s, MFU, peak memory, time spent waiting for data.
 
-Measured over windows of ``every_n_steps`` optimizer updates (the device is synchronised only at
-window ends, so the measurement does not slow the run), after ``skip_first_steps`` updates
-(compilation, allocator and loader warm-up). A window with a validation pass in it is restarted
-at the end of validation rather than reported.
+Measured over windows of ``every_n_steps`` optimizer updates: a window closes after each update n
+with ``n % every_n_steps == 0`` (the convention of :mod:`callbacks.update_boundary`; logged at step
+n - 1) and the next one opens when the training loop fetches its next batch. The device is
+synchronised only at window ends, so the measurement does not slow the run. Windows start after
+``skip_first_steps`` updates of each launch (compilation, allocator and loader warm-up); a window
+with a validation pass in it is dropped, and the next one opens at the next fetch.
 
 - ``perf/tokens_per_sec``, ``perf/samples_per_sec``: global (all ranks), prediction tokens;
 - ``perf/mfu``: model FLOPs (the model's own per-token report, from ``Decoder.flops_per_token``)
@@ -11,14 +13,18 @@ at the end of validation rather than reported.
   devices without a known peak (CPU);
 - ``perf/peak_mem_gb``: peak allocated device memory (CUDA), or the process's peak RSS (CPU);
   the maximum over ranks;
-- ``perf/data_wait_frac``: share of the window spent between one batch's end and the next one's
-  start -- waiting for the loader (plus the loop's own bookkeeping).
+- ``perf/data_wait_frac``: share of the window spent inside the training loop's ``next()`` on the
+  dataloader, i.e. waiting for data and nothing else (see :class:`_FetchTimer`).
+
+The work after a window's end -- the callbacks after this one (a checkpoint write, an in-loop
+benchmark), validation -- falls between two windows and counts in neither.
 """
 
 from __future__ import annotations
 
 import resource
 import time
+from collections.abc import Callable
 from typing import Any
 
 import lightning as L
@@ -27,15 +33,53 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info
 
 from callbacks._global_metrics import log_global
+from callbacks.update_boundary import UpdateBoundary, due
 from fixed_embed.peak_flops import matmul_dtype, peak_flops
 
 __all__ = ["ThroughputMonitor"]
+
+_FETCH_ACTION = ".train_dataloader_next"
+
+
+class _FetchTimer:
+    """Calls ``on_start`` / ``on_stop`` around each fetch of a training batch.
+
+    Why not timestamps in the callback hooks: Lightning runs, per micro-batch, ``next()`` on the
+    dataloader, then every callback's ``on_train_batch_start``, the step, every callback's
+    ``on_train_batch_end`` (``ModelCheckpoint`` last), the module's hook, validation and logging.
+    "From this callback's ``on_train_batch_end`` to the next ``on_train_batch_start``" therefore
+    includes every later callback (checkpoint writes, in-loop benchmarks) and the loop's own work;
+    no callback hook runs right before the fetch. The fetch itself is bracketed by the trainer's
+    profiler -- ``profiler.start/stop("[_TrainingEpochLoop].train_dataloader_next")``, the default
+    ``PassThroughProfiler`` included -- so this timer wraps the trainer's profiler object (its
+    ``start``/``stop``, delegating to the originals: a configured profiler still sees every action)
+    for the duration of the fit. Exactly the time in ``next()`` is data wait; nothing else is.
+    """
+
+    def __init__(self, profiler: Any, on_start: Callable[[], None], on_stop: Callable[[], None]) -> None:
+        self.profiler, self.on_start, self.on_stop = profiler, on_start, on_stop
+        self._start, self._stop = profiler.start, profiler.stop
+        profiler.start, profiler.stop = self.start, self.stop
+
+    def start(self, action_name: str) -> None:
+        if action_name.endswith(_FETCH_ACTION):
+            self.on_start()
+        self._start(action_name)
+
+    def stop(self, action_name: str) -> None:
+        self._stop(action_name)
+        if action_name.endswith(_FETCH_ACTION):
+            self.on_stop()
+
+    def remove(self) -> None:
+        if self.profiler.start == self.start:  # not wrapped again since
+            self.profiler.start, self.profiler.stop = self._start, self._stop
 
 
 class ThroughputMonitor(L.Callback):
     """Args:
     every_n_steps: window length, in optimizer updates.
-    skip_first_steps: updates excluded before the first window.
+    skip_first_steps: updates of each launch excluded before the first window.
     enabled: the on/off switch.
     """
 
@@ -44,55 +88,94 @@ class ThroughputMonitor(L.Callback):
             raise ValueError(f"need every_n_steps >= 1, skip_first_steps >= 0, got {every_n_steps}, {skip_first_steps}")
         self.every_n_steps = every_n_steps
         self.skip_first_steps = skip_first_steps
-        self._first_update_logged = False
         self.enabled = enabled
         self.last_metrics: dict[str, float] = {}
+        self._first_update_logged = False
         self._peak: float | None = None
-        self._reset(None)
+        self._boundary = UpdateBoundary()
+        self._timer: _FetchTimer | None = None
+        self._updates = 0  # updates done in this fit
+        self._reset(pending=False)
 
-    def _reset(self, now: float | None) -> None:
-        self._window_start = now
+    def _reset(self, pending: bool) -> None:
+        """Close the window; with ``pending``, the next one opens at the next fetch (or batch start)."""
+        self._window_start: float | None = None
+        self._pending = pending
         self._tokens = self._samples = 0
         self._wait = 0.0
-        self._last_end: float | None = now
+        self._fetch_start: float | None = None
+
+    def _open(self, now: float) -> None:
+        if self._pending:
+            self._pending, self._window_start = False, now
+
+    # -- the fetch: the only time counted as data wait -------------------------------------------
+
+    def _on_fetch_start(self) -> None:
+        now = time.perf_counter()
+        self._open(now)
+        self._fetch_start = now if self._window_start is not None else None
+
+    def _on_fetch_stop(self) -> None:
+        if self._fetch_start is not None and self._window_start is not None:
+            self._wait += time.perf_counter() - self._fetch_start
+        self._fetch_start = None
+
+    # -- hooks --------------------------------------------------------------------------------------
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._reset(None)
+        if not self.enabled:
+            return
+        self._updates = 0
+        self._reset(pending=self.skip_first_steps == 0)
         try:
             dtype = matmul_dtype(trainer.precision)
         except ValueError:
             dtype = None
         self._peak = peak_flops(pl_module.device, dtype) if dtype else None
+        self._timer = _FetchTimer(trainer.profiler, self._on_fetch_start, self._on_fetch_stop)
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.teardown(trainer, pl_module, "fit")
+
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if self._timer is not None:  # set only when enabled at on_train_start
+            self._timer.remove()
+            self._timer = None
 
     def on_train_batch_start(self, trainer: L.Trainer, *args: Any) -> None:
-        if self._window_start is not None and self._last_end is not None:
-            self._wait += time.perf_counter() - self._last_end
-        self._step_at_start = trainer.global_step
+        if not self.enabled:
+            return
+        self._boundary.start(trainer)
+        self._open(time.perf_counter())  # no fetch was timed (the first batch, or no profiler hook)
 
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         if not self.enabled:
             return
-        step = trainer.global_step
-        if not self._first_update_logged and step != self._step_at_start:
-            self._first_update_logged = True
-            # Start-up cost (imports, data and validation set-up, resume, first forward/backward):
-            # what every preemption pays again. Measured from the process's own start.
-            since = time.time() - psutil.Process().create_time()
-            rank_zero_info(f"First update done {since:.1f} s after the process started (update {step})")
-            log_global(trainer, {"perf/time_to_first_update_s": (since, "max")}, step - 1)
+        update = self._boundary.end(trainer)
+        if update is not None:
+            self._updates += 1
+            if not self._first_update_logged:
+                self._first_update_logged = True
+                # Start-up cost (imports, data and validation set-up, resume, first forward/backward):
+                # what every preemption pays again. Measured from the process's own start.
+                since = time.time() - psutil.Process().create_time()
+                rank_zero_info(f"First update done {since:.1f} s after the process started (update {update})")
+                log_global(trainer, {"perf/time_to_first_update_s": (since, "max")}, update - 1)
+        if self._window_start is not None:
+            self._tokens += batch.shape[0] * (batch.shape[1] - 1)
+            self._samples += batch.shape[0]
+        if update is None:
+            return  # mid-accumulation
         if self._window_start is None:  # still warming up
-            if step != self._step_at_start and step >= self.skip_first_steps:
-                self._reset(self._now(pl_module))
+            if not self._pending and self._updates >= self.skip_first_steps:
+                self._reset(pending=True)
             return
-        self._tokens += batch.shape[0] * (batch.shape[1] - 1)
-        self._samples += batch.shape[0]
-        self._last_end = time.perf_counter()
-        if step == self._step_at_start or (step - 1) % self.every_n_steps:
-            return  # mid-accumulation, or not a window end
-        now = self._now(pl_module)
-        elapsed = now - self._window_start
+        if not due(update, self.every_n_steps):
+            return
+        elapsed = self._now(pl_module) - self._window_start
         world = trainer.world_size
         tokens_per_sec = self._tokens * world / elapsed
         seq_len = batch.shape[1] - 1
@@ -106,12 +189,12 @@ class ThroughputMonitor(L.Callback):
             flops = pl_module.decoder.flops_per_token(seq_len)
             metrics["perf/mfu"] = flops * tokens_per_sec / (self._peak * world)
         reduce = {name: (value, "max" if name == "perf/peak_mem_gb" else "mean") for name, value in metrics.items()}
-        self.last_metrics = log_global(trainer, reduce, step - 1)  # the index of the window's last update
-        self._reset(time.perf_counter())
+        self.last_metrics = log_global(trainer, reduce, update - 1)
+        self._reset(pending=True)  # what the later callbacks do now is in no window
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if trainer.state.fn == "fit" and self._window_start is not None:
-            self._reset(self._now(pl_module))
+        if self.enabled and trainer.state.fn == "fit" and self._window_start is not None:
+            self._reset(pending=True)
 
     @staticmethod
     def _now(pl_module: L.LightningModule) -> float:

@@ -32,7 +32,13 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 ROOT = Path(__file__).resolve().parents[1]
 
 
-CURVES = ("train/loss", "val/loss", "input/norm_mean", "perf/tokens_per_sec")  # kept in each row, for plots
+CURVES = (
+    "train/loss",
+    "val/loss",
+    "val/bits_per_byte",
+    "input/norm_mean",
+    "perf/tokens_per_sec",
+)  # kept in each row, for plots
 
 
 def curves(run_dir: Path, tags: Sequence[str] = CURVES) -> dict[str, list[list[float]]]:
@@ -64,14 +70,14 @@ def merged_config(configs: Sequence[str | Path]) -> dict:
 
 
 def run(name: str, config: Configs, logs: str, extra: list[str], threads: int | None = None,
-        evaluate: str | None = None) -> dict:  # fmt: skip
+        evaluate: str | None = None, eval_device: str = "cpu") -> dict:  # fmt: skip
     """Fit ``config`` (plus ``extra`` flags) with its logs under ``logs/<name>``; return its row.
 
     ``threads`` sets the fit's OMP/torch threads; ``evaluate`` names a suite to score the final
     checkpoint with (``fixed-embed eval``, results under the run's ``eval/`` folder).
     """
-    from fixed_embed.cli.params import build_model
-    from fixed_embed.cli.train import DEFAULT_RUN
+    from fixed_embed.config import DEFAULT_RUN
+    from fixed_embed.experiment import build_model
 
     configs = [config] if isinstance(config, Path) else list(config)
     env = {**os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {})}
@@ -84,10 +90,14 @@ def run(name: str, config: Configs, logs: str, extra: list[str], threads: int | 
     seconds = time.perf_counter() - start
     run_dir = Path(logs) / name / DEFAULT_RUN
     model_config = merged_config(configs).get("model") or {}
-    for flag in extra:  # interface options given on the command line change the model too
-        if flag.startswith("--model.interface.init_args."):
-            key, value = flag.removeprefix("--model.interface.init_args.").split("=", 1)
-            model_config.setdefault("interface", {}).setdefault("init_args", {})[key] = json.loads(value)
+    for flag in extra:  # model options given on the command line change the model too
+        if flag.startswith(("--model.interface.init_args.", "--model.decoder.")):
+            path, value = flag.removeprefix("--model.").split("=", 1)
+            *parents, key = path.split(".")
+            node = model_config
+            for parent in parents:
+                node = node.setdefault(parent, {})
+            node[key] = json.loads(value)
     trainable = sum(p.numel() for p in build_model(model_config).parameters() if p.requires_grad)
     logged, seen = curves(run_dir), tokens_seen(run_dir)
     val_loss = logged["val/loss"][-1][1]
@@ -98,6 +108,7 @@ def run(name: str, config: Configs, logs: str, extra: list[str], threads: int | 
         "trainable_params": trainable,
         "val_loss": val_loss,
         "val_ppl": math.exp(val_loss),
+        "val_bpb": logged["val/bits_per_byte"][-1][1] if "val/bits_per_byte" in logged else None,
         "tokens_seen": seen,
         "tokens_per_sec": seen / seconds,
         "wall_seconds": seconds,
@@ -107,15 +118,15 @@ def run(name: str, config: Configs, logs: str, extra: list[str], threads: int | 
         "curves": logged,
     }
     if evaluate:
-        row["scores"] = evaluate_run(run_dir, name, evaluate, env)
+        row["scores"] = evaluate_run(run_dir, name, evaluate, env, eval_device)
     return row
 
 
-def evaluate_run(run_dir: Path, name: str, suite: str, env: dict[str, str]) -> dict:
+def evaluate_run(run_dir: Path, name: str, suite: str, env: dict[str, str], device: str = "cpu") -> dict:
     """Score ``run_dir``'s last checkpoint on ``suite``; its ``{column key: {value, stderr}}``."""
     out = run_dir / "eval"
     args = [sys.executable, "-m", "fixed_embed", "eval", str(run_dir / "checkpoints" / "last.ckpt"), "--suite", suite,
-            "--device", "cpu", "--batch-size", "32", "--name", name, "--output", str(out), "--overwrite"]  # fmt: skip
+            "--device", device, "--batch-size", "32", "--name", name, "--output", str(out), "--overwrite"]  # fmt: skip
     subprocess.run(args, check=True, cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
     return json.loads((out / "results.json").read_text())["scores"]
 
@@ -126,7 +137,7 @@ def tiny_variants(extra: list[str]) -> list[tuple[str, Path, list[str]]]:
 
 
 def run_all(plan: list[tuple[str, Configs, list[str]]], logs: str, title: str, out: str | None = None,
-            jobs: int = 1, evaluate: str | None = None) -> list[dict]:  # fmt: skip
+            jobs: int = 1, evaluate: str | None = None, eval_device: str = "cpu") -> list[dict]:  # fmt: skip
     """Run the plan's missing rows, ``jobs`` at a time; rows keep the plan's order in ``out``."""
     done = {}
     if out and Path(f"{out}.json").is_file():
@@ -147,7 +158,7 @@ def run_all(plan: list[tuple[str, Configs, list[str]]], logs: str, title: str, o
         if failed.is_set():  # a failure stops the sweep: runs not yet started are dropped
             return
         try:
-            row = run(name, config, logs, extra, threads=threads, evaluate=evaluate)
+            row = run(name, config, logs, extra, threads=threads, evaluate=evaluate, eval_device=eval_device)
         except BaseException:
             failed.set()
             raise
@@ -182,7 +193,7 @@ def _write(rows: list[dict], title: str, out: str, commit: str | None = None) ->
     commit = commit or _git_commit()
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(f"{out}.json").write_text(json.dumps({"title": title, "commit": commit, "runs": rows}, indent=2) + "\n")
-    note = "one `fixed-embed fit` per row; the JSON has each row's flags (`extra`) and, since added, its commit"
+    note = "one `fixed-embed fit` per row; the JSON has each row's flags (`extra`) and commit"
     lines = [f"# {title}", "", f"commit `{commit}`; {note}.", "",
              "| run | trainable params | final val loss | val ppl | tokens/s | wall (min) |",
              "|---|---:|---:|---:|---:|---:|"]  # fmt: skip

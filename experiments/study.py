@@ -1,67 +1,281 @@
-"""`make study`: the paper's three interfaces at CPU scale on real prose, over seeds -> docs/results/study*.
+"""`make study`: does the learned table's lead over fixed codes shrink as the model grows? -> docs/results/study-v2*.
 
-Two halves, one backbone (experiments/study/base.yaml: 4 blocks, d 256, ctx 256) on gutenberg-prose:
+One backbone family (experiments/study/base.yaml) at three sizes (size-s/m/l.yaml: 0.44M, 1.77M and
+4.19M non-embedding parameters, 9.5x apart), each trained on 0.5 tokens per non-embedding parameter,
+on gutenberg-prose with an 8,192-token BPE (K = 13 bits). Stages, in order:
 
-- ``bpe8k``: an 8,192-token BPE trained on the corpus (K = 13 bits), the main comparison: the head
-  (2.1M) is half the blocks (4.2M), as at the paper's scale it is a small part of the model.
-- ``smollm2``: the paper's SmolLM2 tokenizer (49,152 tokens, K = 16, the paper's exact code); at
-  this width the head (12.6M) is three times the blocks, so this half is head-heavy.
+1. ``sweep``: the paper's three variants at size M, seed 1, at the learning rates ``--lrs``
+   (1-3-10 ladder; a variant whose best rate is at the ladder's end gets the next rung too).
+2. ``sizes``: each variant at its best rate of the sweep (the same peak rate at every size: the
+   standard parameterisation with Adam, a stated assumption), at every size and training seed.
+3. ``controls``: at size M and every seed: a binary16 model widened to the learned model's
+   trainable parameters (``matched``), the norm-matched learned table, full-width random codes,
+   and the low-rank learned code from its binary start and from a normal start (input LR x10,
+   no weight decay, so its entries can move).
+4. ``smollm2`` (not run by default): the three variants at size M with the SmolLM2 tokenizer.
 
-Each half trains learned / binary16 / gf2 with training seeds 1-3 (same data order), and GF(2) with
-extra code seeds (which recoding vs. training noise). Every run is one resumable row of
-``study-runs.json`` (flags, commit, curves, scores): re-running skips finished rows, so an
-interrupted study continues where it stopped. ``--render`` redraws the summary from that file.
+A training seed sets the initialisation and the data order (data.seed follows it). Every run is
+one row of ``OUT-runs.json`` (flags, commit, curves, scores, wall time): re-running skips finished
+rows and resumes a run interrupted mid-way from its checkpoint, so the study can be stopped at any
+time and continued with the same command. ``--render`` redraws the report from that file alone.
+
+``--gpu`` swaps in the GPU plan (experiments/study/gpu/: 25M-302M non-embedding parameters, the
+SmolLM2 tokenizer, 20 tokens per parameter at every size), ``--estimate`` prints a plan's runs and
+its expected compute without running anything.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import subprocess
+import sys
 from pathlib import Path
 
-from runs import ROOT, run_all
+from runs import ROOT, merged_config, run_all
 
 STUDY = ROOT / "experiments" / "study"
-VARIANTS = ("learned", "binary16", "gf2")
-PARTS = {"bpe8k": (), "smollm2": (STUDY / "smollm2.yaml",)}
+PAPER = ("learned", "binary16", "gf2")
+# control -> the paper variant whose best learning rate it trains at
+CONTROLS = {"matched": "binary16", "norm_matched": "learned", "random_full": "binary16",
+            "lowrank_binary": "learned", "lowrank_normal": "learned"}  # fmt: skip
+LADDER = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2)
+TOKENIZERS = {"bpe8k": (), "smollm2": (STUDY / "smollm2.yaml",)}
+STAGES = ("sweep", "sizes", "controls", "probe", "smollm2")
+METRIC = "val_bpb"  # what the learning rate is chosen by, and the headline
+# Training FLOP/s for --estimate. GPU: 40 % of an H200's 989 dense bf16 TFLOP/s (an assumption until
+# `make bench-gpu` measures the MFU). CPU: the two 1-thread fits of this machine together, measured
+# on the study's size-M runs (study-v2.md reports the measured wall time).
+GPU_RATE = 0.4 * 989e12
+CPU_RATE = 1.2e11
 
 
-def plan(parts: list[str], seeds: list[int], code_seeds: list[int], code_seed_parts: list[str]) -> list:
-    """(name, configs, flags) per run: seeds outermost, so a partial study has whole seeds."""
+class Scale:
+    """Where a plan's configs live and which size its sweep and controls use."""
+
+    def __init__(self, gpu: bool) -> None:
+        self.folder = STUDY / "gpu" if gpu else STUDY
+        self.sizes = ("s", "m", "l")
+        self.tune = "s" if gpu else "m"  # the GPU plan tunes where a run is cheapest
+        self.tokenizer = "smollm2" if gpu else "bpe8k"
+
+    def configs(self, variant: str, size: str, tokenizer: str) -> tuple[Path, ...]:
+        scale = (self.folder / "base.yaml",) if self.folder != STUDY else ()
+        vocabulary = TOKENIZERS[tokenizer] if tokenizer != self.tokenizer else ()
+        return (STUDY / f"{variant}.yaml", *scale, self.folder / f"size-{size}.yaml", *vocabulary)
+
+
+def name(tokenizer: str, size: str, variant: str, lr: float, seed: int) -> str:
+    return f"{tokenizer}-{size}/{variant}-lr{lr:g}-seed{seed}"
+
+
+def step(scale: Scale, size: str, variant: str, lr: float, seed: int, tokenizer: str | None = None) -> tuple:
+    tokenizer = tokenizer or scale.tokenizer
+    configs = scale.configs(variant, size, tokenizer)
+    flags = [f"--seed_everything={seed}", f"--model.optimizer.lr={lr:g}"]
+    decoder = merged_config(configs)["model"]["decoder"]
+    if variant == "matched":
+        flags.append(f"--model.decoder.ffn_dim={matched_ffn(decoder)}")
+    if variant == "random_full":
+        flags.append(f"--model.interface.init_args.code_width={decoder['d_model']}")
+    return name(tokenizer, size, variant, lr, seed), configs, flags
+
+
+def matched_ffn(decoder: dict) -> int:
+    """The SwiGLU width at which a fixed-code model has the learned model's trainable parameters.
+
+    The learned table adds V x d; each unit of SwiGLU width adds 3 d per block, so the width grows
+    by V / (3 n_layers), rounded (the counts then agree to within 1.5 d x n_layers parameters).
+    """
+    return decoder["ffn_dim"] + round(decoder["vocab_size"] / (3 * decoder["n_layers"]))
+
+
+def sweep_plan(scale: Scale, lrs: list[float]) -> list[tuple]:
+    return [step(scale, scale.tune, variant, lr, 1) for lr in lrs for variant in PAPER]
+
+
+def best_lrs(scale: Scale, rows: dict[str, dict], lrs: list[float]) -> tuple[dict[str, float], list[float]]:
+    """Each paper variant's best rate among ``lrs`` (seed 1, size ``tune``), and rungs still to run.
+
+    A variant whose best rate is the lowest or highest swept asks for the next rung of the ladder,
+    so a best rate is never at the edge of what was tried (unless the ladder ends).
+    """
+    best, more = {}, set()
+    for variant in PAPER:
+        scored = {lr: score(rows, name(scale.tokenizer, scale.tune, variant, lr, 1)) for lr in lrs}
+        scored = {lr: x for lr, x in scored.items() if x is not None}
+        if not scored:
+            raise SystemExit(f"study: no finished sweep run of {variant} at size {scale.tune} ({lrs}): run the sweep")
+        best[variant] = min(scored, key=scored.get)
+        rung = LADDER.index(best[variant]) if best[variant] in LADDER else None
+        for edge, neighbour in ((min(lrs), -1), (max(lrs), 1)):
+            if rung is not None and best[variant] == edge and 0 <= rung + neighbour < len(LADDER):
+                more.add(LADDER[rung + neighbour])
+    return best, sorted(more - set(lrs))
+
+
+def score(rows: dict[str, dict], run_name: str) -> float | None:
+    """The run's validation bits/byte; None when it has not run (or logged none); inf when it diverged."""
+    row = rows.get(run_name)
+    if row is None or row.get(METRIC) is None:
+        return None
+    return row[METRIC] if math.isfinite(row[METRIC]) else math.inf
+
+
+def swept(scale: Scale, rows: dict[str, dict]) -> list[float]:
+    """The rates every paper variant finished at the tuning size with seed 1."""
+    prefix = f"{scale.tokenizer}-{scale.tune}/"
+    rates = [{float(n.split("-lr")[1].split("-seed")[0]) for n in rows if n.startswith(f"{prefix}{v}-lr")
+              and n.endswith("-seed1")} for v in PAPER]  # fmt: skip
+    return sorted(set.intersection(*rates))
+
+
+def later_plan(scale: Scale, stages: list[str], best: dict[str, float], seeds: list[int]) -> list[tuple]:
+    """Seeds outermost, so a study stopped early has whole seeds."""
     steps = []
-    for part in parts:
-        for seed in seeds:
-            for variant in VARIANTS:
-                steps.append((f"{part}/{variant}-seed{seed}", (STUDY / f"{variant}.yaml", *PARTS[part]),
-                              [f"--seed_everything={seed}"]))  # fmt: skip
-        if part in code_seed_parts:  # other GF(2) matrices, at the first training seed
-            for code in code_seeds:
-                flags = [f"--seed_everything={seeds[0]}", f"--model.interface.init_args.code_seed={code}"]
-                steps.append((f"{part}/gf2-code{code}-seed{seeds[0]}", (STUDY / "gf2.yaml", *PARTS[part]), flags))
+    for seed in seeds:
+        if "sizes" in stages:
+            steps += [step(scale, size, v, best[v], seed) for size in scale.sizes for v in PAPER]
+        if "controls" in stages:
+            steps += [step(scale, scale.tune, c, best[like], seed) for c, like in CONTROLS.items()]
+        if "smollm2" in stages and scale.tokenizer != "smollm2":
+            steps += [step(scale, scale.tune, v, best[v], seed, "smollm2") for v in PAPER]
     return steps
+
+
+def probe(scale: Scale, done: dict[str, dict], best: dict[str, float], out: Path) -> None:
+    """Identity probes (held-out positions and held-out token types) on seed 1's checkpoints at the tuning
+    size and best rates: every paper variant and control, into ``out/probe.{json,png}`` (kept once written)."""
+    if (out / "probe.json").is_file():
+        return
+    runs = {v: done.get(name(scale.tokenizer, scale.tune, v, best[CONTROLS.get(v, v)], 1)) for v in (*PAPER, *CONTROLS)}
+    order = [v for v, row in runs.items() if row is not None]
+    checkpoints = [str(Path(runs[v]["logs"]) / "checkpoints" / "last.ckpt") for v in order]
+    args = [sys.executable, "-m", "fixed_embed", "analyze", "probe", *checkpoints, "--labels", *order,
+            "--data", str(ROOT.parent / "shared/data/gutenberg-prose/valid.jsonl"), "--out", str(out)]  # fmt: skip
+    subprocess.run(args, check=True, cwd=ROOT)
+
+
+# --smoke: the plan's configs, shrunk to 2 updates of tiny batches on this machine's CPU and local data
+SMOKE = ["--trainer.accelerator=cpu", "--trainer.precision=32-true", "--trainer.max_steps=2",
+         "--trainer.val_check_interval=2", "--model.schedule.warmup_steps=1", "--data.batch_size=1",
+         "--data.seq_len=64", "--data.num_workers=0", "--data.val_sequences=9",
+         "--data.train=../shared/data/gutenberg-prose/train.jsonl"]  # fmt: skip
+
+
+def smoke_plan(scale: Scale) -> list[tuple]:
+    """The learned model at every size, and every other variant and control at the tuning size."""
+    steps = [step(scale, size, "learned", 1e-3, 1) for size in scale.sizes]
+    others = [v for v in (*PAPER, *CONTROLS) if v != "learned"]
+    return steps + [step(scale, scale.tune, v, 1e-3, 1) for v in others]
+
+
+def non_embedding_params(decoder: dict) -> int:
+    """Parameters of the blocks and final norm (SwiGLU, bias-free, RMSNorm weights)."""
+    d, layers, ffn = decoder["d_model"], decoder["n_layers"], decoder["ffn_dim"]
+    return layers * (4 * d * d + 3 * d * ffn + 2 * d) + d
+
+
+def training_targets(config: dict) -> int:
+    """Prediction targets a run trains on (one device: updates x accumulation x batch x seq_len)."""
+    trainer, data = config["trainer"], config["data"]
+    return trainer["max_steps"] * trainer.get("accumulate_grad_batches", 1) * data["batch_size"] * data["seq_len"]
+
+
+def tokens_per_param(configs: tuple[Path, ...]) -> float:
+    config = merged_config(configs)
+    return training_targets(config) / non_embedding_params(config["model"]["decoder"])
+
+
+def estimate(steps: list[tuple], flops_per_sec: float) -> list[str]:
+    """One line per run (targets, training FLOPs, hours at ``flops_per_sec``) and the total."""
+    from fixed_embed.experiment import build_model
+
+    lines, total = [], 0.0
+    for run_name, configs, flags in steps:
+        config = merged_config(configs)
+        for flag in flags:  # the matched baseline's width is a flag
+            if flag.startswith("--model.decoder.ffn_dim="):
+                config["model"]["decoder"]["ffn_dim"] = int(flag.split("=")[1])
+        targets = training_targets(config)
+        flops = targets * build_model(config["model"]).decoder.flops_per_token(config["data"]["seq_len"])
+        total += flops
+        lines.append(
+            f"{run_name:40s} {targets / 1e6:8.1f}M targets {flops:9.3g} FLOPs {flops / flops_per_sec / 3600:7.2f} h"
+        )
+    lines.append(
+        f"{len(steps)} runs: {total:.3g} FLOPs, {total / flops_per_sec / 3600:.1f} h at {flops_per_sec:.3g} FLOP/s"
+    )
+    return lines
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--parts", nargs="+", choices=list(PARTS), default=list(PARTS))
-    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="training seeds")
-    parser.add_argument("--code-seeds", type=int, nargs="+", default=[1, 2], help="GF(2) code seeds besides 12345")
-    parser.add_argument("--code-seed-parts", nargs="+", choices=list(PARTS), default=["bpe8k"])
+    parser.add_argument("--stages", nargs="+", choices=STAGES, default=["sweep", "sizes", "controls", "probe"])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="training seeds (init + data order)")
+    parser.add_argument("--lrs", type=float, nargs="+", default=[3e-4, 1e-3, 3e-3], help="peak LRs of the sweep")
     parser.add_argument("--jobs", type=int, default=2, help="fits at once, sharing the cores")
-    parser.add_argument("--logs", default="logs/study")
-    parser.add_argument("--out", default=str(ROOT / "docs" / "results" / "study"))
-    parser.add_argument("--render", action="store_true", help="only redraw the summary from OUT-runs.json")
+    parser.add_argument("--gpu", action="store_true", help="the GPU plan (experiments/study/gpu/)")
+    parser.add_argument("--estimate", action="store_true", help="print the plan and its compute; run nothing")
+    parser.add_argument("--flops-per-sec", type=float, default=None,
+                        help=f"for --estimate; default {CPU_RATE:.3g} (CPU) or {GPU_RATE:.3g} (--gpu)")  # fmt: skip
+    parser.add_argument("--logs", default=None, help="default: logs/study-v2 (logs/study-gpu with --gpu)")
+    parser.add_argument("--out", default=None, help="default: docs/results/study-v2 (logs/study-gpu/study)")
+    parser.add_argument("--render", action="store_true", help="only redraw the report from OUT-runs.json")
+    parser.add_argument("--smoke", action="store_true",
+                        help="each size and variant for 2 updates on CPU, no eval")  # fmt: skip
     parser.add_argument("extra", nargs="*", help="extra fixed-embed fit arguments for every run")
     args = parser.parse_args()
-    runs_file = f"{args.out}-runs"
-    if not args.render:
-        planned = plan(args.parts, args.seeds, args.code_seeds, args.code_seed_parts)
-        steps = [(name, configs, [*flags, *args.extra]) for name, configs, flags in planned]
-        title = "Study: learned vs binary16 vs gf2 on gutenberg-prose (CPU), one row per run"
-        run_all(steps, args.logs, title, runs_file, jobs=args.jobs, evaluate="study")
-    from study_report import render
+    scale = Scale(args.gpu)
+    logs = args.logs or ("logs/study-gpu" if args.gpu else "logs/study-v2")
+    out = Path(args.out or (ROOT / "logs" / "study-gpu" / "study" if args.gpu else ROOT / "docs/results/study-v2"))
+    runs_file = Path(f"{out}-runs")
+    title = "Study v2: the learned table vs fixed codes across model sizes, one row per run"
 
-    render(json.loads(Path(f"{runs_file}.json").read_text()), Path(args.out))
+    def rows() -> dict[str, dict]:
+        path = Path(f"{runs_file}.json")
+        return {r["name"]: r for r in json.loads(path.read_text())["runs"]} if path.is_file() else {}
+
+    def go(steps: list[tuple]) -> None:
+        steps = [(n, configs, [*flags, *args.extra]) for n, configs, flags in steps]
+        if args.estimate:
+            print("\n".join(estimate(steps, args.flops_per_sec or (GPU_RATE if args.gpu else CPU_RATE))))
+        else:
+            run_all(steps, logs, title, str(runs_file), jobs=args.jobs, evaluate="study",
+                    eval_device="cuda" if args.gpu else "cpu")  # fmt: skip
+
+    if args.smoke:
+        steps = smoke_plan(scale)
+        logs, runs_file = f"{logs}-smoke", Path(logs + "-smoke") / "smoke-runs"
+        run_all([(n, c, [*f, *SMOKE, *args.extra]) for n, c, f in steps], logs, "smoke", str(runs_file), jobs=1)
+        return
+    if not args.render:
+        lrs = sorted(args.lrs)
+        if "sweep" in args.stages:
+            while True:  # extend the ladder until no variant's best rate sits at its edge
+                go(sweep_plan(scale, lrs))
+                if args.estimate:
+                    break
+                best, more = best_lrs(scale, rows(), lrs)
+                if not more:
+                    break
+                lrs = sorted({*lrs, *more})
+        later = [s for s in args.stages if s != "sweep"]
+        if later:
+            if args.estimate:
+                best = {v: 1e-3 for v in PAPER}
+            else:
+                done = rows()
+                best, _ = best_lrs(scale, done, swept(scale, done))
+            print("best learning rate per variant (sweep):", best)
+            go(later_plan(scale, later, best, args.seeds))
+            if "probe" in later and not args.estimate:
+                probe(scale, rows(), best, Path(f"{out}-probe"))
+    if not args.estimate and Path(f"{runs_file}.json").is_file():
+        from study_report import render
+
+        render(json.loads(Path(f"{runs_file}.json").read_text()), out, tune=scale.tune)
 
 
 if __name__ == "__main__":

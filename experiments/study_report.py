@@ -1,13 +1,14 @@
-"""The study's summary (see study.py): paper-format tables and plots, drawn from its runs file alone.
+"""The study's report (see study.py): tables and figures drawn from its runs file alone.
 
-Every number comes from ``study-runs.json``: a row per run with its final validation loss, its
-lm-eval scores, its throughput and its logged curves. Nothing is read from ``logs/``, so the
-summary can be redrawn on any machine from the committed file (``study.py --render``).
+Every number comes from ``study-v2-runs.json``: a row per run with its final validation loss and
+bits per byte, its lm-eval scores, its wall time and its logged curves. Nothing is read from
+``logs/``, so the report can be redrawn on any machine from the committed file (``--render``).
+Differences between variants are paired by training seed (the same seed: the same data order and,
+for the two fixed codes, the same initial weights); "mean ± sd" is the sample sd over seeds.
 """
 
 from __future__ import annotations
 
-import math
 import re
 import statistics
 from collections.abc import Sequence
@@ -19,212 +20,271 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from runs import ROOT, merged_config
 
-NAME = re.compile(r"^(?P<part>[^/]+)/(?P<variant>learned|binary16|gf2)(?:-code(?P<code>\d+))?-seed(?P<seed>\d+)$")
-VARIANTS = ("learned", "binary16", "gf2")
-COLORS = {"learned": "tab:blue", "binary16": "tab:orange", "gf2": "tab:green"}
-PAPER_CODE_SEED = 12345
-PART_TITLES = {
-    "bpe8k": "8,192-token BPE trained on the corpus (K = 13 bits)",
-    "smollm2": "SmolLM2 tokenizer, 49,152 tokens (K = 16 bits, the paper's code)",
+NAME = re.compile(
+    r"^(?P<tok>[a-z0-9]+)-(?P<size>[a-z]+)/(?P<variant>[a-z0-9_]+)-lr(?P<lr>[0-9.e-]+)-seed(?P<seed>\d+)$"
+)
+PAPER = ("learned", "binary16", "gf2")
+CONTROLS = ("matched", "norm_matched", "random_full", "lowrank_binary", "lowrank_normal")
+LABELS = {
+    "learned": "learned table",
+    "binary16": "binary code (binary16)",
+    "gf2": "GF(2) recoding (gf2)",
+    "matched": "binary16, SwiGLU widened to learned's trainable params",
+    "norm_matched": "learned table, rows at the binary code's norm",
+    "random_full": "fixed random codes, d wide",
+    "lowrank_binary": "learned V x K code from the binary code (LR x10, no decay)",
+    "lowrank_normal": "learned V x K code from N(0, 0.71²) (LR x10, no decay)",
 }
+COLORS = {"learned": "tab:blue", "binary16": "tab:orange", "gf2": "tab:green", "matched": "tab:red",
+          "norm_matched": "tab:purple", "random_full": "tab:brown", "lowrank_binary": "tab:pink",
+          "lowrank_normal": "tab:gray"}  # fmt: skip
 SCORES = [  # (column key, title, scale, decimals)
+    ("gutenberg_ppl|bits_per_byte|0", "lm-eval books bits/byte", 1.0, 3),
     ("gutenberg_word_order|acc|0", "books word order acc (%)", 100.0, 1),
-    ("gutenberg_ppl|bits_per_byte|0", "books bits/byte", 1.0, 3),
-    ("wikitext2_local|word_perplexity|0", "WikiText-2 valid word ppl", 1.0, 0),
+    ("wikitext2_local|word_perplexity|0", "WikiText-2 word ppl", 1.0, 0),
 ]
 
 
 def parse(row: dict) -> dict:
-    """The row's part, variant, GF(2) code seed (None: not GF(2)) and training seed, from its name."""
     match = NAME.match(row["name"])
     if match is None:
-        raise ValueError(f"study run name {row['name']!r} is not PART/VARIANT[-codeC]-seedS")
-    variant = match["variant"]
-    code = int(match["code"]) if match["code"] else (PAPER_CODE_SEED if variant == "gf2" else None)
-    return {"part": match["part"], "variant": variant, "code": code, "seed": int(match["seed"])}
+        raise ValueError(f"study run name {row['name']!r} is not TOKENIZER-SIZE/VARIANT-lrLR-seedS")
+    return {"tok": match["tok"], "size": match["size"], "variant": match["variant"], "lr": float(match["lr"]),
+            "seed": int(match["seed"])}  # fmt: skip
 
 
-def mean_sd(values: Sequence[float], scale: float = 1.0, decimals: int = 3) -> str:
+def mean_sd(values: Sequence[float], scale: float = 1.0, decimals: int = 3, sign: bool = False) -> str:
     if not values:
         return "--"
+    fmt = f"{'+' if sign else ''}.{decimals}f"
     mean = statistics.mean(values) * scale
     if len(values) == 1:
-        return f"{mean:.{decimals}f} (1 run)"
-    return f"{mean:.{decimals}f} ± {statistics.stdev(values) * scale:.{decimals}f}"
+        return f"{mean:{fmt}} (1 run)"
+    return f"{mean:{fmt}} ± {statistics.stdev(values) * scale:.{decimals}f}"
 
 
-def training_tokens_per_sec(row: dict) -> float:
-    """Median of the ThroughputMonitor's windows: training steps only (no start-up, validation, eval)."""
-    values = [v for _, v in row["curves"].get("perf/tokens_per_sec", [])]
-    return statistics.median(values) if values else float("nan")
+def non_embedding(row: dict) -> int:
+    decoder = merged_config([ROOT / c for c in row["config"].split(" + ")])["model"]["decoder"]
+    for flag in row["extra"]:
+        if flag.startswith("--model.decoder.ffn_dim="):
+            decoder["ffn_dim"] = int(flag.split("=")[1])
+    d, layers, ffn = decoder["d_model"], decoder["n_layers"], decoder["ffn_dim"]
+    return layers * (4 * d * d + 3 * d * ffn + 2 * d) + d
 
 
-def groups(rows: list[dict]) -> dict[tuple[str, str], list[dict]]:
-    """Runs of the paper's three variants (GF(2) with the paper's code seed) by (part, variant)."""
-    out: dict[tuple[str, str], list[dict]] = {}
-    for row in rows:
-        meta = parse(row)
-        if meta["variant"] != "gf2" or meta["code"] == PAPER_CODE_SEED:
-            out.setdefault((meta["part"], meta["variant"]), []).append(row)
-    return out
+class Study:
+    """The runs, indexed by (tokenizer, size, variant) -> {lr: {seed: row}}."""
+
+    def __init__(self, rows: list[dict]) -> None:
+        self.rows = rows
+        self.index: dict[tuple[str, str, str], dict[float, dict[int, dict]]] = {}
+        for row in rows:
+            m = parse(row)
+            self.index.setdefault((m["tok"], m["size"], m["variant"]), {}).setdefault(m["lr"], {})[m["seed"]] = row
+
+    def sizes(self, tok: str) -> list[str]:
+        found = {size for t, size, _ in self.index if t == tok}
+        return [s for s in ("s", "m", "l") if s in found]
+
+    def main_lr(self, tok: str, size: str, variant: str) -> float | None:
+        """The rate with the most seeds (the comparison's; the sweep's other rates have seed 1 only)."""
+        by_lr = self.index.get((tok, size, variant), {})
+        return max(by_lr, key=lambda lr: (len(by_lr[lr]), -lr)) if by_lr else None
+
+    def runs(self, tok: str, size: str, variant: str) -> dict[int, dict]:
+        lr = self.main_lr(tok, size, variant)
+        return self.index[(tok, size, variant)][lr] if lr is not None else {}
+
+    def paired(self, tok: str, size: str, a: str, b: str, key: str = "val_bpb") -> list[float]:
+        """b - a per training seed both ran."""
+        ra, rb = self.runs(tok, size, a), self.runs(tok, size, b)
+        return [rb[s][key] - ra[s][key] for s in sorted(set(ra) & set(rb))]
 
 
-def parameter_split(row: dict) -> tuple[int, int, int]:
-    """(trainable interface, blocks + final norm, head) of the row's model, built from its configs."""
-    from fixed_embed.accounting import parameter_report
-    from fixed_embed.cli.params import build_model
-
-    model = merged_config([ROOT / config for config in row["config"].split(" + ")])["model"]
-    report = parameter_report(build_model(model).decoder)
-    return report.interface_trainable, report.backbone, report.head
-
-
-def ranking(by_variant: dict[str, dict[int, float]]) -> list[str]:
-    """Plain statements: each fixed code against the learned table, and gf2 against binary16.
-
-    ``by_variant`` maps a variant to its final loss per training seed. Besides the unpaired
-    comparison, runs of the same training seed are paired: they saw the same batches in the same
-    order, and binary16 and gf2 (no trainable interface) even start from the same weights.
-    """
-    lines = []
-    for a, b in (("learned", "binary16"), ("learned", "gf2"), ("binary16", "gf2")):
-        if len(by_variant.get(a, {})) < 2 or len(by_variant.get(b, {})) < 2:
-            continue
-        xa, xb = list(by_variant[a].values()), list(by_variant[b].values())
-        diff = statistics.mean(xb) - statistics.mean(xa)
-        se = math.sqrt(statistics.variance(xa) / len(xa) + statistics.variance(xb) / len(xb))
-        apart = max(xa) < min(xb) or max(xb) < min(xa)
-        verdict = "the seed ranges do not overlap" if apart else "the seed ranges overlap"
-        line = (f"- {b} − {a}: {diff:+.3f} nats (standard error of the difference {se:.3f}, "
-                f"{abs(diff) / se if se else float('inf'):.1f} of them); {verdict}.")  # fmt: skip
-        seeds = sorted(set(by_variant[a]) & set(by_variant[b]))
-        if len(seeds) >= 2:
-            paired = [by_variant[b][s] - by_variant[a][s] for s in seeds]
-            one_sign = all(d > 0 for d in paired) or all(d < 0 for d in paired)
-            signs = "the same sign for every seed" if one_sign else "signs differ between seeds"
-            line += (f" Paired by training seed: {', '.join(f'{d:+.3f}' for d in paired)} "
-                     f"(mean {statistics.mean(paired):+.3f} ± {statistics.stdev(paired):.3f}; {signs}).")  # fmt: skip
-        lines.append(line)
+def sweep_lines(study: Study, tok: str, size: str) -> list[str]:
+    lrs = sorted({lr for v in PAPER for lr in study.index.get((tok, size, v), {})})
+    if len(lrs) < 2:
+        return []
+    lines = [f"### Learning-rate sweep (size {size.upper()}, seed 1): validation bits/byte", "",
+             "| variant | " + " | ".join(f"lr {lr:g}" for lr in lrs) + " | best |",
+             "|---|" + "---:|" * (len(lrs) + 1)]  # fmt: skip
+    for v in PAPER:
+        by_lr = study.index.get((tok, size, v), {})
+        scored = {lr: by_lr[lr][1]["val_bpb"] for lr in lrs if 1 in by_lr.get(lr, {})}
+        best = min(scored, key=scored.get) if scored else None
+        cells = [
+            f"**{scored[lr]:.4f}**" if lr == best else (f"{scored[lr]:.4f}" if lr in scored else "--") for lr in lrs
+        ]
+        lines.append(f"| {v} | " + " | ".join(cells) + f" | {best:g} |")
+    lines += ["", "Ranking at each rate (best first): " + "; ".join(
+        f"lr {lr:g}: " + " < ".join(sorted((v for v in PAPER if 1 in study.index.get((tok, size, v), {}).get(lr, {})),
+                                           key=lambda v, lr=lr: study.index[(tok, size, v)][lr][1]["val_bpb"]))
+        for lr in lrs) + ".", ""]  # fmt: skip
     return lines
 
 
-def part_table(part: str, rows_by_variant: dict[str, list[dict]]) -> list[str]:
-    header = ["variant", "runs", "trainable interface / blocks / head", "val loss", "val ppl",
-              *[title for _, title, _, _ in SCORES], "train tok/s", "wall / run (min)"]  # fmt: skip
-    lines = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
-    for variant in VARIANTS:
-        runs = rows_by_variant.get(variant, [])
+def size_table(study: Study, tok: str, variants: Sequence[str], sizes: Sequence[str]) -> list[str]:
+    header = ["size", "variant", "lr", "seeds", "non-emb. params", "trainable params", "targets", "val bits/byte",
+              "val loss (nats/token)", *[t for _, t, _, _ in SCORES], "wall / run (min)"]  # fmt: skip
+    lines = ["| " + " | ".join(header) + " |", "|---|---|" + "---:|" * (len(header) - 2)]
+    for size in sizes:
+        for v in variants:
+            runs = list(study.runs(tok, size, v).values())
+            if not runs:
+                continue
+            first = runs[0]
+            cells = [size.upper(), v, f"{study.main_lr(tok, size, v):g}", str(len(runs)),
+                     f"{non_embedding(first):,}", f"{first['trainable_params']:,}",
+                     f"{first['tokens_seen'] / 1e6:.2f}M", mean_sd([r["val_bpb"] for r in runs], decimals=4),
+                     mean_sd([r["val_loss"] for r in runs])]  # fmt: skip
+            for key, _, scale, decimals in SCORES:
+                cells.append(mean_sd([r["scores"][key]["value"] for r in runs if key in r.get("scores", {})], scale,
+                                     decimals))  # fmt: skip
+            cells.append(f"{statistics.mean(r['wall_seconds'] for r in runs) / 60:.1f}")
+            lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def gap_lines(study: Study, tok: str, sizes: Sequence[str]) -> list[str]:
+    pairs = (("learned", "binary16"), ("learned", "gf2"), ("binary16", "gf2"))
+    lines = ["| size | non-emb. params | " + " | ".join(f"{b} − {a}" for a, b in pairs) + " |",
+             "|---|---:|" + "---:|" * len(pairs)]  # fmt: skip
+    for size in sizes:
+        runs = study.runs(tok, size, "learned")
         if not runs:
             continue
-        interface, blocks, head = parameter_split(runs[0])
-        losses = [r["val_loss"] for r in runs]
-        cells = [variant, str(len(runs)), f"{interface:,} / {blocks:,} / {head:,}", mean_sd(losses),
-                 mean_sd([math.exp(x) for x in losses], decimals=1)]  # fmt: skip
-        for key, _, scale, decimals in SCORES:
-            values = [r["scores"][key]["value"] for r in runs if key in r.get("scores", {})]
-            cells.append(mean_sd(values, scale, decimals))
-        cells.append(f"{statistics.mean(training_tokens_per_sec(r) for r in runs):,.0f}")
-        cells.append(f"{statistics.mean(r['wall_seconds'] for r in runs) / 60:.1f}")
-        lines.append("| " + " | ".join(cells) + " |")
+        cells = [mean_sd(study.paired(tok, size, a, b), decimals=4, sign=True) for a, b in pairs]
+        lines.append(f"| {size.upper()} | {non_embedding(next(iter(runs.values()))):,} | " + " | ".join(cells) + " |")
     return lines
 
 
-def recoding_table(rows: list[dict], part: str) -> list[str]:
-    """GF(2) code seeds at one training seed, beside binary16 and the training-seed spread."""
-    metas = [(parse(r), r) for r in rows]
-    recoded = [(m["code"], m["seed"], r) for m, r in metas if m["part"] == part and m["variant"] == "gf2"]
-    first_seed = min((seed for _, seed, _ in recoded), default=None)
-    paper_first = lambda item: (item[0] != PAPER_CODE_SEED, item[0])  # noqa: E731
-    at_seed = sorted(((code, r) for code, seed, r in recoded if seed == first_seed), key=paper_first)
-    if len(at_seed) < 2:
-        return []
-    lines = [f"| GF(2) code seed (training seed {first_seed}) | val loss | books word order acc (%) |",
-             "|---|---:|---:|"]  # fmt: skip
-    for code, r in at_seed:
-        acc = r.get("scores", {}).get(SCORES[0][0], {}).get("value")
-        lines.append(f"| {code}{' (paper)' if code == PAPER_CODE_SEED else ''} | {r['val_loss']:.3f} | "
-                     f"{'--' if acc is None else f'{acc * 100:.1f}'} |")  # fmt: skip
-    codes = [r["val_loss"] for _, r in at_seed]
-    lines += ["", f"Spread over {len(codes)} code seeds: sd {statistics.stdev(codes):.3f} "
-              f"(range {min(codes):.3f}–{max(codes):.3f})."]  # fmt: skip
+def control_lines(study: Study, tok: str, size: str) -> list[str]:
+    lines = [f"| variant (size {size.upper()}) | seeds | trainable params | val bits/byte | − learned (paired) | "
+             "− binary16 (paired) |", "|---|---:|---:|---:|---:|---:|"]  # fmt: skip
+    for v in (*PAPER, *CONTROLS):
+        runs = study.runs(tok, size, v)
+        if not runs:
+            continue
+        first = next(iter(runs.values()))
+        gaps = [mean_sd(study.paired(tok, size, ref, v), decimals=4, sign=True) if v != ref else ""
+                for ref in ("learned", "binary16")]  # fmt: skip
+        bpb = mean_sd([r["val_bpb"] for r in runs.values()], decimals=4)
+        params = f"{first['trainable_params']:,}"
+        lines.append(f"| {v}: {LABELS[v]} | {len(runs)} | {params} | {bpb} | {gaps[0]} | {gaps[1]} |")
     return lines
 
 
-def plot_curves(rows: list[dict], tag: str, ylabel: str, path: Path, parts: list[str], log: bool = False) -> None:
-    figure, axes = plt.subplots(1, len(parts), figsize=(6.5 * len(parts), 4.2), squeeze=False)
-    for axis, part in zip(axes[0], parts, strict=True):
-        labelled = set()
-        for row in rows:
-            meta = parse(row)
-            points = row["curves"].get(tag, [])
-            if meta["part"] != part or not points:
-                continue
-            steps, values = zip(*points, strict=True)
-            recoded = meta["variant"] == "gf2" and meta["code"] != PAPER_CODE_SEED
-            label = f"{meta['variant']} (other GF(2) codes)" if recoded else meta["variant"]
-            axis.plot(steps, values, color=COLORS[meta["variant"]], alpha=0.85, linewidth=1.2,
-                      linestyle=":" if recoded else "-", marker="o" if tag == "val/loss" else None,
-                      markersize=3, label=None if label in labelled else label)  # fmt: skip
-            labelled.add(label)
-        axis.set_title(part + ": " + PART_TITLES.get(part, ""), fontsize=9)
-        axis.set_xlabel("optimizer update")
-        if log:  # input norms: learned tables sit ~25x below the codes
-            axis.set_yscale("log")
-        axis.set_ylabel(ylabel)
-        axis.grid(alpha=0.3)
-        axis.legend(fontsize=8)
+def plot_gap(study: Study, tok: str, path: Path) -> None:
+    figure, axis = plt.subplots(figsize=(6.2, 4.2))
+    sizes = study.sizes(tok)
+    for b, marker in (("binary16", "o"), ("gf2", "s")):
+        xs, means, sds = [], [], []
+        for size in sizes:
+            gaps = study.paired(tok, size, "learned", b)
+            if gaps:
+                xs.append(non_embedding(next(iter(study.runs(tok, size, "learned").values()))))
+                means.append(statistics.mean(gaps))
+                sds.append(statistics.stdev(gaps) if len(gaps) > 1 else 0.0)
+        axis.errorbar(xs, means, yerr=sds, marker=marker, capsize=4, color=COLORS[b], label=f"{b} − learned")
+    axis.axhline(0, color="black", linewidth=0.8)
+    axis.set_xscale("log")
+    axis.set_xlabel("non-embedding parameters")
+    axis.set_ylabel("validation bits/byte gap (mean ± sd over seeds)")
+    axis.set_title("Fixed codes minus the learned table, by model size", fontsize=10)
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=8, loc="best")
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
 
 
-def render(data: dict, out: Path) -> None:
-    """``OUT.md`` and ``OUT-{loss,val-loss,input-norm}.png`` from the runs file's contents."""
-    rows = data["runs"]
-    grouped = groups(rows)
-    parts = [p for p in PART_TITLES if any(parse(r)["part"] == p for r in rows)]
+def plot_curves(study: Study, tok: str, path: Path) -> None:
+    """Validation bits/byte against training tokens: mean line and ± sd band over seeds, a panel per size."""
+    sizes = study.sizes(tok)
+    figure, axes = plt.subplots(1, len(sizes), figsize=(5.2 * len(sizes), 3.9), squeeze=False)
+    for axis, size in zip(axes[0], sizes, strict=True):
+        for v in PAPER:
+            runs = list(study.runs(tok, size, v).values())
+            curves = [r["curves"].get("val/bits_per_byte", []) for r in runs]
+            curves = [c for c in curves if c]
+            if not curves:
+                continue
+            length = min(len(c) for c in curves)
+            steps = [p[0] + 1 for p in curves[0][:length]]
+            values = [[c[i][1] for c in curves] for i in range(length)]
+            mean = [statistics.mean(v_) for v_ in values]
+            sd = [statistics.stdev(v_) if len(v_) > 1 else 0.0 for v_ in values]
+            axis.plot(steps, mean, color=COLORS[v], marker="o", markersize=3, label=f"{v} ({len(curves)} seeds)")
+            axis.fill_between(steps, [m - s for m, s in zip(mean, sd, strict=True)],
+                              [m + s for m, s in zip(mean, sd, strict=True)], color=COLORS[v], alpha=0.2)  # fmt: skip
+        axis.set_title(f"size {size.upper()}", fontsize=10)
+        axis.set_xlabel("optimizer update")
+        axis.set_ylabel("validation bits/byte")
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=8, loc="upper right")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def plot_controls(study: Study, tok: str, size: str, path: Path) -> None:
+    variants = [v for v in (*PAPER, *CONTROLS) if study.runs(tok, size, v)]
+    values = [[r["val_bpb"] for r in study.runs(tok, size, v).values()] for v in variants]
+    figure, axis = plt.subplots(figsize=(8.5, 4.2))
+    means = [statistics.mean(v) for v in values]
+    sds = [statistics.stdev(v) if len(v) > 1 else 0.0 for v in values]
+    axis.bar(range(len(variants)), means, yerr=sds, capsize=4, color=[COLORS[v] for v in variants])
+    for i, runs in enumerate(values):
+        axis.scatter([i] * len(runs), runs, color="black", s=8, zorder=3)
+    low = min(min(v) for v in values)
+    axis.set_ylim(low - 0.05, max(max(v) for v in values) + 0.03)
+    axis.set_xticks(range(len(variants)), variants, rotation=25, ha="right", fontsize=8)
+    axis.set_ylabel("validation bits/byte (mean ± sd; dots: seeds)")
+    axis.set_title(f"Controls at size {size.upper()}", fontsize=10)
+    axis.grid(alpha=0.3, axis="y")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def render(data: dict, out: Path, tune: str = "m") -> None:
+    """``OUT.md`` and its figures from the runs file's contents."""
+    study = Study(data["runs"])
     stem = out.name
+    tok = "bpe8k" if any(parse(r)["tok"] == "bpe8k" for r in study.rows) else parse(study.rows[0])["tok"]
+    sizes = study.sizes(tok)
+    hours = sum(r["wall_seconds"] for r in study.rows) / 3600
+    commits = sorted({r["commit"][:10] for r in study.rows})
     lines = [f"# {data['title'].split(',')[0]}", "",
-             "Produced by `make study` (`python experiments/study.py`); each run is a row of "
-             f"[`{stem}-runs.json`]({stem}-runs.json) with its flags, commit, curves and scores, and "
-             f"[`{stem}-runs.md`]({stem}-runs.md) lists them. Commits: "
-             + ", ".join(f"`{c[:10]}`" for c in sorted({r["commit"] for r in rows})) + ".", ""]  # fmt: skip
-    for part in parts:
-        by_variant = {v: grouped.get((part, v), []) for v in VARIANTS}
-        lines += [f"## {part}: {PART_TITLES[part]}", "",
-                  "Mean ± sample sd over training seeds "
-                  + ", ".join(sorted({str(parse(r)['seed']) for rs in by_variant.values() for r in rs}))
-                  + "; gf2 with the paper's code seed 12345. Accuracy and perplexities are lm-eval on "
-                  "the final checkpoint.", ""]  # fmt: skip
-        lines += [*part_table(part, by_variant), ""]
-        statements = ranking({v: {parse(r)["seed"]: r["val_loss"] for r in rs} for v, rs in by_variant.items()})
-        if statements:
-            lines += ["Validation loss, pairwise:", "", *statements, ""]
-        recodings = recoding_table(rows, part)
-        if recodings:
-            lines += [*recodings, ""]
-    lines += [
-        "## Commands",
-        "",
-        "```bash",
-        "make study                              # = python experiments/study.py: the runs below, then this file",
-        "python experiments/study.py --render    # redraw this file and the plots from study-runs.json",
-        "# each run (plus --trainer.logger.init_args.save_dir=logs/study --trainer.logger.init_args.name=RUN):",
-    ]
-    for row in rows:
+             f"{len(study.rows)} runs, {hours:.1f} h of fit-plus-eval time summed over runs (two at a time on this "
+             f"machine's 2 cores). Every row of [`{stem}-runs.json`]({stem}-runs.json) holds its configs, flags, "
+             f"commit, curves and scores; [`{stem}-runs.md`]({stem}-runs.md) lists them. Commits: "
+             + ", ".join(f"`{c}`" for c in commits) + ".", "",
+             "Headline metric: validation bits per byte (the 360 blocks, 40 from each of the 9 held-out books; "
+             "tokenizer-free). Gaps are paired by training seed, which sets both the initialisation and the data "
+             "order.", ""]  # fmt: skip
+    lines += sweep_lines(study, tok, tune)
+    if sizes:
+        lines += ["## The gap across model sizes", "", *gap_lines(study, tok, sizes), "",
+                  f"![gap vs size]({stem}-gap.png)", "", *size_table(study, tok, PAPER, sizes), "",
+                  f"![validation bits/byte]({stem}-val-bpb.png)", ""]  # fmt: skip
+        plot_gap(study, tok, out.parent / f"{stem}-gap.png")
+        plot_curves(study, tok, out.parent / f"{stem}-val-bpb.png")
+    if any(study.runs(tok, tune, c) for c in CONTROLS):
+        lines += ["## Controls and the parameter-matched baseline", "", *control_lines(study, tok, tune), "",
+                  f"![controls]({stem}-controls.png)", ""]  # fmt: skip
+        plot_controls(study, tok, tune, out.parent / f"{stem}-controls.png")
+    other = sorted({parse(r)["tok"] for r in study.rows} - {tok})
+    for t in other:
+        lines += [f"## Tokenizer {t}", "", *size_table(study, t, PAPER, study.sizes(t)), "",
+                  *gap_lines(study, t, study.sizes(t)), ""]  # fmt: skip
+    lines += ["## Commands", "", "```bash", "make study                                # every stage; resumes",
+              "python experiments/study.py --render      # redraw this page from the runs file",
+              "# each run (plus --trainer.logger.init_args.save_dir=logs/study-v2 --trainer.logger.init_args.name=RUN"
+              " --ckpt_path=last), then fixed-embed eval RUN/checkpoints/last.ckpt --suite study:"]  # fmt: skip
+    for row in study.rows:
         configs = " ".join(f"--config {c}" for c in row["config"].split(" + "))
         lines.append(f"fixed-embed fit {configs} {' '.join(row['extra'])}".rstrip())
-    lines += [
-        "# then, on each run's final checkpoint:",
-        "fixed-embed eval RUN/checkpoints/last.ckpt --suite study --device cpu --batch-size 32",
-        "```",
-        "",
-    ]
-    plots = [("val/loss", "validation loss (nats/token)", "val-loss"),
-             ("train/loss", "training loss (nats/token)", "loss"),
-             ("input/norm_mean", "mean input-vector norm over a batch (log scale)", "input-norm")]  # fmt: skip
-    for tag, ylabel, suffix in plots:
-        plot_curves(rows, tag, ylabel, out.parent / f"{stem}-{suffix}.png", parts, log=tag.startswith("input/"))
-        lines.append(f"![{ylabel}]({stem}-{suffix}.png)")
+    lines += ["```", ""]
     out.parent.mkdir(parents=True, exist_ok=True)
     Path(f"{out}.md").write_text("\n".join(lines) + "\n")

@@ -89,14 +89,14 @@ class ModuleCost:
 def module_costs(decoder: Decoder, seq_len: int | None = None) -> list[ModuleCost]:
     """Per top-level part of the decoder (interface, blocks, final norm, head), in forward order."""
     t = seq_len or decoder.config.max_seq_len
+    tied = decoder.config.tie_embeddings  # a tied head is counted once, under the interface that owns it
+    head = decoder.head.flops_per_token()
     flops = {
-        "interface": decoder.interface.flops_per_token(),
+        "interface": decoder.interface.flops_per_token() + (head if tied else 0),
         "layers": sum(layer.flops_per_token(t) for layer in decoder.layers),
         "norm": 0,
-        "head": 0 if decoder.config.tie_embeddings else 6 * decoder.head.weight.numel(),
+        "head": 0 if tied else head,
     }
-    if decoder.config.tie_embeddings:  # a tied head is counted once, under the interface that owns it
-        flops["interface"] += 6 * decoder.head.weight.numel()
     rows = []
     for name, module in decoder.named_children():
         if name not in flops:
@@ -105,7 +105,7 @@ def module_costs(decoder: Decoder, seq_len: int | None = None) -> list[ModuleCos
         if isinstance(module, nn.ModuleList):
             kind = f"{len(module)} x {type(module[0]).__name__}" if len(module) else "empty"
         persistent = dict(module.named_buffers()).keys() - _non_persistent(module)
-        head_tied = name == "head" and decoder.config.tie_embeddings
+        head_tied = name == "head" and tied
         rows.append(
             ModuleCost(
                 name=name,

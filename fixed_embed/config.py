@@ -18,9 +18,10 @@ from typing import Any
 
 import yaml
 
-__all__ = ["deep_merge", "expand_config_args", "load_experiment"]
+__all__ = ["DEFAULT_RUN", "deep_merge", "expand_config_args", "load_experiment"]
 
 BASE_KEY = "__base__"
+DEFAULT_RUN = "default"  # the run name without --run: its folder is <save_dir>/<logger name>/default/
 
 
 def deep_merge(base: Any, override: Any) -> Any:

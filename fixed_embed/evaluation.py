@@ -11,6 +11,15 @@ same table as the SmolLM2 references:
   the first conditioned on end-of-text (WikiText word perplexity).
 - ``generate_until``: greedy decoding, stopped at any ``until`` string or ``max_gen_toks``.
 
+The first target of a document's first rolling window, and the first continuation token of an
+empty-context request, are conditioned on end-of-text (``prefix_token_id``) alone. That is token
+0 in SmolLM2 and in this project's BPE, and token 0's fixed code is the zero vector (binary16:
+bits of 0; GF(2): A 0 = 0 with ``offset`` 0). With nothing else to attend to, every block adds
+zero and the head sees zero: the logits are uniform and that target is scored at exactly
+log(1/V), for any weights. A learned table (or a code that moves token 0 off the origin) is not
+held to this. docs/design.md ("Token 0 is the all-zero code") and the notes under ``table.md``
+say so where the scores are read.
+
 Requests are sorted by length (longest first, so an out-of-memory error shows at once), batched
 and right-padded: with causal attention, padding after a sequence cannot change its logits, so no
 mask is needed. Contexts longer than L are truncated from the left. bf16 autocast on GPUs that
@@ -18,6 +27,10 @@ support it, fp32 otherwise.
 
 lm-eval's command line has no plugin discovery for models; ``fixed-embed lm-eval ARGS`` is its CLI
 with this model registered (``--model fixed_embed --model_args checkpoint=PATH``).
+
+Progress bars, lm-eval's and the two here, are tqdm bars without an explicit ``file``: under the
+``fixed-embed`` command (``eval``, in-loop benchmarks) :mod:`fixed_embed.console` sends them, like
+the notices of lm-eval and of the libraries it imports, to the log file rather than the console.
 """
 
 from __future__ import annotations

@@ -9,8 +9,9 @@ Design choices (each matches the paper's backbone unless marked "ours"):
   (finite gradient), which the all-zero code of token 0 relies on.
 * Attention: causal multi-head (optionally grouped-query, ``n_kv_heads``) through
   ``F.scaled_dot_product_attention`` so GPUs get flash / memory-efficient kernels.
-* RoPE in the Hugging Face Llama layout (rotate the two halves of each head), theta
-  configurable (10,000 by default), so an export to ``LlamaForCausalLM`` is exact.
+* RoPE in the Hugging Face Llama layout (rotate the two halves of each head), so an export to
+  ``LlamaForCausalLM`` is exact; theta configurable, 10,000 by default (ours: the paper does
+  not state it).
 * SwiGLU MLP: down(silu(gate(x)) * up(x)), intermediate size ``ffn_dim``.
 * No biases anywhere. Untied, trainable output head V x d (tying only with LearnedInput,
   off by default: the paper's models are untied).
@@ -202,6 +203,10 @@ class OutputHead(nn.Linear):
             return super().forward(x)
         return linear_cross_entropy(x, self.weight, targets, chunk_tokens)
 
+    def flops_per_token(self) -> int:
+        """Training FLOPs per token of the V x d projection (also when tied: the matmul still runs)."""
+        return _matmul_flops(self)
+
 
 class Decoder(nn.Module):
     """interface -> n_layers pre-norm blocks -> RMSNorm -> untied head. ``forward(ids) -> logits``;
@@ -288,5 +293,5 @@ class Decoder(nn.Module):
         return (
             self.interface.flops_per_token()
             + sum(layer.flops_per_token(t) for layer in self.layers)
-            + _matmul_flops(self.head)
+            + self.head.flops_per_token()
         )

@@ -7,6 +7,7 @@ targets ``block[:, 1:]``, so every block carries exactly T prediction targets.
 from __future__ import annotations
 
 import importlib
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from functools import partial
@@ -24,7 +25,14 @@ from fixed_embed.interfaces import BinaryCodeInput, InputInterface
 from fixed_embed.loss import DEFAULT_LOSS_CHUNK_TOKENS
 from fixed_embed.model import Decoder, DecoderConfig
 from fixed_embed.parallel import ParallelConfig, apply_parallelism
-from fixed_embed.recipe import AdamWConfig, ScheduleConfig, build_adamw, lr_at, steps_for_budget
+from fixed_embed.recipe import (
+    AdamWConfig,
+    ScheduleConfig,
+    build_adamw,
+    lr_at,
+    parameter_groups_change,
+    steps_for_budget,
+)
 
 __all__ = ["LanguageModel"]
 
@@ -167,6 +175,9 @@ class LanguageModel(L.LightningModule):
         # Already global (torchmetrics reduced it); sync_dist averages identical values, silencing Lightning.
         self.log("val/loss", mean, prog_bar=True, sync_dist=True)
         self.log("val/ppl", torch.exp(mean), sync_dist=True)
+        if per_target := getattr(self.trainer.datamodule, "val_bytes_per_target", None):
+            # tokenizer-free: total nats / ln 2 over the UTF-8 bytes the targets stand for
+            self.log("val/bits_per_byte", mean / (math.log(2) * per_target), sync_dist=True)
 
     def test_step(self, block: torch.Tensor, batch_idx: int) -> None:
         self.validation_step(block, batch_idx)
@@ -255,6 +266,9 @@ class LanguageModel(L.LightningModule):
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         saved = checkpoint.get("hyper_parameters") or {}
         _refuse_incompatible(saved, self.hparams)
+        fitting = self._trainer is not None and self._trainer.state.fn == "fit"
+        if fitting and (why := parameter_groups_change(saved.get("optimizer"), self.optimizer_config, self)):
+            raise CheckpointError(why)
         _take_own_loader_state(checkpoint, self._trainer)
         for line in _changed(saved, self.hparams):
             rank_zero_info(f"resume: {line}")

@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
-__all__ = ["global_norm", "global_sq_sums"]
+__all__ = ["global_sq_sums"]
 
 
 def global_sq_sums(groups: Mapping[str, Iterable[torch.Tensor]]) -> dict[str, torch.Tensor]:
@@ -49,10 +49,6 @@ def global_sq_sums(groups: Mapping[str, Iterable[torch.Tensor]]) -> dict[str, to
         dist.all_reduce(shard_sums, group=group)
     totals = torch.stack(replicated) + shard_sums
     return dict(zip(names, totals.unbind(), strict=True))
-
-
-def global_norm(tensors: Iterable[torch.Tensor]) -> torch.Tensor:
-    return global_sq_sums({"all": tensors})["all"].sqrt()
 
 
 def _local_sq_sum(tensors: list[torch.Tensor], device: torch.device | None) -> torch.Tensor:

@@ -2,26 +2,72 @@
 
 Paper: AdamW, peak LR 1.5e-4, 2,000 linear warm-up updates, cosine decay, clip 1.0.
 Ours (the paper does not say): betas (0.9, 0.95), eps 1e-8, weight decay 0.1 on matrices
-only (never norm gains), cosine floor 10 % of peak.
+only (never norm gains), the learned input table included (``decay_input``), cosine floor
+10 % of peak. docs/design.md lists every default that is ours.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
 
-__all__ = ["AdamWConfig", "ScheduleConfig", "build_adamw", "lr_at", "parameter_groups", "steps_for_budget"]
+from fixed_embed.interfaces import InputInterface
+
+__all__ = [
+    "AdamWConfig",
+    "ScheduleConfig",
+    "build_adamw",
+    "lr_at",
+    "parameter_groups",
+    "parameter_groups_change",
+    "steps_for_budget",
+]
 
 
 @dataclass
 class AdamWConfig:
+    """AdamW settings (``model.optimizer`` in an experiment YAML).
+
+    Args:
+        lr: peak learning rate (the paper: 1.5e-4).
+        betas: AdamW's moment decay rates (ours: the paper does not state them).
+        eps: AdamW's epsilon (ours).
+        weight_decay: decoupled weight decay of the decay group (ours: the paper does not state it).
+            Matrices decay; vectors (RMSNorm gains) never do.
+        decay_input: whether the input interface's trainable parameters (the learned V x d table,
+            the low-rank and norm-matched controls' tables) get ``weight_decay`` like every other
+            matrix. ``False`` puts them all in the no-decay group. Fixed codes have no trainable
+            parameters, so for them the setting changes nothing. Decay pulls a learned table
+            towards zero, and so pulls ``LowRankLearnedInput(init=binary)`` away from its binary
+            start. With tied embeddings the shared matrix is the input table and follows this
+            setting. Default ``True``: it is the behaviour every run of this project so far was
+            trained with (all of ``docs/results/``), so results stay comparable and existing
+            checkpoints resume with the same parameter groups; the paper does not say whether its
+            table was decayed. A resume cannot change it for an interface with trainable
+            parameters (it moves them between AdamW's groups): such a resume is refused.
+        input_lr_scale: multiplies the learning rate (peak and schedule) of the input interface's
+            trainable parameters; 1 (default): one rate for every parameter. Otherwise they form a
+            third AdamW group. For a table that should move far from its start within a short run
+            (``LowRankLearnedInput``: Adam moves an entry by at most about the summed learning rate).
+            With tied embeddings the shared matrix is the input table: the head trains at this rate
+            too. A resume cannot switch between 1 and another value (the groups change); refused.
+        implementation: ``auto`` (the fused kernel on CUDA, foreach elsewhere), ``fused``,
+            ``foreach`` or ``for-loop``.
+    """
+
     lr: float = 1.5e-4
     betas: tuple[float, float] = (0.9, 0.95)
     eps: float = 1e-8
     weight_decay: float = 0.1
+    #: whether the input interface's trainable parameters decay (see the class docstring).
+    decay_input: bool = True
+    #: the input interface's learning rate, as a multiple of ``lr`` (see the class docstring).
+    input_lr_scale: float = 1.0
     #: "auto": the fused kernel on CUDA, foreach elsewhere.
     implementation: str = "auto"
 
@@ -32,6 +78,10 @@ class AdamWConfig:
             raise ValueError(f"betas must lie in [0, 1), got {self.betas}")
         if self.weight_decay < 0:
             raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay}")
+        if self.input_lr_scale <= 0:
+            raise ValueError(f"input_lr_scale must be > 0, got {self.input_lr_scale}")
+        if not isinstance(self.decay_input, bool):
+            raise ValueError(f"decay_input must be true or false, got {self.decay_input!r}")
         if self.implementation not in ("auto", "fused", "foreach", "for-loop"):
             raise ValueError(f"implementation must be auto, fused, foreach or for-loop, got {self.implementation!r}")
 
@@ -62,20 +112,71 @@ def lr_at(step: int, peak: float, warmup_steps: int, max_steps: int, min_lr_rati
     return floor + (peak - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
-def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """Two AdamW groups over trainable parameters: matrices decay, vectors (norm gains) never do."""
+def _input_parameters(model: nn.Module) -> list[nn.Parameter]:
+    """The trainable parameters of the model's input interface(s) (none for fixed codes)."""
+    params = {id(p): p for m in model.modules() if isinstance(m, InputInterface) for p in m.parameters()}
+    return [p for p in params.values() if p.requires_grad]  # once each, also for nested interfaces
+
+
+def parameter_groups(
+    model: nn.Module, weight_decay: float, decay_input: bool = True, input_lr: float | None = None
+) -> list[dict]:
+    """AdamW groups over trainable parameters, always in this order: decay, no-decay, [input].
+
+    Matrices decay; vectors (norm gains) never do. The input interface's trainable parameters
+    follow the same rule when ``decay_input``, and all go to the no-decay group otherwise; with
+    ``input_lr`` (its own learning rate) they form a third group instead, decayed when
+    ``decay_input``. The layout with ``decay_input=True`` and no ``input_lr`` is the one
+    checkpoints written before these options existed hold.
+    """
+    inputs = _input_parameters(model)
+    separate = {id(p) for p in inputs} if (input_lr is not None and inputs) or not decay_input else set()
     decay, no_decay = [], []
     for param in model.parameters():
-        if param.requires_grad:
+        if param.requires_grad and id(param) not in separate:
             (decay if param.dim() >= 2 else no_decay).append(param)
+    if input_lr is None or not inputs:
+        no_decay += [p for p in inputs if id(p) in separate]
+        input_groups = []
+    else:
+        input_groups = [{"params": inputs, "weight_decay": weight_decay if decay_input else 0.0, "lr": input_lr}]
     return [
         {"params": decay, "weight_decay": weight_decay},
         {"params": no_decay, "weight_decay": 0.0},
+        *input_groups,
     ]
 
 
+def parameter_groups_change(saved: Mapping[str, Any] | None, config: AdamWConfig, model: nn.Module) -> str | None:
+    """Why a resume cannot take ``config``'s parameter groups (decay_input, input_lr_scale), or ``None``.
+
+    ``saved`` is the checkpoint's ``optimizer`` hyper-parameters (a checkpoint from before the option
+    has none: it decayed the input). Changing the setting moves the input's trainable parameters
+    between the two groups, and the checkpoint's AdamW state would no longer match them; with fixed
+    codes there is nothing to move.
+    """
+    before = bool((saved or {}).get("decay_input", True))
+    scaled_before = float((saved or {}).get("input_lr_scale", 1.0)) != 1.0
+    if scaled_before != (config.input_lr_scale != 1.0) and _input_parameters(model):
+        return (
+            f"refusing to resume: model.optimizer.input_lr_scale is {(saved or {}).get('input_lr_scale', 1.0)} in "
+            f"the checkpoint and {config.input_lr_scale} now; between 1 and another value the input interface's "
+            "parameters move in or out of their own AdamW group, which the checkpoint's optimizer state cannot "
+            "follow. Resume with the checkpoint's value, or start a new run (--run NAME) without --ckpt_path."
+        )
+    if before == config.decay_input or not _input_parameters(model):
+        return None
+    return (
+        f"refusing to resume: model.optimizer.decay_input is {before} in the checkpoint and {config.decay_input} "
+        "now; it moves the input interface's trainable parameters between AdamW's parameter groups, which the "
+        f"checkpoint's optimizer state cannot follow. Resume with decay_input: {str(before).lower()}, or start a "
+        "new run (--run NAME) without --ckpt_path."
+    )
+
+
 def build_adamw(model: nn.Module, config: AdamWConfig) -> torch.optim.AdamW:
-    groups = parameter_groups(model, config.weight_decay)
+    input_lr = config.lr * config.input_lr_scale if config.input_lr_scale != 1.0 else None
+    groups = parameter_groups(model, config.weight_decay, config.decay_input, input_lr)
     device = next((p.device for g in groups for p in g["params"]), torch.device("cpu"))
     impl = config.implementation
     if impl == "auto":

@@ -23,6 +23,7 @@ from fixed_embed.errors import UserError
 
 __all__ = [
     "SUITES",
+    "TABLE_NOTES",
     "Column",
     "OutputExistsError",
     "check_tasks",
@@ -219,15 +220,32 @@ def refuse_existing_results(out_dir: str | os.PathLike, overwrite: bool = False)
 
 
 def write_results(results: dict[str, Any], model: str, out_dir: str | os.PathLike) -> Path:
-    """``out_dir/results.json`` (atomically) and ``out_dir/table.md``; returns the JSON path."""
+    """``out_dir/results.json`` (atomically) and ``out_dir/table.md`` (the table, then ``TABLE_NOTES``).
+
+    Returns the JSON path.
+    """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "results.json"
     tmp = out / ".results.json.tmp"
     tmp.write_text(json.dumps({"model": model, **results}, indent=2) + "\n")
     os.replace(tmp, path)
-    (out / "table.md").write_text(markdown_table([json.loads(path.read_text())]))
+    (out / "table.md").write_text(markdown_table([json.loads(path.read_text())]) + TABLE_NOTES)
     return path
+
+
+#: Printed under the table in ``table.md``: how to read the scores.
+TABLE_NOTES = """
+Notes:
+
+- Scores are lm-eval's: accuracies in % with ± standard error; perplexities as they are.
+- Fixed codes (binary16; GF(2) with offset 0) map token 0, the end-of-text token of SmolLM2 and of
+  this project's BPE, to the zero vector. lm-eval conditions the first target of each document's
+  first rolling window (perplexity tasks), and the first token of an empty-context request, on
+  end-of-text alone: for these models the logits there are uniform, so that target is scored at
+  exactly log(1/V), whatever the weights. A learned table is not held to this. See docs/design.md,
+  "Token 0 is the all-zero code".
+"""
 
 
 def markdown_table(results: Sequence[dict[str, Any]]) -> str:

@@ -85,6 +85,19 @@ def test_random_codes_norm_matching_is_exact_and_the_table_is_verified_on_load()
         RandomCodeInput(V, D, distribution="cauchy")
 
 
+def test_random_codes_store_only_a_fingerprint_checked_at_the_precision_stored():
+    assert list(RandomCodeInput(V, D, code_seed=1).state_dict()) == ["fingerprint"]  # never the V x K table
+    # bf16-true casts float buffers: its checkpoint still loads into the same code, and no other
+    for seed, refused in ((1, False), (2, True)):
+        state = RandomCodeInput(V, D, code_seed=seed).to(torch.bfloat16).state_dict()
+        assert state["fingerprint"].dtype == torch.bfloat16
+        if refused:
+            with pytest.raises(ValueError, match="fingerprint differs from the one code_seed=1"):
+                RandomCodeInput(V, D, code_seed=1).load_state_dict(state)
+        else:
+            RandomCodeInput(V, D, code_seed=1).load_state_dict(state)
+
+
 def test_low_rank_learned_starts_at_the_binary_code_and_learns():
     interface = LowRankLearnedInput(V, D)
     assert torch.equal(interface(IDS()), BinaryCodeInput(V, D)(IDS()))

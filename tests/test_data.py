@@ -214,3 +214,18 @@ def test_default_corpus_is_deterministic_and_cached(tmp_path, monkeypatch):
     train_ids = {json.loads(line)["id"] for line in train.decode().splitlines()}
     valid_ids = {json.loads(line)["id"] for line in (first / "valid.jsonl").read_text().splitlines()}
     assert not train_ids & valid_ids
+
+
+def test_a_stream_saved_right_after_a_pass_resumes_into_the_next(corpus, tokenizer):
+    """A checkpoint can fall exactly on the last block of a pass: the resumed remainder is empty."""
+    per_pass = sum(1 for _ in stream(corpus, tokenizer, epochs=1, num_shards=1))
+    reference = stream(corpus, tokenizer, num_shards=1)
+    expected = [b for _, b in zip(range(per_pass + 3), reference, strict=False)]
+    first = stream(corpus, tokenizer, num_shards=1)
+    it = iter(first)
+    for _ in range(per_pass):
+        next(it)
+    resumed = stream(corpus, tokenizer, num_shards=1)
+    resumed.load_state_dict(first.state_dict())
+    after = [b for _, b in zip(range(3), resumed, strict=False)]
+    assert all(torch.equal(a, b) for a, b in zip(expected[per_pass:], after, strict=True))

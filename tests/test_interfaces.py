@@ -1,12 +1,15 @@
 """Input interfaces: codes, tiling, invertibility, costs, errors, token 0."""
 
 import math
+import re
+from pathlib import Path
 
 import pytest
 import torch
 
-from fixed_embed.codes import bits_of, random_invertible_gf2
-from fixed_embed.interfaces import BinaryCodeInput, GF2CodeInput, LearnedInput
+import fixed_embed.interfaces as interfaces
+from fixed_embed.codes import bits_of, matrix_from_rows, random_invertible_gf2
+from fixed_embed.interfaces import BinaryCodeInput, GF2CodeInput, InputInterface, LearnedInput
 from fixed_embed.model import Decoder, DecoderConfig
 
 V, D = 49152, 2048
@@ -70,6 +73,35 @@ def test_gf2_paper_seed_matrix_and_explicit_matrix():
     ids = torch.arange(0, V, 97)
     assert torch.equal(explicit.bits(ids), iface.bits(ids))
     assert [sum(int(v) << c for c, v in enumerate(r)) for r in iface.code_matrix.tolist()] == rows
+
+
+def test_gf2_checkpoints_hold_only_the_matrix_and_refuse_another():
+    iface = GF2CodeInput(300, 16, code_seed=5)
+    # the key and K x K form existing checkpoints (single-file and sharded) hold
+    assert list(iface.state_dict()) == ["code_matrix"]
+    saved = {"code_matrix": matrix_from_rows(random_invertible_gf2(9, 5), 9)}
+    GF2CodeInput(300, 16, code_seed=5).load_state_dict(saved)
+    with pytest.raises(ValueError, match="code_matrix differs from the one code_seed=6 gives"):
+        GF2CodeInput(300, 16, code_seed=6).load_state_dict(saved)
+    explicit = GF2CodeInput(300, 16, matrix=torch.eye(9, dtype=torch.long).tolist())
+    with pytest.raises(ValueError, match="code_matrix differs from the one the explicit matrix gives"):
+        explicit.load_state_dict(saved)
+    # the row masks encode applies are derived from the options, as is decode's inverse
+    assert iface.rows.tolist() == random_invertible_gf2(9, 5)
+    assert torch.equal(iface.decode(iface.bits(torch.arange(300))), torch.arange(300))
+
+
+def test_class_paths_name_the_package_whichever_file_defines_the_class():
+    classes = [getattr(interfaces, n) for n in interfaces.__all__]
+    classes = [c for c in classes if isinstance(c, type) and issubclass(c, InputInterface) and c is not InputInterface]
+    assert len(classes) == 7
+    for cls in classes:
+        assert cls(300, 16).spec()["class_path"] == f"fixed_embed.interfaces.{cls.__name__}"
+    # every class path the experiments and docs name still resolves
+    root = Path(__file__).resolve().parents[1]
+    texts = [p.read_text() for folder in ("experiments", "docs") for p in (root / folder).rglob("*.y*ml")]
+    named = set(re.findall(r"fixed_embed\.interfaces\.(\w+)", "\n".join(texts)))
+    assert named and all(isinstance(getattr(interfaces, name, None), type) for name in named)
 
 
 def test_linear_gf2_keeps_token_zero_at_zero_affine_moves_it():

@@ -128,10 +128,10 @@ def test_memory_warning_compares_the_estimate_with_the_device():
 
 
 def test_params_command_prints_the_memory_estimate(tmp_path):
-    from fixed_embed.cli.params import memory
+    from fixed_embed.experiment import training_memory
 
     paper = ROOT / "experiments" / "paper"
-    est = memory(str(paper / "binary16.yaml"))
+    est = training_memory(str(paper / "binary16.yaml"))
     assert (est.micro_batch, est.seq_len, est.world_size, est.sharded, est.mode) == (8, 2048, 2, False, "mixed")
     assert est.weights == 4 * 1_711_376_384 and est.loss_chunk_tokens == 4096
     assert est.logits_full == 8 * 2048 * 12 * 49152
@@ -140,7 +140,7 @@ def test_params_command_prints_the_memory_estimate(tmp_path):
     fsdp = tmp_path / "fsdp.yaml"
     fsdp.write_text(yaml.safe_dump({**base, "trainer": {**base["trainer"], **strategy["trainer"], "devices": 8},
                                     "model": {**base["model"], **strategy["model"]}}))  # fmt: skip
-    sharded = memory(str(fsdp))
+    sharded = training_memory(str(fsdp))
     assert (sharded.world_size, sharded.sharded, sharded.mode) == (8, True, "bfloat16")
     assert sharded.weights == -(-4 * 1_711_376_384 // 8)  # base.yaml's interface: the default binary code
     out = subprocess.run([sys.executable, "-m", "fixed_embed", "params", str(fsdp), "--world-size", "16"],

@@ -82,6 +82,19 @@ def test_flops_match_6n_plus_attention_formula():
         assert model.flops_per_token(8) == expected - 12 * 3 * 64 * 24
 
 
+def test_head_flops_are_reported_once_tied_or_not():
+    from fixed_embed.accounting import module_costs
+
+    for tie in (False, True):
+        config = DecoderConfig(**{**CONFIG.to_dict(), "tie_embeddings": tie})
+        model = Decoder(config, LearnedInput(256, 32))
+        assert model.head.flops_per_token() == 6 * 256 * 32
+        rows = {row.name: row.flops_per_token for row in module_costs(model)}
+        assert rows["head"] == (0 if tie else 6 * 256 * 32)  # tied: under the interface that owns the table
+        assert rows["interface"] == (6 * 256 * 32 if tie else 0)
+        assert sum(rows.values()) == model.flops_per_token()
+
+
 def test_tying_needs_a_learned_table():
     tied = DecoderConfig(**{**CONFIG.to_dict(), "tie_embeddings": True})
     model = Decoder(tied, LearnedInput(256, 32))

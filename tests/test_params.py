@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fixed_embed.cli.params import reports
+from fixed_embed.experiment import parameter_reports
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER = ROOT / "experiments" / "paper"
@@ -18,7 +18,7 @@ PAPER = ROOT / "experiments" / "paper"
     [("binary16", 1_711_376_384, 100_663_296), ("gf2", 1_711_376_384, 100_663_296), ("learned", 1_812_039_680, 0)],
 )
 def test_paper_counts(variant, total, removed):
-    _, report, control = reports(str(PAPER / f"{variant}.yaml"))
+    _, report, control = parameter_reports(str(PAPER / f"{variant}.yaml"))
     assert report.total == report.trainable == total
     assert control.total == 1_812_039_680
     assert control.total - report.total == removed == 49152 * 2048 * (variant != "learned")
@@ -40,7 +40,7 @@ def test_earlier_setting_v65536_d1024(tmp_path):
     config = tmp_path / "small.yaml"
     config.write_text(yaml.safe_dump({**base, "model": {**base["model"], "interface": {
         "class_path": "fixed_embed.interfaces.BinaryCodeInput"}}}))  # fmt: skip
-    _, report, control = reports(str(config))
+    _, report, control = parameter_reports(str(config))
     assert control.total - report.total == 67_108_864
 
 
@@ -60,8 +60,8 @@ def test_variants_differ_only_in_interface():
 @pytest.mark.parametrize(("variant", "interface", "fixed_state"), [("gf2", 0, 16 * 16), ("learned", 49152 * 2048, 0)])
 def test_module_costs_add_up_to_the_report(variant, interface, fixed_state):
     from fixed_embed.accounting import module_costs, parameter_report
-    from fixed_embed.cli.params import build_model
     from fixed_embed.config import load_experiment
+    from fixed_embed.experiment import build_model
 
     decoder = build_model(load_experiment(str(PAPER / f"{variant}.yaml"))["model"]).decoder
     rows = {row.name: row for row in module_costs(decoder)}
@@ -97,6 +97,6 @@ def test_model_summary_callback_table_shows_trainable_frozen_and_fixed():
     [("lowrank_learned", 8192 * 13), ("norm_matched_learned", 8192 * 192), ("random_full", 0), ("permuted", 0)],
 )
 def test_controls_report_their_trainable_parameters(config, interface_trainable):
-    _, report, control = reports(str(ROOT / "experiments" / "beyond" / f"{config}.yaml"))
+    _, report, control = parameter_reports(str(ROOT / "experiments" / "beyond" / f"{config}.yaml"))
     assert report.interface_trainable == interface_trainable
     assert control.total - report.total == 8192 * 192 - interface_trainable

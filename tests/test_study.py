@@ -1,8 +1,6 @@
 """The study (`make study`): its local-file benchmark tasks, its plan, its configs and its report."""
 
 import json
-import math
-import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -63,73 +61,157 @@ def test_the_study_tasks_build_from_the_shared_data(shared_data, monkeypatch):
     assert len(articles) == 60  # WikiText-2's validation split has 60 articles
 
 
-def test_the_plan_runs_whole_seeds_first_and_names_every_run():
-    steps = study.plan(["bpe8k", "smollm2"], [1, 2], [7], ["bpe8k"])
-    names = [name for name, _, _ in steps]
-    assert names[:3] == ["bpe8k/learned-seed1", "bpe8k/binary16-seed1", "bpe8k/gf2-seed1"]
-    assert names[6] == "bpe8k/gf2-code7-seed1" and len(names) == 13
-    assert not any("code" in n for n in names if n.startswith("smollm2"))
-    for name, configs, flags in steps:
+SIZES = ("s", "m", "l")
+
+
+def _configs(scale, variant="binary16", size="m"):
+    return study.merged_config(scale.configs(variant, size, scale.tokenizer))
+
+
+@pytest.mark.parametrize("gpu", [False, True])
+def test_every_size_trains_the_same_tokens_per_parameter_and_the_sizes_span_8x(gpu):
+    scale = study.Scale(gpu)
+    ratio = 20.0 if gpu else 0.5
+    params = {}
+    for size in SIZES:
+        configs = scale.configs("binary16", size, scale.tokenizer)
+        assert study.tokens_per_param(configs) == pytest.approx(ratio, rel=0.005)  # whole updates
+        config = study.merged_config(configs)
+        params[size] = study.non_embedding_params(config["model"]["decoder"])
+        assert config["model"]["schedule"]["warmup_steps"] == round(config["trainer"]["max_steps"] / 10)
+    assert params["l"] / params["s"] >= 8
+    if gpu:  # ~20M to ~300M
+        assert 20e6 <= params["s"] <= 30e6 and 250e6 <= params["l"] <= 350e6
+
+
+def test_the_non_embedding_count_is_the_models(shared_data):
+    from fixed_embed.experiment import build_model
+
+    model = build_model(_configs(study.Scale(False))["model"])
+    blocks = sum(p.numel() for n, p in model.decoder.named_parameters() if n.startswith(("layers", "norm")))
+    assert study.non_embedding_params(_configs(study.Scale(False))["model"]["decoder"]) == blocks
+
+
+@pytest.mark.parametrize("gpu", [False, True])
+def test_the_matched_baseline_has_the_learned_models_trainable_parameters(gpu):
+    from fixed_embed.experiment import build_model
+
+    scale = study.Scale(gpu)
+    name, configs, flags = study.step(scale, scale.tune, "matched", 1e-3, 1)
+    decoder = study.merged_config(configs)["model"]["decoder"]
+    matched = study.merged_config(configs)["model"]
+    matched["decoder"]["ffn_dim"] = int(next(f for f in flags if "ffn_dim" in f).split("=")[1])
+
+    def trainable(model):
+        return sum(p.numel() for p in build_model(model).parameters() if p.requires_grad)
+
+    learned = trainable(_configs(scale, "learned", scale.tune)["model"])
+    assert abs(trainable(matched) - learned) <= 1.5 * decoder["d_model"] * decoder["n_layers"]
+    assert name == f"{scale.tokenizer}-{scale.tune}/matched-lr0.001-seed1"
+
+
+def test_the_plan_names_every_run_and_sets_its_seed_and_rate():
+    scale = study.Scale(False)
+    sweep = study.sweep_plan(scale, [3e-4, 1e-3])
+    assert [n for n, _, _ in sweep][:3] == ["bpe8k-m/learned-lr0.0003-seed1", "bpe8k-m/binary16-lr0.0003-seed1",
+                                            "bpe8k-m/gf2-lr0.0003-seed1"]  # fmt: skip
+    best = {"learned": 3e-3, "binary16": 1e-3, "gf2": 1e-3}
+    later = study.later_plan(scale, ["sizes", "controls"], best, [1, 2])
+    names = [n for n, _, _ in later]
+    assert len(names) == 2 * (9 + len(study.CONTROLS)) and names[0] == "bpe8k-s/learned-lr0.003-seed1"
+    assert names[9 + len(study.CONTROLS)].endswith("-seed2")  # seeds outermost: whole seeds first
+    for name, configs, flags in later:
         meta = study_report.parse({"name": name})
-        assert configs[0].name == f"{meta['variant']}.yaml"
-        assert (configs[-1].name == "smollm2.yaml") == (meta["part"] == "smollm2")
-        assert f"--seed_everything={meta['seed']}" in flags
-        assert (f"--model.interface.init_args.code_seed={meta['code']}" in flags) == (meta["code"] == 7)
-    with pytest.raises(ValueError, match="PART/VARIANT"):
-        study_report.parse({"name": "bpe8k/gf2"})
+        assert f"--seed_everything={meta['seed']}" in flags and f"--model.optimizer.lr={meta['lr']:g}" in flags
+        assert configs[0].name == f"{meta['variant']}.yaml" and configs[1].name == f"size-{meta['size']}.yaml"
+        like = study.CONTROLS.get(meta["variant"], meta["variant"])
+        assert meta["lr"] == best[like]
+    with pytest.raises(ValueError, match="TOKENIZER-SIZE"):
+        study_report.parse({"name": "bpe8k/gf2-seed1"})
 
 
-def test_the_smollm2_delta_composes_with_every_variant():
-    result = subprocess.run(
-        [sys.executable, "-m", "fixed_embed", "fit", "--config", str(ROOT / "experiments/study/gf2.yaml"),
-         "--config", str(ROOT / "experiments/study/smollm2.yaml"), "--print_config"],
-        capture_output=True, text=True, cwd=ROOT,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-2000:]
-    config = yaml.safe_load(result.stdout)
-    assert config["model"]["decoder"]["vocab_size"] == 49152 and config["model"]["decoder"]["d_model"] == 256
-    assert config["model"]["interface"]["class_path"].endswith("GF2CodeInput")
-    assert config["model"]["interface"]["init_args"]["code_seed"] == 12345
-    assert config["data"]["tokenizer"].endswith("smollm2-tokenizer/tokenizer.json")
-    assert config["trainer"]["max_steps"] == 200 and config["model"]["schedule"]["warmup_steps"] == 20
+def test_a_best_rate_at_the_edge_of_the_sweep_asks_for_the_next_rung():
+    scale = study.Scale(False)
+    lrs = [3e-4, 1e-3, 3e-3]
+    bpb = {"learned": [2.0, 1.9, 1.8], "binary16": [2.1, 2.0, 2.05], "gf2": [2.1, 2.0, 2.05]}
+    rows = {
+        study.name("bpe8k", "m", v, lr, 1): {"val_bpb": x}
+        for v, xs in bpb.items()
+        for lr, x in zip(lrs, xs, strict=True)
+    }
+    best, more = study.best_lrs(scale, rows, lrs)
+    assert best == {"learned": 3e-3, "binary16": 1e-3, "gf2": 1e-3} and more == [1e-2]
 
 
-def _row(name, loss, acc):
-    variant = study_report.parse({"name": name})["variant"]
-    return {"name": name, "config": f"experiments/study/{variant}.yaml", "commit": "0123456789abcdef", "extra": [],
-            "val_loss": loss, "wall_seconds": 600.0, "trainable_params": 1,
-            "scores": {"gutenberg_word_order|acc|0": {"value": acc, "stderr": 0.03}},
-            "curves": {"val/loss": [[99, loss + 1], [399, loss]], "train/loss": [[9, 9.0], [399, loss]],
-                       "input/norm_mean": [[9, 1.0], [399, 2.0]],
-                       "perf/tokens_per_sec": [[9, 100.0], [19, 300.0]]}}  # fmt: skip
+def test_every_study_config_composes_at_both_scales():
+    """Every variant and control at the tuning size, and every GPU size, parses as one `fit` config."""
+    cpu, gpu = study.Scale(False), study.Scale(True)
+    steps = [study.step(cpu, cpu.tune, v, 1e-3, 1) for v in (*study.PAPER, *study.CONTROLS)]
+    steps += [study.step(gpu, size, "lowrank_normal", 1e-3, 1) for size in SIZES]
+    for name, configs, flags in steps:
+        args = [a for c in configs for a in ("--config", str(c))]
+        result = subprocess.run([sys.executable, "-m", "fixed_embed", "fit", *args, *flags, "--print_config"],
+                                capture_output=True, text=True, cwd=ROOT)  # fmt: skip
+        assert result.returncode == 0, (name, result.stderr[-1500:])
+        config = yaml.safe_load(result.stdout)
+        meta = study_report.parse({"name": name})
+        decoder = study.merged_config(configs)["model"]["decoder"]
+        assert config["model"]["decoder"]["d_model"] == decoder["d_model"]
+        if meta["variant"].startswith("lowrank"):  # the control's own optimizer settings survive the merges
+            assert config["model"]["optimizer"]["input_lr_scale"] == 10.0
+            assert config["model"]["optimizer"]["decay_input"] is False
 
 
-def test_the_report_summarises_seeds_recodings_and_draws_the_curves(tmp_path):
-    losses = {"learned": [5.0, 5.1, 5.2], "binary16": [6.0, 6.1, 6.2], "gf2": [6.05, 6.1, 6.3]}
-    rows = [_row(f"bpe8k/{v}-seed{s + 1}", loss, 0.8) for v, ls in losses.items() for s, loss in enumerate(ls)]
-    rows += [_row("bpe8k/gf2-code1-seed1", 6.2, 0.7), _row("bpe8k/gf2-code2-seed1", 6.4, 0.6)]
-    study_report.render({"title": "Study: x, y", "runs": rows}, tmp_path / "study")
-    text = (tmp_path / "study.md").read_text()
-    mean_ppl = statistics.mean(math.exp(x) for x in losses["learned"])
-    sd_ppl = statistics.stdev(math.exp(x) for x in losses["learned"])
-    assert f"| learned | 3 | 2,097,152 / 4,196,608 / 2,097,152 | 5.100 ± 0.100 | {mean_ppl:.1f} ± {sd_ppl:.1f} | " \
-           "80.0 ± 0.0 | -- | -- | 200 | 10.0 |" in text  # fmt: skip
-    assert "| binary16 | 3 | 0 / 4,196,608 / 2,097,152 | 6.100 ± 0.100 |" in text
-    se = math.sqrt(0.01 / 3 + 0.01 / 3)
-    assert f"- binary16 − learned: +1.000 nats (standard error of the difference {se:.3f}" in text
-    assert "the seed ranges do not overlap" in text and "gf2 − binary16: +0.050" in text
-    assert "Paired by training seed: +0.050, +0.000, +0.100 (mean +0.050 ± 0.050; signs differ between seeds)." in text
-    assert "seed: +1.000, +1.000, +1.000 (mean +1.000 ± 0.000; the same sign for every seed)." in text
-    assert "| 12345 (paper) | 6.050 |" in text and "| 1 | 6.200 | 70.0 |" in text
-    assert f"sd {statistics.stdev([6.05, 6.2, 6.4]):.3f}" in text
-    assert "\nfixed-embed fit --config experiments/study/binary16.yaml\n" in text
-    for suffix in ("val-loss", "loss", "input-norm"):
-        assert (tmp_path / f"study-{suffix}.png").stat().st_size > 10_000
+def _row(name, bpb, seed_shift=0.0):
+    meta = study_report.parse({"name": name})
+    variant, size = meta["variant"], meta["size"]
+    return {"name": name, "config": f"experiments/study/{variant}.yaml + experiments/study/size-{size}.yaml",
+            "commit": "0123456789abcdef", "extra": [f"--seed_everything={meta['seed']}"], "val_loss": bpb * 2.6,
+            "val_bpb": bpb, "wall_seconds": 600.0, "trainable_params": 1, "tokens_seen": 884736,
+            "scores": {"gutenberg_word_order|acc|0": {"value": 0.8, "stderr": 0.03}},
+            "curves": {"val/bits_per_byte": [[107, bpb + 1], [431, bpb]]}}  # fmt: skip
+
+
+def test_the_report_pairs_seeds_and_draws_the_gap_by_size(tmp_path):
+    rows = []
+    gap = {"s": 0.30, "m": 0.20, "l": 0.10}
+    for seed, noise in ((1, 0.0), (2, 0.01), (3, -0.01)):
+        for size in SIZES:
+            rows.append(_row(f"bpe8k-{size}/learned-lr0.001-seed{seed}", 2.0 + noise))
+            rows.append(_row(f"bpe8k-{size}/binary16-lr0.001-seed{seed}", 2.0 + noise + gap[size] + seed / 100))
+            rows.append(_row(f"bpe8k-{size}/gf2-lr0.001-seed{seed}", 2.0 + noise + gap[size]))
+        rows.append(_row(f"bpe8k-m/matched-lr0.001-seed{seed}", 2.1 + noise))
+    rows += [_row("bpe8k-m/learned-lr0.003-seed1", 2.5), _row("bpe8k-m/binary16-lr0.003-seed1", 2.6),
+             _row("bpe8k-m/gf2-lr0.003-seed1", 2.7)]  # fmt: skip
+    study_report.render({"title": "Study v2: x, y", "runs": rows}, tmp_path / "study-v2")
+    text = (tmp_path / "study-v2.md").read_text()
+    assert "| learned | **2.0000** | 2.5000 | 0.001 |" in text  # the sweep, best in bold
+    assert "lr 0.003: learned < binary16 < gf2" in text
+    assert "| S | 443,040 | +0.3200 ± 0.0100 | +0.3000 ± 0.0000 | -0.0200 ± 0.0100 |" in text
+    assert "| L | 4,196,608 | +0.1200 ± 0.0100 |" in text
+    assert "| M | learned | 0.001 | 3 |" in text  # the comparison uses the rate with all seeds
+    assert "| matched: binary16, SwiGLU widened" in text and "+0.1000 ± 0.0000" in text
+    for suffix in ("gap", "val-bpb", "controls"):
+        assert (tmp_path / f"study-v2-{suffix}.png").stat().st_size > 10_000
 
 
 def test_the_committed_report_is_drawn_from_the_committed_runs(tmp_path):
-    runs_file = ROOT / "docs" / "results" / "study-runs.json"
+    runs_file = ROOT / "docs" / "results" / "study-v2-runs.json"
     if not runs_file.is_file():
         pytest.skip("the study has not been run")
-    study_report.render(json.loads(runs_file.read_text()), tmp_path / "study")
-    assert (tmp_path / "study.md").read_text() == (ROOT / "docs" / "results" / "study.md").read_text()
+    study_report.render(json.loads(runs_file.read_text()), tmp_path / "study-v2")
+    assert (tmp_path / "study-v2.md").read_text() == (ROOT / "docs" / "results" / "study-v2.md").read_text()
+
+
+def test_the_best_rate_is_chosen_among_finished_runs_only():
+    scale = study.Scale(False)
+    rows = {
+        study.name("bpe8k", "m", v, lr, 1): {"val_bpb": x} for v in study.PAPER for lr, x in ((1e-3, 2.0), (3e-3, 1.9))
+    }
+    rows[study.name("bpe8k", "m", "gf2", 1e-2, 1)] = {"val_bpb": 1.0}  # a rung only gf2 finished
+    rows[study.name("bpe8k", "m", "learned", 3e-3, 1)] = {"val_bpb": float("nan")}  # diverged
+    assert study.swept(scale, rows) == [1e-3, 3e-3]
+    best, _ = study.best_lrs(scale, rows, study.swept(scale, rows))
+    assert best == {"learned": 1e-3, "binary16": 3e-3, "gf2": 3e-3}
+    with pytest.raises(SystemExit, match="no finished sweep run of learned"):
+        study.best_lrs(scale, {}, [1e-3])

@@ -2,10 +2,17 @@
 
 For every layer l (0 = the interface's output, l = after block l), a logistic-regression probe
 maps the hidden state to the K = ceil(log2 V) bits of the token's id (its plain binary code, the
-same target for every interface, so interfaces are comparable). Probes are trained on the tokens
-of the first ``train_fraction`` of the blocks and scored on the rest: per-bit accuracy, and id
-accuracy (all K bits right, i.e. the id recovered exactly). Features are standardised per layer
-with training statistics; full-batch Adam, no regularisation beyond a small weight decay.
+same target for every interface, so interfaces are comparable). Two held-out splits, each scored
+by per-bit accuracy and id accuracy (all K bits right, i.e. the id recovered exactly):
+
+* ``position``: trained on the tokens of the first ``train_fraction`` of the blocks, scored on the
+  rest. Most test tokens are types the probe saw in training, so a probe can succeed by
+  recognising each type's state (a lookup), whether or not the bits are laid out linearly.
+* ``type``: a seeded quarter of the token types is never trained on; scored on those types only.
+  Success needs a read-out that generalises to unseen ids: the bits themselves, linearly present.
+
+Features are standardised per layer with training statistics; full-batch Adam, no regularisation
+beyond a small weight decay.
 """
 
 from __future__ import annotations
@@ -17,6 +24,8 @@ from fixed_embed.codes import bits_of, code_width
 from fixed_embed.model import Decoder
 
 __all__ = ["identity_probe", "plot_probe"]
+
+TYPE_SEED = 20261201  # which quarter of the vocabulary the type split holds out
 
 
 @torch.no_grad()
@@ -60,50 +69,70 @@ def identity_probe(
     finally:
         decoder.train(was_training)
     k = code_width(decoder.config.vocab_size)
-    targets = bits_of(blocks[:, :-1].flatten(), k).float()
-    split = max(1, int(len(blocks) * train_fraction)) * (blocks.shape[1] - 1)
+    ids = blocks[:, :-1].flatten()
+    targets = bits_of(ids, k).float()
+    cut = max(1, int(len(blocks) * train_fraction)) * (blocks.shape[1] - 1)
+    by_position = torch.arange(len(ids)) < cut
+    held_types = torch.randperm(decoder.config.vocab_size, generator=torch.Generator().manual_seed(TYPE_SEED))
+    held = torch.zeros(decoder.config.vocab_size, dtype=torch.bool)
+    held[held_types[: decoder.config.vocab_size // 4]] = True
+    by_type = ~held[ids]
     layers = []
     for depth, x in enumerate(states):
-        mean, std = x[:split].mean(0), x[:split].std(0).clamp_min(1e-6)
-        x = (x - mean) / std
-        with torch.enable_grad():
-            probe = _fit_probe(x[:split], targets[:split], steps, lr)
-        with torch.no_grad():
-            correct = (probe(x[split:]) > 0).float() == targets[split:]
-        layers.append({
-            "layer": depth,
-            "bit_accuracy": correct.float().mean().item(),
-            "id_accuracy": correct.all(-1).float().mean().item(),
-        })  # fmt: skip
+        row = {"layer": depth}
+        for split, train in (("position", by_position), ("type", by_type)):
+            mean, std = x[train].mean(0), x[train].std(0).clamp_min(1e-6)
+            z = (x - mean) / std
+            with torch.enable_grad():
+                probe = _fit_probe(z[train], targets[train], steps, lr)
+            with torch.no_grad():
+                correct = (probe(z[~train]) > 0).float() == targets[~train]
+            suffix = "" if split == "position" else "_unseen_types"
+            row[f"bit_accuracy{suffix}"] = correct.float().mean().item()
+            row[f"id_accuracy{suffix}"] = correct.all(-1).float().mean().item()
+        layers.append(row)
     return {
         "interface": type(decoder.interface).__name__,
         "code_bits": k,
-        "train_tokens": split,
-        "test_tokens": targets.shape[0] - split,
+        "train_tokens": cut,
+        "test_tokens": len(ids) - cut,
+        "unseen_type_tokens": int((~by_type).sum()),
         "layers": layers,
     }
 
 
 def plot_probe(results: dict[str, dict], path: str) -> None:
-    """Bit and id accuracy vs depth, one line per model (``results``: label -> identity_probe output)."""
+    """Bit and id accuracy vs depth for both splits, one line per model (label -> identity_probe output)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharex=True)
-    for label, result in results.items():
+    fig, axes = plt.subplots(2, 2, figsize=(10, 7.5), sharex=True)
+    styles = ["-", "--", ":", "-."]
+    markers = ["o", "s", "^", "D", "v", "x", "P", "*"]
+    for i, (label, result) in enumerate(results.items()):
         depth = [row["layer"] for row in result["layers"]]
-        axes[0].plot(depth, [row["bit_accuracy"] for row in result["layers"]], marker="o", label=label)
-        axes[1].plot(depth, [row["id_accuracy"] for row in result["layers"]], marker="o", label=label)
-    for ax, title in zip(axes, ("bit accuracy (chance 0.5)", "id accuracy (all bits right)"), strict=True):
-        ax.set_title(title)
-        ax.set_xlabel("layer (0 = input)")
-        ax.set_ylim(0, 1.02)
-        ax.set_xticks(depth)
-        ax.grid(alpha=0.3)
-    axes[1].legend()
-    fig.suptitle("Linear identity probes on held-out tokens")
-    fig.tight_layout()
+        # distinct dashes and markers: models with equal accuracies stay visible on top of each other
+        style = {"linestyle": styles[i % len(styles)], "marker": markers[i % len(markers)], "label": label,
+                 "markersize": 7 - i % 4, "alpha": 0.85}  # fmt: skip
+        for r, suffix in enumerate(("", "_unseen_types")):
+            for c, metric in enumerate(("bit_accuracy", "id_accuracy")):
+                values = [row.get(metric + suffix) for row in result["layers"]]
+                if None not in values:
+                    axes[r][c].plot(depth, values, **style)
+    titles = [["bit accuracy (chance 0.5)", "id accuracy (all bits right)"]] * 2
+    for r, split in enumerate(("held-out positions", "held-out token types")):
+        for c in range(2):
+            ax = axes[r][c]
+            ax.set_title(f"{titles[r][c]}, {split}", fontsize=10)
+            ax.set_ylim(0, 1.02)
+            ax.grid(alpha=0.3)
+            if r == 1:
+                ax.set_xlabel("layer (0 = input)")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)), fontsize=8)  # below the data
+    fig.suptitle("Linear identity probes")
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
     fig.savefig(path, dpi=120)
     plt.close(fig)

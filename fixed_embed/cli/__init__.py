@@ -1,5 +1,14 @@
 """The ``fixed-embed`` command: one entry point, one module per sub-command.
 
+Every sub-command module has one shape: ``run(argv) -> int``, where ``argv`` is the command line
+after ``fixed-embed`` (the command's name first) and the result is the exit status. It parses its
+arguments (argparse; LightningCLI for ``fit|validate|test``, lm-eval's own parser for ``lm-eval``)
+and calls the library; the library lives outside this package and never imports it. Imports sit
+at module top, except torch and Lightning (seconds) where a command can answer without them:
+there they are imported in ``run`` right after the arguments parse, so ``--help`` and usage
+errors answer at once (``eval`` and ``lm-eval`` import lm-eval, and with it torch, at the top:
+their parsers need its task registry and its own command line).
+
 User errors (:class:`fixed_embed.errors.UserError`: bad config, data, paths, checkpoints) print one
 or two lines and exit with status 2; ``--debug`` (anywhere on the line) or ``FIXED_EMBED_DEBUG=1``
 shows their traceback too. Any other exception is a bug and keeps its traceback.
@@ -7,8 +16,12 @@ shows their traceback too. Any other exception is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
+
+from fixed_embed import console
+from fixed_embed.errors import UserError
 
 COMMANDS = {
     "fit": "fixed_embed.cli.train",
@@ -39,7 +52,12 @@ commands:
 """
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, configure_console: bool | None = None) -> int:
+    """Run ``fixed-embed ARGV``. The console set-up (process-wide logging, warnings and tqdm routing)
+    is for the command's own process: by default only when ``argv`` comes from ``sys.argv``, so a
+    host calling ``main([...])`` in-process (tests) keeps its own logging."""
+    if configure_console is None:
+        configure_console = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or os.environ.get("FIXED_EMBED_DEBUG", "") not in ("", "0")
     argv = [a for a in argv if a != "--debug"]
@@ -53,9 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     if command not in COMMANDS:
         print(f"fixed-embed: unknown command {command!r}\n\n{USAGE}", end="", file=sys.stderr)
         return 2
-    from fixed_embed.errors import UserError
-
-    module = __import__(COMMANDS[command], fromlist=["run"])
+    if configure_console:  # before the command's imports: see fixed_embed/console.py
+        console.setup(command)
+    module = importlib.import_module(COMMANDS[command])  # only the command run: its imports, no other's
     try:
         return module.run(argv) or 0
     except Exception as error:
@@ -64,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         user_error = _user_error_in(error, UserError)
         if user_error is None or debug:
             raise
+        console.forget_unwritten()
         print(f"fixed-embed {command}: error: {_message(user_error)}\n(--debug shows the traceback)", file=sys.stderr)
         return 2
 

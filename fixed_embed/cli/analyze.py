@@ -25,6 +25,7 @@ def run(argv: list[str]) -> int:
     args = parser.parse_args(argv[1:])
     if args.labels and len(args.labels) != len(args.checkpoints):
         parser.error(f"{len(args.labels)} labels for {len(args.checkpoints)} checkpoints")
+    # Lazy: torch + Lightning take seconds to import; --help and usage errors answer without them.
     from fixed_embed.analysis import identity_probe, layer_ablation, text_blocks
     from fixed_embed.analysis.ablation import plot_ablation
     from fixed_embed.analysis.probe import plot_probe

@@ -10,6 +10,7 @@ def run(argv: list[str]) -> int:
     parser.add_argument("folder", help="a sharded checkpoint (e.g. .../checkpoints/last.ckpt written under FSDP2)")
     parser.add_argument("out", help="the single-file checkpoint to write (weights + hyper-parameters)")
     args = parser.parse_args(argv[1:])
+    # Lazy: torch + Lightning take seconds to import; --help and usage errors answer without them.
     from fixed_embed.fsdp import consolidate
 
     checkpoint = consolidate(args.folder, args.out)

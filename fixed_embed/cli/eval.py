@@ -5,10 +5,19 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+import lm_eval.api.registry
 from rich.console import Console
 from rich.markdown import Markdown
 
-from fixed_embed.suite import SUITES
+from fixed_embed.suite import (
+    SUITES,
+    columns_for,
+    default_eval_dir,
+    markdown_table,
+    refuse_existing_results,
+    run_suite,
+    write_results,
+)
 
 
 def run(argv: list[str]) -> int:
@@ -34,16 +43,6 @@ def run(argv: list[str]) -> int:
     tasks = [t for t in (args.tasks or "").split(",") if t]
     suite = args.suite or (None if tasks else "paper")
     limit = None if args.limit is None else (int(args.limit) if args.limit >= 1 else args.limit)
-
-    from fixed_embed.suite import (
-        columns_for,
-        default_eval_dir,
-        markdown_table,
-        refuse_existing_results,
-        run_suite,
-        write_results,
-    )
-
     try:
         columns = columns_for(suite, tasks, args.num_fewshot)
     except ValueError as error:
@@ -56,10 +55,9 @@ def run(argv: list[str]) -> int:
         model_args = f"pretrained={args.hf},dtype=auto,trust_remote_code=False" + (
             f",device={args.device}" if args.device else ""
         )
-        from lm_eval.api.registry import get_model
-
-        lm = get_model("hf").create_from_arg_string(model_args, {"batch_size": args.batch_size})
+        lm = lm_eval.api.registry.get_model("hf").create_from_arg_string(model_args, {"batch_size": args.batch_size})
     else:
+        # Lazy: our lm-eval model needs torch + Lightning (seconds), which --help, usage errors and --hf do not.
         from fixed_embed.evaluation import FixedEmbedLM
 
         lm = FixedEmbedLM(args.checkpoint, args.tokenizer, batch_size=args.batch_size, device=args.device)

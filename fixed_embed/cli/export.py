@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-import torch
-
 
 def run(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="fixed-embed export", description=__doc__)
@@ -15,6 +13,9 @@ def run(argv: list[str]) -> int:
     parser.add_argument("--tokenizer", help="override the tokenizer stored in the checkpoint")
     parser.add_argument("--overwrite", action="store_true", help="replace an earlier export in OUT")
     args = parser.parse_args(argv[1:])
+    # Lazy: torch + Lightning take seconds to import; --help and usage errors answer without them.
+    import torch
+
     from fixed_embed.export import check_export_dir, export_llama
     from fixed_embed.loading import load_checkpoint
 

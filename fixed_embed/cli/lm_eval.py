@@ -9,16 +9,20 @@ from __future__ import annotations
 
 import sys
 
+from lm_eval.__main__ import cli_evaluate
+
+import fixed_embed.evaluation  # noqa: F401  (registers the model)
+from fixed_embed.tasks import tasks_dir
+
 
 def run(argv: list[str]) -> int:
-    import fixed_embed.evaluation  # noqa: F401  (registers the model)
-    from fixed_embed.tasks import tasks_dir
-
     args = argv[1:]
     if "--include_path" not in args and not any(a.startswith("--include_path=") for a in args):
         args += ["--include_path", str(tasks_dir())]
-    from lm_eval.__main__ import cli_evaluate
-
-    sys.argv = ["lm-eval", *args]
-    cli_evaluate()
+    # lm-eval 0.4's CLI takes no argument list (HarnessCLI.parse_args reads, and edits, sys.argv).
+    saved, sys.argv = sys.argv, ["lm-eval", *args]
+    try:
+        cli_evaluate()
+    finally:
+        sys.argv = saved
     return 0

@@ -6,14 +6,14 @@ import argparse
 import json
 from pathlib import Path
 
+from fixed_embed.suite import markdown_table
+
 
 def run(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="fixed-embed table", description=__doc__)
     parser.add_argument("results", nargs="+", help="results.json files written by fixed-embed eval")
     parser.add_argument("--output", help="also write the table to this file")
     args = parser.parse_args(argv[1:])
-    from fixed_embed.suite import markdown_table
-
     loaded = []
     for path in map(Path, args.results):
         try:

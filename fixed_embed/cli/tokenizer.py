@@ -9,9 +9,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from fixed_embed.data.corpus import default_corpus
-from fixed_embed.data.sources import DocumentSource
-from fixed_embed.data.tokenizer import bpe_for_source
 from fixed_embed.errors import ConfigError
 
 
@@ -25,7 +22,11 @@ def run(argv: list[str]) -> int:
     args = parser.parse_args(argv[1:])
     if args.out is not None and args.out.exists() and not args.out.is_dir():
         raise ConfigError(f"--out {args.out} is a file; --out names the folder to hold tokenizer.json")
+    # Lazy: fixed_embed.data imports torch + Lightning (seconds); --help and usage errors answer without them.
+    from fixed_embed.data.corpus import default_corpus
+    from fixed_embed.data.sources import DocumentSource
+    from fixed_embed.data.tokenizer import resolve_tokenizer
+
     source = DocumentSource(args.data or str(default_corpus() / "train.jsonl"), text_field=args.text_field)
-    path = bpe_for_source(source, args.vocab_size, args.out, overwrite=args.overwrite or args.out is None)
-    print(path)
+    print(resolve_tokenizer(None, source, args.vocab_size, args.out, overwrite=args.overwrite or args.out is None))
     return 0

@@ -26,12 +26,10 @@ import torch
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
 
-from fixed_embed.config import expand_config_args
+from fixed_embed.config import DEFAULT_RUN, expand_config_args
 from fixed_embed.data import TextDataModule
 from fixed_embed.errors import CheckpointError, ConfigError
 from fixed_embed.module import LanguageModel
-
-DEFAULT_RUN = "default"
 
 
 class FixedEmbedCLI(LightningCLI):

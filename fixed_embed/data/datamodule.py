@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,7 +18,8 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from fixed_embed.data.corpus import default_corpus
 from fixed_embed.data.packing import BlockCache, PackedBlocks, virtual_shard_count
 from fixed_embed.data.sources import DocumentSource
-from fixed_embed.data.tokenizer import EOS, bpe_for_source, load_tokenizer, special_token_id
+from fixed_embed.data.tokenizer import EOS, load_tokenizer, resolve_tokenizer, special_token_id
+from fixed_embed.data.validation import bytes_per_target, spread_blocks
 from fixed_embed.errors import ConfigError
 
 __all__ = ["TextDataModule"]
@@ -24,7 +28,7 @@ __all__ = ["TextDataModule"]
 # set never depends on data.num_shards or the world, and single-file validation sets keep their blocks.
 _VALIDATION_SHARDS = 64
 # Bump when packing changes the blocks it makes from the same data: cached validation sets are then rebuilt.
-_VALIDATION_LAYOUT = 2
+_VALIDATION_LAYOUT = 3  # 3: val_per_document (spread_blocks)
 
 
 class _RankSlice(IterableDataset):
@@ -61,9 +65,20 @@ class TextDataModule(L.LightningDataModule):
             the training blocks do not depend on the world size (equal shares when the readers
             divide it).
         shuffle_buffer: blocks held for a seeded shuffle (0: stream order).
-        seed: shuffle seed.
+        seed: the data-order seed (shuffle buffer, document permutation); ``None``: the training
+            seed (``seed_everything``), so training seeds vary the data order as well as the
+            initialisation (the study does this). The default, 0, holds the data order fixed
+            across training seeds, as every run before this option did.
+        shuffle_documents: read local training files as one seeded permutation of all their
+            documents (passages with ``passage_chars``), not file by file: a run shorter than an
+            epoch then sees a uniform sample of the corpus, not its first files. Local files only.
+        passage_chars: cut each document at paragraph breaks into passages of at least this many
+            characters first (``None``: whole documents), so a permutation mixes within books too.
         val_sequences: validation blocks in total (split equally over ranks); built once on
             global rank 0, cached under ``$FIXED_EMBED_CACHE/validation`` and sent to the others.
+        val_per_document: draw the ``val_sequences`` blocks equally from every validation
+            document (each packed alone, its blocks spread evenly through it) instead of taking
+            the first ``val_sequences`` blocks of the stream; reads the whole validation source once.
         bos_token: prepended to each document when set; EOS (``eos_token``) always ends one.
         allow_larger_model_vocab: accept a model vocabulary larger than the tokenizer's.
         txt_sample_by: how ``.txt`` files split into documents (document / paragraph / line).
@@ -84,8 +99,11 @@ class TextDataModule(L.LightningDataModule):
         num_workers: int = 0,
         num_shards: int | None = 64,
         shuffle_buffer: int = 256,
-        seed: int = 0,
+        seed: int | None = 0,
+        shuffle_documents: bool = False,
+        passage_chars: int | None = None,
         val_sequences: int = 64,
+        val_per_document: bool = False,
         holdout_per_mille: int = 10,
         bos_token: str | None = None,
         eos_token: str = EOS,
@@ -98,21 +116,41 @@ class TextDataModule(L.LightningDataModule):
                                   ("num_workers", num_workers, 0), ("val_sequences", val_sequences, 1)):  # fmt: skip
             if not isinstance(value, int) or value < least:
                 raise ConfigError(f"data.{key} must be an integer >= {least}, got {value!r}")
+        if passage_chars is not None and train is not None and valid is None:
+            raise ConfigError(
+                "data.passage_chars needs a separate validation source (data.valid): with a hash hold-out of "
+                f"data.train ({train}), passages of one document would fall on both sides; set data.valid, or "
+                "data.passage_chars: null"
+            )
         if num_shards is not None and num_shards < 1:
             raise ValueError(f"num_shards must be >= 1 or null (one per reader), got {num_shards}")
         self.save_hyperparameters()
         self.seq_len, self.batch_size, self.num_workers = seq_len, batch_size, num_workers
         self._val_blocks: torch.Tensor | None = None
         self._val_shared = False  # every rank holds the blocks rank 0 loaded or built
+        self.val_bytes_per_target: float | None = None  # of the blocks validation uses, for bits per byte
         self._tokenizer_path: str | None = None
         self._loaded_tokenizer = None
 
     # -- sources and tokenizer ----------------------------------------------------------------
 
-    def _train_source(self) -> DocumentSource:
+    @property
+    def seed(self) -> int:
+        """The data-order seed: ``data.seed``, else the training seed ``seed_everything`` set (else 0)."""
+        if self.hparams.seed is not None:
+            return self.hparams.seed
+        return int(os.environ.get("PL_GLOBAL_SEED", 0))
+
+    def _train_source(self, reordered: bool = True) -> DocumentSource:
+        """The training documents; ``reordered``: as training reads them (passages, seeded order),
+        else as the files hold them (for the tokenizer and the hash hold-out)."""
         hp = self.hparams
         path = hp.train if hp.train is not None else str(default_corpus() / "train.jsonl")
-        return DocumentSource(path, hp.train_split, hp.hub_name, hp.text_field, hp.txt_sample_by)
+        source = DocumentSource(path, hp.train_split, hp.hub_name, hp.text_field, hp.txt_sample_by)
+        if not reordered:
+            return source
+        order = self.seed if hp.shuffle_documents else None
+        return dataclasses.replace(source, passage_chars=hp.passage_chars, shuffle_seed=order)
 
     def _valid_source(self) -> tuple[DocumentSource, str]:
         """The validation documents and whether they are a hold-out of ``train`` ("held_out") or not."""
@@ -121,12 +159,15 @@ class TextDataModule(L.LightningDataModule):
             return DocumentSource(hp.valid, hp.valid_split, hp.hub_name, hp.text_field, hp.txt_sample_by), "train"
         if hp.train is None:
             return DocumentSource(str(default_corpus() / "valid.jsonl"), text_field="text"), "train"
-        return self._train_source(), "held_out"
+        return self._train_source(reordered=False), "held_out"
 
     def tokenizer_path(self) -> str:
         """The tokenizer to use, training (once, cached) the default BPE when none is configured."""
         if self._tokenizer_path is None:
-            self._tokenizer_path = self._resolve_tokenizer_path()
+            hp = self.hparams
+            self._tokenizer_path = resolve_tokenizer(
+                hp.tokenizer, lambda: self._train_source(reordered=False), hp.tokenizer_vocab_size
+            )
         return self._tokenizer_path
 
     def tokenizer(self) -> Tokenizer:
@@ -134,12 +175,6 @@ class TextDataModule(L.LightningDataModule):
         if self._loaded_tokenizer is None:
             self._loaded_tokenizer = load_tokenizer(self.tokenizer_path())
         return self._loaded_tokenizer
-
-    def _resolve_tokenizer_path(self) -> str:
-        hp = self.hparams
-        if hp.tokenizer is not None:
-            return hp.tokenizer
-        return str(bpe_for_source(self._train_source(), hp.tokenizer_vocab_size))  # cached, keyed by corpus
 
     def vocab_size(self) -> int:
         return self.tokenizer().get_vocab_size()
@@ -167,7 +202,7 @@ class TextDataModule(L.LightningDataModule):
     def _stream(self, source: DocumentSource, **kwargs) -> PackedBlocks:
         hp = self.hparams
         eos_id, bos_id = self._special_ids()
-        options = {"num_shards": hp.num_shards, "seed": hp.seed, "tokenize_batch": hp.tokenize_batch, **kwargs}
+        options = {"num_shards": hp.num_shards, "seed": self.seed, "tokenize_batch": hp.tokenize_batch, **kwargs}
         return PackedBlocks(
             source,
             self.tokenizer_path(),
@@ -251,6 +286,7 @@ class TextDataModule(L.LightningDataModule):
             "tokenizer": self.tokenizer().to_str(),  # hashed with the rest: its content, not its name
             "seq_len": self.seq_len,
             "val_sequences": hp.val_sequences,
+            "val_per_document": hp.val_per_document,
             "holdout_per_mille": hp.holdout_per_mille,
             "eos_id": eos_id,
             "bos_id": bos_id,
@@ -259,12 +295,14 @@ class TextDataModule(L.LightningDataModule):
         return BlockCache(key, "validation")  # under cache_root()
 
     def _build_validation_blocks(self, source: DocumentSource, keep: str) -> torch.Tensor:
+        if self.hparams.val_per_document:  # it warns when documents are short, and refuses none
+            eos_id, bos_id = self._special_ids()
+            return spread_blocks(
+                source, self.tokenizer(), self.seq_len, self.hparams.val_sequences, eos_id, bos_id,
+                holdout=(self.hparams.holdout_per_mille, keep),
+            )  # fmt: skip
         stream = self._stream(source, shuffle_buffer=0, epochs=1, keep=keep, num_shards=_VALIDATION_SHARDS)
-        blocks = []
-        for block in stream:
-            if len(blocks) == self.hparams.val_sequences:
-                break
-            blocks.append(block)
+        blocks = list(itertools.islice(stream, self.hparams.val_sequences))
         if len(blocks) < self.hparams.val_sequences:
             rank_zero_warn(
                 f"validation data {source.path} holds only {len(blocks)} blocks of {self.seq_len + 1} tokens; "
@@ -298,6 +336,7 @@ class TextDataModule(L.LightningDataModule):
         if per_rank * world != len(blocks):
             rank_zero_info(f"validation uses {per_rank * world} of {len(blocks)} blocks (equal share per rank)")
         mine = blocks[rank * per_rank : (rank + 1) * per_rank]
+        self.val_bytes_per_target = bytes_per_target(blocks[: per_rank * world], self.tokenizer())
         return DataLoader(_RankSlice(mine), batch_size=self.batch_size)
 
     def test_dataloader(self) -> DataLoader:

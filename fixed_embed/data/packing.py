@@ -109,6 +109,9 @@ def reader_plan(source_shards: int, virtual_shards: int, reader: int, readers: i
 
 @dataclass
 class PackingStats:
+    """What this reader has read since its stream started (or resumed): for tests, diagnostics and
+    the "no block from a whole pass" check. Not saved: a resume has no use for the old counts."""
+
     documents: int = 0
     empty_documents: int = 0
     replaced_characters: int = 0
@@ -233,7 +236,6 @@ class PackedBlocks(IterableDataset):
             "rng_state": _rng_to_list(state.rng_state),
             "blocks_delivered": state.blocks_delivered,
             "flushing": state.flushing,
-            "stats": vars(state.stats).copy(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -288,8 +290,7 @@ class PackedBlocks(IterableDataset):
             rng_state=_rng_from_list(saved["rng_state"]),
             blocks_delivered=saved["blocks_delivered"],
             flushing=saved.get("flushing", False),
-            stats=PackingStats(**saved["stats"]),
-        )
+        )  # older states also hold "stats": ignored
 
     @property
     def stats(self) -> PackingStats:
@@ -310,6 +311,9 @@ class PackedBlocks(IterableDataset):
         block_len = self.seq_len + 1
         while self.epochs is None or state.epoch < self.epochs:
             produced_before = state.stats.blocks
+            # a pass resumed partway may have nothing left (saved right after its last block): only a
+            # whole pass without a block means the data cannot fill one
+            whole_pass = state.source_state is None
             for owned in self._owned_batches(ds, plan, virtual, state):
                 encodings = tokenizer.encode_batch([text for _, text in owned], add_special_tokens=False)
                 for position, ((shard, _), encoding) in enumerate(zip(owned, encodings, strict=True)):
@@ -335,7 +339,7 @@ class PackedBlocks(IterableDataset):
                     state.carries[shard] = tokens[n_blocks * block_len :]
                     state.doc_in_batch, state.blocks_from_doc = position + 1, 0
                 state.doc_in_batch = 0
-            if state.stats.blocks == produced_before and state.blocks_from_doc == 0:
+            if whole_pass and state.stats.blocks == produced_before and state.blocks_from_doc == 0:
                 cycle = document_cycle(source_shards, virtual)
                 files = ", ".join(f"{f}" if (lo, hi) == (0, cycle) else f"{f}[{lo}:{hi}]/{cycle}" for f, lo, hi in plan)
                 share = f"{self.source.path} (source shards {files} of {source_shards}, {virtual} virtual shards)"

@@ -47,6 +47,13 @@ class DocumentSource:
     The stream's shards (``open().num_shards``) are its files, in sorted order, for local data
     and the hub dataset's own shards for a hub id; ``PackedBlocks`` gives each reader whole shards
     where it can, so a reader opens only its share of them.
+
+    Local files can be read in another order than the files': ``passage_chars`` first cuts each
+    document at paragraph breaks (``\n\n``) into passages of at least that many characters, and
+    ``shuffle_seed`` then permutes every document (or passage) of every file. A short run then
+    reads a uniform sample of the whole corpus, not its first books. Both go through ``datasets``'
+    memory-mapped Arrow cache (no copy of the corpus in memory) and keep the stream exactly
+    resumable; a hub stream cannot be permuted (use ``shuffle_buffer``) and is refused.
     """
 
     path: str
@@ -54,6 +61,17 @@ class DocumentSource:
     name: str | None = None
     text_field: str = "text"
     txt_sample_by: str = "document"
+    passage_chars: int | None = None
+    shuffle_seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.passage_chars is not None and self.passage_chars < 1:
+            raise DataError(f"data.passage_chars must be null or >= 1, got {self.passage_chars}")
+        if (self.passage_chars is not None or self.shuffle_seed is not None) and not self.is_local:
+            raise DataError(
+                f"{self.path} is a hub stream: it is read in its shards' order and cannot be cut into passages or "
+                "permuted (data.passage_chars / data.shuffle_documents); use data.shuffle_buffer, or local files"
+            )
 
     @property
     def is_local(self) -> bool:
@@ -69,7 +87,10 @@ class DocumentSource:
         """What identifies the data, for the resume check (files with their sizes, or the hub id)."""
         if self.is_local:
             files = resolve_files(self.path)
-            return {"files": [[f, os.path.getsize(f)] for f in files], "text_field": self.text_field}
+            # the order keys only when set: streams saved before they existed keep resuming
+            order = {k: v for k, v in (("passage_chars", self.passage_chars), ("shuffle_seed", self.shuffle_seed))
+                     if v is not None}  # fmt: skip
+            return {"files": [[f, os.path.getsize(f)] for f in files], "text_field": self.text_field, **order}
         return {"hub": self.path, "name": self.name, "split": self.split, "text_field": self.text_field}
 
     def content_stamp(self) -> dict[str, Any]:
@@ -95,7 +116,10 @@ class DocumentSource:
             builder = _BUILDERS[suffixes.pop()]
             # Undecodable bytes in text files become U+FFFD (counted by the packer), never a crash.
             kwargs = {"sample_by": self.txt_sample_by, "encoding_errors": "replace"} if builder == "text" else {}
-            ds = datasets.load_dataset(builder, data_files=files, split="train", streaming=True, **kwargs)
+            if self.passage_chars is None and self.shuffle_seed is None:
+                ds = datasets.load_dataset(builder, data_files=files, split="train", streaming=True, **kwargs)
+            else:
+                ds = self._reordered(builder, files, kwargs)
         else:
             try:
                 ds = datasets.load_dataset(self.path, self.name, split=self.split, streaming=True)
@@ -109,3 +133,49 @@ class DocumentSource:
         if ds.features is not None and self.text_field not in fields:
             raise KeyError(f"text field {self.text_field!r} not found in {self.path}; fields are {fields}")
         return ds
+
+    def _reordered(self, builder: str, files: list[str], kwargs: dict) -> datasets.IterableDataset:
+        """The files' documents cut into passages and/or permuted, as a stream of as many shards as files."""
+        quiet = not datasets.utils.are_progress_bars_disabled()
+        if quiet:  # cached after the first run; its bars would interleave with training's
+            datasets.utils.disable_progress_bars()
+        try:
+            table = datasets.load_dataset(builder, data_files=files, split="train", **kwargs)
+            return self._reorder(table, files)
+        finally:
+            if quiet:
+                datasets.utils.enable_progress_bars()
+
+    def _reorder(self, table: datasets.Dataset, files: list[str]) -> datasets.IterableDataset:
+        if self.text_field not in table.column_names:
+            raise KeyError(f"text field {self.text_field!r} not found in {self.path}; fields are {table.column_names}")
+        if self.passage_chars is not None:
+            table = table.map(
+                _passages,
+                batched=True,
+                remove_columns=table.column_names,
+                fn_kwargs={"field": self.text_field, "least": self.passage_chars},
+                desc="cutting passages",
+            )
+        if self.shuffle_seed is not None:
+            table = table.shuffle(seed=self.shuffle_seed).flatten_indices()
+        return table.to_iterable_dataset(num_shards=min(len(files), len(table)) or 1)
+
+
+def _passages(batch: dict[str, list], field: str, least: int) -> dict[str, list[str]]:
+    """Each text cut at paragraph breaks into passages of at least ``least`` characters (the last may be shorter)."""
+    out: list[str] = []
+    for text in batch[field]:
+        if not isinstance(text, str):
+            continue
+        passage: list[str] = []
+        size = 0
+        for paragraph in text.split("\n\n"):
+            passage.append(paragraph)
+            size += len(paragraph) + 2
+            if size >= least:
+                out.append("\n\n".join(passage))
+                passage, size = [], 0
+        if passage and "".join(passage).strip():
+            out.append("\n\n".join(passage))
+    return {field: out}

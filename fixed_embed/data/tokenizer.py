@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,7 +16,7 @@ from fixed_embed.errors import ConfigError, DataError, MissingFileError
 if TYPE_CHECKING:
     from fixed_embed.data.sources import DocumentSource
 
-__all__ = ["bpe_cache_dir", "bpe_for_source", "load_tokenizer", "special_token_id", "train_bpe"]
+__all__ = ["bpe_cache_dir", "bpe_for_source", "load_tokenizer", "resolve_tokenizer", "special_token_id", "train_bpe"]
 
 EOS = "<|endoftext|>"
 ACCEPTED = "a hub id (owner/name), a tokenizer.json, or a folder holding one"
@@ -48,6 +48,27 @@ def load_tokenizer(spec: str | os.PathLike) -> Tokenizer:
             "Without network access, pass a local tokenizer.json or a folder holding one, "
             "e.g. ../shared/data/smollm2-tokenizer/tokenizer.json"
         ) from error
+
+
+def resolve_tokenizer(
+    spec: str | None,
+    train_source: DocumentSource | Callable[[], DocumentSource],
+    vocab_size: int,
+    out_dir: str | os.PathLike | None = None,
+    *,
+    overwrite: bool = True,
+) -> str:
+    """The tokenizer to use: ``spec`` when one is given (a hub id, ``tokenizer.json`` or folder, for
+    :func:`load_tokenizer`), else the ``tokenizer.json`` of the byte-level BPE of ``vocab_size`` on
+    ``train_source``, trained once and cached by corpus (:func:`bpe_for_source`).
+
+    ``TextDataModule`` (``data.tokenizer``) and ``fixed-embed tokenizer`` (always a BPE) both resolve
+    through here. ``train_source`` may be a callable: it is called only when the BPE is needed.
+    """
+    if spec is not None:
+        return spec
+    source = train_source() if callable(train_source) else train_source
+    return str(bpe_for_source(source, vocab_size, out_dir, overwrite=overwrite))
 
 
 def _looks_local(spec: str) -> bool:

@@ -1,0 +1,315 @@
+"""The console of the ``fixed-embed`` commands: what a user sees, and a log file for everything else.
+
+:func:`setup` runs once per process, from the command-line entry, before the command is imported:
+
+- **Console** (stderr, as before): the records of this project's own code (``fixed_embed/``,
+  ``callbacks/``) at INFO and above -- the training length, the checkpoint plan, ``resuming ...``,
+  one line per validation, checkpoint and benchmark -- and errors of any library; the rich
+  parameter table and progress bar (``callbacks/``) print themselves. A warning raised in this
+  project's code is one ``UserWarning: ...`` line.
+- **Log file**: every record at INFO and above (Lightning's notices and tips, lm-eval's task
+  notices, datasets, ...), every warning with its file and line, and the final state of every
+  tqdm progress bar drawn without an explicit ``file`` (lm-eval's and the evaluation's own, also
+  in-loop benchmarks). Records are kept in memory until the run folder is known --
+  :func:`attach_run_folder`, called by :class:`callbacks.progress.UpdateProgressBar` at set-up --
+  and then written to ``<run folder>/console.log`` (rank r > 0: ``console.rank<r>.log``), appended
+  by every launch under a header line. A command that never attaches one (``eval``, ``params``,
+  ...) writes what it recorded, if anything, to ``logs/<command>.log`` when its process exits.
+- **Dropped**: the third-party warnings known to be harmless (:data:`HARMLESS_WARNINGS`), each
+  matched by its exact text and the module that raises it -- never by category, so a new
+  warning from the same library still reaches the log file.
+
+``--debug`` (``FIXED_EMBED_DEBUG=1``) puts every record and progress bar on the console again.
+``fixed-embed lm-eval`` is lm-eval's own command line and keeps lm-eval's own output.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import logging
+import os
+import re
+import sys
+import threading
+import time
+import warnings
+from pathlib import Path
+from typing import Any, TextIO
+
+__all__ = ["HARMLESS_WARNINGS", "LOG_NAME", "attach_run_folder", "setup"]
+
+LOG_NAME = "console.log"
+
+# (module that raises it, category, exact message as a regex): each dropped, nothing else.
+HARMLESS_WARNINGS: tuple[tuple[str, type[Warning], str], ...] = (
+    # torchdata's StatefulDataLoader calls torch.set_vital, deprecated in torch (a no-op).
+    ("torchdata.stateful_dataloader.stateful_dataloader", UserWarning,
+     re.escape("'set_vital' is deprecated, please do not call")),
+    # Lightning's copy of tree_flatten builds a LeafSpec, deprecated in torch's pytree.
+    ("lightning.pytorch.utilities._pytree", FutureWarning,
+     re.escape("`isinstance(treespec, LeafSpec)` is deprecated, use `isinstance(treespec, TreeSpec) and "
+               "treespec.is_leaf()` instead.")),
+    # The data module's stream has a length (the run's blocks); every reader owns distinct shards.
+    ("lightning.pytorch.utilities.data", UserWarning,
+     re.escape("Your `IterableDataset` has `__len__` defined. In combination with multi-process data loading "
+               "(when num_workers > 1), `__len__` could be inaccurate if each worker is not configured "
+               "independently to avoid having duplicate data.")),
+    # fixed-embed fit hands LightningCLI its own command line (sys.argv[1:]) as args.
+    ("lightning.pytorch.cli", UserWarning,
+     re.escape("LightningCLI's args parameter is intended to run from within Python like if it were from the "
+               "command line. To prevent mistakes it is not recommended to provide both args and command line "
+               "arguments, got: sys.argv[1:]=") + r"\[.*\], args=\[.*\]\."),
+)  # fmt: skip
+
+# Libraries that attach their own stderr handler (or stop propagation) when imported.
+_LIBRARY_LOGGERS = ("lightning", "lightning.pytorch", "lightning.fabric", "pytorch_lightning", "lightning_fabric",
+                    "lm_eval", "datasets", "huggingface_hub", "transformers", "torchmetrics")  # fmt: skip
+_ROOT = Path(__file__).resolve().parent.parent
+_PROJECT_DIRS = tuple(f"{_ROOT / name}{os.sep}" for name in ("fixed_embed", "callbacks"))  # this project's code
+_BUFFER_LIMIT = 20_000  # records kept before a run folder is known
+_PROGRESS_EVERY_S = 30.0  # a long progress bar's state is logged at least this often
+
+
+class _RunLog(logging.Handler):
+    """Every record, one line each: buffered until :meth:`open`, then appended to the file."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.setFormatter(_FileFormatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
+        self.path: Path | None = None
+        self._file: TextIO | None = None
+        self._buffer: list[str] = []
+        self._dropped = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self._write(self.format(record))
+        except Exception:
+            self.handleError(record)
+
+    def _write(self, line: str) -> None:
+        if self._file is not None:
+            self._file.write(line + "\n")
+            self._file.flush()
+        elif len(self._buffer) < _BUFFER_LIMIT:
+            self._buffer.append(line)
+        else:
+            self._dropped += 1
+
+    def open(self, path: Path) -> None:
+        self.acquire()
+        try:
+            if self.path == path:
+                return
+            if self._file is not None:
+                self._file.close()
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._file, self.path = path.open("a", encoding="utf-8"), path
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+            self._file.write(f"==== {stamp} fixed-embed {' '.join(sys.argv[1:])} (pid {os.getpid()})\n")
+            for line in self._buffer:
+                self._file.write(line + "\n")
+            if self._dropped:
+                self._file.write(f"({self._dropped} more records before the run folder was known were dropped)\n")
+            self._file.flush()
+            self._buffer, self._dropped = [], 0
+        finally:
+            self.release()
+
+    def close_at_exit(self, fallback: Path) -> None:
+        if self._file is None and self._buffer:
+            self.open(fallback)
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+class _FileFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        return f"{text} ({record.pathname}:{record.lineno})" if record.name == "py.warnings" else text
+
+
+class _ConsoleFilter(logging.Filter):
+    """This project's records at INFO and above, and anyone's errors."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._ours: dict[str, bool] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR:
+            return True
+        if record.levelno < logging.INFO:
+            return False
+        ours = self._ours.get(record.pathname)
+        if ours is None:
+            ours = self._ours[record.pathname] = os.path.abspath(record.pathname).startswith(_PROJECT_DIRS)
+        return ours
+
+
+class _ConsoleHandler(logging.Handler):
+    """Writes to the current ``sys.stderr`` (a live rich progress bar redirects it to print above the bar)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = record.getMessage()
+            if record.levelno >= logging.WARNING and record.name != "py.warnings":
+                text = f"{record.levelname.lower()}: {text}"
+            if record.exc_info:
+                text = f"{text}\n{logging.Formatter().formatException(record.exc_info)}"
+            sys.stderr.write(text + "\n")
+            sys.stderr.flush()
+        except Exception:
+            self.handleError(record)
+
+
+class _ProgressStream:
+    """A file for tqdm: keeps each bar's latest state and logs it when the bar ends (or every 30 s)."""
+
+    encoding = "utf-8"
+
+    def __init__(self, handler: logging.Handler) -> None:
+        self._handler = handler
+        self._partial = self._last = ""
+        self._logged_at = time.monotonic()
+        self._lock = threading.Lock()
+
+    def write(self, text: str) -> int:
+        with self._lock:
+            pieces = re.split(r"([\r\n])", self._partial + text)
+            self._partial = pieces.pop()
+            for segment, separator in zip(pieces[::2], pieces[1::2], strict=True):
+                segment = segment.strip()
+                if segment:
+                    if not self._last:  # a new bar, or a new stretch of one
+                        self._logged_at = time.monotonic()
+                    self._last = segment
+                if self._last and (separator == "\n" or not segment):  # the bar ended, or was cleared
+                    self._log()
+            if self._last and time.monotonic() - self._logged_at > _PROGRESS_EVERY_S:
+                self._log()
+        return len(text)
+
+    def _log(self) -> None:
+        self._handler.handle(logging.LogRecord("progress", logging.INFO, "", 0, self._last, None, None))
+        self._last, self._logged_at = "", time.monotonic()
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+
+class _State:
+    command = ""
+    run_log: _RunLog | None = None
+
+
+def setup(command: str) -> None:
+    """Configure this process's console for ``fixed-embed COMMAND`` (idempotent; see the module's doc)."""
+    if _State.run_log is not None or command == "lm-eval":
+        return
+    verbose = os.environ.get("FIXED_EMBED_DEBUG", "") not in ("", "0")
+    for module, category, message in HARMLESS_WARNINGS:
+        warnings.filterwarnings("ignore", message=message + r"\Z", category=category, module=re.escape(module) + r"\Z")
+    run_log = _RunLog()
+    console = _ConsoleHandler(logging.INFO)
+    if not verbose:
+        console.addFilter(_ConsoleFilter())
+    root = logging.getLogger()
+    root.setLevel(logging.INFO)
+    root.addHandler(console)
+    root.addHandler(run_log)
+    _State.command, _State.run_log = command, run_log
+    _adopt_library_loggers()
+    warnings.showwarning = _showwarning
+    if not verbose:
+        _route_tqdm(_ProgressStream(run_log))
+    if Path(sys.argv[0]).name in ("fixed-embed", "__main__.py"):  # the command's own process, not a host calling main()
+        atexit.register(run_log.close_at_exit, Path("logs").absolute() / f"{command}.log")
+
+
+def forget_unwritten() -> None:
+    """Drop what was recorded but not yet written: a command refused for a user error (its one-line
+    message is on the console) leaves no ``logs/<command>.log`` behind -- nor a ``logs/`` folder."""
+    run_log = _State.run_log
+    if run_log is not None and run_log._file is None:
+        run_log._buffer, run_log._dropped = [], 0
+
+
+def attach_run_folder(folder: str | os.PathLike, rank: int = 0) -> Path | None:
+    """From now on (and what was recorded so far) into ``folder/console.log``; None when :func:`setup` did not run."""
+    if _State.run_log is None:
+        return None
+    path = Path(folder) / (LOG_NAME if rank == 0 else f"console.rank{rank}.log")
+    _State.run_log.open(path)
+    return path
+
+
+def _adopt_library_loggers() -> None:
+    """Route the loggers of libraries that print on their own through the root's handlers, now and after import.
+
+    Lightning, transformers, datasets, ... add a stderr handler to their logger when imported (and
+    some stop propagation), mostly after :func:`setup`: their loggers become :class:`_LibraryLogger`,
+    which refuses such handlers, and the ones already there are removed.
+    """
+    for name in _LIBRARY_LOGGERS:
+        logger = logging.getLogger(name)
+        logger.__class__ = _LibraryLogger
+        for handler in list(logger.handlers):
+            if _prints_to_console(handler):
+                logger.removeHandler(handler)
+
+
+def _prints_to_console(handler: logging.Handler) -> bool:
+    streams = (sys.stderr, sys.stdout, sys.__stderr__, sys.__stdout__)
+    return type(handler) is logging.StreamHandler and handler.stream in streams
+
+
+class _LibraryLogger(logging.Logger):
+    """A library's logger: its records propagate to the root's handlers; it takes no console handler of its own."""
+
+    @property  # type: ignore[override]
+    def propagate(self) -> bool:
+        return True
+
+    @propagate.setter
+    def propagate(self, value: bool) -> None:
+        pass
+
+    def addHandler(self, handler: logging.Handler) -> None:
+        if not _prints_to_console(handler):
+            super().addHandler(handler)
+
+
+def _showwarning(message: Any, category: type[Warning], filename: str, lineno: int, file: Any = None,
+                 line: str | None = None) -> None:  # fmt: skip
+    if file is not None:  # an explicit destination
+        file.write(warnings.formatwarning(message, category, filename, lineno, line))
+        return
+    record = logging.LogRecord("py.warnings", logging.WARNING, filename, lineno, f"{category.__name__}: {message}",
+                               None, None)  # fmt: skip
+    logging.getLogger("py.warnings").handle(record)
+
+
+def _route_tqdm(stream: _ProgressStream) -> None:
+    """tqdm bars created without a ``file`` (lm-eval's, datasets', the evaluation's own) write to ``stream``."""
+    try:
+        from tqdm import std
+    except ImportError:
+        return
+    original = std.tqdm.__init__
+    if getattr(original, "_fixed_embed_console", False):
+        return
+
+    @functools.wraps(original)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        if len(args) < 5 and kwargs.get("file") is None:  # file is tqdm's 5th parameter
+            kwargs["file"] = stream
+        original(self, *args, **kwargs)
+
+    __init__._fixed_embed_console = True  # type: ignore[attr-defined]
+    std.tqdm.__init__ = __init__

@@ -1,0 +1,115 @@
+"""Validation blocks drawn from every held-out document, and the bytes their targets stand for.
+
+``spread_blocks``: the stream's first ``N`` blocks are the first books of a held-out set (two of
+nine for the study's corpus), so a validation loss would measure those books only. Instead each
+document is packed alone and gives an equal share of the blocks, spread evenly through it.
+
+``bytes_per_target``: nats per token depend on the tokenizer; bits per byte do not, so runs with
+different tokenizers compare on ``loss / (ln 2 * bytes per target)``. A byte-level BPE token is
+exactly as many bytes as its vocabulary string has characters; a SentencePiece-style token is its
+string's UTF-8 with "▁" as a space and ``<0xNN>`` one byte (other vocabularies: approximate);
+special tokens (EOS, BOS) are zero bytes (their predictions count in the nats, as the end of a
+document is text too).
+"""
+
+from __future__ import annotations
+
+import torch
+from lightning.pytorch.utilities import rank_zero_warn
+from tokenizers import Tokenizer, decoders
+
+from fixed_embed.data.packing import is_held_out
+from fixed_embed.data.sources import DocumentSource
+from fixed_embed.errors import ConfigError
+
+__all__ = ["bytes_per_target", "spread_blocks", "token_bytes"]
+
+
+def spread_blocks(
+    source: DocumentSource,
+    tokenizer: Tokenizer,
+    seq_len: int,
+    total: int,
+    eos_id: int,
+    bos_id: int | None = None,
+    holdout: tuple[int, str] = (0, "train"),
+) -> torch.Tensor:
+    """``total`` blocks of ``seq_len + 1`` tokens, an equal share from each document of ``source``.
+
+    Document ``i`` of ``D`` (those with at least one block) gives ``total // D`` blocks, the first
+    ``total % D`` one more; a document shorter than its share gives all it has and the rest is
+    shared by the longer ones. Each document's blocks are taken at evenly spaced positions. ``holdout``
+    (per mille, keep) applies the packer's hash hold-out when validation is a hold-out of train.
+    """
+    per_mille, keep = holdout
+    width = seq_len + 1
+    documents: list[torch.Tensor] = []  # each document's blocks, [n, width]
+    for batch in source.open().iter(batch_size=16):
+        texts = [t for t in batch[source.text_field] if isinstance(t, str) and t.strip()]
+        texts = [t for t in texts if is_held_out(t, per_mille) == (keep == "held_out")]
+        for encoding in tokenizer.encode_batch(texts, add_special_tokens=False):
+            ids = ([bos_id] if bos_id is not None else []) + encoding.ids + [eos_id]
+            n = len(ids) // width
+            if n:
+                documents.append(torch.tensor(ids[: n * width], dtype=torch.int64).view(n, width))
+    if not documents:
+        raise ConfigError(f"no validation document of {source.path} holds a block of {width} tokens")
+    if total < len(documents):
+        raise ConfigError(
+            f"data.val_per_document takes blocks from each of the {len(documents)} validation documents of "
+            f"{source.path}: set data.val_sequences >= {len(documents)} (got {total})"
+        )
+    counts = _shares(total, [len(blocks) for blocks in documents])
+    chosen = []
+    for blocks, k in zip(documents, counts, strict=True):
+        # the centres of k equal parts of the document: distinct positions because k <= n
+        chosen.append(blocks[[(2 * j + 1) * len(blocks) // (2 * k) for j in range(k)]])
+    out = torch.cat(chosen)
+    if len(out) < total:
+        rank_zero_warn(
+            f"validation: {len(out)} of the {total} blocks asked for: the {len(documents)} documents of "
+            f"{source.path} hold no more"
+        )
+    return out
+
+
+def _shares(total: int, available: list[int]) -> list[int]:
+    """Blocks per document: equal shares (the first ones one more), a short document's unused share
+    handed on equally to the documents that still have blocks to give."""
+    counts = [0] * len(available)
+    left = total
+    while left > 0:
+        open_ = [i for i, n in enumerate(available) if counts[i] < n]
+        if not open_:
+            break
+        share, extra = divmod(left, len(open_))
+        for rank, i in enumerate(open_):
+            take = min(share + (rank < extra), available[i] - counts[i])
+            counts[i] += take
+            left -= take
+    return counts
+
+
+def token_bytes(tokenizer: Tokenizer) -> torch.Tensor:
+    """UTF-8 bytes of each token id's text (0 for special tokens)."""
+    size = tokenizer.get_vocab_size(with_added_tokens=True)
+    special = {i for i, token in tokenizer.get_added_tokens_decoder().items() if token.special}
+    byte_level = isinstance(tokenizer.decoder, decoders.ByteLevel)
+    lengths = torch.zeros(size, dtype=torch.int64)
+    for i in range(size):
+        if i in special:
+            continue
+        if byte_level:  # one vocabulary character per byte (GPT-2's byte-to-unicode map)
+            token = tokenizer.id_to_token(i)
+            lengths[i] = len(token) if token is not None else 0
+        else:  # SentencePiece-style vocabularies: "▁" is a space, "<0xNN>" one byte
+            token = tokenizer.id_to_token(i) or ""
+            is_byte = len(token) == 6 and token.startswith("<0x") and token.endswith(">")
+            lengths[i] = 1 if is_byte else len(token.replace("\u2581", " ").encode("utf-8"))
+    return lengths
+
+
+def bytes_per_target(blocks: torch.Tensor, tokenizer: Tokenizer) -> float:
+    """Mean UTF-8 bytes per prediction target (``blocks[:, 1:]``)."""
+    targets = blocks[:, 1:]
+    return float(token_bytes(tokenizer)[targets].sum()) / targets.numel()

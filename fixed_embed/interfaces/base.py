@@ -1,0 +1,96 @@
+"""The interface contract: ``forward(ids[B, T]) -> x[B, T, d_model]``, plus what it costs and how to rebuild it."""
+
+from __future__ import annotations
+
+import inspect
+import sys
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = ["InputInterface"]
+
+_PACKAGE = __name__.rpartition(".")[0]  # fixed_embed.interfaces
+
+
+class InputInterface(nn.Module):
+    """Base class: ``forward(ids[B, T]) -> x[B, T, d_model]`` plus a cost report.
+
+    Subclasses take ``vocab_size`` and ``d_model`` as their first two arguments, so the
+    language model can build any of them from a YAML ``class_path`` + ``init_args``.
+    """
+
+    #: True when the interface has no trainable state (its output is a fixed function of the id).
+    fixed: bool = False
+
+    def __init__(self, vocab_size: int, d_model: int) -> None:
+        super().__init__()
+        if not isinstance(vocab_size, int) or vocab_size < 2:
+            raise ValueError(f"vocab_size must be an integer >= 2, got {vocab_size!r}")
+        if not isinstance(d_model, int) or d_model < 1:
+            raise ValueError(f"d_model must be a positive integer, got {d_model!r}")
+        self.vocab_size = vocab_size
+        self.d_model = d_model
+
+    @property
+    def trainable_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters() if p.requires_grad)
+
+    def flops_per_token(self) -> int:
+        """Training FLOPs (forward + backward) per token. A lookup or a bit code does no multiply-adds."""
+        return 0
+
+    def expected_norm(self, ids: torch.Tensor) -> torch.Tensor:
+        """The L2 norm each id's output vector should have (shape of ``ids``)."""
+        raise NotImplementedError
+
+    def spec(self) -> dict[str, Any]:
+        """``{"class_path", "init_args"}`` that rebuilds this interface (vocab_size and d_model excluded).
+
+        Every option of ``__init__`` is kept as an attribute of the same name, so the spec is the
+        signature read back -- a new interface gets it for free.
+        """
+        cls = type(self)
+        names = list(inspect.signature(cls.__init__).parameters)[3:]  # self, vocab_size, d_model
+        return {"class_path": _class_path(cls), "init_args": {n: getattr(self, n) for n in names}}
+
+    def check_ids(self, ids: torch.Tensor) -> None:
+        """Reject non-integer or out-of-vocabulary ids instead of silently encoding them."""
+        if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
+            raise TypeError(f"token ids must be an integer tensor, got dtype {ids.dtype}")
+        if ids.device.type == "meta" or ids.numel() == 0:
+            return
+        if ids.device.type == "cuda":
+            # No host sync on the hot path: the check fails asynchronously on the device.
+            torch._assert_async(((ids >= 0) & (ids < self.vocab_size)).all())
+            return
+        lo, hi = int(ids.min()), int(ids.max())
+        if lo < 0 or hi >= self.vocab_size:
+            raise ValueError(f"token ids must lie in [0, {self.vocab_size - 1}], got min {lo} and max {hi}")
+
+    def _verify_stored(self, state_dict: dict, prefix: str, name: str, expected, what: str) -> None:
+        """Refuse a checkpoint whose stored buffer ``name`` differs from what this interface's options give.
+
+        The options (seed, matrix) define the code used; a checkpoint trained with another code
+        would otherwise be run with a different id -> vector assignment than it learned.
+        """
+        stored = state_dict.get(prefix + name)
+        if stored is None or stored.device.type == "meta":
+            return
+        stored = stored.detach().cpu()
+        # A model cast to 16 bits (bf16-true) casts its float buffers too: compare to the precision stored.
+        rtol = max(1e-9, torch.finfo(stored.dtype).eps) if stored.is_floating_point() else 1e-9
+        if not torch.allclose(stored.double(), expected().cpu().double(), rtol=rtol, atol=0):
+            raise ValueError(f"the checkpoint's {name} differs from the one {what} gives")
+
+    def extra_repr(self) -> str:
+        return f"vocab_size={self.vocab_size}, d_model={self.d_model}"
+
+
+def _class_path(cls: type) -> str:
+    # Checkpoints (hparams) and saved configs store this string and a resume compares it, so a class
+    # the package exports is named by the package, not by the file that happens to define it.
+    if getattr(sys.modules.get(_PACKAGE), cls.__qualname__, None) is cls:
+        return f"{_PACKAGE}.{cls.__qualname__}"
+    return f"{cls.__module__}.{cls.__qualname__}"

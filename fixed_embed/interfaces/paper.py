@@ -1,0 +1,214 @@
+"""The paper's three interfaces: a learned table, the id's bits, and the bits through a fixed GF(2) map."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from fixed_embed.codes import (
+    bits_of,
+    decode_bits,
+    gf2_apply,
+    gf2_inverse,
+    matrix_from_rows,
+    random_invertible_gf2,
+    rows_from_matrix,
+)
+from fixed_embed.codes import code_width as minimal_code_width
+from fixed_embed.interfaces.base import InputInterface
+from fixed_embed.interfaces.tiling import tile, tiled_norm
+
+__all__ = ["BinaryCodeInput", "GF2CodeInput", "LearnedInput"]
+
+
+class LearnedInput(InputInterface):
+    """A trainable V x d embedding table, initialised N(0, init_std^2)."""
+
+    def __init__(self, vocab_size: int, d_model: int, init_std: float = 0.02) -> None:
+        super().__init__(vocab_size, d_model)
+        if init_std <= 0:
+            raise ValueError(f"init_std must be > 0, got {init_std}")
+        self.init_std = init_std
+        self.weight = nn.Parameter(torch.empty(vocab_size, d_model))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        nn.init.normal_(self.weight, mean=0.0, std=self.init_std)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        self.check_ids(ids)
+        return nn.functional.embedding(ids, self.weight)
+
+    def expected_norm(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.weight.detach()[ids].float().norm(dim=-1)
+
+    def table(self) -> torch.Tensor:
+        """The V x d matrix this interface computes (for export)."""
+        return self.weight.detach()
+
+
+class BinaryCodeInput(InputInterface):
+    """The id's K-bit little-endian code (values 0/1), tiled to ``d_model``; nothing trainable.
+
+    Element ``j`` of the output is bit ``j mod K`` of the code, so d = 2048, K = 16 gives
+    128 copies; when d is not a multiple of K the last copy is truncated. ``code_width``
+    defaults to ceil(log2 V) (16 for V = 49,152); a wider code may be asked for.
+    ``bipolar=True`` writes the bits as -1/+1 (2 b - 1) instead of 0/1. Codes are computed from
+    the ids with bitwise ops on the ids' device: there is no V x d table.
+    """
+
+    fixed = True
+
+    def __init__(self, vocab_size: int, d_model: int, code_width: int | None = None, bipolar: bool = False) -> None:
+        super().__init__(vocab_size, d_model)
+        minimal = minimal_code_width(vocab_size)
+        width = minimal if code_width is None else code_width
+        if width < minimal:
+            raise ValueError(
+                f"vocab_size {vocab_size} needs {minimal} bits but code_width={width} "
+                f"holds only 2^{width} = {2**width} codes"
+            )
+        if width > 62:
+            raise ValueError(f"code_width must be <= 62 (int64 codes), got {width}")
+        if d_model < width:
+            raise ValueError(f"d_model ({d_model}) must be >= the code width K = {width} so every bit is seen")
+        self.code_width = width
+        self.bipolar = bool(bipolar)
+
+    def encode(self, ids: torch.Tensor) -> torch.Tensor:
+        """Integer code of each id (the identity here; recodings override it)."""
+        return ids.to(torch.int64)
+
+    def decode_codes(self, codes: torch.Tensor) -> torch.Tensor:
+        """Inverse of :meth:`encode`."""
+        return codes.to(torch.int64)
+
+    def bits(self, ids: torch.Tensor) -> torch.Tensor:
+        """The K-bit code of each id: ``ids.shape + (K,)``, int64 0/1, element 0 = least significant bit."""
+        return bits_of(self.encode(ids), self.code_width)
+
+    def decode(self, bits: torch.Tensor) -> torch.Tensor:
+        """Ids from K-bit codes (last dim K): the inverse of :meth:`bits`."""
+        if bits.shape[-1] != self.code_width:
+            raise ValueError(f"expected codes with last dim K = {self.code_width}, got shape {tuple(bits.shape)}")
+        return self.decode_codes(decode_bits(bits))
+
+    def values(self, ids: torch.Tensor) -> torch.Tensor:
+        """The K code values of each id: the bits (0/1), or 2 bits - 1 (-1/+1) when bipolar."""
+        code = self.bits(ids).to(torch.get_default_dtype())
+        return 2 * code - 1 if self.bipolar else code
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        self.check_ids(ids)
+        return tile(self.values(ids), self.d_model)
+
+    def expected_norm(self, ids: torch.Tensor) -> torch.Tensor:
+        """0/1: sqrt(popcount(code) * floor(d/K) + popcount of the truncated copy's bits); -1/+1: sqrt(d)."""
+        return tiled_norm(self.values(ids), self.d_model)
+
+    def table(self) -> torch.Tensor:
+        """The V x d matrix this interface computes, materialised (for export only)."""
+        return self.forward(torch.arange(self.vocab_size, device=self._device()))
+
+    def _device(self) -> torch.device:
+        buffer = next(self.buffers(), None)
+        return buffer.device if buffer is not None else torch.device("cpu")
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, code_width={self.code_width}" + (", bipolar" if self.bipolar else "")
+
+
+class GF2CodeInput(BinaryCodeInput):
+    """Binary code after a fixed invertible affine map over GF(2): code = A bits(id) xor b, then tiled.
+
+    ``A`` is drawn from ``code_seed`` by rejection sampling from a SHA-256 stream, so a seed names
+    the same matrix everywhere (12345 by default: the paper's seed, but this project's own draw --
+    the paper publishes neither its matrix nor its generator); or pass ``matrix`` (K x K of 0/1)
+    explicitly. ``offset`` b is a K-bit mask (an int, or K 0/1 values, element 0 first); the
+    paper uses 0. Identity is preserved: :meth:`decode` inverts the map exactly.
+
+    The options define A and are all that is kept in Python. Two buffers hold it: ``code_matrix``
+    (K x K, persistent) is what checkpoints record -- the form existing ones have -- and a load is
+    refused when the options give another matrix; ``rows`` (the K row masks, not saved) is what
+    :meth:`encode` applies on the ids' device.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int,
+        code_seed: int = 12345,
+        matrix: list[list[int]] | None = None,
+        offset: int | list[int] = 0,
+        code_width: int | None = None,
+        bipolar: bool = False,
+    ) -> None:
+        super().__init__(vocab_size, d_model, code_width, bipolar)
+        width = self.code_width
+        self.code_seed = code_seed
+        self.matrix = [list(map(int, r)) for r in matrix] if matrix is not None else None
+        gf2_inverse(self._defined_rows(), width)  # raises for a wrongly sized or singular matrix
+        self._offset = _offset_mask(offset, width)
+        self.register_buffer("code_matrix", torch.empty(width, width, dtype=torch.uint8), persistent=True)
+        self.register_buffer("rows", torch.empty(width, dtype=torch.int64), persistent=False)
+        self.reset_parameters()
+
+    def _defined_rows(self) -> list[int]:
+        """A's row masks as the options define it: drawn from ``code_seed``, or the explicit ``matrix``."""
+        if self.matrix is None:
+            return random_invertible_gf2(self.code_width, self.code_seed)
+        rows = rows_from_matrix(self.matrix)
+        if len(rows) != self.code_width:
+            raise ValueError(
+                f"matrix must be K x K = {self.code_width} x {self.code_width} for vocab_size {self.vocab_size}, "
+                f"got {len(rows)} rows"
+            )
+        return rows
+
+    def reset_parameters(self) -> None:
+        """(Re)compute the buffers from the options, e.g. after meta-device init."""
+        rows = self._defined_rows()
+        with torch.no_grad():
+            self.code_matrix.copy_(matrix_from_rows(rows, self.code_width))
+            self.rows.copy_(torch.tensor(rows, dtype=torch.int64))
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
+        source = f"code_seed={self.code_seed}" if self.matrix is None else "the explicit matrix"
+        expected = lambda: matrix_from_rows(self._defined_rows(), self.code_width)  # noqa: E731
+        self._verify_stored(state_dict, prefix, "code_matrix", expected, source)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    @property
+    def offset(self) -> int:
+        """The K-bit offset b as an integer mask."""
+        return self._offset
+
+    def encode(self, ids: torch.Tensor) -> torch.Tensor:
+        return gf2_apply(self.rows, ids) ^ self._offset
+
+    def decode_codes(self, codes: torch.Tensor) -> torch.Tensor:
+        # Only decoding (tests, analysis) needs A^-1: derived from the rows in use, not kept.
+        inverse = gf2_inverse(self.rows.tolist(), self.code_width)
+        inverse_rows = torch.tensor(inverse, dtype=torch.int64, device=self.rows.device)
+        return gf2_apply(inverse_rows, codes.to(torch.int64) ^ self._offset)
+
+    def extra_repr(self) -> str:
+        source = f"code_seed={self.code_seed}" if self.matrix is None else "explicit matrix"
+        return f"{super().extra_repr()}, {source}, offset={self._offset:#x}"
+
+
+def _offset_mask(offset: int | Sequence[int], width: int) -> int:
+    if isinstance(offset, bool):
+        raise ValueError(f"offset must be an int mask or a list of {width} bits, got {offset!r}")
+    if isinstance(offset, int):
+        if not 0 <= offset < 2**width:
+            raise ValueError(f"offset must be a {width}-bit mask in [0, {2**width - 1}], got {offset}")
+        return offset
+    bits = list(offset)
+    if len(bits) != width:
+        raise ValueError(f"offset must have K = {width} bits, got {len(bits)}")
+    if any(b not in (0, 1) for b in bits):
+        raise ValueError(f"offset bits must be 0 or 1, got {bits}")
+    return sum(int(b) << i for i, b in enumerate(bits))

@@ -1,0 +1,30 @@
+"""Tiling: a K-dim code repeated to d_model (the last copy truncated), and its norm."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from fixed_embed.codes import bits_of, code_width
+
+__all__ = ["binary_code_norm", "tile", "tiled_norm"]
+
+
+def tile(x: torch.Tensor, d_model: int) -> torch.Tensor:
+    """Repeat the last dimension (K) until it is ``d_model`` long; the last copy is truncated."""
+    reps = math.ceil(d_model / x.shape[-1])
+    tiled = x.repeat(*([1] * (x.dim() - 1)), reps)
+    return tiled[..., :d_model] if tiled.shape[-1] != d_model else tiled
+
+
+def tiled_norm(x: torch.Tensor, d_model: int) -> torch.Tensor:
+    """The L2 norm of ``tile(x, d_model)`` over the last dimension, without materialising it."""
+    reps, rem = divmod(d_model, x.shape[-1])
+    squares = x.double().pow(2)
+    return (reps * squares.sum(-1) + squares[..., :rem].sum(-1)).sqrt().float()
+
+
+def binary_code_norm(ids: torch.Tensor, vocab_size: int, d_model: int) -> torch.Tensor:
+    """The norm of the paper's 0/1 binary code of each id (K = ceil(log2 V)), tiled to d_model."""
+    return tiled_norm(bits_of(ids.to(torch.int64), code_width(vocab_size)), d_model)

@@ -1,0 +1,42 @@
+"""The library never imports the ``fixed-embed`` command; the command's modules are shells of one shape."""
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CLI = ROOT / "fixed_embed" / "cli"
+SHELLS = {CLI, ROOT / "fixed_embed" / "__main__.py"}  # the command itself may import it
+
+
+def imported_modules(tree: ast.AST) -> set[str]:
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names |= {node.module, *(f"{node.module}.{alias.name}" for alias in node.names)}
+    return names
+
+
+def test_the_library_never_imports_the_cli():
+    offenders = []
+    for folder in (ROOT / "fixed_embed", ROOT / "callbacks"):
+        for path in sorted(folder.rglob("*.py")):
+            if any(path == shell or shell in path.parents for shell in SHELLS):
+                continue
+            hits = sorted(m for m in imported_modules(ast.parse(path.read_text())) if m.startswith("fixed_embed.cli"))
+            offenders += [f"{path.relative_to(ROOT)}: {name}" for name in hits]
+    assert not offenders, "\n".join(offenders)
+
+
+def test_every_command_module_exposes_run_argv_and_no_library():
+    allowed = {"run", "main", "FixedEmbedCLI"}  # the entry point, the dispatcher, LightningCLI's subclass
+    for path in sorted(CLI.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        defined = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+        public = {name for name in defined if not name.startswith("_")}
+        assert public <= allowed, f"{path.name} defines {sorted(public - allowed)}: library code belongs outside cli/"
+        if path.name != "__init__.py":
+            run = defined.get("run")
+            assert isinstance(run, ast.FunctionDef), f"{path.name} has no run(argv)"
+            assert [a.arg for a in run.args.args] == ["argv"], f"{path.name}: run must take (argv)"
