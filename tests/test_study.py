@@ -215,3 +215,15 @@ def test_the_best_rate_is_chosen_among_finished_runs_only():
     assert best == {"learned": 1e-3, "binary16": 3e-3, "gf2": 3e-3}
     with pytest.raises(SystemExit, match="no finished sweep run of learned"):
         study.best_lrs(scale, {}, [1e-3])
+
+
+def test_the_gpu_plan_smoke_runs_its_smallest_size_on_cpu(tmp_path, shared_data):
+    """`make study-gpu ARGS=--smoke` on one config: the GPU plan's size S, 2 updates on this CPU."""
+    name, configs, flags = study.smoke_plan(study.Scale(True))[0]
+    assert name == "smollm2-s/learned-lr0.001-seed1"
+    args = [a for c in configs for a in ("--config", str(c))]
+    logger = [f"--trainer.logger.init_args.save_dir={tmp_path}", "--trainer.logger.init_args.name=smoke"]
+    result = subprocess.run([sys.executable, "-m", "fixed_embed", "fit", *args, *flags, *study.SMOKE, *logger],
+                            capture_output=True, text=True, cwd=ROOT)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert (tmp_path / "smoke" / "default" / "checkpoints" / "step=00000002.ckpt").is_file()
