@@ -251,6 +251,9 @@ def render(data: dict, out: Path, tune: str = "m") -> None:
     """``OUT.md`` and its figures from the runs file's contents."""
     study = Study(data["runs"])
     stem = out.name
+    if not study.rows:
+        raise SystemExit(f"{stem}: the runs file has no runs yet")
+    out.parent.mkdir(parents=True, exist_ok=True)
     tok = "bpe8k" if any(parse(r)["tok"] == "bpe8k" for r in study.rows) else parse(study.rows[0])["tok"]
     sizes = study.sizes(tok)
     hours = sum(r["wall_seconds"] for r in study.rows) / 3600
@@ -286,5 +289,4 @@ def render(data: dict, out: Path, tune: str = "m") -> None:
         configs = " ".join(f"--config {c}" for c in row["config"].split(" + "))
         lines.append(f"fixed-embed fit {configs} {' '.join(row['extra'])}".rstrip())
     lines += ["```", ""]
-    out.parent.mkdir(parents=True, exist_ok=True)
     Path(f"{out}.md").write_text("\n".join(lines) + "\n")
