@@ -295,7 +295,7 @@ class TextDataModule(L.LightningDataModule):
         return BlockCache(key, "validation")  # under cache_root()
 
     def _build_validation_blocks(self, source: DocumentSource, keep: str) -> torch.Tensor:
-        if self.hparams.val_per_document:  # it warns when documents are short, and refuses none
+        if self.hparams.val_per_document:  # spread_blocks warns of short documents and names what it refuses
             eos_id, bos_id = self._special_ids()
             return spread_blocks(
                 source, self.tokenizer(), self.seq_len, self.hparams.val_sequences, eos_id, bos_id,
