@@ -45,21 +45,21 @@ def test_parallel_jobs_keep_the_plan_order_and_split_the_cores(tmp_path, monkeyp
     out, seen = str(tmp_path / "out"), {}
     barrier = threading.Barrier(2, timeout=10)
 
-    def fake(name, config, logs, extra, threads=None, evaluate=None):
+    def fake(name, config, logs, extra, threads=None, evaluate=None, eval_device="cpu"):
         if name in ("a", "b"):
             barrier.wait()  # both started before either finished: two at once
         time.sleep(0.05 if name == "a" else 0)
-        seen[name] = (threads, evaluate)
+        seen[name] = (threads, evaluate, eval_device)
         return row(name, 1.0)
 
     monkeypatch.setattr(runs, "run", fake)
     monkeypatch.setattr(runs.os, "cpu_count", lambda: 4)
     monkeypatch.setattr(runs, "_git_commit", lambda: "abc")
     plan = [(n, Path("c.yaml"), []) for n in ("a", "b", "c")]
-    rows = runs.run_all(plan, "logs", "T", out, jobs=2, evaluate="study")
+    rows = runs.run_all(plan, "logs", "T", out, jobs=2, evaluate="study", eval_device="cuda")
     assert [r["name"] for r in rows] == ["a", "b", "c"]
     assert [r["name"] for r in json.loads(Path(f"{out}.json").read_text())["runs"]] == ["a", "b", "c"]
-    assert seen == {"a": (2, "study"), "b": (2, "study"), "c": (2, "study")}
+    assert seen == {n: (2, "study", "cuda") for n in "abc"}
 
 
 def test_a_failed_run_stops_the_sweep_and_keeps_finished_rows(tmp_path, monkeypatch):
