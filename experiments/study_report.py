@@ -9,6 +9,7 @@ for the two fixed codes, the same initial weights); "mean ± sd" is the sample s
 
 from __future__ import annotations
 
+import math
 import re
 import statistics
 from collections.abc import Sequence
@@ -72,11 +73,16 @@ def non_embedding(row: dict) -> int:
     return layers * (4 * d * d + 3 * d * ffn + 2 * d) + d
 
 
+def _finite(value: float | None) -> float:
+    """A diverged run (NaN, inf or nothing logged) ranks last."""
+    return value if value is not None and math.isfinite(value) else math.inf
+
+
 class Study:
     """The runs, indexed by (tokenizer, size, variant) -> {lr: {seed: row}}."""
 
-    def __init__(self, rows: list[dict]) -> None:
-        self.rows = rows
+    def __init__(self, rows: list[dict], tune: str = "m") -> None:
+        self.rows, self.tune = rows, tune
         self.index: dict[tuple[str, str, str], dict[float, dict[int, dict]]] = {}
         for row in rows:
             m = parse(row)
@@ -86,9 +92,19 @@ class Study:
         found = {size for t, size, _ in self.index if t == tok}
         return [s for s in ("s", "m", "l") if s in found]
 
+    def swept_best(self, tok: str, size: str, variant: str) -> float | None:
+        """The rate with the lowest seed-1 validation bits/byte at ``size``; None without a seed-1 run."""
+        scored = {lr: _finite(seeds[1].get("val_bpb")) for lr, seeds in self.index.get((tok, size, variant), {}).items()
+                  if 1 in seeds}  # fmt: skip
+        return min(scored, key=scored.get) if scored else None
+
     def main_lr(self, tok: str, size: str, variant: str) -> float | None:
-        """The rate with the most seeds (the comparison's; the sweep's other rates have seed 1 only)."""
+        """The comparison's rate: the variant's best in the sweep at the tuning size, as the study chose it,
+        where it ran at ``size``; otherwise (a run outside the plan) the rate with the most seeds."""
         by_lr = self.index.get((tok, size, variant), {})
+        best = self.swept_best(tok, self.tune, variant)
+        if best in by_lr:
+            return best
         return max(by_lr, key=lambda lr: (len(by_lr[lr]), -lr)) if by_lr else None
 
     def runs(self, tok: str, size: str, variant: str) -> dict[int, dict]:
@@ -111,11 +127,11 @@ def sweep_lines(study: Study, tok: str, size: str) -> list[str]:
     for v in PAPER:
         by_lr = study.index.get((tok, size, v), {})
         scored = {lr: by_lr[lr][1]["val_bpb"] for lr in lrs if 1 in by_lr.get(lr, {})}
-        best = min(scored, key=scored.get) if scored else None
+        best = study.swept_best(tok, size, v)
         cells = [
             f"**{scored[lr]:.4f}**" if lr == best else (f"{scored[lr]:.4f}" if lr in scored else "--") for lr in lrs
         ]
-        lines.append(f"| {v} | " + " | ".join(cells) + f" | {best:g} |")
+        lines.append(f"| {v} | " + " | ".join(cells) + f" | {'--' if best is None else f'{best:g}'} |")
     lines += ["", "Ranking at each rate (best first): " + "; ".join(
         f"lr {lr:g}: " + " < ".join(sorted((v for v in PAPER if 1 in study.index.get((tok, size, v), {}).get(lr, {})),
                                            key=lambda v, lr=lr: study.index[(tok, size, v)][lr][1]["val_bpb"]))
@@ -249,7 +265,7 @@ def plot_controls(study: Study, tok: str, size: str, path: Path) -> None:
 
 def render(data: dict, out: Path, tune: str = "m") -> None:
     """``OUT.md`` and its figures from the runs file's contents."""
-    study = Study(data["runs"])
+    study = Study(data["runs"], tune)
     stem = out.name
     if not study.rows:
         raise SystemExit(f"{stem}: the runs file has no runs yet")

@@ -227,3 +227,16 @@ def test_the_gpu_plan_smoke_runs_its_smallest_size_on_cpu(tmp_path, shared_data)
                             capture_output=True, text=True, cwd=ROOT)  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
     assert (tmp_path / "smoke" / "default" / "checkpoints" / "step=00000002.ckpt").is_file()
+
+
+def test_the_comparison_uses_the_swept_best_rate_before_other_seeds_exist(tmp_path):
+    """With seed 1 only (the sweep done, seeds 2-3 not yet), every table compares at the best rate."""
+    bpb = {1e-3: 2.4, 3e-3: 2.1, 1e-2: float("nan")}  # 3e-3 best; 1e-2 diverged
+    rows = [_row(f"bpe8k-m/{v}-lr{lr:g}-seed1", x + (0.2 if v != "learned" else 0.0))
+            for lr, x in bpb.items() for v in study.PAPER]  # fmt: skip
+    rows += [_row(f"bpe8k-{size}/{v}-lr0.003-seed1", 2.0) for size in ("s", "l") for v in study.PAPER]
+    rows.append(_row("bpe8k-m/norm_matched-lr0.003-seed1", 2.0))
+    study_report.render({"title": "Study v2: x, y", "runs": rows}, tmp_path / "study-v2")
+    text = (tmp_path / "study-v2.md").read_text()
+    assert "| M | learned | 0.003 | 1 |" in text and "| M | 1,770,816 | +0.2000 (1 run) |" in text
+    assert "rows at the binary code's norm | 1 | 1 | 2.0000 (1 run) | -0.1000 (1 run) |" in text
