@@ -8,13 +8,14 @@ from pathlib import Path
 import pytest
 import torch
 
+from fixed_embed.cli import main
 from fixed_embed.data.tokenizer import load_tokenizer
 from fixed_embed.evaluation import FixedEmbedLM
 from fixed_embed.export import export_llama
 from fixed_embed.interfaces import BinaryCodeInput, GF2CodeInput, LearnedInput
 from fixed_embed.loading import load_checkpoint
 from fixed_embed.module import LanguageModel
-from fixed_embed.suite import markdown_table, run_suite
+from fixed_embed.suite import TABLE_NOTES, markdown_table, run_suite
 from tests.helpers import TINY_DECODER, fit_tiny
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -137,6 +138,10 @@ def test_cli_eval_writes_results_and_table_and_merges(tmp_path, checkpoint):
     assert table.startswith("| model | word order | docs word ppl | docs bits/byte |") and "| tiny-gf2 |" in table
     other = {**results, "model": "other"}
     assert markdown_table([results, other]).count("\n") == 4
+    (tmp_path / "other.json").write_text(json.dumps(other))
+    merged = tmp_path / "merged.md"
+    assert main(["table", str(out / "results.json"), str(tmp_path / "other.json"), "--output", str(merged)]) == 0
+    assert merged.read_text() == markdown_table([results, other]) + TABLE_NOTES  # the notes travel with the rows
 
 
 def test_bad_inputs_are_clear_errors(tmp_path, checkpoint):

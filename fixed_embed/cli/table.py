@@ -1,4 +1,5 @@
-"""``fixed-embed table RESULTS.json...``: merge results files into one paper-format Markdown table."""
+"""``fixed-embed table RESULTS.json...``: merge results files into one paper-format Markdown table, with the
+notes on how to read it that every ``table.md`` carries."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
-from fixed_embed.suite import markdown_table
+from fixed_embed.suite import TABLE_NOTES, markdown_table
 
 
 def run(argv: list[str]) -> int:
@@ -23,7 +24,7 @@ def run(argv: list[str]) -> int:
         if not {"model", "columns", "scores"} <= set(data):
             parser.error(f"{path} is not a fixed-embed eval results file (needs model, columns, scores)")
         loaded.append(data)
-    table = markdown_table(loaded)
+    table = markdown_table(loaded) + TABLE_NOTES
     if args.output:
         Path(args.output).write_text(table)
     print(table, end="")
