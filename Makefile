@@ -70,13 +70,14 @@ rehearsal: install ## the paper's config (DDP, FSDP) on 2 CPU processes: updates
 demo: install ## train the three tiny variants on CPU on the offline corpus, print a table
 	$(BIN)/python experiments/demo.py $(ARGS)
 
-# The study on another corpus (DATA: file, folder, glob or hub id; VALID: its held-out documents,
-# default a hash hold-out of DATA) writes to logs/study-data/, never over the committed results.
+# The study on another corpus (DATA: local file, folder or glob, since the study permutes whole documents;
+# VALID: its held-out documents; without VALID a hash hold-out of DATA, read as whole documents, not
+# passages) writes to logs/study-data/, never over the committed results.
 # Stopped at any point (Ctrl-C, a kill), the same command continues: finished runs are skipped and a
 # run cut off resumes from its checkpoint. ARGS="--estimate" prints the plan and its compute.
 study: install ## the learned table vs fixed codes across 3 sizes, tuned LRs, 3 seeds, controls (~4 h CPU) -> docs/results/study-v2.md
 	$(BIN)/python experiments/study.py $(if $(DATA),--out logs/study-data/study --logs logs/study-data) $(ARGS) \
-		$(if $(DATA),-- --data.train=$(DATA) --data.valid=$(or $(VALID),null))
+		$(if $(DATA),-- --data.train=$(DATA) --data.valid=$(or $(VALID),null) $(if $(VALID),,--data.passage_chars=null))
 
 study-gpu: install ## the same study at 25M-302M parameters on one GPU (ARGS=--estimate: runs and hours; ARGS=--smoke: 2 updates per config on CPU)
 	$(BIN)/python experiments/study.py --gpu $(ARGS) $(if $(DATA),-- --data.train=$(DATA))

@@ -85,10 +85,13 @@ def run(name: str, config: Configs, logs: str, extra: list[str], threads: int | 
     config_args = [arg for path in configs for arg in ("--config", str(path))]
     # --ckpt_path last: a row interrupted earlier continues from its checkpoint instead of being refused.
     args = [sys.executable, "-m", "fixed_embed", "fit", *config_args, *logger, "--ckpt_path=last", *extra]
+    run_dir = Path(logs) / name / DEFAULT_RUN
+    # The code the run starts from, and whether a checkpoint of an earlier attempt is resumed (its wall time
+    # and tokens/s then cover this attempt only).
+    commit, dirty, resumed = _git_commit(), _code_changed(), (run_dir / "checkpoints" / "last.ckpt").exists()
     start = time.perf_counter()
     subprocess.run(args, check=True, cwd=ROOT, env=env)
     seconds = time.perf_counter() - start
-    run_dir = Path(logs) / name / DEFAULT_RUN
     model_config = merged_config(configs).get("model") or {}
     for flag in extra:  # model options given on the command line change the model too
         if flag.startswith(("--model.interface.init_args.", "--model.decoder.")):
@@ -110,11 +113,13 @@ def run(name: str, config: Configs, logs: str, extra: list[str], threads: int | 
         "val_ppl": math.exp(val_loss),
         "val_bpb": logged["val/bits_per_byte"][-1][1] if "val/bits_per_byte" in logged else None,
         "tokens_seen": seen,
-        "tokens_per_sec": seen / seconds,
+        "tokens_per_sec": None if resumed else seen / seconds,
         "wall_seconds": seconds,
+        "resumed": resumed,
         "threads": threads,
         "logs": str(run_dir),
-        "commit": _git_commit(),
+        "commit": commit,
+        "code_changed": dirty,
         "curves": logged,
     }
     if evaluate:
@@ -175,13 +180,22 @@ def run_all(plan: list[tuple[str, Configs, list[str]]], logs: str, title: str, o
     return ordered
 
 
+def _rate(row: dict) -> str:
+    """Tokens per wall second; none for a resumed run, whose wall time covers its last attempt only."""
+    return "resumed" if row.get("tokens_per_sec") is None else f"{row['tokens_per_sec']:,.0f}"
+
+
+def _wall(row: dict) -> str:
+    return f"{row['wall_seconds'] / 60:.1f}" + (" (last attempt)" if row.get("resumed") else "")
+
+
 def table(rows: list[dict], title: str) -> Table:
     result = Table(title=title)
     for column in ("run", "trainable params", "final val loss", "val ppl", "tokens/s (wall)", "wall"):
         result.add_column(column, justify="left" if column == "run" else "right")
     for r in rows:
         result.add_row(r["name"], f"{r['trainable_params']:,}", f"{r['val_loss']:.3f}", f"{r['val_ppl']:.1f}",
-                       f"{r['tokens_per_sec']:,.0f}", f"{r['wall_seconds'] / 60:.1f} min")  # fmt: skip
+                       _rate(r), f"{_wall(r)} min")  # fmt: skip
     return result
 
 
@@ -189,17 +203,26 @@ def _git_commit() -> str:
     return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
 
 
+def _code_changed() -> bool:
+    """Whether the code or configs differ from the commit (results files written by a running study do not count)."""
+    paths = ["fixed_embed", "callbacks", "experiments", "pyproject.toml"]
+    status = subprocess.run(["git", "status", "--porcelain", "--", *paths], capture_output=True, text=True, cwd=ROOT)
+    return bool(status.stdout.strip())
+
+
 def _write(rows: list[dict], title: str, out: str, commit: str | None = None) -> None:
     commit = commit or _git_commit()
     Path(out).parent.mkdir(parents=True, exist_ok=True)
-    Path(f"{out}.json").write_text(json.dumps({"title": title, "commit": commit, "runs": rows}, indent=2) + "\n")
+    tmp = Path(f"{out}.json.tmp")  # atomic: a reader (or a kill) never sees half a runs file
+    tmp.write_text(json.dumps({"title": title, "commit": commit, "runs": rows}, indent=2) + "\n")
+    os.replace(tmp, f"{out}.json")
     note = "one `fixed-embed fit` per row; the JSON has each row's flags (`extra`) and commit"
     lines = [f"# {title}", "", f"commit `{commit}`; {note}.", "",
              "| run | trainable params | final val loss | val ppl | tokens/s | wall (min) |",
              "|---|---:|---:|---:|---:|---:|"]  # fmt: skip
     for r in rows:
         lines.append(f"| {r['name']} | {r['trainable_params']:,} | {r['val_loss']:.3f} | {r['val_ppl']:.1f} | "
-                     f"{r['tokens_per_sec']:,.0f} | {r['wall_seconds'] / 60:.1f} |")  # fmt: skip
+                     f"{_rate(r)} | {_wall(r)} |")  # fmt: skip
     groups = seed_groups(rows)
     if any(len(losses) > 1 for losses in groups.values()):
         lines += ["", "Over training seeds (runs named `NAME` and `NAME-seedS`): mean ± sample sd.", "",

@@ -156,7 +156,8 @@ def size_table(study: Study, tok: str, variants: Sequence[str], sizes: Sequence[
             for key, _, scale, decimals in SCORES:
                 cells.append(mean_sd([r["scores"][key]["value"] for r in runs if key in r.get("scores", {})], scale,
                                      decimals))  # fmt: skip
-            cells.append(f"{statistics.mean(r['wall_seconds'] for r in runs) / 60:.1f}")
+            whole = [r["wall_seconds"] for r in runs if not r.get("resumed")]  # a resumed run's wall is partial
+            cells.append(f"{statistics.mean(whole) / 60:.1f}" if whole else "--")
             lines.append("| " + " | ".join(cells) + " |")
     return lines
 
@@ -194,14 +195,18 @@ def plot_gap(study: Study, tok: str, path: Path) -> None:
     figure, axis = plt.subplots(figsize=(6.2, 4.2))
     sizes = study.sizes(tok)
     for b, marker in (("binary16", "o"), ("gf2", "s")):
-        xs, means, sds = [], [], []
+        xs, means, sds, counts = [], [], [], []
         for size in sizes:
             gaps = study.paired(tok, size, "learned", b)
             if gaps:
                 xs.append(non_embedding(next(iter(study.runs(tok, size, "learned").values()))))
                 means.append(statistics.mean(gaps))
                 sds.append(statistics.stdev(gaps) if len(gaps) > 1 else 0.0)
+                counts.append(len(gaps))
         axis.errorbar(xs, means, yerr=sds, marker=marker, capsize=4, color=COLORS[b], label=f"{b} − learned")
+        for x, y, n in zip(xs, means, counts, strict=True):  # an sd of one seed is no sd: say how many
+            axis.annotate(f"n={n}", (x, y), textcoords="offset points", xytext=(9, 5 if b == "binary16" else -12),
+                          fontsize=7, color=COLORS[b])  # fmt: skip
     axis.axhline(0, color="black", linewidth=0.8)
     axis.set_xscale("log")
     axis.set_xlabel("non-embedding parameters")
@@ -249,18 +254,27 @@ def plot_controls(study: Study, tok: str, size: str, path: Path) -> None:
     figure, axis = plt.subplots(figsize=(8.5, 4.2))
     means = [statistics.mean(v) for v in values]
     sds = [statistics.stdev(v) if len(v) > 1 else 0.0 for v in values]
-    axis.bar(range(len(variants)), means, yerr=sds, capsize=4, color=[COLORS[v] for v in variants])
-    for i, runs in enumerate(values):
-        axis.scatter([i] * len(runs), runs, color="black", s=8, zorder=3)
-    low = min(min(v) for v in values)
-    axis.set_ylim(low - 0.05, max(max(v) for v in values) + 0.03)
+    # Points, not bars: the axis does not start at zero, and a bar's length would mislead.
+    for i, (v, runs) in enumerate(zip(variants, values, strict=True)):
+        axis.errorbar([i], [means[i]], yerr=[sds[i]], fmt="D", markersize=7, capsize=5, color=COLORS[v], zorder=2)
+        axis.scatter([i + 0.12] * len(runs), runs, color="black", s=9, zorder=3)
+    axis.set_xlim(-0.5, len(variants) - 0.5)
     axis.set_xticks(range(len(variants)), variants, rotation=25, ha="right", fontsize=8)
-    axis.set_ylabel("validation bits/byte (mean ± sd; dots: seeds)")
+    axis.set_ylabel("validation bits/byte (◆ mean ± sd; dots: seeds)")
     axis.set_title(f"Controls at size {size.upper()}", fontsize=10)
     axis.grid(alpha=0.3, axis="y")
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
+
+
+def validation_set(row: dict) -> str:
+    """What the study validated on, from the run's configs."""
+    data = merged_config(row["config"].split(" + ")).get("data", {})
+    blocks = f"{data.get('val_sequences')} blocks of {data.get('seq_len')} targets"
+    if data.get("val_per_document"):
+        return f"{blocks} spread over every held-out document, the same for every run"
+    return f"{blocks}, the same for every run"
 
 
 def render(data: dict, out: Path, tune: str = "m") -> None:
@@ -273,15 +287,16 @@ def render(data: dict, out: Path, tune: str = "m") -> None:
     tok = "bpe8k" if any(parse(r)["tok"] == "bpe8k" for r in study.rows) else parse(study.rows[0])["tok"]
     sizes = study.sizes(tok)
     hours = sum(r["wall_seconds"] for r in study.rows) / 3600
+    resumed = sum(bool(r.get("resumed")) for r in study.rows)
     commits = sorted({r["commit"][:10] for r in study.rows})
     lines = [f"# {data['title'].split(',')[0]}", "",
-             f"{len(study.rows)} runs, {hours:.1f} h of fit-plus-eval time summed over runs (two at a time on this "
-             f"machine's 2 cores). Every row of [`{stem}-runs.json`]({stem}-runs.json) holds its configs, flags, "
+             f"{len(study.rows)} runs, {hours:.1f} h of training time summed over runs"
+             + (f" ({resumed} resumed after a stop count their last attempt only)" if resumed else "")
+             + f". Every row of [`{stem}-runs.json`]({stem}-runs.json) holds its configs, flags, "
              f"commit, curves and scores; [`{stem}-runs.md`]({stem}-runs.md) lists them. Commits: "
              + ", ".join(f"`{c}`" for c in commits) + ".", "",
-             "Headline metric: validation bits per byte (the 360 blocks, 40 from each of the 9 held-out books; "
-             "tokenizer-free). Gaps are paired by training seed, which sets both the initialisation and the data "
-             "order.", ""]  # fmt: skip
+             f"Headline metric: validation bits per byte ({validation_set(study.rows[0])}; tokenizer-free). Gaps are "
+             "paired by training seed, which sets both the initialisation and the data order.", ""]  # fmt: skip
     lines += sweep_lines(study, tok, tune)
     if sizes:
         lines += ["## The gap across model sizes", "", *gap_lines(study, tok, sizes), "",

@@ -228,6 +228,7 @@ def test_refused_data_resume_is_the_last_word_and_bad_inputs_are_one_line(tmp_pa
         ("--ckpt_path", str(garbage), "--run", "g"): f"cannot read checkpoint {garbage}: it is not a checkpoint",
         ("--data.val_sequences", "0", "--run", "v"): "data.val_sequences must be an integer >= 1, got 0",
         (f"--data.train={empty}", "--run", "e"): f"{empty}: every file is empty",
+        ("--model.decoder.vocab_size", "17", "--run", "vv"): "model vocab_size 17 does not match the tokenizer's",
     }
     for flags, message in cases.items():
         result = launch(fit_command(tmp_path, corpus, "gf2", "--trainer.max_steps", "2", *flags), tmp_path)

@@ -86,3 +86,21 @@ def test_a_finished_row_with_other_flags_is_refused_not_reused(tmp_path, monkeyp
     monkeypatch.setattr(runs, "run", lambda *args, **kwargs: pytest.fail("nothing may run"))
     with pytest.raises(ValueError, match=r"already has a run 'a' with flags \[\], not \['--data.train=x'\]"):
         runs.run_all([("a", Path("c.yaml"), ["--data.train=x"])], "logs", "T", out)
+
+
+def test_a_resumed_run_says_so_and_records_the_commit_it_started_from(tmp_path, monkeypatch):
+    logs, name = tmp_path / "logs", "tiny/binary16"
+    run_dir = logs / name / "default"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    (run_dir / "checkpoints" / "last.ckpt").write_bytes(b"")  # an earlier attempt's checkpoint
+    commits = iter(["at-start", "at-end"])
+    monkeypatch.setattr(runs, "_git_commit", lambda: next(commits))
+    monkeypatch.setattr(runs, "_code_changed", lambda: True)
+    monkeypatch.setattr(runs.subprocess, "run", lambda *a, **k: None)  # the fit itself
+    monkeypatch.setattr(runs, "curves", lambda d: {"val/loss": [[9, 2.0]]})
+    monkeypatch.setattr(runs, "tokens_seen", lambda d: 1000)
+    result = runs.run(name, runs.ROOT / "experiments" / "tiny" / "binary16.yaml", str(logs), [])
+    assert (result["commit"], result["code_changed"], result["resumed"]) == ("at-start", True, True)
+    assert result["tokens_per_sec"] is None  # the wall time covers the last attempt only
+    runs._write([result], "T", str(tmp_path / "out"), commit="abc")
+    assert "| resumed | " in (tmp_path / "out.md").read_text() and "(last attempt)" in (tmp_path / "out.md").read_text()

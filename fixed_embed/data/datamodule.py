@@ -188,7 +188,7 @@ class TextDataModule(L.LightningDataModule):
         if model_vocab < tokenizer_vocab or (
             model_vocab > tokenizer_vocab and not self.hparams.allow_larger_model_vocab
         ):
-            raise ValueError(
+            raise ConfigError(
                 f"model vocab_size {model_vocab} does not match the tokenizer's {tokenizer_vocab} "
                 f"({self.tokenizer_path()}); set model.decoder.vocab_size: {tokenizer_vocab}"
                 + ("" if model_vocab < tokenizer_vocab else " or data.allow_larger_model_vocab: true")
