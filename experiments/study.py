@@ -237,10 +237,12 @@ def main() -> None:
         path = Path(f"{runs_file}.json")
         return {r["name"]: r for r in json.loads(path.read_text())["runs"]} if path.is_file() else {}
 
+    planned: dict[str, tuple] = {}  # --estimate: every stage's runs, each once
+
     def go(steps: list[tuple]) -> None:
         steps = [(n, configs, [*flags, *args.extra]) for n, configs, flags in steps]
         if args.estimate:
-            print("\n".join(estimate(steps, args.flops_per_sec or (GPU_RATE if args.gpu else CPU_RATE))))
+            planned.update((step[0], step) for step in steps if step[0] not in planned)
         else:
             run_all(steps, logs, title, str(runs_file), jobs=args.jobs, evaluate="study",
                     eval_device="cuda" if args.gpu else "cpu")  # fmt: skip
@@ -272,7 +274,12 @@ def main() -> None:
             go(later_plan(scale, later, best, args.seeds))
             if "probe" in later and not args.estimate:
                 probe(scale, rows(), best, Path(f"{out}-probe"))
-    if not args.estimate and Path(f"{runs_file}.json").is_file():
+    if args.estimate:
+        print("\n".join(estimate(list(planned.values()), args.flops_per_sec or (GPU_RATE if args.gpu else CPU_RATE))))
+        if "sweep" in args.stages:
+            print(f"(assumes the sweep's best rates are inside {sorted(args.lrs)}; each rung added at an edge runs "
+                  f"{len(PAPER)} more, and the later stages then run at the best rates)")  # fmt: skip
+    elif Path(f"{runs_file}.json").is_file():
         from study_report import render
 
         render(json.loads(Path(f"{runs_file}.json").read_text()), out, tune=scale.tune)

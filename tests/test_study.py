@@ -240,3 +240,14 @@ def test_the_comparison_uses_the_swept_best_rate_before_other_seeds_exist(tmp_pa
     text = (tmp_path / "study-v2.md").read_text()
     assert "| M | learned | 0.003 | 1 |" in text and "| M | 1,770,816 | +0.2000 (1 run) |" in text
     assert "rows at the binary code's norm | 1 | 1 | 2.0000 (1 run) | -0.1000 (1 run) |" in text
+
+
+def test_the_estimate_lists_every_planned_run_once():
+    result = subprocess.run([sys.executable, "experiments/study.py", "--estimate"], capture_output=True, text=True,
+                            cwd=ROOT)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-1500:]
+    names = [line.split()[0] for line in result.stdout.splitlines() if line.startswith("bpe8k-")]
+    # the sweep (3 rates x 3 variants at M, seed 1); 3 sizes x 3 variants x 3 seeds, seed 1 at M from the
+    # sweep; 5 controls x 3 seeds
+    assert len(names) == len(set(names)) == 9 + (27 - 3) + 15
+    assert f"{len(names)} runs:" in result.stdout
