@@ -78,6 +78,7 @@ def run(name: str, config: Configs, logs: str, extra: list[str], threads: int | 
     """
     from fixed_embed.config import DEFAULT_RUN
     from fixed_embed.experiment import build_model
+    from fixed_embed.loading import newest_checkpoint
 
     configs = [config] if isinstance(config, Path) else list(config)
     env = {**os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {})}
@@ -88,7 +89,8 @@ def run(name: str, config: Configs, logs: str, extra: list[str], threads: int | 
     run_dir = Path(logs) / name / DEFAULT_RUN
     # The code the run starts from, and whether a checkpoint of an earlier attempt is resumed (its wall time
     # and tokens/s then cover this attempt only).
-    commit, dirty, resumed = _git_commit(), _code_changed(), (run_dir / "checkpoints" / "last.ckpt").exists()
+    commit, dirty = _git_commit(), _code_changed()
+    resumed = newest_checkpoint(run_dir / "checkpoints") is not None  # what fit's --ckpt_path last resumes
     start = time.perf_counter()
     subprocess.run(args, check=True, cwd=ROOT, env=env)
     seconds = time.perf_counter() - start

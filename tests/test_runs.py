@@ -92,7 +92,7 @@ def test_a_resumed_run_says_so_and_records_the_commit_it_started_from(tmp_path, 
     logs, name = tmp_path / "logs", "tiny/binary16"
     run_dir = logs / name / "default"
     (run_dir / "checkpoints").mkdir(parents=True)
-    (run_dir / "checkpoints" / "last.ckpt").write_bytes(b"")  # an earlier attempt's checkpoint
+    (run_dir / "checkpoints" / "step=00000100.ckpt").write_bytes(b"")  # an earlier attempt's checkpoint (no last link)
     commits = iter(["at-start", "at-end"])
     monkeypatch.setattr(runs, "_git_commit", lambda: next(commits))
     monkeypatch.setattr(runs, "_code_changed", lambda: True)

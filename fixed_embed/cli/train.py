@@ -18,7 +18,6 @@ What this shell adds to LightningCLI, all decided before any work starts:
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +28,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from fixed_embed.config import DEFAULT_RUN, expand_config_args
 from fixed_embed.data import TextDataModule
 from fixed_embed.errors import CheckpointError, ConfigError
+from fixed_embed.loading import newest_checkpoint
 from fixed_embed.module import LanguageModel
 
 
@@ -110,7 +110,7 @@ def _pin_run_folder(trainer: Any, run: str) -> Path | None:
 
 def _resolve_resume(checkpoints: Path, ckpt_path: str | None, run: str) -> str | None:
     """``last`` -> the run's newest checkpoint (or None, a fresh start); refuse a fresh start over a run."""
-    last = _last_checkpoint(checkpoints)
+    last = newest_checkpoint(checkpoints)
     if ckpt_path == "last":
         if last is None:
             rank_zero_info(f"no checkpoint in {checkpoints}: starting at update 0")
@@ -125,17 +125,6 @@ def _resolve_resume(checkpoints: Path, ckpt_path: str | None, run: str) -> str |
     if ckpt_path is not None:
         rank_zero_info(f"resuming {ckpt_path} at update {_global_step(Path(ckpt_path))} into {checkpoints.parent}")
     return ckpt_path
-
-
-def _last_checkpoint(folder: Path) -> Path | None:
-    """``last.ckpt`` (a link to the newest), else the highest ``step=N`` checkpoint; None when there is none."""
-    if not folder.is_dir():
-        return None
-    last = folder / "last.ckpt"
-    if last.exists():
-        return folder / os.readlink(last) if last.is_symlink() else last
-    steps = sorted(folder.glob("step=*.ckpt"))
-    return steps[-1] if steps else None
 
 
 def _global_step(path: Path) -> int | str:
