@@ -22,7 +22,7 @@ fit = $(BIN)/fixed-embed fit --config experiments/paper/$(1).yaml --config exper
 	--trainer.devices=$(GPUS) --trainer.num_nodes=$(NODES) --ckpt_path=last \
 	$(if $(DATA),--data.train=$(DATA)) $(if $(TOKENIZER),--data.tokenizer=$(TOKENIZER)) $(ARGS)
 
-.PHONY: help install test lint bench bench-core bench-data bench-loop bench-eval bench-memory bench-gpu demo rehearsal study study-gpu controls sweep-recodings tensorboard fit-learned fit-binary16 fit-gf2
+.PHONY: help install test test-fast lint bench bench-core bench-data bench-loop bench-eval bench-memory bench-gpu demo rehearsal study study-gpu controls sweep-recodings tensorboard fit-learned fit-binary16 fit-gf2
 
 help:
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -37,8 +37,11 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP) ## create .venv with the project and its dev extras (idempotent)
 
-test: install ## run the test suite (CPU, offline)
-	$(BIN)/python -m pytest -q -ra
+test: install ## the whole test suite, as CI runs it (CPU, offline, <= 12 min on 2 cores)
+	$(BIN)/python -m pytest -q -ra --durations=10
+
+test-fast: install ## the inner loop: every in-process test, no subprocess or multi-process run (<= 3 min)
+	$(BIN)/python -m pytest -q -ra -m "not slow" --durations=5
 
 lint: install ## ruff: lint rules and formatting (pyproject.toml [tool.ruff])
 	$(BIN)/ruff check .

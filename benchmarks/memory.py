@@ -6,7 +6,7 @@ SwiGLU 1024), on CPU in fp32, so that the head and the loss dominate. Each mode 
 subprocess; after the model and the batch are built, the process's peak RSS is reset (Linux:
 ``/proc/self/clear_refs``; elsewhere the ``ru_maxrss`` delta) and the step's growth of the peak over
 that baseline is reported. ``unchunked`` is ``model.loss_chunk_tokens=0`` (``F.cross_entropy`` over
-the full fp32 [B, T, V] logits, the behaviour before :mod:`fixed_embed.loss`); ``chunked`` the default
+the full fp32 [B, T, V] logits, the path :mod:`fixed_embed.loss` replaces); ``chunked`` the default
 chunk (``--chunk``). Full fp32 logits alone are B T V x 4 bytes = 3.0 GiB here.
 
     python benchmarks/memory.py [--modes unchunked chunked] [--chunk 4096] [--target-gib 3.4] [--out rows.json]
@@ -27,7 +27,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 MODES = ("unchunked", "chunked")
 GIB = 2**30
-sys.path.insert(0, str(ROOT))
 
 
 def _hwm_bytes() -> int | None:

@@ -36,13 +36,14 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from callbacks.checkpointing import save_now
 from callbacks.preemption import PreemptionCheckpoint
-from callbacks.update_boundary import UpdateBoundary, due
+from callbacks.update_boundary import UpdateCallback, due
 from fixed_embed.data.tokenizer import load_tokenizer
+from fixed_embed.lightning_internals import checkpoint_every_n_train_steps
 
 __all__ = ["BenchmarkCallback"]
 
 
-class BenchmarkCallback(L.Callback):
+class BenchmarkCallback(UpdateCallback):
     """Args:
     tasks: lm-eval task names (built-in, the offline ``fixed_embed_*`` tasks, or from include_path).
     every_n_steps: evaluate every N optimizer updates (0: only at the end of training).
@@ -55,6 +56,8 @@ class BenchmarkCallback(L.Callback):
     on_error: ``raise`` (fail the run) or ``warn`` (log and train on) when an evaluation fails.
     enabled: the on/off switch.
     """
+
+    min_every_n_steps = 0  # 0: only at the end of training
 
     def __init__(
         self,
@@ -69,12 +72,10 @@ class BenchmarkCallback(L.Callback):
         on_error: Literal["raise", "warn"] = "raise",
         enabled: bool = True,
     ) -> None:
-        if every_n_steps < 0:
-            raise ValueError(f"every_n_steps must be >= 0, got {every_n_steps}")
+        super().__init__(every_n_steps, enabled)
         if on_error not in ("raise", "warn"):
             raise ValueError(f"on_error must be 'raise' or 'warn', got {on_error!r}")
         self.tasks = list(tasks) if tasks else ["fixed_embed_word_order"]
-        self.every_n_steps = every_n_steps
         self.limit = limit
         self.num_fewshot = num_fewshot
         self.batch_size = batch_size
@@ -82,11 +83,9 @@ class BenchmarkCallback(L.Callback):
         self.tokenizer = tokenizer
         self.at_train_end = at_train_end
         self.on_error = on_error
-        self.enabled = enabled
         self.interrupted = False
         self.last_metrics: dict[str, float] = {}
         self._evaluated_step = -1
-        self._boundary = UpdateBoundary()
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         # A misspelt task fails now, not 5,000 updates into the run.
@@ -95,15 +94,8 @@ class BenchmarkCallback(L.Callback):
 
             check_tasks(self.tasks, self.include_path)
 
-    def on_train_batch_start(self, trainer: L.Trainer, *args: Any) -> None:
-        if self.enabled:
-            self._boundary.start(trainer)
-
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
-        if not self.enabled:
-            return
-        update = self._boundary.end(trainer)
-        if update is not None and due(update, self.every_n_steps):
+    def on_update_end(self, trainer: L.Trainer, pl_module: L.LightningModule, update: int) -> None:
+        if self.due(update):
             if _checkpoint_due(trainer):
                 save_now(trainer)
             self.evaluate(trainer, pl_module)
@@ -178,7 +170,7 @@ class BenchmarkCallback(L.Callback):
 
 def _checkpoint_due(trainer: L.Trainer) -> bool:
     """Whether the trainer's checkpoint callback saves at this update (it runs after the other callbacks)."""
-    return due(trainer.global_step, getattr(trainer.checkpoint_callback, "_every_n_train_steps", 0) or 0)
+    return due(trainer.global_step, checkpoint_every_n_train_steps(trainer.checkpoint_callback))
 
 
 def _rng_state() -> dict[str, Any]:

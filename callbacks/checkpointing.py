@@ -31,6 +31,8 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
+from fixed_embed.lightning_internals import save_through
+
 __all__ = ["CheckpointPolicy", "checkpoint_bytes", "save_now"]
 
 _STEP = re.compile(r"step=(\d+)")
@@ -72,7 +74,7 @@ class CheckpointPolicy(ModelCheckpoint):
             save_on_train_epoch_end=False,
             enable_version_counter=False,
         )
-        self.keep_last, self.keep_every = keep_last, keep_every
+        self.every_n_steps, self.keep_last, self.keep_every = every_n_steps, keep_last, keep_every
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         size = checkpoint_bytes(pl_module, with_optimizer=not self.save_weights_only)
@@ -80,7 +82,7 @@ class CheckpointPolicy(ModelCheckpoint):
         permanent = steps // self.keep_every if self.keep_every and steps > 0 else 0
         most = permanent + self.keep_last + 1  # + the one being written before the oldest is deleted
         rank_zero_info(
-            f"Checkpoints: {_gb(size)} each; every {self._every_n_train_steps} updates into {self.dirpath}, "
+            f"Checkpoints: {_gb(size)} each; every {self.every_n_steps} updates into {self.dirpath}, "
             f"keeping the last {self.keep_last}"
             + (f" and every {self.keep_every}th ({permanent} over {steps:,} updates)" if self.keep_every else "")
             + f": at most {most} on disk = {_gb(most * size)}"
@@ -98,6 +100,9 @@ class CheckpointPolicy(ModelCheckpoint):
         # The run's last update is saved here, before any end-of-run evaluation (on_train_end).
         if trainer.max_steps > 0 and trainer.global_step >= trainer.max_steps:
             save_now(trainer)
+
+    # The four protected methods below override ModelCheckpoint's (listed in
+    # fixed_embed.lightning_internals.LIGHTNING_OVERRIDES, checked by tests/test_lightning_internals.py).
 
     def _save_checkpoint(self, trainer: L.Trainer, filepath: str) -> None:
         super()._save_checkpoint(trainer, filepath)
@@ -139,10 +144,7 @@ def save_now(trainer: L.Trainer) -> Path:
         path = Path(trainer.default_root_dir) / "checkpoints" / "last.ckpt"
         trainer.save_checkpoint(path)
         return path
-    if callback._last_global_step_saved != trainer.global_step:
-        candidates = callback._monitor_candidates(trainer)
-        callback._save_topk_checkpoint(trainer, candidates)
-        callback._save_last_checkpoint(trainer, candidates)
+    save_through(callback, trainer)
     return Path(callback.last_model_path or callback.best_model_path)
 
 

@@ -19,13 +19,13 @@ import lightning as L
 import torch
 
 from callbacks._global_metrics import log_global
-from callbacks.update_boundary import due, update_in_flight
+from callbacks.update_boundary import UpdateCallback
 from fixed_embed.norms import global_sq_sums
 
 __all__ = ["GradientMonitor"]
 
 
-class GradientMonitor(L.Callback):
+class GradientMonitor(UpdateCallback):
     """Args:
     every_n_steps: log every N optimizer updates.
     per_part: also log each block, the head, the final norm and a learned interface.
@@ -36,21 +36,13 @@ class GradientMonitor(L.Callback):
     def __init__(
         self, every_n_steps: int = 10, per_part: bool = True, parameter_norms: bool = False, enabled: bool = True
     ) -> None:
-        if every_n_steps < 1:
-            raise ValueError(f"every_n_steps must be >= 1, got {every_n_steps}")
-        self.every_n_steps = every_n_steps
+        super().__init__(every_n_steps, enabled)
         self.per_part = per_part
         self.parameter_norms = parameter_norms
-        self.enabled = enabled
         self.last_metrics: dict[str, float] = {}
 
-    def on_before_optimizer_step(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: torch.optim.Optimizer
-    ) -> None:
-        if not self.enabled:
-            return
-        update = update_in_flight(trainer)
-        if not due(update, self.every_n_steps):
+    def on_before_update_step(self, trainer: L.Trainer, pl_module: L.LightningModule, update: int) -> None:
+        if not self.due(update):
             return
         parts = self._parts(pl_module)
         grads = {name: [p.grad for p in params if p.grad is not None] for name, params in parts.items()}

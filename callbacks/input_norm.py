@@ -23,13 +23,13 @@ import torch
 from lightning.pytorch.loggers import TensorBoardLogger
 
 from callbacks._global_metrics import log_global
-from callbacks.update_boundary import UpdateBoundary, due, update_in_flight
+from callbacks.update_boundary import UpdateCallback
 from fixed_embed.norms import global_sq_sums
 
 __all__ = ["InputNormMonitor"]
 
 
-class InputNormMonitor(L.Callback):
+class InputNormMonitor(UpdateCallback):
     """Args:
     every_n_steps: log every N optimizer updates.
     histogram: also log a histogram of the per-token norms (TensorBoard only).
@@ -47,18 +47,16 @@ class InputNormMonitor(L.Callback):
         probe_ids: int = 1024,
         enabled: bool = True,
     ) -> None:
-        if every_n_steps < 1 or probe_ids < 2:
-            raise ValueError(f"need every_n_steps >= 1 and probe_ids >= 2, got {every_n_steps} and {probe_ids}")
-        self.every_n_steps = every_n_steps
+        super().__init__(every_n_steps, enabled)
+        if probe_ids < 2:
+            raise ValueError(f"InputNormMonitor: probe_ids must be >= 2, got {probe_ids}")
         self.histogram = histogram
         self.track_drift = track_drift
         self.probe_ids = probe_ids
-        self.enabled = enabled
         self.last_metrics: dict[str, float] = {}
         self._captured: dict[str, torch.Tensor] | None = None
         self._armed = False
         self._update = 0  # the update whose first forward is (to be) captured
-        self._boundary = UpdateBoundary()
         self._hook = None
         self._reference: Any = None
 
@@ -88,12 +86,8 @@ class InputNormMonitor(L.Callback):
 
     # -- capture on the real forward ----------------------------------------------------------
 
-    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, idx: int) -> None:
-        if not self.enabled:
-            return
-        self._boundary.start(trainer)
-        update = update_in_flight(trainer)
-        if due(update, self.every_n_steps) and update != self._update:
+    def on_update_start(self, trainer: L.Trainer, pl_module: L.LightningModule, update: int) -> None:
+        if self.due(update):
             self._armed, self._update, self._captured = True, update, None  # its first micro-batch
 
     def _capture(self, module: torch.nn.Module, args: tuple, output: torch.Tensor) -> None:
@@ -105,12 +99,9 @@ class InputNormMonitor(L.Callback):
             expected = module.expected_norm(args[0]).float().flatten().to(norms.device)
             self._captured = {"norms": norms, "expected": expected}
 
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any) -> None:
-        if not self.enabled:
-            return
-        update = self._boundary.end(trainer)
-        if update is None or update != self._update or self._captured is None:
-            return  # mid-accumulation, or not a logged update
+    def on_update_end(self, trainer: L.Trainer, pl_module: L.LightningModule, update: int) -> None:
+        if update != self._update or self._captured is None:
+            return  # not a logged update
         captured, self._captured = self._captured, None
         norms, expected = captured["norms"], captured["expected"]
         metrics = {

@@ -27,13 +27,13 @@ import lightning as L
 from lightning.pytorch.utilities import rank_zero_info
 
 from callbacks.checkpointing import save_now
-from callbacks.update_boundary import UpdateBoundary
+from callbacks.update_boundary import UpdateCallback
 from fixed_embed import rank_watch
 
 __all__ = ["PreemptionCheckpoint"]
 
 
-class PreemptionCheckpoint(L.Callback):
+class PreemptionCheckpoint(UpdateCallback):
     """Save and stop cleanly at the first optimizer-update boundary after one of ``signals``.
 
     Args:
@@ -46,11 +46,10 @@ class PreemptionCheckpoint(L.Callback):
         unknown = [n for n in names if not isinstance(getattr(signal, str(n), None), signal.Signals)]
         if unknown or not names:
             raise ValueError(f"signals must be non-empty signal names such as 'SIGTERM', got {names!r}")
+        super().__init__(every_n_steps=1, enabled=enabled)  # every update: no interval to configure
         self.signals = [signal.Signals[n] for n in names]
-        self.enabled = enabled
         self.received: signal.Signals | None = None
         self._previous: dict[signal.Signals, Any] = {}
-        self._boundary = UpdateBoundary()
 
     def _handle(self, signum: int, frame: Any) -> None:
         self.received = signal.Signals(signum)
@@ -79,13 +78,10 @@ class PreemptionCheckpoint(L.Callback):
             signal.signal(sig, handler)
         self._previous = {}
 
-    def on_train_batch_start(self, trainer: L.Trainer, *args: Any) -> None:
-        if self._previous:  # enabled (handlers installed at on_train_start)
-            self._boundary.start(trainer)
-
-    def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
-        if not self._previous or self._boundary.end(trainer) is None:
-            return  # disabled, or mid-accumulation: stopping here would lose partial gradients
+    def on_update_end(self, trainer: L.Trainer, pl_module: L.LightningModule, update: int) -> None:
+        # Only at the end of an update: stopping mid-accumulation would lose its partial gradients.
+        if not self._previous:  # handlers not installed (on_train_start not run)
+            return
         if not trainer.strategy.reduce_boolean_decision(self.stop_requested(), all=False):
             return
         path = save_now(trainer)

@@ -14,7 +14,7 @@ with a validation pass in it is dropped, and the next one opens at the next fetc
 - ``perf/peak_mem_gb``: peak allocated device memory (CUDA), or the process's peak RSS (CPU);
   the maximum over ranks;
 - ``perf/data_wait_frac``: share of the window spent inside the training loop's ``next()`` on the
-  dataloader, i.e. waiting for data and nothing else (see :class:`_FetchTimer`).
+  dataloader, i.e. waiting for data and nothing else (see :class:`fixed_embed.lightning_internals.FetchTimer`).
 
 The work after a window's end -- the callbacks after this one (a checkpoint write, an in-loop
 benchmark), validation -- falls between two windows and counts in neither.
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import resource
 import time
-from collections.abc import Callable
 from typing import Any
 
 import lightning as L
@@ -33,50 +32,14 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info
 
 from callbacks._global_metrics import log_global
-from callbacks.update_boundary import UpdateBoundary, due
+from callbacks.update_boundary import UpdateCallback
+from fixed_embed.lightning_internals import FetchTimer
 from fixed_embed.peak_flops import matmul_dtype, peak_flops
 
 __all__ = ["ThroughputMonitor"]
 
-_FETCH_ACTION = ".train_dataloader_next"
 
-
-class _FetchTimer:
-    """Calls ``on_start`` / ``on_stop`` around each fetch of a training batch.
-
-    Why not timestamps in the callback hooks: Lightning runs, per micro-batch, ``next()`` on the
-    dataloader, then every callback's ``on_train_batch_start``, the step, every callback's
-    ``on_train_batch_end`` (``ModelCheckpoint`` last), the module's hook, validation and logging.
-    "From this callback's ``on_train_batch_end`` to the next ``on_train_batch_start``" therefore
-    includes every later callback (checkpoint writes, in-loop benchmarks) and the loop's own work;
-    no callback hook runs right before the fetch. The fetch itself is bracketed by the trainer's
-    profiler -- ``profiler.start/stop("[_TrainingEpochLoop].train_dataloader_next")``, the default
-    ``PassThroughProfiler`` included -- so this timer wraps the trainer's profiler object (its
-    ``start``/``stop``, delegating to the originals: a configured profiler still sees every action)
-    for the duration of the fit. Exactly the time in ``next()`` is data wait; nothing else is.
-    """
-
-    def __init__(self, profiler: Any, on_start: Callable[[], None], on_stop: Callable[[], None]) -> None:
-        self.profiler, self.on_start, self.on_stop = profiler, on_start, on_stop
-        self._start, self._stop = profiler.start, profiler.stop
-        profiler.start, profiler.stop = self.start, self.stop
-
-    def start(self, action_name: str) -> None:
-        if action_name.endswith(_FETCH_ACTION):
-            self.on_start()
-        self._start(action_name)
-
-    def stop(self, action_name: str) -> None:
-        self._stop(action_name)
-        if action_name.endswith(_FETCH_ACTION):
-            self.on_stop()
-
-    def remove(self) -> None:
-        if self.profiler.start == self.start:  # not wrapped again since
-            self.profiler.start, self.profiler.stop = self._start, self._stop
-
-
-class ThroughputMonitor(L.Callback):
+class ThroughputMonitor(UpdateCallback):
     """Args:
     every_n_steps: window length, in optimizer updates.
     skip_first_steps: updates of each launch excluded before the first window.
@@ -84,16 +47,15 @@ class ThroughputMonitor(L.Callback):
     """
 
     def __init__(self, every_n_steps: int = 10, skip_first_steps: int = 3, enabled: bool = True) -> None:
-        if every_n_steps < 1 or skip_first_steps < 0:
-            raise ValueError(f"need every_n_steps >= 1, skip_first_steps >= 0, got {every_n_steps}, {skip_first_steps}")
-        self.every_n_steps = every_n_steps
+        super().__init__(every_n_steps, enabled)
+        if skip_first_steps < 0:
+            raise ValueError(f"ThroughputMonitor: skip_first_steps must be >= 0, got {skip_first_steps}")
         self.skip_first_steps = skip_first_steps
-        self.enabled = enabled
         self.last_metrics: dict[str, float] = {}
         self._first_update_logged = False
         self._peak: float | None = None
-        self._boundary = UpdateBoundary()
-        self._timer: _FetchTimer | None = None
+        self._seq_len = 0  # of the last micro-batch
+        self._timer: FetchTimer | None = None
         self._updates = 0  # updates done in this fit
         self._reset(pending=False)
 
@@ -133,7 +95,7 @@ class ThroughputMonitor(L.Callback):
         except ValueError:
             dtype = None
         self._peak = peak_flops(pl_module.device, dtype) if dtype else None
-        self._timer = _FetchTimer(trainer.profiler, self._on_fetch_start, self._on_fetch_stop)
+        self._timer = FetchTimer(trainer.profiler, self._on_fetch_start, self._on_fetch_stop)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.teardown(trainer, pl_module, "fit")
@@ -143,42 +105,33 @@ class ThroughputMonitor(L.Callback):
             self._timer.remove()
             self._timer = None
 
-    def on_train_batch_start(self, trainer: L.Trainer, *args: Any) -> None:
-        if not self.enabled:
-            return
-        self._boundary.start(trainer)
+    def on_micro_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any) -> None:
         self._open(time.perf_counter())  # no fetch was timed (the first batch, or no profiler hook)
 
-    def on_train_batch_end(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
-    ) -> None:
-        if not self.enabled:
-            return
-        update = self._boundary.end(trainer)
-        if update is not None:
-            self._updates += 1
-            if not self._first_update_logged:
-                self._first_update_logged = True
-                # Start-up cost (imports, data and validation set-up, resume, first forward/backward):
-                # what every preemption pays again. Measured from the process's own start.
-                since = time.time() - psutil.Process().create_time()
-                rank_zero_info(f"First update done {since:.1f} s after the process started (update {update})")
-                log_global(trainer, {"perf/time_to_first_update_s": (since, "max")}, update - 1)
+    def on_micro_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any) -> None:
+        self._seq_len = batch.shape[1] - 1
         if self._window_start is not None:
-            self._tokens += batch.shape[0] * (batch.shape[1] - 1)
+            self._tokens += batch.shape[0] * self._seq_len
             self._samples += batch.shape[0]
-        if update is None:
-            return  # mid-accumulation
+
+    def on_update_end(self, trainer: L.Trainer, pl_module: L.LightningModule, update: int) -> None:
+        self._updates += 1
+        if not self._first_update_logged:
+            self._first_update_logged = True
+            # Start-up cost (imports, data and validation set-up, resume, first forward/backward):
+            # what every preemption pays again. Measured from the process's own start.
+            since = time.time() - psutil.Process().create_time()
+            rank_zero_info(f"First update done {since:.1f} s after the process started (update {update})")
+            log_global(trainer, {"perf/time_to_first_update_s": (since, "max")}, update - 1)
         if self._window_start is None:  # still warming up
             if not self._pending and self._updates >= self.skip_first_steps:
                 self._reset(pending=True)
             return
-        if not due(update, self.every_n_steps):
+        if not self.due(update):
             return
         elapsed = self._now(pl_module) - self._window_start
         world = trainer.world_size
         tokens_per_sec = self._tokens * world / elapsed
-        seq_len = batch.shape[1] - 1
         metrics = {
             "perf/tokens_per_sec": tokens_per_sec,
             "perf/samples_per_sec": self._samples * world / elapsed,
@@ -186,7 +139,7 @@ class ThroughputMonitor(L.Callback):
             "perf/peak_mem_gb": self._peak_memory_gb(pl_module.device),
         }
         if self._peak is not None:
-            flops = pl_module.decoder.flops_per_token(seq_len)
+            flops = pl_module.decoder.flops_per_token(self._seq_len)
             metrics["perf/mfu"] = flops * tokens_per_sec / (self._peak * world)
         reduce = {name: (value, "max" if name == "perf/peak_mem_gb" else "mean") for name, value in metrics.items()}
         self.last_metrics = log_global(trainer, reduce, update - 1)

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import argparse
 
-from runs import ROOT, run_all, tiny_variants
+if __package__:  # imported, or run as `python -m experiments.controls`
+    from experiments.runs import ROOT, run_all, tiny_variants
+else:  # run as `python experiments/controls.py`: experiments/ is on sys.path, the repository root is not
+    from runs import ROOT, run_all, tiny_variants
 
 
 def main() -> None:
@@ -22,7 +25,7 @@ def main() -> None:
     base = tiny_variants(args.extra)
     base += [(f"beyond/{p.stem}", p, args.extra) for p in sorted((ROOT / "experiments" / "beyond").glob("*.yaml"))]
     plan = []
-    for seed in args.seeds:  # seed 1234 keeps the plain names, so earlier result files stay valid
+    for seed in args.seeds:  # 1234 (the configs' seed) keeps the committed rows' plain names: a re-run skips them
         suffix, flags = ("", []) if seed == 1234 else (f"-seed{seed}", [f"--seed_everything={seed}"])
         plan += [(name + suffix, config, [*extra, *flags]) for name, config, extra in base
                  if not args.only or name in args.only]  # fmt: skip

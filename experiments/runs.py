@@ -29,6 +29,8 @@ from rich.console import Console
 from rich.table import Table
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from fixed_embed.atomic import atomic_write_text
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -214,10 +216,8 @@ def _code_changed() -> bool:
 
 def _write(rows: list[dict], title: str, out: str, commit: str | None = None) -> None:
     commit = commit or _git_commit()
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(f"{out}.json.tmp")  # atomic: a reader (or a kill) never sees half a runs file
-    tmp.write_text(json.dumps({"title": title, "commit": commit, "runs": rows}, indent=2) + "\n")
-    os.replace(tmp, f"{out}.json")
+    # a reader (or the next launch, after a kill) never sees half a runs file: it resumes from it
+    atomic_write_text(f"{out}.json", json.dumps({"title": title, "commit": commit, "runs": rows}, indent=2) + "\n")
     note = "one `fixed-embed fit` per row; the JSON has each row's flags (`extra`) and commit"
     lines = [f"# {title}", "", f"commit `{commit}`; {note}.", "",
              "| run | trainable params | final val loss | val ppl | tokens/s | wall (min) |",

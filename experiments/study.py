@@ -33,17 +33,31 @@ import subprocess
 import sys
 from pathlib import Path
 
-from runs import ROOT, merged_config, run_all
+if __package__:  # imported (the tests) or run as `python -m experiments.study`
+    from experiments.runs import ROOT, merged_config, run_all
+    from experiments.study_plan import (
+        CONTROLS,
+        METRIC,
+        NAME,
+        PAPER,
+        SIZES,
+        WIDTH_FLAG,
+        non_embedding_params,
+        parse_name,
+        widened,
+    )
+    from experiments.study_plan import run_name as name
+    from experiments.study_report import render
+else:  # run as `python experiments/study.py`: experiments/ is on sys.path, the repository root is not
+    from runs import ROOT, merged_config, run_all
+    from study_plan import CONTROLS, METRIC, NAME, PAPER, SIZES, WIDTH_FLAG, non_embedding_params, parse_name, widened
+    from study_plan import run_name as name
+    from study_report import render
 
 STUDY = ROOT / "experiments" / "study"
-PAPER = ("learned", "binary16", "gf2")
-# control -> the paper variant whose best learning rate it trains at
-CONTROLS = {"matched": "binary16", "norm_matched": "learned", "random_full": "binary16",
-            "lowrank_binary": "learned", "lowrank_normal": "learned"}  # fmt: skip
 LADDER = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2)
 TOKENIZERS = {"bpe8k": (), "smollm2": (STUDY / "smollm2.yaml",)}
 STAGES = ("sweep", "sizes", "controls", "probe", "smollm2")
-METRIC = "val_bpb"  # what the learning rate is chosen by, and the headline
 # Training FLOP/s for --estimate. GPU: 40 % of an H200's 989 dense bf16 TFLOP/s (an assumption until
 # `make bench-gpu` measures the MFU). CPU: the two 1-thread fits of this machine together, measured
 # on the study's size-M runs: 1.93e13 FLOPs in 384 s of fit plus eval per run, two at a time.
@@ -56,7 +70,7 @@ class Scale:
 
     def __init__(self, gpu: bool) -> None:
         self.folder = STUDY / "gpu" if gpu else STUDY
-        self.sizes = ("s", "m", "l")
+        self.sizes = SIZES
         self.tune = "s" if gpu else "m"  # the GPU plan tunes where a run is cheapest
         self.tokenizer = "smollm2" if gpu else "bpe8k"
 
@@ -66,17 +80,13 @@ class Scale:
         return (STUDY / f"{variant}.yaml", *scale, self.folder / f"size-{size}.yaml", *vocabulary)
 
 
-def name(tokenizer: str, size: str, variant: str, lr: float, seed: int) -> str:
-    return f"{tokenizer}-{size}/{variant}-lr{lr:g}-seed{seed}"
-
-
 def step(scale: Scale, size: str, variant: str, lr: float, seed: int, tokenizer: str | None = None) -> tuple:
     tokenizer = tokenizer or scale.tokenizer
     configs = scale.configs(variant, size, tokenizer)
     flags = [f"--seed_everything={seed}", f"--model.optimizer.lr={lr:g}"]
     decoder = merged_config(configs)["model"]["decoder"]
     if variant == "matched":
-        flags.append(f"--model.decoder.ffn_dim={matched_ffn(decoder)}")
+        flags.append(f"{WIDTH_FLAG}{matched_ffn(decoder)}")
     if variant == "random_full":
         flags.append(f"--model.interface.init_args.code_width={decoder['d_model']}")
     return name(tokenizer, size, variant, lr, seed), configs, flags
@@ -125,9 +135,9 @@ def score(rows: dict[str, dict], run_name: str) -> float | None:
 
 def swept(scale: Scale, rows: dict[str, dict]) -> list[float]:
     """The rates every paper variant finished at the tuning size with seed 1."""
-    prefix = f"{scale.tokenizer}-{scale.tune}/"
-    rates = [{float(n.split("-lr")[1].split("-seed")[0]) for n in rows if n.startswith(f"{prefix}{v}-lr")
-              and n.endswith("-seed1")} for v in PAPER]  # fmt: skip
+    runs = [parse_name(n) for n in rows if NAME.match(n)]  # a row of another plan in the file is skipped
+    tuned = [r for r in runs if (r["tok"], r["size"], r["seed"]) == (scale.tokenizer, scale.tune, 1)]
+    rates = [{r["lr"] for r in tuned if r["variant"] == v} for v in PAPER]
     return sorted(set.intersection(*rates))
 
 
@@ -171,12 +181,6 @@ def smoke_plan(scale: Scale) -> list[tuple]:
     return steps + [step(scale, scale.tune, v, 1e-3, 1) for v in others]
 
 
-def non_embedding_params(decoder: dict) -> int:
-    """Parameters of the blocks and final norm (SwiGLU, bias-free, RMSNorm weights)."""
-    d, layers, ffn = decoder["d_model"], decoder["n_layers"], decoder["ffn_dim"]
-    return layers * (4 * d * d + 3 * d * ffn + 2 * d) + d
-
-
 def training_targets(config: dict) -> int:
     """Prediction targets a run trains on (one device: updates x accumulation x batch x seq_len)."""
     trainer, data = config["trainer"], config["data"]
@@ -195,9 +199,7 @@ def estimate(steps: list[tuple], flops_per_sec: float) -> list[str]:
     lines, total = [], 0.0
     for run_name, configs, flags in steps:
         config = merged_config(configs)
-        for flag in flags:  # the matched baseline's width is a flag
-            if flag.startswith("--model.decoder.ffn_dim="):
-                config["model"]["decoder"]["ffn_dim"] = int(flag.split("=")[1])
+        config["model"]["decoder"] = widened(config["model"]["decoder"], flags)
         targets = training_targets(config)
         flops = targets * build_model(config["model"]).decoder.flops_per_token(config["data"]["seq_len"])
         total += flops
@@ -280,8 +282,6 @@ def main() -> None:
             print(f"(assumes the sweep's best rates are inside {sorted(args.lrs)}; each rung added at an edge runs "
                   f"{len(PAPER)} more, and the later stages then run at the best rates)")  # fmt: skip
     elif Path(f"{runs_file}.json").is_file():
-        from study_report import render
-
         render(json.loads(Path(f"{runs_file}.json").read_text()), out, tune=scale.tune)
 
 

@@ -10,7 +10,6 @@ for the two fixed codes, the same initial weights); "mean ± sd" is the sample s
 from __future__ import annotations
 
 import math
-import re
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,13 +18,14 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
-from runs import ROOT, merged_config
 
-NAME = re.compile(
-    r"^(?P<tok>[a-z0-9]+)-(?P<size>[a-z]+)/(?P<variant>[a-z0-9_]+)-lr(?P<lr>[0-9.e-]+)-seed(?P<seed>\d+)$"
-)
-PAPER = ("learned", "binary16", "gf2")
-CONTROLS = ("matched", "norm_matched", "random_full", "lowrank_binary", "lowrank_normal")
+if __package__:  # imported (the tests, study.py) as experiments.study_report
+    from experiments.runs import ROOT, merged_config
+    from experiments.study_plan import CONTROLS, METRIC, PAPER, SIZES, non_embedding_params, parse_name, widened
+else:  # by study.py run as `python experiments/study.py`: experiments/ is on sys.path, the repository root is not
+    from runs import ROOT, merged_config
+    from study_plan import CONTROLS, METRIC, PAPER, SIZES, non_embedding_params, parse_name, widened
+
 LABELS = {
     "learned": "learned table",
     "binary16": "binary code (binary16)",
@@ -47,11 +47,8 @@ SCORES = [  # (column key, title, scale, decimals)
 
 
 def parse(row: dict) -> dict:
-    match = NAME.match(row["name"])
-    if match is None:
-        raise ValueError(f"study run name {row['name']!r} is not TOKENIZER-SIZE/VARIANT-lrLR-seedS")
-    return {"tok": match["tok"], "size": match["size"], "variant": match["variant"], "lr": float(match["lr"]),
-            "seed": int(match["seed"])}  # fmt: skip
+    """The tokenizer, size, variant, rate and seed in the row's name (:func:`study_plan.parse_name`)."""
+    return parse_name(row["name"])
 
 
 def mean_sd(values: Sequence[float], scale: float = 1.0, decimals: int = 3, sign: bool = False) -> str:
@@ -66,11 +63,7 @@ def mean_sd(values: Sequence[float], scale: float = 1.0, decimals: int = 3, sign
 
 def non_embedding(row: dict) -> int:
     decoder = merged_config([ROOT / c for c in row["config"].split(" + ")])["model"]["decoder"]
-    for flag in row["extra"]:
-        if flag.startswith("--model.decoder.ffn_dim="):
-            decoder["ffn_dim"] = int(flag.split("=")[1])
-    d, layers, ffn = decoder["d_model"], decoder["n_layers"], decoder["ffn_dim"]
-    return layers * (4 * d * d + 3 * d * ffn + 2 * d) + d
+    return non_embedding_params(widened(decoder, row["extra"]))
 
 
 def _finite(value: float | None) -> float:
@@ -90,11 +83,11 @@ class Study:
 
     def sizes(self, tok: str) -> list[str]:
         found = {size for t, size, _ in self.index if t == tok}
-        return [s for s in ("s", "m", "l") if s in found]
+        return [s for s in SIZES if s in found]
 
     def swept_best(self, tok: str, size: str, variant: str) -> float | None:
         """The rate with the lowest seed-1 validation bits/byte at ``size``; None without a seed-1 run."""
-        scored = {lr: _finite(seeds[1].get("val_bpb")) for lr, seeds in self.index.get((tok, size, variant), {}).items()
+        scored = {lr: _finite(seeds[1].get(METRIC)) for lr, seeds in self.index.get((tok, size, variant), {}).items()
                   if 1 in seeds}  # fmt: skip
         return min(scored, key=scored.get) if scored else None
 

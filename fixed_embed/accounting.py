@@ -24,6 +24,7 @@ __all__ = [
     "activation_mode",
     "memory_estimate",
     "memory_warning",
+    "model_memory_estimate",
     "module_costs",
     "optimizer_state_bytes",
     "parameter_report",
@@ -283,9 +284,34 @@ def memory_estimate(
     )
 
 
+def model_memory_estimate(
+    model: Any, micro_batch: int, seq_len: int | None, *, precision: Any, world_size: int, sharded: bool
+) -> MemoryEstimate:
+    """:func:`memory_estimate` for a ``LanguageModel``: its decoder and its own settings (activation
+    checkpointing, loss chunking, FSDP2's ``param_dtype``), at a run's micro-batch x ``seq_len``,
+    Lightning ``precision``, world size and sharding.
+
+    The one place a model's settings become :func:`memory_estimate` arguments, whether the run is
+    a ``Trainer`` about to fit (:func:`training_memory_estimate`, fit's start warning) or an
+    experiment config (``fixed_embed.experiment.training_memory``, ``fixed-embed params``), so
+    the two cannot estimate the same run differently.
+    """
+    parallel = model.parallel_config
+    return memory_estimate(
+        model.decoder,
+        micro_batch,
+        seq_len,
+        mode=activation_mode(precision, parallel.param_dtype if sharded else None),
+        activation_checkpointing=parallel.activation_checkpointing,
+        loss_chunk_tokens=model.loss_chunk_tokens,
+        world_size=world_size,
+        sharded=sharded,
+    )
+
+
 def training_memory_estimate(model: Any, trainer: Any) -> MemoryEstimate | None:
-    """:func:`memory_estimate` for a ``LanguageModel`` about to be fitted by ``trainer`` (None without
-    a datamodule giving ``batch_size``)."""
+    """:func:`model_memory_estimate` for a ``LanguageModel`` about to be fitted by ``trainer`` (None
+    without a datamodule giving ``batch_size``)."""
     datamodule = getattr(trainer, "datamodule", None)
     micro_batch = getattr(datamodule, "batch_size", None)
     if not isinstance(micro_batch, int):
@@ -294,16 +320,8 @@ def training_memory_estimate(model: Any, trainer: Any) -> MemoryEstimate | None:
     from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
 
     sharded = isinstance(trainer.strategy, (FSDPStrategy, ModelParallelStrategy))
-    parallel = model.parallel_config
-    return memory_estimate(
-        model.decoder,
-        micro_batch,
-        seq_len,
-        mode=activation_mode(trainer.precision, parallel.param_dtype if sharded else None),
-        activation_checkpointing=parallel.activation_checkpointing,
-        loss_chunk_tokens=model.loss_chunk_tokens,
-        world_size=trainer.world_size,
-        sharded=sharded,
+    return model_memory_estimate(
+        model, micro_batch, seq_len, precision=trainer.precision, world_size=trainer.world_size, sharded=sharded
     )
 
 

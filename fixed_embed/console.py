@@ -26,7 +26,6 @@
 from __future__ import annotations
 
 import atexit
-import functools
 import logging
 import os
 import re
@@ -36,6 +35,8 @@ import time
 import warnings
 from pathlib import Path
 from typing import Any, TextIO
+
+from fixed_embed.lightning_internals import route_tqdm, take_over_logger
 
 __all__ = ["HARMLESS_WARNINGS", "LOG_NAME", "attach_run_folder", "setup"]
 
@@ -227,7 +228,7 @@ def setup(command: str) -> None:
     _adopt_library_loggers()
     warnings.showwarning = _showwarning
     if not verbose:
-        _route_tqdm(_ProgressStream(run_log))
+        route_tqdm(_ProgressStream(run_log))
     if Path(sys.argv[0]).name in ("fixed-embed", "__main__.py"):  # the command's own process, not a host calling main()
         atexit.register(run_log.close_at_exit, Path("logs").absolute() / f"{command}.log")
 
@@ -258,7 +259,7 @@ def _adopt_library_loggers() -> None:
     """
     for name in _LIBRARY_LOGGERS:
         logger = logging.getLogger(name)
-        logger.__class__ = _LibraryLogger
+        take_over_logger(logger, _LibraryLogger)
         for handler in list(logger.handlers):
             if _prints_to_console(handler):
                 logger.removeHandler(handler)
@@ -293,23 +294,3 @@ def _showwarning(message: Any, category: type[Warning], filename: str, lineno: i
     record = logging.LogRecord("py.warnings", logging.WARNING, filename, lineno, f"{category.__name__}: {message}",
                                None, None)  # fmt: skip
     logging.getLogger("py.warnings").handle(record)
-
-
-def _route_tqdm(stream: _ProgressStream) -> None:
-    """tqdm bars created without a ``file`` (lm-eval's, datasets', the evaluation's own) write to ``stream``."""
-    try:
-        from tqdm import std
-    except ImportError:
-        return
-    original = std.tqdm.__init__
-    if getattr(original, "_fixed_embed_console", False):
-        return
-
-    @functools.wraps(original)
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        if len(args) < 5 and kwargs.get("file") is None:  # file is tqdm's 5th parameter
-            kwargs["file"] = stream
-        original(self, *args, **kwargs)
-
-    __init__._fixed_embed_console = True  # type: ignore[attr-defined]
-    std.tqdm.__init__ = __init__

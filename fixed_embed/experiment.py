@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from jsonargparse import ArgumentParser
 
-from fixed_embed.accounting import MemoryEstimate, ParameterReport, activation_mode, memory_estimate, parameter_report
+from fixed_embed.accounting import MemoryEstimate, ParameterReport, model_memory_estimate, parameter_report
 from fixed_embed.config import load_experiment
 from fixed_embed.data import TextDataModule
 from fixed_embed.interfaces import LearnedInput
@@ -61,14 +61,7 @@ def training_memory(config_path: str | Path, world_size: int | None = None) -> M
     strategy = trainer.get("strategy", "auto")
     name = strategy.get("class_path", "") if isinstance(strategy, dict) else str(strategy)
     sharded = any(key in name.lower() for key in ("fsdp", "modelparallel"))
-    parallel = model.parallel_config
-    return memory_estimate(
-        model.decoder,
-        micro_batch,
-        seq_len,
-        mode=activation_mode(trainer.get("precision", "32-true"), parallel.param_dtype if sharded else None),
-        activation_checkpointing=parallel.activation_checkpointing,
-        loss_chunk_tokens=model.loss_chunk_tokens,
-        world_size=world_size,
-        sharded=sharded,
+    precision = trainer.get("precision", "32-true")
+    return model_memory_estimate(
+        model, micro_batch, seq_len, precision=precision, world_size=world_size, sharded=sharded
     )

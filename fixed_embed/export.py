@@ -18,6 +18,7 @@ import torch
 from safetensors.torch import save_file
 from tokenizers import Tokenizer
 
+from fixed_embed.atomic import temporary_name
 from fixed_embed.data.tokenizer import EOS, special_token_id
 from fixed_embed.errors import ConfigError
 from fixed_embed.module import LanguageModel
@@ -102,7 +103,7 @@ def export_llama(
     )  # fmt: skip
     state = {k: v.to("cpu", dtype).contiguous() for k, v in llama_state_dict(model).items()}
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    tmp = temporary_name(out)  # the hidden sibling an atomic file write uses, here a folder
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:

@@ -34,6 +34,8 @@ from typing import Any
 import torch
 from lightning.pytorch.strategies import ModelParallelStrategy
 
+from fixed_embed.lightning_internals import set_data_parallel_size
+
 __all__ = ["FSDP2Strategy", "UnsafeCheckpointError", "consolidate", "is_sharded_checkpoint", "load_weights_only"]
 
 _SHARDS_PREFIX = ".shards-"
@@ -84,6 +86,7 @@ class _MetadataUnpickler(pickle.Unpickler):
 
 def _read_shards(folder: Path) -> dict[str, Any]:
     """Every item of a torch.distributed.checkpoint folder, like ``dcp_to_torch_save`` but running none of its code."""
+    # Two torch-private names (no public weights-only reader exists): listed in lightning_internals.TORCH_INTERNALS.
     from torch.distributed.checkpoint import CheckpointException, FileSystemReader
     from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
     from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
@@ -154,13 +157,14 @@ class FSDP2Strategy(ModelParallelStrategy):
             process_group_backend=process_group_backend,
             timeout=timedelta(minutes=timeout_minutes),
         )
+        self.save_distributed_checkpoint = save_distributed_checkpoint
 
     def setup_environment(self) -> None:
-        self._data_parallel_size = self.num_nodes * self.num_processes  # all ranks shard one model
+        set_data_parallel_size(self, self.num_nodes * self.num_processes)  # all ranks shard one model
         super().setup_environment()
 
     def save_checkpoint(self, checkpoint: dict[str, Any], filepath: Any, storage_options: Any = None) -> None:
-        if not self._save_distributed_checkpoint:
+        if not self.save_distributed_checkpoint:
             return super().save_checkpoint(checkpoint, filepath, storage_options)
         path = Path(self.broadcast(str(filepath)))
         name = self.broadcast(f"{_SHARDS_PREFIX}{checkpoint.get('global_step', 0)}-{time.time_ns()}")

@@ -19,20 +19,15 @@ from lightning.pytorch.strategies import ModelParallelStrategy
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torchmetrics.aggregation import MeanMetric
 
+from fixed_embed import resume
 from fixed_embed.accounting import memory_warning
-from fixed_embed.errors import CheckpointError
+from fixed_embed.data.loader_state import gather_loader_states
 from fixed_embed.interfaces import BinaryCodeInput, InputInterface
+from fixed_embed.lightning_internals import attached_trainer, set_max_steps
 from fixed_embed.loss import DEFAULT_LOSS_CHUNK_TOKENS
 from fixed_embed.model import Decoder, DecoderConfig
 from fixed_embed.parallel import ParallelConfig, apply_parallelism
-from fixed_embed.recipe import (
-    AdamWConfig,
-    ScheduleConfig,
-    build_adamw,
-    lr_at,
-    parameter_groups_change,
-    steps_for_budget,
-)
+from fixed_embed.recipe import AdamWConfig, ScheduleConfig, build_adamw, lr_at, steps_for_budget
 
 __all__ = ["LanguageModel"]
 
@@ -139,7 +134,7 @@ class LanguageModel(L.LightningModule):
         # Runs after the (DDP-reduced) backward and before clipping. One fused norm over all
         # gradients is non-finite iff some element is; sharded (FSDP) gradients see only their
         # shard, hence the any-rank vote.
-        grads = [_local(p.grad) for p in self.parameters() if p.grad is not None]
+        grads = [resume.local_shard(p.grad) for p in self.parameters() if p.grad is not None]
         local_bad = bool(grads) and not bool(torch.isfinite(torch.nn.utils.get_total_norm(grads)))
         if not self.trainer.strategy.reduce_boolean_decision(local_bad, all=False):
             self.consecutive_skips = 0
@@ -194,7 +189,7 @@ class LanguageModel(L.LightningModule):
         # Lightning may call this hook again (e.g. fit then test): apply the wrapping once.
         if self._parallelized:
             return
-        trainer = self._trainer  # None outside a Trainer
+        trainer = attached_trainer(self)
         mesh = self.device_mesh if trainer is not None and isinstance(trainer.strategy, ModelParallelStrategy) else None
         apply_parallelism(self.decoder, self.parallel_config, mesh)
         self._parallelized = True
@@ -219,7 +214,7 @@ class LanguageModel(L.LightningModule):
         steps = steps_for_budget(
             self.token_budget, trainer.world_size, micro_batch, trainer.accumulate_grad_batches, seq_len
         )
-        trainer.fit_loop.epoch_loop.max_steps = steps
+        set_max_steps(trainer, steps)
         per_update = trainer.world_size * micro_batch * trainer.accumulate_grad_batches * seq_len
         rank_zero_info(
             f"Training length: token budget {self.token_budget:,} / ({trainer.world_size} devices x {micro_batch} "
@@ -239,39 +234,18 @@ class LanguageModel(L.LightningModule):
         self._fresh_groups = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
+    # -- resume: the policy in fixed_embed/resume.py, the data position in fixed_embed/data/loader_state.py --
+
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        # Raising here aborts the save, so a good checkpoint on disk is never replaced by a poisoned one.
-        # A sharded tensor is checked shard by shard: the verdict is a vote, so every rank refuses together.
-        poisoned = next(
-            (
-                name
-                for name, tensor in checkpoint.get("state_dict", {}).items()
-                if (local := _local(tensor)).is_floating_point() and not bool(torch.isfinite(local).all())
-            ),
-            None,
-        )
-        trainer = self._trainer
-        if trainer is not None and trainer.strategy.reduce_boolean_decision(poisoned is not None, all=False):
-            where = poisoned or "a parameter shard on another rank"
-            raise FloatingPointError(
-                f"refusing to write a checkpoint at step {self.global_step}: {where} has non-finite values"
-            )
-        if trainer is None and poisoned is not None:
-            raise FloatingPointError(f"refusing to write a checkpoint: {poisoned} has non-finite values")
+        trainer = attached_trainer(self)
+        resume.refuse_poisoned(checkpoint, trainer, self.global_step)
         checkpoint["tokens_seen"] = self.tokens_seen
         checkpoint["skipped_updates"] = self.skipped_updates
         if trainer is not None and trainer.world_size > 1:
-            _gather_loader_states(checkpoint, trainer.world_size)
+            gather_loader_states(checkpoint, trainer.world_size)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        saved = checkpoint.get("hyper_parameters") or {}
-        _refuse_incompatible(saved, self.hparams)
-        fitting = self._trainer is not None and self._trainer.state.fn == "fit"
-        if fitting and (why := parameter_groups_change(saved.get("optimizer"), self.optimizer_config, self)):
-            raise CheckpointError(why)
-        _take_own_loader_state(checkpoint, self._trainer)
-        for line in _changed(saved, self.hparams):
-            rank_zero_info(f"resume: {line}")
+        resume.check_resume(checkpoint, self)
         self.tokens_seen = checkpoint.get("tokens_seen", 0)
         self.skipped_updates = checkpoint.get("skipped_updates", 0)
 
@@ -280,88 +254,8 @@ class LanguageModel(L.LightningModule):
         # config given now wins (LR, betas, weight decay, schedule length): re-apply it.
         if self.trainer.ckpt_path is None or not self._fresh_groups:
             return
-        optimizer = self.trainer.optimizers[0]
         scheduler = self.trainer.lr_scheduler_configs[0].scheduler
-        for group, fresh in zip(optimizer.param_groups, self._fresh_groups, strict=True):
-            group.update(fresh)
-        scheduler.base_lrs = [fresh["initial_lr"] for fresh in self._fresh_groups]
-        for group, base, factor in zip(optimizer.param_groups, scheduler.base_lrs, scheduler.lr_lambdas, strict=True):
-            group["lr"] = base * factor(scheduler.last_epoch)
-        scheduler._last_lr = [group["lr"] for group in optimizer.param_groups]
-
-
-# What a resume may not change: the function the weights compute and the token -> input mapping.
-# init_std only matters at initialisation; max_seq_len only sizes the RoPE tables.
-_RESUMABLE_DECODER_CHANGES = {"init_std", "max_seq_len"}
-
-
-def _refuse_incompatible(saved: Mapping[str, Any], now: Mapping[str, Any]) -> None:
-    problems = []
-    if "interface" in saved and saved["interface"] != now.get("interface"):
-        problems.append(f"model.interface: checkpoint {saved['interface']}, config {now.get('interface')}")
-    for key, value in (saved.get("decoder") or {}).items():
-        current = (now.get("decoder") or {}).get(key)
-        if key not in _RESUMABLE_DECODER_CHANGES and value != current:
-            problems.append(f"model.decoder.{key}: checkpoint {value!r}, config {current!r}")
-    if problems:
-        raise CheckpointError(
-            "refusing to resume: the checkpoint's model differs from the config's in what a resume cannot change: "
-            + "; ".join(problems)
-            + ". Resume with the run's own config, or start a new run (--run NAME) without --ckpt_path."
-        )
-
-
-def _changed(saved: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
-    """The settings a resume takes from the config instead of the checkpoint, where they differ."""
-    lines = []
-    for key in ("optimizer", "schedule", "parallel", "token_budget", "on_nonfinite", "max_skipped_updates",
-                "loss_chunk_tokens"):  # fmt: skip
-        old, new = saved.get(key), now.get(key)
-        if key not in saved or old == new:
-            continue
-        if isinstance(old, Mapping) and isinstance(new, Mapping):
-            lines += [
-                f"model.{key}.{k}: {old.get(k)!r} in the checkpoint -> {new.get(k)!r} now"
-                for k in sorted(set(old) | set(new))
-                if old.get(k) != new.get(k)
-            ]
-        else:
-            lines.append(f"model.{key}: {old!r} in the checkpoint -> {new!r} now")
-    return lines
-
-
-# Lightning saves the training loader's state (the data position) from global rank 0 only, and every
-# rank would resume rank 0's stream. Every rank's state is kept in the checkpoint instead, and each
-# rank takes its own back on load.
-_LOADER_STATES = "loader_states_per_rank"
-
-
-def _loader_slot(checkpoint: dict[str, Any]) -> dict[str, Any] | None:
-    return checkpoint.get("loops", {}).get("fit_loop", {}).get("state_dict")
-
-
-def _gather_loader_states(checkpoint: dict[str, Any], world_size: int) -> None:
-    slot = _loader_slot(checkpoint)
-    states: list[Any] = [None] * world_size
-    torch.distributed.all_gather_object(states, None if slot is None else slot.get("combined_loader"))
-    checkpoint[_LOADER_STATES] = states
-
-
-def _take_own_loader_state(checkpoint: dict[str, Any], trainer: Any) -> None:
-    states, slot = checkpoint.get(_LOADER_STATES), _loader_slot(checkpoint)
-    if states is None or slot is None or trainer is None or trainer.state.fn != "fit":
-        return  # validate/test need no data position
-    if len(states) != trainer.world_size:
-        raise CheckpointError(
-            f"refusing to resume: the checkpoint holds the data position of {len(states)} ranks but this run has "
-            f"{trainer.world_size}; resume on the same number of nodes x devices"
-        )
-    slot["combined_loader"] = states[trainer.global_rank]
-
-
-def _local(tensor: torch.Tensor) -> torch.Tensor:
-    """This rank's shard of a DTensor (FSDP2), or the tensor itself."""
-    return tensor.to_local() if hasattr(tensor, "to_local") else tensor
+        resume.reapply_config(self.trainer.optimizers[0], scheduler, self._fresh_groups)
 
 
 def _as(cls: type, value: Any) -> Any:

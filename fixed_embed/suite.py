@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from fixed_embed.atomic import atomic_write_text
 from fixed_embed.errors import UserError
 
 __all__ = [
@@ -226,10 +227,7 @@ def write_results(results: dict[str, Any], model: str, out_dir: str | os.PathLik
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    path = out / "results.json"
-    tmp = out / ".results.json.tmp"
-    tmp.write_text(json.dumps({"model": model, **results}, indent=2) + "\n")
-    os.replace(tmp, path)
+    path = atomic_write_text(out / "results.json", json.dumps({"model": model, **results}, indent=2) + "\n")
     (out / "table.md").write_text(markdown_table([json.loads(path.read_text())]) + TABLE_NOTES)
     return path
 

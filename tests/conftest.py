@@ -1,4 +1,7 @@
 import os
+import subprocess
+import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -16,6 +19,50 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"shared data not found at {SHARED_DATA}")
     return SHARED_DATA
+
+
+# What starts a process of its own: the inner loop (`make test-fast`, `-m "not slow"`) runs none of it.
+_PROCESS_STARTERS = {Path(sys.executable).name, "python", "python3", "make", "sh", "bash", "fixed-embed", "torchrun"}
+_ROOT = Path(__file__).resolve().parents[1]
+_STDLIB = Path(sysconfig.get_paths()["stdlib"]).resolve()
+
+
+def _started_by_project_code() -> bool:
+    """Whether the nearest caller outside the standard library is this project's code (a test, a script, the
+    library), not a dependency (which may run a helper process of its own to inspect the environment)."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        path = Path(frame.f_code.co_filename).resolve()
+        if not path.is_relative_to(_STDLIB) and path != Path(__file__).resolve():
+            return path.is_relative_to(_ROOT) and ".venv" not in path.relative_to(_ROOT).parts
+        frame = frame.f_back
+    return False
+
+
+@pytest.fixture(autouse=True)
+def _processes_only_in_slow_tests(request, monkeypatch):
+    """A test that starts Python, make or a shell must be marked ``slow``, so the fast suite stays in-process."""
+    if "slow" in request.keywords:
+        return
+    popen = subprocess.Popen
+
+    class Refused(popen):
+        def __init__(self, args, *rest, **kwargs):
+            program = Path(str(args[0] if isinstance(args, (list, tuple)) else str(args).split()[0])).name
+            if program in _PROCESS_STARTERS and _started_by_project_code():
+                raise AssertionError(
+                    f"{request.node.nodeid} starts a process ({program}): call it in-process (tests/cli.py) "
+                    "or mark the test @pytest.mark.slow"
+                )
+            super().__init__(args, *rest, **kwargs)
+
+    monkeypatch.setattr(subprocess, "Popen", Refused)
+    import torch.multiprocessing
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"{request.node.nodeid} starts worker processes: mark it @pytest.mark.slow")
+
+    monkeypatch.setattr(torch.multiprocessing, "start_processes", refuse)
 
 
 def pytest_collection_modifyitems(config, items):

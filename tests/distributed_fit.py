@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -21,8 +20,6 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from torch.utils.data import Dataset
 from torchdata.stateful_dataloader import StatefulDataLoader
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from callbacks.benchmarks import BenchmarkCallback
 from callbacks.fail_fast import FailFast
@@ -87,7 +84,10 @@ class Record(L.Callback):
         self.rows.append(row)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict | None:
+    """Run the fit of ``argv`` (the command line); global rank 0 writes OUT and returns what it wrote.
+
+    With ``--devices 1`` a test may call this in its own process; more devices need a process per rank."""
     parser = argparse.ArgumentParser()
     parser.add_argument("out")
     parser.add_argument("--devices", type=int, default=1)
@@ -99,8 +99,16 @@ def main() -> None:
     parser.add_argument("--resume", help="checkpoint to resume from")
     parser.add_argument("--fail-on-rank", type=int, help="raise on this rank only (with --fail-at)")
     parser.add_argument("--fail-at", type=int, default=2, help="the update at which --fail-on-rank raises")
-    args = parser.parse_args()
-    torch.set_num_threads(1)
+    args = parser.parse_args(argv)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # 2 ranks on 2 cores
+    try:
+        return _fit(args)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _fit(args: argparse.Namespace) -> dict | None:
     L.seed_everything(0)
     model = LanguageModel(
         decoder={"vocab_size": VOCAB, "d_model": 32, "n_layers": 2, "n_heads": 4, "ffn_dim": 64, "max_seq_len": 256},
@@ -129,8 +137,11 @@ def main() -> None:
     )  # fmt: skip
     data = GlobalBatchRows(args.steps, trainer.global_rank, trainer.world_size)
     trainer.fit(model, StatefulDataLoader(data, batch_size=None), ckpt_path=args.resume)
-    if trainer.is_global_zero:
-        Path(args.out).write_text(json.dumps({"world_size": trainer.world_size, "rows": record.rows}))
+    if not trainer.is_global_zero:
+        return None
+    result = {"world_size": trainer.world_size, "rows": record.rows}
+    Path(args.out).write_text(json.dumps(result))
+    return result
 
 
 if __name__ == "__main__":

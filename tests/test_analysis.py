@@ -1,8 +1,6 @@
 """Analysis: identity probes find the bits where they are; ablations change the loss only when they ablate."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -12,6 +10,7 @@ from fixed_embed.analysis.ablation import _loss
 from fixed_embed.data.tokenizer import load_tokenizer
 from fixed_embed.interfaces import BinaryCodeInput, LearnedInput
 from fixed_embed.model import Decoder, DecoderConfig
+from tests.cli import run_cli
 from tests.helpers import fit_tiny
 
 CONFIG = DecoderConfig(vocab_size=300, d_model=32, n_layers=2, n_heads=4, ffn_dim=64, max_seq_len=16)
@@ -61,11 +60,9 @@ def test_cli_analyze_writes_json_and_png(tmp_path, corpus):
     fit_tiny(tmp_path / "run", corpus, 2, max_steps=2, interface=BinaryCodeInput)
     checkpoint = tmp_path / "run" / "ckpt" / "last.ckpt"
     for analysis in ("probe", "ablate"):
-        run = subprocess.run(
-            [sys.executable, "-m", "fixed_embed", "analyze", analysis, str(checkpoint), "--labels", "binary",
-             "--blocks", "16", "--out", str(tmp_path / "out")],
-            capture_output=True, text=True,
-        )  # fmt: skip
+        run = run_cli(
+            "analyze", analysis, checkpoint, "--labels", "binary", "--blocks", "16", "--out", tmp_path / "out"
+        )
         assert run.returncode == 0, run.stderr[-2000:]
         assert (tmp_path / "out" / f"{analysis}.png").stat().st_size > 1000
     assert json.loads((tmp_path / "out" / "probe.json").read_text())["binary"]["interface"] == "BinaryCodeInput"

@@ -5,9 +5,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_gpu_benchmark_smoke_on_cpu(tmp_path):
     out = tmp_path / "rows.json"
     run = subprocess.run(

@@ -21,6 +21,7 @@ from callbacks.throughput import ThroughputMonitor
 from fixed_embed.codes import bits_of
 from fixed_embed.interfaces import BinaryCodeInput, GF2CodeInput, LearnedInput
 from fixed_embed.peak_flops import matmul_dtype, peak_flops
+from tests import distributed_fit
 from tests.helpers import fit_tiny
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -96,19 +97,17 @@ def test_a_fixed_code_that_moves_is_an_error(tmp_path, corpus):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
-def test_two_processes_give_the_single_process_norms_losses_and_benchmarks(tmp_path, corpus, strategy):
-    results = []
-    for devices in (1, 2):
-        out = tmp_path / f"{devices}.json"
-        run = subprocess.run(
-            [sys.executable, str(ROOT / "tests" / "distributed_fit.py"), str(out), "--devices", str(devices),
-             "--strategy", strategy, "--bench-tokenizer", str(corpus[1])],
-            capture_output=True, text=True, cwd=tmp_path, timeout=600,
-            env={**os.environ, "HF_DATASETS_CACHE": str(tmp_path / "hf-datasets")},
-        )  # fmt: skip
-        assert run.returncode == 0, run.stderr[-3000:]
-        results.append(json.loads(out.read_text()))
-    single, ddp = results
+def test_two_processes_give_the_single_process_norms_losses_and_benchmarks(tmp_path, corpus, strategy, monkeypatch):
+    flags = ["--strategy", strategy, "--bench-tokenizer", str(corpus[1])]
+    monkeypatch.chdir(tmp_path)  # the benchmark results go under the working folder, as in the 2-process run
+    single = distributed_fit.main([str(tmp_path / "1.json"), "--devices", "1", *flags])  # one process: this one
+    run = subprocess.run(
+        [sys.executable, distributed_fit.__file__, str(tmp_path / "2.json"), "--devices", "2", *flags],
+        capture_output=True, text=True, cwd=tmp_path, timeout=600,
+        env={**os.environ, "HF_DATASETS_CACHE": str(tmp_path / "hf-datasets")},
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    ddp = json.loads((tmp_path / "2.json").read_text())
     assert ddp["world_size"] == 2 and len(single["rows"]) == len(ddp["rows"]) == 4
     for a, b in zip(single["rows"], ddp["rows"], strict=True):
         for key in ("loss", "grad/norm", "grad/block_0", "grad/head", "input/norm_mean", "input/norm_min",

@@ -57,6 +57,7 @@ rank_zero_info("`Trainer.fit` stopped: `max_steps=6` reached.")
 """
 
 
+@pytest.mark.slow
 def test_the_console_shows_this_projects_lines_and_the_log_file_has_everything(tmp_path):
     run = subprocess.run([sys.executable, "-c", ROUTING, str(tmp_path)], capture_output=True, text=True, cwd=tmp_path,
                          timeout=120)  # fmt: skip
@@ -80,6 +81,7 @@ def test_the_console_shows_this_projects_lines_and_the_log_file_has_everything(t
     assert not list(tmp_path.glob("logs/*"))  # attached: no fallback file
 
 
+@pytest.mark.slow
 def test_a_command_without_a_run_folder_logs_to_logs_command_log(tmp_path):
     code = (
         "import logging, sys; sys.argv[0] = 'fixed-embed'; from fixed_embed import console; "

@@ -2,7 +2,10 @@
 
 import json
 import random
+import subprocess
+import sys
 
+import datasets
 import pytest
 import torch
 from torchdata.stateful_dataloader import StatefulDataLoader
@@ -81,6 +84,66 @@ def test_packing_concatenates_documents_with_eos_and_no_padding(corpus, tokenize
 def test_bos_is_prepended_when_configured(corpus, tokenizer):
     first = next(iter(stream(corpus, tokenizer, num_shards=1, bos_id=5)))
     assert first[0].item() == 5
+
+
+def test_the_saved_stream_state_keeps_its_keys(corpus, tokenizer):
+    """Checkpoints hold these keys: renaming or dropping one would stop every saved run resuming."""
+    ds = stream(corpus, tokenizer, shuffle_buffer=4)
+    next(iter(ds))
+    state = ds.state_dict()
+    assert list(state) == [
+        "fingerprint", "layout", "reader", "epoch", "source_shards", "source_shard", "source_state",
+        "source_doc_index", "doc_in_batch", "blocks_from_doc", "carry_at_doc", "carries", "buffer", "rng_state",
+        "blocks_delivered", "flushing",
+    ]  # fmt: skip
+    assert json.loads(state["fingerprint"])["bos_id"] is None and state["layout"] == 2
+
+
+@pytest.mark.slow  # a fresh interpreter: the test process has Lightning loaded already
+def test_data_modules_import_without_lightning():
+    """Only the datamodule needs Lightning: the packer, sharding, tokenizer and corpus load without it."""
+    code = (
+        "import sys\n"
+        "import fixed_embed.data.packing, fixed_embed.data.sharding, fixed_embed.data.reader_state\n"
+        "import fixed_embed.data.block_cache, fixed_embed.data.tokenizer, fixed_embed.data.corpus\n"
+        "from fixed_embed.data import DocumentSource, PackedBlocks\n"
+        "loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('lightning', 'pytorch_lightning'))\n"
+        "assert not loaded, loaded\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    from fixed_embed.data import TextDataModule as lazy
+    from fixed_embed.data.datamodule import TextDataModule as direct
+
+    assert lazy is direct
+
+
+def test_hub_splits_choose_what_training_and_validation_read(corpus, tokenizer, tmp_path, monkeypatch):
+    """A hub ``train`` / ``valid`` is read from ``train_split`` / ``valid_split``: the blocks equal those
+    of local files holding the same documents (the hub is faked: no network)."""
+    lines = (corpus / "part1.jsonl").read_text().splitlines(keepends=True)
+    (tmp_path / "web.jsonl").write_text("".join(lines[:12]))
+    (tmp_path / "heldout.jsonl").write_text("".join(lines[12:]))
+    splits = {name: [json.loads(line)["text"] for line in (tmp_path / f"{name}.jsonl").read_text().splitlines()]
+              for name in ("web", "heldout")}  # fmt: skip
+    real_load, opened = datasets.load_dataset, []
+
+    def load_dataset(path, name=None, split=None, streaming=False, **kw):
+        if path != "owner/corpus":  # the local files go through the real builder
+            return real_load(path, name, split=split, streaming=streaming, **kw)
+        opened.append((name, split))
+        return datasets.Dataset.from_dict({"text": splits[split]}).to_iterable_dataset()
+
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    monkeypatch.setenv("FIXED_EMBED_CACHE", str(tmp_path / "cache"))
+    kw = {"tokenizer": tokenizer, "seq_len": 16, "batch_size": 4, "val_sequences": 6, "shuffle_buffer": 8}
+    hub = TextDataModule(train="owner/corpus", valid="owner/corpus", hub_name="cfg", train_split="web",
+                         valid_split="heldout", **kw)  # fmt: skip
+    files = TextDataModule(train=str(tmp_path / "web.jsonl"), valid=str(tmp_path / "heldout.jsonl"), **kw)
+    assert torch.equal(hub.validation_blocks(), files.validation_blocks())
+    assert opened == [("cfg", "heldout")]
+    assert torch.equal(next(iter(hub.train_dataloader())), next(iter(files.train_dataloader())))
+    assert opened[-1] == ("cfg", "web")
 
 
 def _reader_blocks(corpus, tokenizer, rank, world, workers, **kw):

@@ -1,8 +1,6 @@
 """Evaluation: the export equals the model, our lm-eval scores equal lm-eval's hf backend, the CLI and its errors."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +14,7 @@ from fixed_embed.interfaces import BinaryCodeInput, GF2CodeInput, LearnedInput
 from fixed_embed.loading import load_checkpoint
 from fixed_embed.module import LanguageModel
 from fixed_embed.suite import TABLE_NOTES, markdown_table, run_suite
+from tests.cli import run_cli
 from tests.helpers import TINY_DECODER, fit_tiny
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -124,11 +123,8 @@ def test_generate_until_is_greedy_and_stops(checkpoint):
 
 def test_cli_eval_writes_results_and_table_and_merges(tmp_path, checkpoint):
     out = tmp_path / "eval"
-    run = subprocess.run(
-        [sys.executable, "-m", "fixed_embed", "eval", str(checkpoint), "--suite", "offline", "--limit", "4",
-         "--batch-size", "2", "--device", "cpu", "--output", str(out), "--name", "tiny-gf2"],
-        capture_output=True, text=True, cwd=tmp_path,
-    )  # fmt: skip
+    run = run_cli("eval", checkpoint, "--suite", "offline", "--limit", "4", "--batch-size", "2", "--device", "cpu",
+                  "--output", out, "--name", "tiny-gf2")  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
     results = json.loads((out / "results.json").read_text())
     assert results["model"] == "tiny-gf2"

@@ -30,6 +30,7 @@ while True:
 """
 
 
+@pytest.mark.slow
 def test_sigkill_mid_save_leaves_the_previous_checkpoint_loadable(tmp_path):
     path = tmp_path / "last.ckpt"
     proc = subprocess.Popen([sys.executable, "-c", SAVE_FOREVER, str(path)], stdout=subprocess.PIPE, text=True)

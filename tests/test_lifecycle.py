@@ -15,14 +15,16 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from callbacks.checkpointing import CheckpointPolicy
 from callbacks.preemption import PreemptionCheckpoint
 from fixed_embed.interfaces import BinaryCodeInput
+from tests.cli import run_cli
 from tests.helpers import fit_tiny
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def fit_command(tmp_path, corpus, variant="gf2", *extra):
+def fit_args(tmp_path, corpus, variant="gf2", *extra):
+    """``fixed-embed fit`` arguments of a tiny run of the experiment's tiny config, logging under tmp_path."""
     data, tok = corpus
-    return [sys.executable, "-m", "fixed_embed", "fit", "--config", str(ROOT / f"experiments/tiny/{variant}.yaml"),
+    return ["fit", "--config", str(ROOT / f"experiments/tiny/{variant}.yaml"),
             f"--trainer.logger.init_args.save_dir={tmp_path}/logs", "--model.decoder.vocab_size", "300",
             "--model.decoder.d_model", "32", "--model.decoder.n_heads", "4", "--model.decoder.ffn_dim", "64",
             "--model.decoder.n_layers", "2", "--model.decoder.max_seq_len", "256", "--data.seq_len", "32",
@@ -30,9 +32,9 @@ def fit_command(tmp_path, corpus, variant="gf2", *extra):
             "--trainer.log_every_n_steps", "1", *extra]  # fmt: skip
 
 
-def launch(command, cwd, **kwargs):
-    env = {**os.environ, "HF_DATASETS_CACHE": str(Path(cwd) / "hf")}
-    return subprocess.run(command, capture_output=True, text=True, cwd=cwd, env=env, timeout=600, **kwargs)
+def launch(args):
+    """``fixed-embed ARGS`` in this process (the command's parser, checks and exit status; no interpreter start)."""
+    return run_cli(*args)
 
 
 def scalars(folder, tag):
@@ -43,10 +45,10 @@ def scalars(folder, tag):
 
 @pytest.mark.slow
 def test_relaunching_the_same_command_continues_the_same_run(tmp_path, corpus):
-    command = fit_command(tmp_path, corpus, "gf2", "--ckpt_path", "last", "--trainer.max_steps", "100000")
+    args = fit_args(tmp_path, corpus, "gf2", "--ckpt_path", "last", "--trainer.max_steps", "100000")
     env = {**os.environ, "HF_DATASETS_CACHE": str(tmp_path / "hf")}
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
-                            env=env)  # fmt: skip
+    proc = subprocess.Popen([sys.executable, "-m", "fixed_embed", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, cwd=tmp_path, env=env)  # fmt: skip
     output = []
     for line in proc.stdout:
         output.append(line)
@@ -65,7 +67,7 @@ def test_relaunching_the_same_command_continues_the_same_run(tmp_path, corpus):
     assert os.readlink(run / "checkpoints" / "last.ckpt") == f"step={stopped:08d}.ckpt"
 
     # The very same command again (a requeue): it resumes and trains on into the same folder.
-    again = launch([*command[:-1], str(stopped + 3)], tmp_path)
+    again = launch([*args[:-1], str(stopped + 3)])
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"resuming {run / 'checkpoints' / f'step={stopped:08d}.ckpt'} at update {stopped}" in again.stderr
     assert sorted(p.name for p in (tmp_path / "logs" / "tiny" / "gf2").iterdir()) == ["default"]
@@ -76,24 +78,23 @@ def test_relaunching_the_same_command_continues_the_same_run(tmp_path, corpus):
 
 @pytest.mark.slow
 def test_fresh_start_over_a_run_and_incompatible_resumes_are_refused(tmp_path, corpus):
-    first = launch(fit_command(tmp_path, corpus, "binary16", "--trainer.max_steps", "2"), tmp_path)
+    first = launch(fit_args(tmp_path, corpus, "binary16", "--trainer.max_steps", "2"))
     assert first.returncode == 0, first.stderr[-3000:]
-    again = launch(fit_command(tmp_path, corpus, "binary16", "--trainer.max_steps", "2"), tmp_path)
+    again = launch(fit_args(tmp_path, corpus, "binary16", "--trainer.max_steps", "2"))
     assert again.returncode == 2
     assert "already holds checkpoints" in again.stderr and "--ckpt_path last" in again.stderr
     assert "Traceback" not in again.stderr and len(again.stderr.strip().splitlines()) <= 4
 
     # The binary16 run's checkpoint under the gf2 config: refused, naming both interfaces.
     checkpoint = tmp_path / "logs" / "tiny" / "binary16" / "default" / "checkpoints" / "last.ckpt"
-    other = launch(fit_command(tmp_path, corpus, "gf2", "--trainer.max_steps", "3", "--ckpt_path", str(checkpoint)),
-                   tmp_path)  # fmt: skip
+    other = launch(fit_args(tmp_path, corpus, "gf2", "--trainer.max_steps", "3", "--ckpt_path", checkpoint))
     assert other.returncode == 2, other.stderr[-3000:]
     assert "refusing to resume" in other.stderr and "BinaryCodeInput" in other.stderr
     assert "GF2CodeInput" in other.stderr and "Traceback" not in other.stderr
 
     # A changed LR is applied, and said.
-    resumed = launch(fit_command(tmp_path, corpus, "binary16", "--trainer.max_steps", "4", "--ckpt_path", "last",
-                                 "--model.optimizer.lr", "5e-4"), tmp_path)  # fmt: skip
+    resumed = launch(fit_args(tmp_path, corpus, "binary16", "--trainer.max_steps", "4", "--ckpt_path", "last",
+                                 "--model.optimizer.lr", "5e-4"))  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "model.optimizer.lr: 0.001 in the checkpoint -> 0.0005 now" in resumed.stderr
     lrs = dict(scalars(tmp_path / "logs" / "tiny" / "binary16" / "default", "train/lr"))
@@ -103,8 +104,8 @@ def test_fresh_start_over_a_run_and_incompatible_resumes_are_refused(tmp_path, c
 
 @pytest.mark.slow
 def test_val_check_interval_counts_updates_with_accumulation(tmp_path, corpus):
-    result = launch(fit_command(tmp_path, corpus, "gf2", "--trainer.max_steps", "4", "--trainer.val_check_interval",
-                                "2", "--trainer.accumulate_grad_batches", "3"), tmp_path)  # fmt: skip
+    result = launch(fit_args(tmp_path, corpus, "gf2", "--trainer.max_steps", "4", "--trainer.val_check_interval",
+                                "2", "--trainer.accumulate_grad_batches", "3"))  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     run = tmp_path / "logs" / "tiny" / "gf2" / "default"
     # validation after updates 2 and 4 (logged at the index of the update, 1 and 3), not after micro-batch 2
@@ -116,7 +117,7 @@ def test_val_check_interval_counts_updates_with_accumulation(tmp_path, corpus):
 
 
 def test_seq_len_above_max_seq_len_is_refused_before_any_work(tmp_path, corpus):
-    result = launch(fit_command(tmp_path, corpus, "gf2", "--data.seq_len", "512"), tmp_path)
+    result = launch(fit_args(tmp_path, corpus, "gf2", "--data.seq_len", "512"))
     assert result.returncode == 2
     assert "data.seq_len 512 exceeds model.decoder.max_seq_len 256" in result.stderr
     assert not (tmp_path / "logs").exists()
@@ -211,10 +212,10 @@ def test_a_failure_on_one_rank_ends_every_rank(tmp_path, strategy):
 
 @pytest.mark.slow
 def test_refused_data_resume_is_the_last_word_and_bad_inputs_are_one_line(tmp_path, corpus):
-    first = launch(fit_command(tmp_path, corpus, "gf2", "--trainer.max_steps", "2", "--ckpt_path", "last"), tmp_path)
+    first = launch(fit_args(tmp_path, corpus, "gf2", "--trainer.max_steps", "2", "--ckpt_path", "last"))
     assert first.returncode == 0, first.stderr[-3000:]
-    other = launch(fit_command(tmp_path, corpus, "gf2", "--trainer.max_steps", "4", "--ckpt_path", "last",
-                               "--data.seq_len", "16"), tmp_path)  # fmt: skip
+    other = launch(fit_args(tmp_path, corpus, "gf2", "--trainer.max_steps", "4", "--ckpt_path", "last",
+                               "--data.seq_len", "16"))  # fmt: skip
     assert other.returncode == 2, other.stderr[-3000:]
     last = other.stderr.strip().splitlines()[-2]
     assert "refusing to resume" in last and "seq_len: checkpoint 32, now 16" in last
@@ -231,7 +232,7 @@ def test_refused_data_resume_is_the_last_word_and_bad_inputs_are_one_line(tmp_pa
         ("--model.decoder.vocab_size", "17", "--run", "vv"): "model vocab_size 17 does not match the tokenizer's",
     }
     for flags, message in cases.items():
-        result = launch(fit_command(tmp_path, corpus, "gf2", "--trainer.max_steps", "2", *flags), tmp_path)
+        result = launch(fit_args(tmp_path, corpus, "gf2", "--trainer.max_steps", "2", *flags))
         assert result.returncode == 2 and message in result.stderr, (flags, result.stderr[-2000:])
         assert "Traceback" not in result.stderr and "weights_only=False" not in result.stderr
 

@@ -14,6 +14,7 @@ from fixed_embed.accounting import activation_mode, memory_estimate, memory_warn
 from fixed_embed.interfaces import GF2CodeInput, LearnedInput
 from fixed_embed.model import Decoder, DecoderConfig
 from fixed_embed.module import LanguageModel
+from tests.cli import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = {"vocab_size": 300, "d_model": 32, "n_layers": 2, "n_heads": 4, "ffn_dim": 64, "max_seq_len": 16}
@@ -143,12 +144,13 @@ def test_params_command_prints_the_memory_estimate(tmp_path):
     sharded = training_memory(str(fsdp))
     assert (sharded.world_size, sharded.sharded, sharded.mode) == (8, True, "bfloat16")
     assert sharded.weights == -(-4 * 1_711_376_384 // 8)  # base.yaml's interface: the default binary code
-    out = subprocess.run([sys.executable, "-m", "fixed_embed", "params", str(fsdp), "--world-size", "16"],
-                         capture_output=True, text=True, check=True, cwd=ROOT).stdout  # fmt: skip
-    out = " ".join(out.split())  # rich wraps the title
+    result = run_cli("params", fsdp, "--world-size", "16")
+    assert result.returncode == 0, result.stderr[-2000:]
+    out = " ".join(result.stdout.split())  # rich wraps the title
     assert "16 GPU(s), FSDP, bfloat16" in out and "loss: chunked, 4096 tokens *" in out
 
 
+@pytest.mark.slow
 def test_memory_benchmark_runs_small(tmp_path):
     out = tmp_path / "rows.json"
     run = subprocess.run(

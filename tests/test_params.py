@@ -1,13 +1,12 @@
 """`fixed-embed params`: the paper's exact parameter counts, built on the meta device."""
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 from fixed_embed.experiment import parameter_reports
+from tests.cli import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER = ROOT / "experiments" / "paper"
@@ -26,10 +25,9 @@ def test_paper_counts(variant, total, removed):
 
 
 def test_command_prints_exact_numbers():
-    out = subprocess.run(
-        [sys.executable, "-m", "fixed_embed", "params", str(PAPER / "binary16.yaml")],
-        capture_output=True, text=True, check=True, cwd=ROOT,
-    ).stdout  # fmt: skip
+    result = run_cli("params", PAPER / "binary16.yaml")
+    assert result.returncode == 0, result.stderr[-2000:]
+    out = result.stdout
     assert "1,711,376,384" in out and "1,812,039,680" in out
     assert "100,663,296 (5.56 % of the control)" in out
 

@@ -1,14 +1,11 @@
 """The experiment runner's result files: resumable JSON, a Markdown table, and the seed summary."""
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
-
-import runs
+import experiments.runs as runs
 
 
 def row(name, loss):

@@ -268,6 +268,7 @@ def warning_of(lines: list[str]) -> str:
     return subprocess.run(["sh", "-c", check[0]], capture_output=True, text=True, timeout=30).stderr
 
 
+@pytest.mark.slow
 def test_make_tensorboard_binds_loopback_by_default():
     lines = make_n()
     command = tensorboard_line(lines)
@@ -276,11 +277,13 @@ def test_make_tensorboard_binds_loopback_by_default():
     assert warning_of(lines) == ""
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("host", ["127.0.0.1", "127.0.1.1", "localhost", "::1"])
 def test_make_tensorboard_is_quiet_on_loopback(host):
     assert warning_of(make_n(f"HOST={host}")) == ""
 
 
+@pytest.mark.slow
 def test_make_tensorboard_serves_others_only_on_request_and_warns():
     lines = make_n("HOST=0.0.0.0", "PORT=6010")
     command = tensorboard_line(lines)

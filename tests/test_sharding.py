@@ -18,7 +18,8 @@ import torch
 
 import fixed_embed.data.packing as packing
 from fixed_embed.data import DocumentSource, PackedBlocks, TextDataModule
-from fixed_embed.data.packing import BlockCache, document_cycle, is_held_out, reader_plan, virtual_shard_of
+from fixed_embed.data.block_cache import BlockCache
+from fixed_embed.data.sharding import document_cycle, is_held_out, reader_plan, virtual_shard_of
 from fixed_embed.data.tokenizer import train_bpe
 
 FILES, DOCS_PER_FILE = 16, 64

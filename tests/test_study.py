@@ -1,19 +1,15 @@
 """The study (`make study`): its local-file benchmark tasks, its plan, its configs and its report."""
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
-
-import study
-import study_report
-
+import experiments.study as study
+import experiments.study_report as study_report
 from fixed_embed.tasks import offline_data
+from tests.cli import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -150,10 +146,9 @@ def test_every_study_config_composes_at_both_scales():
     steps += [study.step(gpu, size, "lowrank_normal", 1e-3, 1) for size in SIZES]
     for name, configs, flags in steps:
         args = [a for c in configs for a in ("--config", str(c))]
-        result = subprocess.run([sys.executable, "-m", "fixed_embed", "fit", *args, *flags, "--print_config"],
-                                capture_output=True, text=True, cwd=ROOT)  # fmt: skip
+        result = run_cli("fit", *args, *flags, "--print_config")
         assert result.returncode == 0, (name, result.stderr[-1500:])
-        config = yaml.safe_load(result.stdout)
+        config = result.config()
         meta = study_report.parse({"name": name})
         decoder = study.merged_config(configs)["model"]["decoder"]
         assert config["model"]["decoder"]["d_model"] == decoder["d_model"]
@@ -217,14 +212,14 @@ def test_the_best_rate_is_chosen_among_finished_runs_only():
         study.best_lrs(scale, {}, [1e-3])
 
 
+@pytest.mark.slow
 def test_the_gpu_plan_smoke_runs_its_smallest_size_on_cpu(tmp_path, shared_data):
     """`make study-gpu ARGS=--smoke` on one config: the GPU plan's size S, 2 updates on this CPU."""
     name, configs, flags = study.smoke_plan(study.Scale(True))[0]
     assert name == "smollm2-s/learned-lr0.001-seed1"
     args = [a for c in configs for a in ("--config", str(c))]
     logger = [f"--trainer.logger.init_args.save_dir={tmp_path}", "--trainer.logger.init_args.name=smoke"]
-    result = subprocess.run([sys.executable, "-m", "fixed_embed", "fit", *args, *flags, *study.SMOKE, *logger],
-                            capture_output=True, text=True, cwd=ROOT)  # fmt: skip
+    result = run_cli("fit", *args, *flags, *study.SMOKE, *logger)
     assert result.returncode == 0, result.stderr[-2000:]
     assert (tmp_path / "smoke" / "default" / "checkpoints" / "step=00000002.ckpt").is_file()
 
@@ -242,12 +237,12 @@ def test_the_comparison_uses_the_swept_best_rate_before_other_seeds_exist(tmp_pa
     assert "rows at the binary code's norm | 1 | 1 | 2.0000 (1 run) | -0.1000 (1 run) |" in text
 
 
-def test_the_estimate_lists_every_planned_run_once():
-    result = subprocess.run([sys.executable, "experiments/study.py", "--estimate"], capture_output=True, text=True,
-                            cwd=ROOT)  # fmt: skip
-    assert result.returncode == 0, result.stderr[-1500:]
-    names = [line.split()[0] for line in result.stdout.splitlines() if line.startswith("bpe8k-")]
+def test_the_estimate_lists_every_planned_run_once(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["experiments/study.py", "--estimate"])
+    study.main()
+    stdout = capsys.readouterr().out
+    names = [line.split()[0] for line in stdout.splitlines() if line.startswith("bpe8k-")]
     # the sweep (3 rates x 3 variants at M, seed 1); 3 sizes x 3 variants x 3 seeds, seed 1 at M from the
     # sweep; 5 controls x 3 seeds
     assert len(names) == len(set(names)) == 9 + (27 - 3) + 15
-    assert f"{len(names)} runs:" in result.stdout
+    assert f"{len(names)} runs:" in stdout

@@ -1,8 +1,5 @@
 """Training: every experiment YAML parses, `fixed-embed fit` runs, checkpoints rebuild and resume exactly."""
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +8,7 @@ import torch
 from fixed_embed.interfaces import GF2CodeInput
 from fixed_embed.module import LanguageModel
 from fixed_embed.recipe import lr_at, steps_for_budget
+from tests.cli import print_config, run_cli
 from tests.helpers import fit_tiny as _fit
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -19,12 +17,8 @@ EXPERIMENTS = sorted(p for p in (ROOT / "experiments").rglob("*.yaml"))
 
 @pytest.mark.parametrize("config", EXPERIMENTS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_experiment_yaml_parses(config):
-    result = subprocess.run(
-        [sys.executable, "-m", "fixed_embed", "fit", "--config", str(config), "--print_config"],
-        capture_output=True, text=True, cwd=ROOT,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert "model:" in result.stdout
+    parsed = print_config("--config", config)
+    assert {"model", "data", "trainer"} <= parsed.keys()
 
 
 def test_paper_budget_gives_381470_updates():
@@ -73,16 +67,15 @@ def test_fixed_interface_is_not_in_the_optimizer_and_norms_do_not_decay():
 
 
 @pytest.mark.slow
-def test_cli_fit_subprocess_writes_checkpoint_and_tensorboard(tmp_path, corpus):
+def test_cli_fit_writes_checkpoint_and_tensorboard(tmp_path, corpus):
     data, tok = corpus
-    result = subprocess.run(
-        [sys.executable, "-m", "fixed_embed", "fit", "--config", str(ROOT / "experiments/tiny/binary16.yaml"),
-         "--trainer.max_steps", "4", "--trainer.val_check_interval", "2", "--trainer.log_every_n_steps", "1",
-         f"--trainer.logger.init_args.save_dir={tmp_path}/logs", "--model.decoder.vocab_size", "300",
-         "--model.decoder.d_model", "32", "--model.decoder.n_heads", "4", "--model.decoder.ffn_dim", "64",
-         "--model.decoder.max_seq_len", "256", "--data.seq_len", "32", f"--data.train={data}",
-         f"--data.tokenizer={tok}", "--data.num_shards", "4", "--data.val_sequences", "4"],
-        capture_output=True, text=True, cwd=tmp_path, env={**os.environ, "HF_DATASETS_CACHE": str(tmp_path / "hf")},
+    result = run_cli(
+        "fit", "--config", ROOT / "experiments/tiny/binary16.yaml",
+        "--trainer.max_steps", "4", "--trainer.val_check_interval", "2", "--trainer.log_every_n_steps", "1",
+        f"--trainer.logger.init_args.save_dir={tmp_path}/logs", "--model.decoder.vocab_size", "300",
+        "--model.decoder.d_model", "32", "--model.decoder.n_heads", "4", "--model.decoder.ffn_dim", "64",
+        "--model.decoder.max_seq_len", "256", "--data.seq_len", "32", f"--data.train={data}",
+        f"--data.tokenizer={tok}", "--data.num_shards", "4", "--data.val_sequences", "4",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     version = tmp_path / "logs" / "tiny" / "binary16" / "default"
@@ -98,11 +91,8 @@ def test_cli_fit_subprocess_writes_checkpoint_and_tensorboard(tmp_path, corpus):
 
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
 def test_paper_config_composes_with_each_strategy(strategy):
-    result = subprocess.run(
-        [sys.executable, "-m", "fixed_embed", "fit", "--config", str(ROOT / "experiments/paper/gf2.yaml"),
-         "--config", str(ROOT / f"experiments/strategies/{strategy}.yaml"), "--print_config"],
-        capture_output=True, text=True, cwd=ROOT,
-    )  # fmt: skip
+    result = run_cli("fit", "--config", ROOT / "experiments/paper/gf2.yaml",
+                     "--config", ROOT / f"experiments/strategies/{strategy}.yaml", "--print_config")  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
     expected = {"ddp": "DDPStrategy", "fsdp": "FSDP2Strategy"}[strategy]
     assert expected in result.stdout and "GF2CodeInput" in result.stdout

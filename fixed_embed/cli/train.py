@@ -10,7 +10,7 @@ What this shell adds to LightningCLI, all decided before any work starts:
   checkpoints is refused (two runs never write into each other).
 - **The config given now wins on resume.** LightningCLI would replace the ``model:`` config by the
   checkpoint's hyper-parameters; here the config is kept, what cannot change is refused and what
-  changed is printed (:meth:`LanguageModel.on_load_checkpoint`).
+  changed is printed (:func:`fixed_embed.resume.check_resume`).
 - **Intervals in optimizer updates.** ``trainer.val_check_interval`` counts updates, like every
   other interval of the experiment configs (Lightning counts micro-batches: it is multiplied by
   ``accumulate_grad_batches`` here).
@@ -56,6 +56,7 @@ class FixedEmbedCLI(LightningCLI):
     def _parse_ckpt_path(self) -> None:
         # LightningCLI would overwrite the model config with the checkpoint's hyper-parameters,
         # silently dropping what the user changed; LanguageModel.on_load_checkpoint checks instead.
+        # A protected method, with no public switch: in fixed_embed.lightning_internals.LIGHTNING_OVERRIDES.
         return
 
     def before_instantiate_classes(self) -> None:

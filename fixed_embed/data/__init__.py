@@ -1,7 +1,26 @@
-"""Data: document sources, tokenizers, packing into fixed blocks, and the LightningDataModule."""
+"""Data: document sources, tokenizers, packing into fixed blocks, and the LightningDataModule.
 
-from fixed_embed.data.datamodule import TextDataModule
-from fixed_embed.data.packing import PackedBlocks
-from fixed_embed.data.sources import DocumentSource
+The names below load on first use (PEP 562), so importing any ``fixed_embed.data.*`` module
+costs only that module's own imports: ``tokenizer`` and ``corpus`` need neither torch nor
+Lightning, ``sharding`` nothing, ``packing`` torch and ``datasets`` but not Lightning.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fixed_embed.data.datamodule import TextDataModule
+    from fixed_embed.data.packing import PackedBlocks
+    from fixed_embed.data.sources import DocumentSource
 
 __all__ = ["DocumentSource", "PackedBlocks", "TextDataModule"]
+
+_HOMES = {"DocumentSource": "sources", "PackedBlocks": "packing", "TextDataModule": "datamodule"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)

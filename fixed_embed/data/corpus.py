@@ -18,6 +18,8 @@ import sysconfig
 from collections.abc import Iterator
 from pathlib import Path
 
+from fixed_embed.atomic import atomic_path
+
 __all__ = ["cache_root", "default_corpus", "shared_data_root"]
 
 VALID_PER_MILLE = 50
@@ -70,12 +72,14 @@ def default_corpus() -> Path:
     folder = cache_root() / f"default-corpus-py{sys.version_info.major}.{sys.version_info.minor}"
     if (folder / "valid.jsonl").is_file():
         return folder
-    folder.mkdir(parents=True, exist_ok=True)
-    tmp = {split: folder / f".{split}.jsonl.{os.getpid()}" for split in ("train", "valid")}
-    with open(tmp["train"], "w") as train, open(tmp["valid"], "w") as valid:
+    # valid.jsonl existing means the corpus is complete, so it must land last: contexts exit in
+    # reverse, so train.jsonl (entered after it) is closed and renamed into place first.
+    with (
+        atomic_path(folder / "valid.jsonl") as valid_tmp,
+        atomic_path(folder / "train.jsonl") as train_tmp,
+        open(train_tmp, "w") as train,
+        open(valid_tmp, "w") as valid,
+    ):
         for doc_id, text in _documents():
             (valid if _is_valid(doc_id) else train).write(json.dumps({"id": doc_id, "text": text}) + "\n")
-    # train first, valid last: valid.jsonl existing means the corpus is complete (atomic renames).
-    os.replace(tmp["train"], folder / "train.jsonl")
-    os.replace(tmp["valid"], folder / "valid.jsonl")
     return folder

@@ -15,8 +15,10 @@ from tokenizers import Tokenizer
 from torch.utils.data import DataLoader, IterableDataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 
+from fixed_embed.data.block_cache import BlockCache
 from fixed_embed.data.corpus import default_corpus
-from fixed_embed.data.packing import BlockCache, PackedBlocks, virtual_shard_count
+from fixed_embed.data.packing import PackedBlocks
+from fixed_embed.data.sharding import virtual_shard_count
 from fixed_embed.data.sources import DocumentSource
 from fixed_embed.data.tokenizer import EOS, load_tokenizer, resolve_tokenizer, special_token_id
 from fixed_embed.data.validation import bytes_per_target, spread_blocks
@@ -24,8 +26,8 @@ from fixed_embed.errors import ConfigError
 
 __all__ = ["TextDataModule"]
 
-# The validation stream's virtual shards: fixed (the former num_shards default), so the validation
-# set never depends on data.num_shards or the world, and single-file validation sets keep their blocks.
+# The validation stream's virtual shards: a constant, so the validation set never depends on
+# data.num_shards or the world; changing it changes the blocks, and val/loss stops comparing across runs.
 _VALIDATION_SHARDS = 64
 # Bump when packing changes the blocks it makes from the same data: cached validation sets are then rebuilt.
 _VALIDATION_LAYOUT = 3  # 3: val_per_document (spread_blocks)
@@ -47,15 +49,25 @@ class _RankSlice(IterableDataset):
 class TextDataModule(L.LightningDataModule):
     """Packed ``seq_len + 1`` token blocks streamed from a hub dataset or local files.
 
+    Every document is ``tokens + <|endoftext|>``: the tokenizer must have that token, as evaluation
+    and export use it as the document boundary too. The options come in three groups, in this
+    order: the source (``train`` to ``tokenizer_vocab_size``: what is read and how it becomes
+    tokens), packing (``seq_len`` to ``tokenize_batch``: the training stream and its loader) and
+    validation (``val_sequences`` to ``holdout_per_mille``: the fixed set every run is measured on).
+
     Args:
         train: local file / folder / glob, or a hub dataset id. ``None``: the offline default
             corpus (Python's own documentation text, built and cached on first use).
         valid: where validation documents come from; ``None``: the default corpus's
             ``valid.jsonl``, or a hash-based hold-out of ``holdout_per_mille`` of ``train``.
-        hub_name, train_split, valid_split: config name and splits of a hub dataset.
+        hub_name: the config name of a hub dataset.
+        train_split: the split a hub ``train`` is read from (local files ignore it).
+        valid_split: the split a hub ``valid`` is read from (local files ignore it); a hub dataset
+            without one (fineweb-edu) validates on a hold-out of ``train`` or on another dataset.
         text_field: the field holding each document's text.
         tokenizer: a hub id, ``tokenizer.json`` or a folder; ``None``: a byte-level BPE of
             ``tokenizer_vocab_size`` trained on ``train`` (cached).
+        tokenizer_vocab_size: the size of that BPE (``tokenizer: null`` only).
         seq_len: prediction targets per sequence (blocks are ``seq_len + 1`` tokens).
         batch_size: sequences per device per micro-batch.
         num_workers: loader worker processes per device.
@@ -68,24 +80,26 @@ class TextDataModule(L.LightningDataModule):
         seed: the data-order seed (shuffle buffer, document permutation); ``None``: the training
             seed (``seed_everything``), so training seeds vary the data order as well as the
             initialisation (the study does this). The default, 0, holds the data order fixed
-            across training seeds, as every run before this option did.
+            across training seeds, so runs that differ only in their seed see the same batches.
         shuffle_documents: read local training files as one seeded permutation of all their
             documents (passages with ``passage_chars``), not file by file: a run shorter than an
             epoch then sees a uniform sample of the corpus, not its first files. Local files only.
         passage_chars: cut each document at paragraph breaks into passages of at least this many
             characters first (``None``: whole documents), so a permutation mixes within books too.
+        tokenize_batch: documents tokenized together; the saved stream position points at one
+            such batch, so it is part of the resume check.
         val_sequences: validation blocks in total (split equally over ranks); built once on
             global rank 0, cached under ``$FIXED_EMBED_CACHE/validation`` and sent to the others.
         val_per_document: draw the ``val_sequences`` blocks equally from every validation
             document (each packed alone, its blocks spread evenly through it) instead of taking
             the first ``val_sequences`` blocks of the stream; reads the whole validation source once.
-        bos_token: prepended to each document when set; EOS (``eos_token``) always ends one.
-        allow_larger_model_vocab: accept a model vocabulary larger than the tokenizer's.
-        txt_sample_by: how ``.txt`` files split into documents (document / paragraph / line).
+        holdout_per_mille: the documents (per mille, chosen by hash) training skips; without
+            ``valid``, they are the validation documents.
     """
 
     def __init__(
         self,
+        # source
         train: str | None = None,
         valid: str | None = None,
         hub_name: str | None = None,
@@ -94,6 +108,7 @@ class TextDataModule(L.LightningDataModule):
         text_field: str = "text",
         tokenizer: str | None = None,
         tokenizer_vocab_size: int = 8192,
+        # packing
         seq_len: int = 2048,
         batch_size: int = 8,
         num_workers: int = 0,
@@ -102,14 +117,11 @@ class TextDataModule(L.LightningDataModule):
         seed: int | None = 0,
         shuffle_documents: bool = False,
         passage_chars: int | None = None,
+        tokenize_batch: int = 64,
+        # validation
         val_sequences: int = 64,
         val_per_document: bool = False,
         holdout_per_mille: int = 10,
-        bos_token: str | None = None,
-        eos_token: str = EOS,
-        allow_larger_model_vocab: bool = False,
-        txt_sample_by: str = "document",
-        tokenize_batch: int = 64,
     ) -> None:
         super().__init__()
         for key, value, least in (("seq_len", seq_len, 1), ("batch_size", batch_size, 1),
@@ -146,7 +158,7 @@ class TextDataModule(L.LightningDataModule):
         else as the files hold them (for the tokenizer and the hash hold-out)."""
         hp = self.hparams
         path = hp.train if hp.train is not None else str(default_corpus() / "train.jsonl")
-        source = DocumentSource(path, hp.train_split, hp.hub_name, hp.text_field, hp.txt_sample_by)
+        source = DocumentSource(path, hp.train_split, hp.hub_name, hp.text_field)
         if not reordered:
             return source
         order = self.seed if hp.shuffle_documents else None
@@ -156,7 +168,7 @@ class TextDataModule(L.LightningDataModule):
         """The validation documents and whether they are a hold-out of ``train`` ("held_out") or not."""
         hp = self.hparams
         if hp.valid is not None:
-            return DocumentSource(hp.valid, hp.valid_split, hp.hub_name, hp.text_field, hp.txt_sample_by), "train"
+            return DocumentSource(hp.valid, hp.valid_split, hp.hub_name, hp.text_field), "train"
         if hp.train is None:
             return DocumentSource(str(default_corpus() / "valid.jsonl"), text_field="text"), "train"
         return self._train_source(reordered=False), "held_out"
@@ -185,30 +197,25 @@ class TextDataModule(L.LightningDataModule):
         if model_vocab is None:
             return
         tokenizer_vocab = self.vocab_size()
-        if model_vocab < tokenizer_vocab or (
-            model_vocab > tokenizer_vocab and not self.hparams.allow_larger_model_vocab
-        ):
+        # Equal, not merely large enough: extra ids would never occur in the data, yet would change
+        # the fixed codes' width K = ceil(log2 V) and the parameter counts the study compares.
+        if model_vocab != tokenizer_vocab:
             raise ConfigError(
                 f"model vocab_size {model_vocab} does not match the tokenizer's {tokenizer_vocab} "
                 f"({self.tokenizer_path()}); set model.decoder.vocab_size: {tokenizer_vocab}"
-                + ("" if model_vocab < tokenizer_vocab else " or data.allow_larger_model_vocab: true")
             )
 
-    def _special_ids(self) -> tuple[int, int | None]:
-        hp, tokenizer = self.hparams, self.tokenizer()
-        eos = special_token_id(tokenizer, hp.eos_token)
-        return eos, special_token_id(tokenizer, hp.bos_token) if hp.bos_token else None
+    def _eos_id(self) -> int:
+        return special_token_id(self.tokenizer(), EOS)
 
     def _stream(self, source: DocumentSource, **kwargs) -> PackedBlocks:
         hp = self.hparams
-        eos_id, bos_id = self._special_ids()
         options = {"num_shards": hp.num_shards, "seed": self.seed, "tokenize_batch": hp.tokenize_batch, **kwargs}
         return PackedBlocks(
             source,
             self.tokenizer_path(),
             self.seq_len,
-            eos_id=eos_id,
-            bos_id=bos_id,
+            eos_id=self._eos_id(),
             holdout_per_mille=hp.holdout_per_mille,
             **options,
         )
@@ -278,7 +285,6 @@ class TextDataModule(L.LightningDataModule):
 
     def _validation_cache(self, source: DocumentSource, keep: str) -> BlockCache:
         hp = self.hparams
-        eos_id, bos_id = self._special_ids()
         key = {
             "layout": _VALIDATION_LAYOUT,
             "source": source.content_stamp(),
@@ -288,17 +294,16 @@ class TextDataModule(L.LightningDataModule):
             "val_sequences": hp.val_sequences,
             "val_per_document": hp.val_per_document,
             "holdout_per_mille": hp.holdout_per_mille,
-            "eos_id": eos_id,
-            "bos_id": bos_id,
+            "eos_id": self._eos_id(),
+            "bos_id": None,  # documents have no BOS; kept in the key so the caches on disk keep matching
             "num_shards": _VALIDATION_SHARDS,
         }
         return BlockCache(key, "validation")  # under cache_root()
 
     def _build_validation_blocks(self, source: DocumentSource, keep: str) -> torch.Tensor:
         if self.hparams.val_per_document:  # spread_blocks warns of short documents and names what it refuses
-            eos_id, bos_id = self._special_ids()
             return spread_blocks(
-                source, self.tokenizer(), self.seq_len, self.hparams.val_sequences, eos_id, bos_id,
+                source, self.tokenizer(), self.seq_len, self.hparams.val_sequences, self._eos_id(),
                 holdout=(self.hparams.holdout_per_mille, keep),
             )  # fmt: skip
         stream = self._stream(source, shuffle_buffer=0, epochs=1, keep=keep, num_shards=_VALIDATION_SHARDS)

@@ -4,144 +4,37 @@ Packing: each document becomes ``[BOS] + tokens + [EOS]`` and is appended to a r
 buffer cut into blocks of ``seq_len + 1`` tokens (inputs = block[:-1], targets = block[1:]),
 so every block has exactly ``seq_len`` targets and no padding; the remainder carries over.
 
-Sharding: the source has ``S`` shards of its own (its files; for a hub stream, the stream's
-``num_shards``) and the stream ``V`` virtual shards (``num_shards``; ``None``, or fewer than
-the readers: one per reader). Think of an ``S x V`` grid of units, ``V`` per source shard;
-virtual shard ``v`` is the units ``[v * S, (v + 1) * S)``: whole files when ``V`` divides
-``S``, a ``1 / (V / S)`` slice of one file when ``S`` divides ``V``, in general at most
-``ceil(S / V) + 1`` consecutive files. Within a file, document ``j`` is in part ``j % m``
-(``m = V / gcd(S, V)``, the finest cut any shard boundary needs), which spans ``gcd(S, V)``
-units: so virtual shard ``(f * V + gcd(S, V) * (j % m)) // S`` for document ``j`` of file
-``f``. Each virtual shard packs its own documents (its own carry), in file then document order.
-
-The ``R = world_size x num_workers`` readers own consecutive virtual shards (reader ``r``:
-``[r * V // R, (r + 1) * V // R)``), hence a consecutive run of units, and open only the source
-shards those units lie in, each with ``datasets``' ``shard``: a reader downloads and parses
-exactly its ``S / R`` files when ``R`` divides ``S`` (and ``V``), the one file it shares with
-``R / S - 1`` other readers when ``S`` divides ``R``, and in general about ``S / R + 1`` source
-shards at most -- never the whole stream. Within a shared file documents are split by index.
-
-What the blocks depend on: ``V``, the source and the packing settings -- not the world. With a
-fixed ``num_shards >= R``, any number of ranks and workers yields exactly the blocks of one
-process (disjoint and complete); with more readers than ``num_shards`` (or ``num_shards=None``)
-``V = R`` and the blocks depend on the number of readers. Readers own equal shares of the
-documents when ``R`` divides ``V``. A resume with another reader count is refused either way.
-
-Resume: the state (the source shard being read and its ``datasets`` state at the last
-tokenization batch, the document and block reached within it, every carry, the shuffle buffer
-and its RNG) is small and exact, so a resumed stream continues with the first block not yet
-delivered -- across any number of resumes.
+Sharding (:mod:`fixed_embed.data.sharding`): each of the ``R = world_size x num_workers`` readers
+reads only its virtual shards' documents, opening only the source shards they lie in; each virtual
+shard packs its own documents with its own carry, so the blocks depend on the virtual shards, not on
+the world. Resume (:mod:`fixed_embed.data.reader_state`): the reader's position, carries, shuffle
+buffer and RNG, so a resumed stream continues with the first block not yet delivered.
 """
 
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
-import math
-import os
 import random
-import time
-import warnings
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from fixed_embed.data.corpus import cache_root
+from fixed_embed.data.reader_state import PackingStats, ReaderState, check_fingerprint, restore_state, state_to_dict
+from fixed_embed.data.sharding import document_cycle, is_held_out, reader_plan, virtual_shard_count, virtual_shard_of
 from fixed_embed.data.sources import DocumentSource
 from fixed_embed.data.tokenizer import load_tokenizer
-from fixed_embed.errors import CheckpointError, DataError
+from fixed_embed.errors import DataError
 
-__all__ = [
-    "BlockCache",
-    "PackedBlocks",
-    "PackingStats",
-    "document_cycle",
-    "is_held_out",
-    "reader_plan",
-    "virtual_shard_count",
-    "virtual_shard_of",
-]
-
-# Version of the saved reader state; states without it (one global document index) resume only
-# from a single-file source, where both layouts agree.
-_STATE_LAYOUT = 2
-
-
-def is_held_out(text: str, per_mille: int) -> bool:
-    """Hash-based document hold-out: the same documents on every machine and run."""
-    return per_mille > 0 and int(hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:8], 16) % 1000 < per_mille
-
-
-def virtual_shard_count(num_shards: int | None, readers: int) -> int:
-    """The virtual shards a stream of ``num_shards`` uses with ``readers`` readers (never fewer than them)."""
-    return readers if num_shards is None or num_shards < readers else num_shards
-
-
-def document_cycle(source_shards: int, virtual_shards: int) -> int:
-    """``m``: document ``j`` of a source shard is in its part ``j % m`` (see the module docstring)."""
-    return virtual_shards // math.gcd(source_shards, virtual_shards)
-
-
-def virtual_shard_of(source_shards: int, virtual_shards: int, shard: int, doc: int) -> int:
-    """The virtual shard of document ``doc`` (its index within the source shard) of source shard ``shard``."""
-    g = math.gcd(source_shards, virtual_shards)
-    return (shard * virtual_shards + g * (doc % (virtual_shards // g))) // source_shards
-
-
-def reader_plan(source_shards: int, virtual_shards: int, reader: int, readers: int) -> list[tuple[int, int, int]]:
-    """The source shards reader ``reader`` of ``readers`` opens, as ``(shard, lo, hi)``, in reading order.
-
-    The reader keeps document ``j`` of source shard ``shard`` when ``lo <= j % m < hi``, with
-    ``m = document_cycle(source_shards, virtual_shards)`` (``lo, hi = 0, m``: the whole shard).
-    """
-    s, v = source_shards, virtual_shards
-    if not (s >= 1 and v >= readers >= 1 and 0 <= reader < readers):
-        raise ValueError(f"bad sharding: {s} source shards, {v} virtual shards, reader {reader} of {readers}")
-    g = math.gcd(s, v)
-    first, end = reader * v // readers * s, (reader + 1) * v // readers * s  # its units [first, end)
-    return [(f, max(first - f * v, 0) // g, min(end - f * v, v) // g) for f in range(first // v, (end - 1) // v + 1)]
-
-
-@dataclass
-class PackingStats:
-    """What this reader has read since its stream started (or resumed): for tests, diagnostics and
-    the "no block from a whole pass" check. Not saved: a resume has no use for the old counts."""
-
-    documents: int = 0
-    empty_documents: int = 0
-    replaced_characters: int = 0
-    tokens: int = 0
-    blocks: int = 0
-    rows_read: int = 0  # documents pulled from the source, own or not (what the reader downloads and parses)
-
-
-@dataclass
-class _ReaderState:
-    epoch: int = 0
-    source_shards: int | None = None  # how many shards the source had (checked on resume)
-    source_shard: int = 0  # the source shard of the current tokenization batch
-    source_state: dict | None = None  # datasets' state of that shard's stream at the start of the batch
-    source_doc_index: int = 0  # index of that batch's first document within its source shard
-    doc_in_batch: int = 0  # documents of that batch already fully packed
-    blocks_from_doc: int = 0  # blocks already cut from the document being packed
-    carry_at_doc: list[int] = field(default_factory=list)  # its shard's carry before that document
-    carries: dict[int, list[int]] = field(default_factory=dict)
-    buffer: list[torch.Tensor] = field(default_factory=list)
-    rng_state: Any = None
-    blocks_delivered: int = 0
-    flushing: bool = False  # a one-pass stream is emptying its (already shuffled) buffer
-    stats: PackingStats = field(default_factory=PackingStats)
+__all__ = ["PackedBlocks", "PackingStats"]
 
 
 class PackedBlocks(IterableDataset):
     """An endless (or, with ``epochs=1``, one-pass) stream of packed ``LongTensor[seq_len + 1]`` blocks.
 
-    ``num_shards``: virtual shards (see the module docstring); ``None``: one per reader.
+    ``num_shards``: virtual shards (:mod:`fixed_embed.data.sharding`); ``None``: one per reader.
     """
 
     def __init__(
@@ -179,7 +72,7 @@ class PackedBlocks(IterableDataset):
         self.rank, self.world_size, self.epochs = rank, world_size, epochs
         self.holdout_per_mille, self.keep, self.tokenize_batch = holdout_per_mille, keep, tokenize_batch
         self.length = length
-        self._state: _ReaderState | None = None
+        self._state: ReaderState | None = None
         self._pending_state: dict | None = None
 
     def __len__(self) -> int:
@@ -216,81 +109,12 @@ class PackedBlocks(IterableDataset):
 
     def state_dict(self) -> dict[str, Any]:
         reader, readers = self._reader()
-        state = self._state or _ReaderState()
-        return {
-            "fingerprint": json.dumps(self.config_fingerprint(), sort_keys=True),
-            "layout": _STATE_LAYOUT,
-            "reader": [reader, readers],
-            "epoch": state.epoch,
-            "source_shards": state.source_shards,
-            "source_shard": state.source_shard,
-            "source_state": copy.deepcopy(state.source_state),
-            "source_doc_index": state.source_doc_index,
-            "doc_in_batch": state.doc_in_batch,
-            "blocks_from_doc": state.blocks_from_doc,
-            "carry_at_doc": torch.tensor(state.carry_at_doc, dtype=torch.int64),
-            "carries": {str(k): torch.tensor(v, dtype=torch.int64) for k, v in state.carries.items()},
-            "buffer": torch.stack(state.buffer)
-            if state.buffer
-            else torch.empty(0, self.seq_len + 1, dtype=torch.int64),
-            "rng_state": _rng_to_list(state.rng_state),
-            "blocks_delivered": state.blocks_delivered,
-            "flushing": state.flushing,
-        }
+        fingerprint = json.dumps(self.config_fingerprint(), sort_keys=True)
+        return state_to_dict(self._state or ReaderState(), fingerprint, reader, readers, self.seq_len + 1)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        expected = json.dumps(self.config_fingerprint(), sort_keys=True)
-        if state["fingerprint"] != expected:
-            saved, now = json.loads(state["fingerprint"]), json.loads(expected)
-            changed = "; ".join(
-                f"{key}: checkpoint {saved.get(key)!r}, now {now.get(key)!r}"
-                for key in sorted(set(saved) | set(now))
-                if saved.get(key) != now.get(key)
-            )
-            raise CheckpointError(
-                f"refusing to resume: the checkpoint's data stream was made with other data settings ({changed}); "
-                "resume with the run's own data settings, or start a new run (--run NAME)"
-            )
-        self._pending_state = state
-
-    def _restore(self, reader: int, readers: int, source_shards: int) -> _ReaderState:
-        saved, self._pending_state = self._pending_state, None
-        if saved is None:
-            state = _ReaderState(source_shards=source_shards)
-            state.rng_state = random.Random(f"{self.seed}/{reader}").getstate()
-            return state
-        if saved["reader"] != [reader, readers]:
-            raise CheckpointError(
-                f"refusing to resume: the checkpoint was written by reader {saved['reader'][0]} of "
-                f"{saved['reader'][1]} but this is reader {reader} of {readers} (nodes, devices or num_workers "
-                "changed); resume with the same world and data.num_workers"
-            )
-        if saved.get("layout") is None and source_shards != 1:
-            raise CheckpointError(
-                "refusing to resume: the checkpoint's data state predates per-file sharding and can only be "
-                f"resumed from a single-file source; {self.source.path} has {source_shards} shards"
-            )
-        saved_shards = saved.get("source_shards")
-        if saved_shards is not None and saved_shards != source_shards:
-            raise CheckpointError(
-                f"refusing to resume: {self.source.path} had {saved_shards} shards (files) when the checkpoint "
-                f"was written and has {source_shards} now"
-            )
-        return _ReaderState(
-            epoch=saved["epoch"],
-            source_shards=source_shards,
-            source_shard=saved.get("source_shard", 0),
-            source_state=saved["source_state"],
-            source_doc_index=saved["source_doc_index"],
-            doc_in_batch=saved["doc_in_batch"],
-            blocks_from_doc=saved["blocks_from_doc"],
-            carry_at_doc=saved["carry_at_doc"].tolist(),
-            carries={int(k): v.tolist() for k, v in saved["carries"].items()},
-            buffer=list(saved["buffer"].unbind(0)),
-            rng_state=_rng_from_list(saved["rng_state"]),
-            blocks_delivered=saved["blocks_delivered"],
-            flushing=saved.get("flushing", False),
-        )  # older states also hold "stats": ignored
+        check_fingerprint(state, json.dumps(self.config_fingerprint(), sort_keys=True))
+        self._pending_state = state  # applied by the next __iter__, which knows the reader and the source
 
     @property
     def stats(self) -> PackingStats:
@@ -302,7 +126,8 @@ class PackedBlocks(IterableDataset):
         reader, readers = self._reader()
         ds = self.source.open()
         source_shards = ds.num_shards
-        state = self._state = self._restore(reader, readers, source_shards)
+        saved, self._pending_state = self._pending_state, None
+        state = self._state = restore_state(saved, reader, readers, source_shards, self.seed, self.source.path)
         virtual = virtual_shard_count(self.num_shards, readers)
         plan = reader_plan(source_shards, virtual, reader, readers)
         tokenizer = load_tokenizer(self.tokenizer_spec)
@@ -364,7 +189,7 @@ class PackedBlocks(IterableDataset):
             state.blocks_delivered += 1
             yield state.buffer.pop()
 
-    def _shuffle(self, block: torch.Tensor, state: _ReaderState, rng: random.Random) -> torch.Tensor | None:
+    def _shuffle(self, block: torch.Tensor, state: ReaderState, rng: random.Random) -> torch.Tensor | None:
         if self.shuffle_buffer == 0:
             return block
         if len(state.buffer) < self.shuffle_buffer:
@@ -374,7 +199,7 @@ class PackedBlocks(IterableDataset):
         out, state.buffer[index] = state.buffer[index], block
         return out
 
-    def _owned_batches(self, ds, plan: list[tuple[int, int, int]], virtual: int, state: _ReaderState):
+    def _owned_batches(self, ds, plan: list[tuple[int, int, int]], virtual: int, state: ReaderState):
         """Yield this reader's documents as ``[(virtual shard, text), ...]`` per tokenization batch, resumably.
 
         Only the source shards in ``plan`` are opened. Before each batch is handed out, ``state``
@@ -424,86 +249,3 @@ class PackedBlocks(IterableDataset):
                 state.stats.rows_read += counted * len(texts)
                 state.source_shard, state.source_state, state.source_doc_index = f, start_state, start_index
                 yield owned
-
-
-class BlockCache:
-    """Materialised blocks kept on disk, keyed by everything they depend on. It is a cache: an entry
-    that cannot be read, or does not match, is rebuilt (with a warning), never trusted or fatal.
-
-    The file is ``folder / <sha256 of key>.pt`` (``folder`` defaults to ``cache_root() / kind``)
-    holding the blocks and that digest; it is written atomically (temporary file, fsync,
-    ``os.replace``), so a reader never sees half a file, and concurrent writers just race to an
-    identical result.
-    """
-
-    def __init__(self, key: dict[str, Any], kind: str = "blocks", folder: str | os.PathLike | None = None) -> None:
-        self.digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()
-        self.path = Path(folder if folder is not None else cache_root() / kind) / f"{self.digest[:32]}.pt"
-
-    def load(self, width: int | None = None) -> torch.Tensor | None:
-        """The cached ``LongTensor[n, width]``, or ``None`` when absent or unusable."""
-        try:
-            saved = torch.load(self.path, map_location="cpu", weights_only=True)
-        except FileNotFoundError:
-            return None
-        except Exception as error:  # truncated, corrupt, unreadable: any of many types
-            reason = (str(error).splitlines() or [""])[0][:200]
-            warnings.warn(
-                f"block cache {self.path} is unreadable ({type(error).__name__}: {reason}); rebuilding", stacklevel=2
-            )
-            return None
-        saved = saved if isinstance(saved, dict) else {}
-        blocks = saved.get("blocks")
-        usable = (
-            saved.get("key") == self.digest
-            and isinstance(blocks, torch.Tensor)
-            and blocks.dtype == torch.int64
-            and blocks.dim() == 2
-            and len(blocks) > 0
-            and (width is None or blocks.shape[1] == width)
-        )
-        if not usable:
-            warnings.warn(f"block cache {self.path} does not hold the expected blocks; rebuilding", stacklevel=2)
-            return None
-        return blocks
-
-    def save(self, blocks: torch.Tensor) -> bool:
-        """Write ``blocks`` atomically; a failure (read-only or full disk) warns and returns False."""
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with open(tmp, "wb") as file:
-                torch.save({"key": self.digest, "blocks": blocks.contiguous()}, file)
-                file.flush()
-                os.fsync(file.fileno())
-            os.replace(tmp, self.path)
-            return True
-        except OSError as error:
-            tmp.unlink(missing_ok=True)
-            warnings.warn(f"could not write the block cache {self.path}: {error}", stacklevel=2)
-            return False
-
-    def get(self, build: Callable[[], torch.Tensor], width: int | None = None) -> tuple[torch.Tensor, float | None]:
-        """The cached blocks, or ``build()`` saved; with the seconds the build took (``None``: from cache)."""
-        blocks = self.load(width)
-        if blocks is not None:
-            return blocks, None
-        start = time.perf_counter()
-        blocks = build()
-        seconds = time.perf_counter() - start
-        self.save(blocks)
-        return blocks, seconds
-
-
-def _rng_to_list(rng_state: Any) -> list | None:
-    if rng_state is None:
-        return None
-    version, internal, gauss = rng_state
-    return [version, list(internal), gauss]
-
-
-def _rng_from_list(saved: list | None) -> Any:
-    if saved is None:
-        return random.Random().getstate()
-    version, internal, gauss = saved
-    return (version, tuple(internal), gauss)

@@ -41,8 +41,7 @@ class DocumentSource:
 
     ``path`` is a local file, folder or glob (``.txt``, ``.jsonl``/``.json``, ``.parquet``) or a
     hub dataset id (``HuggingFaceFW/fineweb-edu``, with ``name`` for the config and ``split``).
-    ``.txt`` files are split into documents by ``txt_sample_by`` (``document``: one file, one
-    document; ``paragraph``: blank-line separated; ``line``).
+    A ``.txt`` file is one document (``passage_chars`` cuts documents smaller).
 
     The stream's shards (``open().num_shards``) are its files, in sorted order, for local data
     and the hub dataset's own shards for a hub id; ``PackedBlocks`` gives each reader whole shards
@@ -60,7 +59,6 @@ class DocumentSource:
     split: str = "train"
     name: str | None = None
     text_field: str = "text"
-    txt_sample_by: str = "document"
     passage_chars: int | None = None
     shuffle_seed: int | None = None
 
@@ -87,16 +85,18 @@ class DocumentSource:
         """What identifies the data, for the resume check (files with their sizes, or the hub id)."""
         if self.is_local:
             files = resolve_files(self.path)
-            # the order keys only when set: streams saved before they existed keep resuming
+            # the order keys only when set, so a stream without them matches checkpoints that lack them
             order = {k: v for k, v in (("passage_chars", self.passage_chars), ("shuffle_seed", self.shuffle_seed))
                      if v is not None}  # fmt: skip
             return {"files": [[f, os.path.getsize(f)] for f in files], "text_field": self.text_field, **order}
         return {"hub": self.path, "name": self.name, "split": self.split, "text_field": self.text_field}
 
     def content_stamp(self) -> dict[str, Any]:
-        """``fingerprint`` plus what else changes the documents (file modification times, how .txt
-        splits): the key of caches built from them. A hub source is its id, config and split."""
-        stamp = {**self.fingerprint(), "txt_sample_by": self.txt_sample_by}
+        """``fingerprint`` plus what else changes the documents (file modification times): the key of
+        caches built from them. A hub source is its id, config and split."""
+        # "txt_sample_by" is a constant in the key (a .txt file is one document) so that the
+        # validation caches already on disk keep matching
+        stamp = {**self.fingerprint(), "txt_sample_by": "document"}
         if "files" in stamp:
             stamp["mtimes"] = [os.stat(f).st_mtime_ns for f, _ in stamp["files"]]
         return stamp
@@ -115,7 +115,8 @@ class DocumentSource:
                 raise DataError(f"{self.path}: every file is empty ({len(files)} file(s)); point data at documents")
             builder = _BUILDERS[suffixes.pop()]
             # Undecodable bytes in text files become U+FFFD (counted by the packer), never a crash.
-            kwargs = {"sample_by": self.txt_sample_by, "encoding_errors": "replace"} if builder == "text" else {}
+            # One .txt file, one document (the text builder's default would make each line one).
+            kwargs = {"sample_by": "document", "encoding_errors": "replace"} if builder == "text" else {}
             if self.passage_chars is None and self.shuffle_seed is None:
                 ds = datasets.load_dataset(builder, data_files=files, split="train", streaming=True, **kwargs)
             else:

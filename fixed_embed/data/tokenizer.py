@@ -11,9 +11,11 @@ from typing import TYPE_CHECKING
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
+from fixed_embed.atomic import atomic_path, atomic_write_text
+from fixed_embed.data.corpus import cache_root
 from fixed_embed.errors import ConfigError, DataError, MissingFileError
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # sources imports datasets, which loading a tokenizer (evaluation, export) does not need
     from fixed_embed.data.sources import DocumentSource
 
 __all__ = ["bpe_cache_dir", "bpe_for_source", "load_tokenizer", "resolve_tokenizer", "special_token_id", "train_bpe"]
@@ -81,25 +83,15 @@ def special_token_id(tokenizer: Tokenizer, token: str) -> int:
     if token_id is None:
         raise ConfigError(
             f"the tokenizer has no {token!r} token (vocab size {tokenizer.get_vocab_size()}); "
-            "name a token it has (data.eos_token / data.bos_token) or use a tokenizer that has it"
+            "training, evaluation and export end every document with it: use a tokenizer that has it"
         )
     return token_id
 
 
 def bpe_cache_dir(fingerprint: str, vocab_size: int) -> Path:
     """The cache folder of the BPE of ``vocab_size`` trained on the corpus with ``fingerprint``."""
-    from fixed_embed.data.corpus import cache_root
-
     digest = hashlib.sha256(fingerprint.encode()).hexdigest()[:16]
     return cache_root() / "tokenizers" / f"bpe-{vocab_size}-{digest}"
-
-
-def source_fingerprint(source: DocumentSource) -> str:
-    """What identifies a corpus for its tokenizer (``DocumentSource.fingerprint``, plus how .txt splits)."""
-    fingerprint = repr(source.fingerprint())
-    if source.txt_sample_by != "document" and source.is_local and Path(source.path).suffix == ".txt":
-        fingerprint += f"|txt_sample_by={source.txt_sample_by}"
-    return fingerprint
 
 
 def bpe_for_source(
@@ -111,7 +103,7 @@ def bpe_for_source(
     size (``bpe_cache_dir``), so different corpora never share one. ``fixed-embed tokenizer`` and
     ``TextDataModule`` (``tokenizer: null``) both call this, so they build and find the same file.
     """
-    fingerprint = source_fingerprint(source)
+    fingerprint = repr(source.fingerprint())
     out = Path(out_dir) if out_dir is not None else bpe_cache_dir(fingerprint, vocab_size)
     texts = (row[source.text_field] for row in source.open())
     return train_bpe(texts, vocab_size, out, fingerprint, corpus=source.path, overwrite=overwrite)
@@ -184,16 +176,12 @@ def train_bpe(
             f"too little text ({counts['documents']} documents, {counts['blank']} empty or whitespace-only). "
             "Give more text or ask for a smaller vocabulary; nothing was written."
         )
-    out.mkdir(parents=True, exist_ok=True)
     stamp.unlink(missing_ok=True)  # never a stamp describing another tokenizer.json, even after a crash
-    tmp = out / f".tokenizer.json.{os.getpid()}"
-    tokenizer.save(str(tmp))
-    digest = _sha256(tmp)
-    os.replace(tmp, target)
+    with atomic_path(target) as tmp:
+        tokenizer.save(str(tmp))
+        digest = _sha256(tmp)
     record = {"key": key, "vocab_size": got, "source": corpus or fingerprint, "tokenizer_sha256": digest}
-    tmp_stamp = out / f".fingerprint.json.{os.getpid()}"
-    tmp_stamp.write_text(json.dumps({**record, "fingerprint": fingerprint}))
-    os.replace(tmp_stamp, stamp)
+    atomic_write_text(stamp, json.dumps({**record, "fingerprint": fingerprint}))
     return target
 
 

@@ -18,7 +18,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from tokenizers import Tokenizer, decoders
 
-from fixed_embed.data.packing import is_held_out
+from fixed_embed.data.sharding import is_held_out
 from fixed_embed.data.sources import DocumentSource
 from fixed_embed.errors import ConfigError
 

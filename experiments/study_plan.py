@@ -1,0 +1,52 @@
+"""What the study (study.py) runs and how it names its runs, for the runner and its report (study_report.py).
+
+The report reads nothing but the runs file, and finds a run's tokenizer, size, variant, rate and
+seed in its name. Both sides take the variants, sizes, metric and the name's format from here, so a
+name the runner writes is always one the report can read (tests/test_study_names.py).
+"""
+
+from __future__ import annotations
+
+import re
+
+PAPER = ("learned", "binary16", "gf2")
+# control -> the paper variant whose best learning rate it trains at
+CONTROLS = {"matched": "binary16", "norm_matched": "learned", "random_full": "binary16",
+            "lowrank_binary": "learned", "lowrank_normal": "learned"}  # fmt: skip
+SIZES = ("s", "m", "l")  # smallest first: the report's tables and figures follow this order
+METRIC = "val_bpb"  # what the learning rate is chosen by, and the headline
+
+# TOKENIZER-SIZE/VARIANT-lrLR-seedS, LR as `{lr:g}` writes it (the same text as the run's --model.optimizer.lr)
+NAME = re.compile(
+    r"^(?P<tok>[a-z0-9]+)-(?P<size>[a-z]+)/(?P<variant>[a-z0-9_]+)-lr(?P<lr>[0-9.e+-]+)-seed(?P<seed>\d+)$"
+)
+
+
+def run_name(tokenizer: str, size: str, variant: str, lr: float, seed: int) -> str:
+    return f"{tokenizer}-{size}/{variant}-lr{lr:g}-seed{seed}"
+
+
+def parse_name(name: str) -> dict:
+    """``{"tok", "size", "variant", "lr", "seed"}`` of a name :func:`run_name` wrote; ValueError otherwise."""
+    match = NAME.match(name)
+    if match is None:
+        raise ValueError(f"study run name {name!r} is not TOKENIZER-SIZE/VARIANT-lrLR-seedS")
+    return {"tok": match["tok"], "size": match["size"], "variant": match["variant"], "lr": float(match["lr"]),
+            "seed": int(match["seed"])}  # fmt: skip
+
+
+WIDTH_FLAG = "--model.decoder.ffn_dim="  # the matched control's SwiGLU width: a flag of its run, not a config
+
+
+def widened(decoder: dict, flags: list[str]) -> dict:
+    """``decoder`` (a config's ``model.decoder``) at the SwiGLU width a run's ``flags`` set, if they set one."""
+    for flag in flags:
+        if flag.startswith(WIDTH_FLAG):
+            decoder = {**decoder, "ffn_dim": int(flag.removeprefix(WIDTH_FLAG))}
+    return decoder
+
+
+def non_embedding_params(decoder: dict) -> int:
+    """Parameters of the blocks and final norm (SwiGLU, bias-free, RMSNorm weights)."""
+    d, layers, ffn = decoder["d_model"], decoder["n_layers"], decoder["ffn_dim"]
+    return layers * (4 * d * d + 3 * d * ffn + 2 * d) + d

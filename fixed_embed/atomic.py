@@ -1,0 +1,59 @@
+"""Atomic file writes: a reader, or the next launch after a kill, sees the old file or the new one, never half.
+
+Every file the project writes that a later process reads (checkpoints, caches, tokenizers, results,
+runs files) goes through here: the bytes go to a temporary name in the target's own folder (same
+filesystem, so the rename cannot degrade to a copy), are flushed and fsynced, and ``os.replace``
+puts them in place -- atomic on POSIX. A failure removes the temporary file and leaves the target as
+it was.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO
+
+__all__ = ["atomic_path", "atomic_write", "atomic_write_text", "temporary_name"]
+
+
+def temporary_name(path: str | os.PathLike) -> Path:
+    """The hidden sibling ``.<name>.tmp-<pid>`` that :func:`atomic_path` writes before the rename."""
+    path = Path(path)
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+
+
+@contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary path to write (by any writer: ``tokenizer.save``, ``torch.save``); on success it
+    replaces ``path``; on an exception it is removed and ``path`` is untouched."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temporary_name(path)
+    try:
+        yield tmp
+        _fsync(tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+@contextmanager
+def atomic_write(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
+    """``open(path, mode)`` that is atomic: ``with atomic_write(p, "wb") as f: torch.save(obj, f)``."""
+    if not mode.startswith("w"):
+        raise ValueError(f"atomic_write writes a whole file: mode must start with 'w', got {mode!r}")
+    with atomic_path(path) as tmp, open(tmp, mode) as file:
+        yield file
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    with atomic_write(path) as file:
+        file.write(text)
+    return Path(path)
+
+
+def _fsync(path: Path) -> None:
+    with open(path, "rb") as file:
+        os.fsync(file.fileno())

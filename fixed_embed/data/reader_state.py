@@ -1,0 +1,153 @@
+"""The resume state of one ``PackedBlocks`` reader, and its checkpoint form.
+
+The state (the source shard being read and its ``datasets`` state at the last tokenization batch,
+the document and block reached within it, every carry, the shuffle buffer and its RNG) is small and
+exact, so a resumed stream continues with the first block not yet delivered -- across any number of
+resumes. :func:`state_to_dict` writes it as plain ints, lists and tensors (what torchdata's
+``StatefulDataLoader`` carries into the Lightning checkpoint); :func:`restore_state` reads it back,
+refusing a state written by another reader or for another source. Checkpoints hold these keys as
+they are, so a key may be added (read with a default) but never renamed or dropped.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from fixed_embed.errors import CheckpointError
+
+__all__ = ["PackingStats", "ReaderState", "check_fingerprint", "restore_state", "state_to_dict"]
+
+# Version of the saved reader state; states without it (one global document index) resume only
+# from a single-file source, where both layouts agree.
+_STATE_LAYOUT = 2
+
+
+@dataclass
+class PackingStats:
+    """What this reader has read since its stream started (or resumed): for tests, diagnostics and
+    the "no block from a whole pass" check. Not saved: a resume has no use for the old counts."""
+
+    documents: int = 0
+    empty_documents: int = 0
+    replaced_characters: int = 0
+    tokens: int = 0
+    blocks: int = 0
+    rows_read: int = 0  # documents pulled from the source, own or not (what the reader downloads and parses)
+
+
+@dataclass
+class ReaderState:
+    epoch: int = 0
+    source_shards: int | None = None  # how many shards the source had (checked on resume)
+    source_shard: int = 0  # the source shard of the current tokenization batch
+    source_state: dict | None = None  # datasets' state of that shard's stream at the start of the batch
+    source_doc_index: int = 0  # index of that batch's first document within its source shard
+    doc_in_batch: int = 0  # documents of that batch already fully packed
+    blocks_from_doc: int = 0  # blocks already cut from the document being packed
+    carry_at_doc: list[int] = field(default_factory=list)  # its shard's carry before that document
+    carries: dict[int, list[int]] = field(default_factory=dict)
+    buffer: list[torch.Tensor] = field(default_factory=list)
+    rng_state: Any = None
+    blocks_delivered: int = 0
+    flushing: bool = False  # a one-pass stream is emptying its (already shuffled) buffer
+    stats: PackingStats = field(default_factory=PackingStats)
+
+
+def state_to_dict(state: ReaderState, fingerprint: str, reader: int, readers: int, block_len: int) -> dict[str, Any]:
+    """The checkpoint form of ``state``; ``fingerprint``: the stream's settings, as JSON."""
+    return {
+        "fingerprint": fingerprint,
+        "layout": _STATE_LAYOUT,
+        "reader": [reader, readers],
+        "epoch": state.epoch,
+        "source_shards": state.source_shards,
+        "source_shard": state.source_shard,
+        "source_state": copy.deepcopy(state.source_state),
+        "source_doc_index": state.source_doc_index,
+        "doc_in_batch": state.doc_in_batch,
+        "blocks_from_doc": state.blocks_from_doc,
+        "carry_at_doc": torch.tensor(state.carry_at_doc, dtype=torch.int64),
+        "carries": {str(k): torch.tensor(v, dtype=torch.int64) for k, v in state.carries.items()},
+        "buffer": torch.stack(state.buffer) if state.buffer else torch.empty(0, block_len, dtype=torch.int64),
+        "rng_state": _rng_to_list(state.rng_state),
+        "blocks_delivered": state.blocks_delivered,
+        "flushing": state.flushing,
+    }
+
+
+def check_fingerprint(saved: dict[str, Any], expected: str) -> None:
+    """Refuse a saved state whose stream settings differ from ``expected`` (JSON), naming each difference."""
+    if saved["fingerprint"] == expected:
+        return
+    then, now = json.loads(saved["fingerprint"]), json.loads(expected)
+    changed = "; ".join(
+        f"{key}: checkpoint {then.get(key)!r}, now {now.get(key)!r}"
+        for key in sorted(set(then) | set(now))
+        if then.get(key) != now.get(key)
+    )
+    raise CheckpointError(
+        f"refusing to resume: the checkpoint's data stream was made with other data settings ({changed}); "
+        "resume with the run's own data settings, or start a new run (--run NAME)"
+    )
+
+
+def restore_state(
+    saved: dict[str, Any] | None, reader: int, readers: int, source_shards: int, seed: int, source_path: str
+) -> ReaderState:
+    """The state to start from: a fresh one (RNG seeded by ``seed`` and the reader) or ``saved``'s."""
+    if saved is None:
+        state = ReaderState(source_shards=source_shards)
+        state.rng_state = random.Random(f"{seed}/{reader}").getstate()
+        return state
+    if saved["reader"] != [reader, readers]:
+        raise CheckpointError(
+            f"refusing to resume: the checkpoint was written by reader {saved['reader'][0]} of "
+            f"{saved['reader'][1]} but this is reader {reader} of {readers} (nodes, devices or num_workers "
+            "changed); resume with the same world and data.num_workers"
+        )
+    if saved.get("layout") is None and source_shards != 1:
+        raise CheckpointError(
+            "refusing to resume: the checkpoint's data state predates per-file sharding and can only be "
+            f"resumed from a single-file source; {source_path} has {source_shards} shards"
+        )
+    saved_shards = saved.get("source_shards")
+    if saved_shards is not None and saved_shards != source_shards:
+        raise CheckpointError(
+            f"refusing to resume: {source_path} had {saved_shards} shards (files) when the checkpoint "
+            f"was written and has {source_shards} now"
+        )
+    return ReaderState(
+        epoch=saved["epoch"],
+        source_shards=source_shards,
+        source_shard=saved.get("source_shard", 0),
+        source_state=saved["source_state"],
+        source_doc_index=saved["source_doc_index"],
+        doc_in_batch=saved["doc_in_batch"],
+        blocks_from_doc=saved["blocks_from_doc"],
+        carry_at_doc=saved["carry_at_doc"].tolist(),
+        carries={int(k): v.tolist() for k, v in saved["carries"].items()},
+        buffer=list(saved["buffer"].unbind(0)),
+        rng_state=_rng_from_list(saved["rng_state"]),
+        blocks_delivered=saved["blocks_delivered"],
+        flushing=saved.get("flushing", False),
+    )  # a "stats" entry, which some saved states hold, is ignored: the counts restart with each stream
+
+
+def _rng_to_list(rng_state: Any) -> list | None:
+    if rng_state is None:
+        return None
+    version, internal, gauss = rng_state
+    return [version, list(internal), gauss]
+
+
+def _rng_from_list(saved: list | None) -> Any:
+    if saved is None:
+        return random.Random().getstate()
+    version, internal, gauss = saved
+    return (version, tuple(internal), gauss)
