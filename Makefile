@@ -37,11 +37,16 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP) ## create .venv with the project and its dev extras (idempotent)
 
+# pytest-xdist workers: most tests keep one core busy, so 2 on a 2-core machine; multi-rank runs share one
+# worker (tests/conftest.py). TEST_JOBS=0 runs in this process (a debugger, -s output).
+TEST_JOBS ?= 2
+test_jobs = $(if $(filter 0,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadgroup)
+
 test: install ## the whole test suite, as CI runs it (CPU, offline, <= 12 min on 2 cores)
-	$(BIN)/python -m pytest -q -ra --durations=10
+	$(BIN)/python -m pytest -q -ra $(test_jobs) --durations=10
 
 test-fast: install ## the inner loop: every in-process test, no subprocess or multi-process run (<= 3 min)
-	$(BIN)/python -m pytest -q -ra -m "not slow" --durations=5
+	$(BIN)/python -m pytest -q -ra $(test_jobs) -m "not slow" --durations=5
 
 lint: install ## ruff: lint rules and formatting (pyproject.toml [tool.ruff])
 	$(BIN)/ruff check .

@@ -11,7 +11,8 @@ SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-torch.set_num_threads(min(2, os.cpu_count() or 1))
+# The cores shared among pytest-xdist's workers (`make test` runs 2), or all of them (at most 2) without it.
+torch.set_num_threads(max(1, min(2, (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", 1)))))
 
 
 @pytest.fixture
@@ -66,6 +67,12 @@ def _processes_only_in_slow_tests(request, monkeypatch):
 
 
 def pytest_collection_modifyitems(config, items):
+    # Two ranks at once on 2 cores: under pytest-xdist (`make test`) one worker runs all of these, one at a
+    # time, so no two multi-rank runs compete for the cores (or a timing check) while in-process tests go on.
+    for item in items:
+        if "multi_rank" in item.keywords:
+            item.add_marker(pytest.mark.slow)
+            item.add_marker(pytest.mark.xdist_group("multi_rank"))
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")

@@ -95,7 +95,7 @@ def test_a_fixed_code_that_moves_is_an_error(tmp_path, corpus):
         fit_tiny(tmp_path, corpus, 4, callbacks=[CorruptCode(), InputNormMonitor(every_n_steps=1)])
 
 
-@pytest.mark.slow
+@pytest.mark.multi_rank
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
 def test_two_processes_give_the_single_process_norms_losses_and_benchmarks(tmp_path, corpus, strategy, monkeypatch):
     flags = ["--strategy", strategy, "--bench-tokenizer", str(corpus[1])]

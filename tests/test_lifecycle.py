@@ -191,7 +191,7 @@ def test_skipping_nonfinite_updates_gives_up_after_the_limit(tmp_path, corpus):
                  callbacks=[PoisonLoss()])  # fmt: skip
 
 
-@pytest.mark.slow
+@pytest.mark.multi_rank
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
 def test_a_failure_on_one_rank_ends_every_rank(tmp_path, strategy):
     import time

@@ -166,7 +166,7 @@ def _fsdp_worker(rank, world, port, results):
         dist.destroy_process_group()
 
 
-@pytest.mark.slow
+@pytest.mark.multi_rank
 def test_fsdp2_sharded_head_gets_the_same_gradients():
     """FSDP2 (2 CPU processes): the loss runs inside the head's forward, where the weight is gathered."""
     import torch.multiprocessing as mp

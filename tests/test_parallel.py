@@ -27,7 +27,7 @@ def fit(out, *args):
     return [row["loss"] for row in json.loads(Path(out).read_text())["rows"]]
 
 
-@pytest.mark.slow
+@pytest.mark.multi_rank
 def test_fsdp_sharded_checkpoint_resumes_exactly_then_consolidates_for_eval_and_export(tmp_path, corpus):
     fsdp = ["--devices", 2, "--strategy", "fsdp"]
     full = fit(tmp_path / "full.json", *fsdp, "--ckpt-dir", tmp_path / "full")
@@ -64,7 +64,7 @@ def test_an_orphaned_shard_folder_never_shadows_last(tmp_path):
     assert {Path(p).name for p in found} == {"last.ckpt"}
 
 
-@pytest.mark.slow
+@pytest.mark.multi_rank
 def test_cli_fit_ddp_two_processes(tmp_path, corpus):
     data, tok = corpus
     run = subprocess.run(

@@ -9,7 +9,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.slow
+@pytest.mark.multi_rank
 def test_paper_config_rehearsal_survives_preemption_and_relaunch(tmp_path):
     result = subprocess.run(
         [sys.executable, str(ROOT / "experiments" / "rehearsal.py"), "--logs", str(tmp_path / "logs")],
