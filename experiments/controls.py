@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-if __package__:  # imported, or run as `python -m experiments.controls`
-    from experiments.runs import ROOT, run_all, tiny_variants
-else:  # run as `python experiments/controls.py`: experiments/ is on sys.path, the repository root is not
-    from runs import ROOT, run_all, tiny_variants
+from experiments.runs import ROOT, run_all, tiny_variants
 
 
 def main() -> None:

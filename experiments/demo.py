@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-if __package__:  # imported, or run as `python -m experiments.demo`
-    from experiments.runs import run_all, tiny_variants
-else:  # run as `python experiments/demo.py`: experiments/ is on sys.path, the repository root is not
-    from runs import run_all, tiny_variants
+from experiments.runs import run_all, tiny_variants
 
 
 def main() -> None:

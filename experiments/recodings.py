@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-if __package__:  # imported, or run as `python -m experiments.recodings`
-    from experiments.runs import ROOT, run_all
-else:  # run as `python experiments/recodings.py`: experiments/ is on sys.path, the repository root is not
-    from runs import ROOT, run_all
+from experiments.runs import ROOT, run_all
 
 
 def main() -> None:

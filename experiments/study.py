@@ -33,26 +33,20 @@ import subprocess
 import sys
 from pathlib import Path
 
-if __package__:  # imported (the tests) or run as `python -m experiments.study`
-    from experiments.runs import ROOT, merged_config, run_all
-    from experiments.study_plan import (
-        CONTROLS,
-        METRIC,
-        NAME,
-        PAPER,
-        SIZES,
-        WIDTH_FLAG,
-        non_embedding_params,
-        parse_name,
-        widened,
-    )
-    from experiments.study_plan import run_name as name
-    from experiments.study_report import render
-else:  # run as `python experiments/study.py`: experiments/ is on sys.path, the repository root is not
-    from runs import ROOT, merged_config, run_all
-    from study_plan import CONTROLS, METRIC, NAME, PAPER, SIZES, WIDTH_FLAG, non_embedding_params, parse_name, widened
-    from study_plan import run_name as name
-    from study_report import render
+from experiments.runs import ROOT, merged_config, run_all
+from experiments.study_plan import (
+    CONTROLS,
+    METRIC,
+    NAME,
+    PAPER,
+    SIZES,
+    WIDTH_FLAG,
+    non_embedding_params,
+    parse_name,
+    widened,
+)
+from experiments.study_plan import run_name as name
+from experiments.study_report import render
 
 STUDY = ROOT / "experiments" / "study"
 LADDER = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2)

@@ -19,12 +19,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-if __package__:  # imported (the tests, study.py) as experiments.study_report
-    from experiments.runs import ROOT, merged_config
-    from experiments.study_plan import CONTROLS, METRIC, PAPER, SIZES, non_embedding_params, parse_name, widened
-else:  # by study.py run as `python experiments/study.py`: experiments/ is on sys.path, the repository root is not
-    from runs import ROOT, merged_config
-    from study_plan import CONTROLS, METRIC, PAPER, SIZES, non_embedding_params, parse_name, widened
+from experiments.runs import ROOT, merged_config
+from experiments.study_plan import CONTROLS, METRIC, PAPER, SIZES, non_embedding_params, parse_name, widened
 
 LABELS = {
     "learned": "learned table",
