@@ -1,8 +1,10 @@
 import os
+import shlex
 import subprocess
 import sys
 import sysconfig
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -23,6 +25,7 @@ def shared_data() -> Path:
 
 
 # What starts a process of its own: the inner loop (`make test-fast`, `-m "not slow"`) runs none of it.
+# DataLoader workers (forked by torch within a fit) are not counted: they are part of an in-process fit.
 _PROCESS_STARTERS = {Path(sys.executable).name, "python", "python3", "make", "sh", "bash", "fixed-embed", "torchrun"}
 _ROOT = Path(__file__).resolve().parents[1]
 _STDLIB = Path(sysconfig.get_paths()["stdlib"]).resolve()
@@ -30,7 +33,7 @@ _STDLIB = Path(sysconfig.get_paths()["stdlib"]).resolve()
 
 def _started_by_project_code() -> bool:
     """Whether the nearest caller outside the standard library is this project's code (a test, a script, the
-    library), not a dependency (which may run a helper process of its own to inspect the environment)."""
+    library), not a dependency."""
     frame = sys._getframe(2)
     while frame is not None:
         path = Path(frame.f_code.co_filename).resolve()
@@ -40,30 +43,49 @@ def _started_by_project_code() -> bool:
     return False
 
 
+def _refused_program(args: Any) -> str | None:
+    """The process-starting program in a command line (any word of it: ``env python``, ``sh -c "... make"``),
+    or None. A dependency may still run ``python -c CODE``: a one-line probe of the environment (jsonargparse
+    asks for ``sys.path`` that way), not a run."""
+    words = (
+        shlex.split(args)
+        if isinstance(args, str)
+        else [str(a) for a in (args if isinstance(args, (list, tuple)) else [args])]
+    )
+    parts = [part for word in words for part in (word, *word.split())]
+    found = next((Path(p).name for p in parts if Path(p).name in _PROCESS_STARTERS), None)
+    if found and not _started_by_project_code() and words[1:2] == ["-c"] and len(words) == 3:
+        return None
+    return found
+
+
 @pytest.fixture(autouse=True)
 def _processes_only_in_slow_tests(request, monkeypatch):
-    """A test that starts Python, make or a shell must be marked ``slow``, so the fast suite stays in-process."""
-    if "slow" in request.keywords:
-        return
-    popen = subprocess.Popen
+    """A test that starts Python, make or a shell must be marked ``slow``, so the fast suite stays in-process.
 
-    class Refused(popen):
+    ``pytest.fail`` (a BaseException): an ``except Exception`` in the code under test cannot swallow it."""
+    if request.node.get_closest_marker("slow") is not None:
+        return
+
+    def refuse(what: str) -> None:
+        pytest.fail(f"{request.node.nodeid} starts {what}: call it in-process (tests/cli.py) or mark it slow")
+
+    class Refused(subprocess.Popen):
         def __init__(self, args, *rest, **kwargs):
-            program = Path(str(args[0] if isinstance(args, (list, tuple)) else str(args).split()[0])).name
-            if program in _PROCESS_STARTERS and _started_by_project_code():
-                raise AssertionError(
-                    f"{request.node.nodeid} starts a process ({program}): call it in-process (tests/cli.py) "
-                    "or mark the test @pytest.mark.slow"
-                )
+            if program := _refused_program(args):
+                self._child_created = False  # what Popen.__del__ reads: nothing was started
+                refuse(f"a process ({program})")
             super().__init__(args, *rest, **kwargs)
 
     monkeypatch.setattr(subprocess, "Popen", Refused)
     import torch.multiprocessing
 
-    def refuse(*args, **kwargs):
-        raise AssertionError(f"{request.node.nodeid} starts worker processes: mark it @pytest.mark.slow")
+    def refuse_ranks(*args: Any, **kwargs: Any) -> None:
+        refuse("worker processes (torch.multiprocessing)")
 
-    monkeypatch.setattr(torch.multiprocessing, "start_processes", refuse)
+    monkeypatch.setattr(torch.multiprocessing, "start_processes", refuse_ranks)
+    # torch.multiprocessing.spawn() calls the module's own name (the package exports a function `spawn`)
+    monkeypatch.setattr(sys.modules["torch.multiprocessing.spawn"], "start_processes", refuse_ranks)
 
 
 def pytest_collection_modifyitems(config, items):
