@@ -45,8 +45,9 @@ def _started_by_project_code() -> bool:
 
 def _refused_program(args: Any) -> str | None:
     """The process-starting program in a command line (any word of it: ``env python``, ``sh -c "... make"``),
-    or None. A dependency may still run ``python -c CODE``: a one-line probe of the environment (jsonargparse
-    asks for ``sys.path`` that way), not a run."""
+    or None. A dependency may still run ``python -c CODE`` or ``python -m TOOL``: probes of the environment
+    (jsonargparse asks for ``sys.path``, lm-eval runs ``-mpip list``), not a run; a launcher re-running a script
+    (Lightning's DDP, torchrun) is refused."""
     words = (
         shlex.split(args)
         if isinstance(args, str)
@@ -54,7 +55,8 @@ def _refused_program(args: Any) -> str | None:
     )
     parts = [part for word in words for part in (word, *word.split())]
     found = next((Path(p).name for p in parts if Path(p).name in _PROCESS_STARTERS), None)
-    if found and not _started_by_project_code() and words[1:2] == ["-c"] and len(words) == 3:
+    probe = len(words) > 1 and words[1].startswith(("-c", "-m")) and "torch.distributed.run" not in words
+    if found and probe and not _started_by_project_code():
         return None
     return found
 
