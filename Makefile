@@ -22,7 +22,7 @@ fit = $(BIN)/fixed-embed fit --config experiments/paper/$(1).yaml --config exper
 	--trainer.devices=$(GPUS) --trainer.num_nodes=$(NODES) --ckpt_path=last \
 	$(if $(DATA),--data.train=$(DATA)) $(if $(TOKENIZER),--data.tokenizer=$(TOKENIZER)) $(ARGS)
 
-.PHONY: help install test test-fast lint bench bench-core bench-data bench-loop bench-eval bench-memory bench-gpu demo rehearsal study study-gpu controls sweep-recodings tensorboard fit-learned fit-binary16 fit-gf2
+.PHONY: help install test test-fast lint bench bench-core bench-data bench-loop bench-eval bench-memory bench-gpu gpu-check demo rehearsal study study-gpu controls sweep-recodings tensorboard fit-learned fit-binary16 fit-gf2
 
 help:
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -55,8 +55,17 @@ lint: install ## ruff: lint rules and formatting (pyproject.toml [tool.ruff])
 bench-core: install ## input-layer forward+backward time and training-state bytes per interface
 	$(BIN)/python benchmarks/input_layer.py
 
-bench-data: install ## tokenize+pack throughput (SmolLM2 tokenizer over gutenberg-prose)
+bench-data: install ## data throughput: streaming tokenize+pack vs pretokenize vs token-shard reads (SmolLM2, gutenberg-prose)
 	$(BIN)/python benchmarks/data_throughput.py
+
+# A small pre-tokenized sample for tests and the GPU checks: built once, not committed (shards/ is ignored).
+SAMPLE_SHARDS := shards/gutenberg-prose-smollm2
+.PHONY: shards-sample
+shards-sample: $(SAMPLE_SHARDS)/token_shards.json ## token shards of gutenberg-prose, SmolLM2 tokenizer (~25 MB) -> shards/gutenberg-prose-smollm2/
+
+$(SAMPLE_SHARDS)/token_shards.json: | $(STAMP)
+	$(BIN)/fixed-embed pretokenize --data ../shared/data/gutenberg-prose/train.jsonl \
+		--tokenizer ../shared/data/smollm2-tokenizer --out $(SAMPLE_SHARDS) --shards 8 --workers 2
 
 bench-loop: install ## tokens/s of `fixed-embed fit` vs a plain PyTorch loop, tiny config, per interface
 	$(BIN)/python benchmarks/lightning_overhead.py $(ARGS)
@@ -69,8 +78,11 @@ bench-memory: install ## peak RSS of one training step (V 49,152, T 2,048, batch
 
 bench: bench-core bench-data bench-loop bench-eval bench-memory ## every CPU benchmark
 
-bench-gpu: install ## GPU: paper 1.7B config, tokens/s, MFU, memory; learned vs binary16, eager/compile/AC (< 5 min)
+bench-gpu: install ## GPU: paper 1.7B training step (chunked loss, accumulation), tokens/s, MFU, peak vs estimate; eager/compile/AC (< 5 min)
 	$(BIN)/python benchmarks/gpu.py $(ARGS)
+
+gpu-check: install ## GPU: the prepared first-GPU check: bench rows, DDP + FSDP2 paper fits (compile, AC, SIGTERM, resume), recompiles, memory (<= 10 min) -> logs/gpu-check/report.md
+	$(BIN)/python benchmarks/gpu_check.py $(ARGS)
 
 rehearsal: install ## the paper's config (DDP, FSDP) on 2 CPU processes: updates, validation, checkpoint, benchmark, SIGTERM, relaunch (< 10 min)
 	$(BIN)/python experiments/rehearsal.py $(ARGS)

@@ -7,7 +7,10 @@ subprocess; after the model and the batch are built, the process's peak RSS is r
 ``/proc/self/clear_refs``; elsewhere the ``ru_maxrss`` delta) and the step's growth of the peak over
 that baseline is reported. ``unchunked`` is ``model.loss_chunk_tokens=0`` (``F.cross_entropy`` over
 the full fp32 [B, T, V] logits, the path :mod:`fixed_embed.loss` replaces); ``chunked`` the default
-chunk (``--chunk``). Full fp32 logits alone are B T V x 4 bytes = 3.0 GiB here.
+chunk (``--chunk``). Full fp32 logits alone are B T V x 4 bytes = 3.0 GiB here. Each row also gives
+:func:`fixed_embed.accounting.memory_estimate`'s ``step_growth`` for the same step (gradients,
+activations, loss, backward transient: fp32 on CPU) and its error against the measured growth;
+``--calibrate`` measures several shapes for that comparison (docs/benchmarks.md).
 
     python benchmarks/memory.py [--modes unchunked chunked] [--chunk 4096] [--target-gib 3.4] [--out rows.json]
 """
@@ -75,10 +78,17 @@ def measure(mode: str, args: argparse.Namespace) -> dict:
     # without the reset: a lower bound if building the model peaked above the baseline
     peak = _hwm_bytes() if exact else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     growth = peak - (baseline if exact else before)
+    from fixed_embed.accounting import memory_estimate
+
+    # what the estimate says one forward + backward adds over the built model (fp32 on CPU)
+    estimate = memory_estimate(model.decoder, args.batch, args.seq, mode="float32", loss_chunk_tokens=chunk)
     return {
         "mode": mode,
         "loss_chunk_tokens": chunk,
+        "shape": f"V {args.vocab} T {args.seq} B {args.batch} d {args.d_model} L {args.layers} F {args.ffn}",
         "peak_growth_gib": growth / GIB,
+        "estimate_gib": estimate.step_growth / GIB,
+        "error": estimate.step_growth / growth - 1 if growth > 0 else None,
         "baseline_gib": baseline / GIB,
         "seconds": seconds,
         "loss": float(loss),
@@ -108,6 +118,7 @@ def main() -> int:
     parser.add_argument("--ffn", type=int, default=1024)
     parser.add_argument("--target-gib", type=float, default=3.4, help="the chunked step's peak RSS growth target")
     parser.add_argument("--out", help="also write the rows as JSON")
+    parser.add_argument("--calibrate", action="store_true", help="the estimate against measured peaks, several shapes")
     parser.add_argument("--one", choices=MODES, help=argparse.SUPPRESS)  # internal: measure in this process
     args = parser.parse_args()
     if args.chunk is None:
@@ -119,6 +130,8 @@ def main() -> int:
     if args.one:
         print(json.dumps(measure(args.one, args)))
         return 0
+    if args.calibrate:
+        return calibrate(args)
     rows = [run_fresh(mode, args) for mode in args.modes]
 
     from rich.console import Console
@@ -128,11 +141,12 @@ def main() -> int:
     title = (f"One training step, CPU fp32: V {args.vocab:,}, T {args.seq:,}, micro-batch {args.batch}, "
              f"d {args.d_model} x {args.layers} layers; full fp32 logits {logits_gib:.2f} GiB")  # fmt: skip
     table = Table(title=title)
-    for column in ("mode", "loss_chunk_tokens", "peak RSS growth GiB", "step s", "loss"):
+    for column in ("mode", "loss_chunk_tokens", "peak RSS growth GiB", "estimate GiB", "error", "step s", "loss"):
         table.add_column(column, justify="left" if column == "mode" else "right")
     for r in rows:
-        table.add_row(r["mode"], str(r["loss_chunk_tokens"]), f"{r['peak_growth_gib']:.2f}", f"{r['seconds']:.1f}",
-                      f"{r['loss']:.5f}")  # fmt: skip
+        error = f"{100 * r['error']:+.1f} %" if r["error"] is not None else "--"
+        table.add_row(r["mode"], str(r["loss_chunk_tokens"]), f"{r['peak_growth_gib']:.2f}",
+                      f"{r['estimate_gib']:.2f}", error, f"{r['seconds']:.1f}", f"{r['loss']:.5f}")  # fmt: skip
     console = Console(width=140)
     console.print(table)
     console.print(f"peak measured by {rows[0]['peak_source']}, each mode in a fresh process")
@@ -149,6 +163,40 @@ def main() -> int:
     if args.out:
         Path(args.out).write_text(json.dumps(rows, indent=2) + "\n")
     return status
+
+
+#: (vocab, seq, batch, d_model, layers, heads, ffn): the head-dominated default, then backbone-heavier shapes
+CALIBRATION_SHAPES = [
+    (49152, 1024, 8, 256, 2, 4, 1024),
+    (49152, 1024, 4, 512, 4, 8, 2048),
+    (8192, 512, 8, 768, 4, 12, 3072),
+    (32000, 512, 4, 1024, 4, 16, 4096),
+]
+
+
+def calibrate(args: argparse.Namespace) -> int:
+    """Both modes at each of CALIBRATION_SHAPES; a table of measured growth, estimate and error."""
+    from rich.console import Console
+    from rich.table import Table
+
+    rows = []
+    for vocab, seq, batch, d_model, layers, heads, ffn in CALIBRATION_SHAPES:
+        shape = argparse.Namespace(**{**vars(args), "vocab": vocab, "seq": seq, "batch": batch, "d_model": d_model,
+                                      "layers": layers, "heads": heads, "ffn": ffn})  # fmt: skip
+        rows += [run_fresh(mode, shape) for mode in args.modes]
+    table = Table(title="memory_estimate vs measured peak RSS growth of one fp32 training step (CPU)")
+    for column in ("shape", "mode", "measured GiB", "estimate GiB", "error"):
+        table.add_column(column, justify="left" if column in ("shape", "mode") else "right")
+    for r in rows:
+        table.add_row(r["shape"], r["mode"], f"{r['peak_growth_gib']:.2f}", f"{r['estimate_gib']:.2f}",
+                      f"{100 * r['error']:+.1f} %" if r["error"] is not None else "--")  # fmt: skip
+    Console(width=140).print(table)
+    errors = [abs(r["error"]) for r in rows if r["error"] is not None]
+    mean = sum(errors) / len(errors)
+    print(f"largest |error| {100 * max(errors):.1f} %, mean {100 * mean:.1f} % over {len(errors)} rows")
+    if args.out:
+        Path(args.out).write_text(json.dumps(rows, indent=2) + "\n")
+    return 0
 
 
 if __name__ == "__main__":

@@ -10,7 +10,9 @@ to ``<run folder>/benchmarks/step_<N>/``, one line to the console.
   number of forward passes and gathers the results on rank 0, so no rank sits in a collective
   while another evaluates (keep ``limit`` small enough that an evaluation fits the process
   group's timeout).
-- Task names are checked when fitting starts (a typo fails at once). An evaluation that fails at
+- Task names are checked when fitting starts (a typo fails at once), and so is each task's data
+  (:func:`fixed_embed.task_data.check_task_data`: from the cache, local files or the hub; an offline
+  compute node without the data fails in seconds, pointing at ``fixed-embed prefetch``). An evaluation that fails at
   run time (e.g. a hub dataset out of reach) fails the run on every rank (a failure caught on one
   rank only would leave the others waiting in a collective); set ``on_error: warn`` to log it and
   go on, which is safe only where the error is the same on every rank (a dataset out of reach).
@@ -39,6 +41,7 @@ from callbacks.preemption import PreemptionCheckpoint
 from callbacks.update_boundary import UpdateCallback, due
 from fixed_embed.data.tokenizer import load_tokenizer
 from fixed_embed.lightning_internals import checkpoint_every_n_train_steps
+from fixed_embed.parallel import eager_evaluation
 
 __all__ = ["BenchmarkCallback"]
 
@@ -91,8 +94,10 @@ class BenchmarkCallback(UpdateCallback):
         # A misspelt task fails now, not 5,000 updates into the run.
         if self.enabled and stage == "fit":
             from fixed_embed.suite import check_tasks
+            from fixed_embed.task_data import check_task_data
 
-            check_tasks(self.tasks, self.include_path)
+            manager = check_tasks(self.tasks, self.include_path)
+            check_task_data(self.tasks, manager)  # and their data: an offline node fails now, not hours in
 
     def on_update_end(self, trainer: L.Trainer, pl_module: L.LightningModule, update: int) -> None:
         if self.due(update):
@@ -131,7 +136,8 @@ class BenchmarkCallback(UpdateCallback):
         )
         state = _rng_state()
         try:
-            results = run_suite(lm, columns_for(None, self.tasks, self.num_fewshot), self.limit, self.include_path)
+            with eager_evaluation():  # compiled blocks run eager: no recompiles of the training graph
+                results = run_suite(lm, columns_for(None, self.tasks, self.num_fewshot), self.limit, self.include_path)
         except EvaluationInterrupted:
             self.interrupted = True
             rank_zero_info(f"BenchmarkCallback at step {step}: stopped by a stop request (the checkpoint is saved)")

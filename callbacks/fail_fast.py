@@ -37,6 +37,8 @@ class FailFast(L.Callback):
         if not self.enabled:
             return
         self._failed = True
+        if trainer.is_global_zero:
+            rank_watch.note_lost_ranks(trainer)  # a rank killed by the OS: named, before Lightning kills the others
         watch = rank_watch.current()
         if watch is not None:
             watch.fail(f"{type(exception).__name__}: {exception}")

@@ -3,7 +3,8 @@
 Lightning's ``RichProgressBar`` counts micro-batches of an epoch (``Epoch 0/-2 ... 12/12`` for a
 step-bounded run with accumulation 2); here the training bar counts *updates*: its total is
 ``trainer.max_steps`` (the training length, also when the token budget set it) and its counter
-``trainer.global_step``, so a resumed run starts where it stopped. After each validation one line
+``trainer.global_step``, so a resumed run starts where it stopped. Its metrics (``train/loss``) are
+read once per update, not per micro-batch: each read is a host sync. After each validation one line
 gives its metrics. At set-up it opens the run's log file (``<run folder>/console.log``, see
 :mod:`fixed_embed.console`), which takes what the console leaves out.
 """
@@ -39,6 +40,8 @@ class UpdateProgressBar(RichProgressBar):
         super().setup(trainer, pl_module, stage)
         console.attach_run_folder(trainer.log_dir or trainer.default_root_dir, trainer.global_rank)
 
+    _metrics_step = -1  # the update whose metrics the bar shows
+
     def configure_columns(self, trainer: L.Trainer) -> list:
         return [*super().configure_columns(trainer)[:-1], _RateColumn()]
 
@@ -47,6 +50,7 @@ class UpdateProgressBar(RichProgressBar):
         return trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else float("inf")
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._metrics_step = trainer.global_step  # metrics first read when the next update ends
         if self.is_disabled:
             return
         if self.progress is not None:
@@ -67,12 +71,20 @@ class UpdateProgressBar(RichProgressBar):
         if not self.is_disabled and self.train_progress_bar_id is None:
             self._initialize_train_progress_bar_id()
         self._update(self.train_progress_bar_id, trainer.global_step)
-        self._update_metrics(trainer, pl_module)
+        if trainer.global_step != self._metrics_step:
+            # Reading the bar's metrics turns the logged loss tensor into a number, a host sync: once
+            # per update, never on the micro-batches of an accumulation (the device runs ahead).
+            self._metrics_step = trainer.global_step
+            self._update_metrics(trainer, pl_module)
         self.refresh()
 
     def get_metrics(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, Any]:
         metrics = super().get_metrics(trainer, pl_module)
         metrics.pop("v_num", None)  # the run's name, truncated: not a metric
+        # The module logs train/loss without prog_bar (Lightning would .item() it after every
+        # micro-batch); it is read here, when an update ends (on_train_batch_end below).
+        if trainer.training and (loss := trainer.callback_metrics.get("train/loss")) is not None:
+            metrics["train/loss"] = float(loss)
         return metrics
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

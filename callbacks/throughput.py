@@ -9,8 +9,10 @@ with a validation pass in it is dropped, and the next one opens at the next fetc
 
 - ``perf/tokens_per_sec``, ``perf/samples_per_sec``: global (all ranks), prediction tokens;
 - ``perf/mfu``: model FLOPs (the model's own per-token report, from ``Decoder.flops_per_token``)
-  x tokens/s / (devices x dense peak FLOP/s, :mod:`fixed_embed.peak_flops`); not logged on
-  devices without a known peak (CPU);
+  x tokens/s / (devices x dense peak FLOP/s, :mod:`fixed_embed.peak_flops`) in the dtype the
+  matmuls run in (:func:`fixed_embed.peak_flops.training_matmul_dtype`: autocast's dtype, FSDP2's
+  ``param_dtype``, or the weights' dtype -- FSDP2 at ``32-true`` with bf16 parameters is a bf16
+  peak, not fp32); not logged on devices without a known peak (CPU);
 - ``perf/peak_mem_gb``: peak allocated device memory (CUDA), or the process's peak RSS (CPU);
   the maximum over ranks;
 - ``perf/data_wait_frac``: share of the window spent inside the training loop's ``next()`` on the
@@ -34,7 +36,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from callbacks._global_metrics import log_global
 from callbacks.update_boundary import UpdateCallback
 from fixed_embed.lightning_internals import FetchTimer
-from fixed_embed.peak_flops import matmul_dtype, peak_flops
+from fixed_embed.peak_flops import peak_flops, training_matmul_dtype
 
 __all__ = ["ThroughputMonitor"]
 
@@ -54,6 +56,7 @@ class ThroughputMonitor(UpdateCallback):
         self.last_metrics: dict[str, float] = {}
         self._first_update_logged = False
         self._peak: float | None = None
+        self.matmul_dtype: str | None = None  # set at train start: the dtype of the peak MFU divides by
         self._seq_len = 0  # of the last micro-batch
         self._timer: FetchTimer | None = None
         self._updates = 0  # updates done in this fit
@@ -90,11 +93,11 @@ class ThroughputMonitor(UpdateCallback):
             return
         self._updates = 0
         self._reset(pending=self.skip_first_steps == 0)
-        try:
-            dtype = matmul_dtype(trainer.precision)
+        try:  # from what runs: autocast's dtype, FSDP2's param_dtype, or the weights' own dtype
+            self.matmul_dtype = training_matmul_dtype(trainer, pl_module)
         except ValueError:
-            dtype = None
-        self._peak = peak_flops(pl_module.device, dtype) if dtype else None
+            self.matmul_dtype = None
+        self._peak = peak_flops(pl_module.device, self.matmul_dtype) if self.matmul_dtype else None
         self._timer = FetchTimer(trainer.profiler, self._on_fetch_start, self._on_fetch_stop)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

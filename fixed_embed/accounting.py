@@ -8,6 +8,7 @@ logits) and :func:`memory_warning` compares it with the device's memory at fit s
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -18,10 +19,13 @@ from fixed_embed.loss import DEFAULT_LOSS_CHUNK_TOKENS
 from fixed_embed.model import Decoder
 
 __all__ = [
+    "GPU_KINDS",
+    "FitOption",
     "MemoryEstimate",
     "ModuleCost",
     "ParameterReport",
     "activation_mode",
+    "cheapest_fit",
     "memory_estimate",
     "memory_warning",
     "model_memory_estimate",
@@ -136,6 +140,22 @@ def optimizer_state_bytes(n_trainable: int, param_bytes: int = 4, grad_bytes: in
 
 ActivationMode = Literal["float32", "mixed", "bfloat16"]
 _GIB = 2**30
+#: The allocator's fragmentation, as a share of the allocated peak (reserved - allocated; typically
+#: 2-10 % for a transformer's steady training step).
+FRAGMENTATION = 0.05
+#: CUDA context (~0.5 GiB on H100), cuBLAS/cuDNN workspaces and attention kernels' scratch.
+CUDA_CONTEXT_BYTES = 1 * _GIB
+#: NCCL's communicator buffers and channels, with more than one rank.
+NCCL_BYTES = 1 * _GIB
+#: The share of device memory an estimate may use: the rest is the margin for the estimate's error.
+USABLE_FRACTION = 0.90
+#: GPU kinds ``fixed-embed params`` plans for: the memory torch.cuda reports on each (approximate).
+GPU_KINDS: dict[str, int] = {
+    "A100-40": int(39.4 * _GIB),
+    "A100-80": int(79.2 * _GIB),
+    "H100-80": int(79.1 * _GIB),
+    "H200-141": int(139.8 * _GIB),
+}
 
 
 @dataclass(frozen=True)
@@ -159,10 +179,47 @@ class MemoryEstimate:
     world_size: int
     sharded: bool
     mode: ActivationMode
+    # What the tensors above leave out (see memory_estimate): counted in `allocated` and `required`.
+    autocast_weights: int = 0  # autocast's 16-bit copies of the matmul weights, saved for backward
+    backward_transient: int = 0  # gradients of one block's activations while backward runs through it
+    fsdp_gathered: int = 0  # FSDP2: unsharded parameters (root, head, 2 blocks) and 2 blocks' gradients
+    unsharded_gradients: int = 0  # FSDP2 accumulating without reduce-scatter: the full gradients
+    accumulate: int = 1
 
     @property
     def model_state(self) -> int:
         return self.weights + self.gradients + self.optimizer
+
+    @property
+    def allocated(self) -> int:
+        """The peak of live tensors: what ``torch.cuda.max_memory_allocated`` measures."""
+        extra = self.autocast_weights + self.backward_transient + self.fsdp_gathered + self.unsharded_gradients
+        return self.total + extra
+
+    @property
+    def fragmentation(self) -> int:
+        """The caching allocator's reserved-but-unused memory: FRAGMENTATION of the allocated peak."""
+        return int(FRAGMENTATION * self.allocated)
+
+    @property
+    def device_overhead(self) -> int:
+        """CUDA context and library workspaces, plus NCCL's buffers with more than one rank."""
+        return CUDA_CONTEXT_BYTES + (NCCL_BYTES if self.world_size > 1 else 0)
+
+    @property
+    def required(self) -> int:
+        """Device memory the run needs: allocated + fragmentation + context and NCCL."""
+        return self.allocated + self.fragmentation + self.device_overhead
+
+    @property
+    def step_growth(self) -> int:
+        """What one forward + backward adds over the built model (gradients, activations, loss,
+        transients): the part ``benchmarks/memory.py`` measures on CPU."""
+        return self.allocated - self.weights - self.optimizer
+
+    def fits(self, device_bytes: int) -> bool:
+        """Whether :attr:`required` stays within USABLE_FRACTION of ``device_bytes`` (the margin)."""
+        return self.required <= USABLE_FRACTION * device_bytes
 
     @property
     def total(self) -> int:
@@ -186,6 +243,14 @@ class MemoryEstimate:
                 self.logits_chunked,
             ),
             ("total (weights, gradients, optimizer and the rows marked *)", self.total),
+            ("autocast: 16-bit weight copies saved for backward", self.autocast_weights),
+            ("backward: gradients of one block's activations", self.backward_transient),
+            ("FSDP2: gathered parameters (root, head, 2 blocks) + 2 blocks' gradients", self.fsdp_gathered),
+            (f"FSDP2: unsharded gradients, accumulating {self.accumulate} micro-batches", self.unsharded_gradients),
+            ("allocated peak (live tensors: torch.cuda.max_memory_allocated)", self.allocated),
+            (f"allocator fragmentation ({100 * FRAGMENTATION:.0f} % of allocated)", self.fragmentation),
+            ("CUDA context and workspaces" + (", NCCL buffers" if self.world_size > 1 else ""), self.device_overhead),
+            (f"required per GPU (fits when <= {100 * USABLE_FRACTION:.0f} % of the device)", self.required),
         ]
 
 
@@ -213,6 +278,10 @@ def memory_estimate(
     loss_chunk_tokens: int | None = None,
     world_size: int = 1,
     sharded: bool = False,
+    param_dtype: str | None = None,
+    reduce_dtype: str = "float32",
+    accumulate: int = 1,
+    sync_every_micro_batch: bool = False,
 ) -> MemoryEstimate:
     """Per-GPU training memory of ``decoder`` at ``micro_batch`` x ``seq_len`` tokens per step.
 
@@ -249,9 +318,26 @@ def memory_estimate(
     head's gradient (plus a p-byte copy when p = 2). Without ``loss_chunk_tokens`` the chunked row
     is for the default chunk (:data:`fixed_embed.loss.DEFAULT_LOSS_CHUNK_TOKENS`).
 
-    Left out: FSDP's transient all-gathered parameters (one block and the head in the compute
-    dtype), autocast's cached 16-bit weight copies, gradients of activations during backward
-    (about one block's worth), the allocator's fragmentation, CUDA context and workspaces.
+    ``total`` is the sum above (the tensors autograd and the optimizer hold). ``allocated`` adds
+    what the first formulas left out, the peak ``torch.cuda.max_memory_allocated`` sees:
+
+    - autocast (``mixed``, unless FSDP2 already gathers 16-bit parameters): its 16-bit copy of every
+      matmul weight, saved for backward (2 bytes per matmul parameter; with checkpointing they are
+      the autocast cache at the end of forward, the same bytes);
+    - backward: the gradients of one block's activations while backward runs through it (one
+      block's activations again);
+    - FSDP2 (``sharded``): the unsharded parameters in the compute dtype (``param_dtype``) of the
+      root (the input interface, kept from forward to backward), the head and final norm (kept),
+      and two blocks (the one running and the one prefetched), plus two blocks' unsharded
+      gradients before their reduce-scatter; with ``accumulate`` > 1 and the reduce-scatter on
+      the last micro-batch only (not ``sync_every_micro_batch``), the whole model's unsharded
+      gradients in ``reduce_dtype``.
+
+    ``required`` adds the allocator's fragmentation (:data:`FRAGMENTATION` of ``allocated``), the
+    CUDA context (:data:`CUDA_CONTEXT_BYTES`) and NCCL's buffers (:data:`NCCL_BYTES`, with more
+    than one rank); :meth:`MemoryEstimate.fits` compares it with :data:`USABLE_FRACTION` of the
+    device, the rest being the margin for this estimate's own error. Calibrated on CPU against
+    measured peaks of one step (``benchmarks/memory.py --calibrate``, docs/benchmarks.md).
     """
     config = decoder.config
     t = seq_len or config.max_seq_len
@@ -266,6 +352,18 @@ def memory_estimate(
     total, trainable = _count(decoder), _count(decoder, trainable=True)
     chunk = min(loss_chunk_tokens or DEFAULT_LOSS_CHUNK_TOKENS, tokens)
     chunk_bytes = chunk * v * (4 + (p if p < 4 else 0)) + tokens * d * p + v * d * (4 + (p if p < 4 else 0))
+    gathered_16bit = sharded and param_dtype == "bfloat16"
+    matmul = sum({id(m.weight): m.weight.numel() for m in decoder.modules() if isinstance(m, nn.Linear)}.values())
+    autocast_weights = 2 * matmul if mode == "mixed" and not gathered_16bit else 0
+    fsdp_gathered = unsharded_gradients = 0
+    if sharded:
+        g = 2 if gathered_16bit or mode == "bfloat16" else 4
+        block = _count(decoder.layers[0]) if layers else 0
+        root = _count(decoder.interface)
+        head = 0 if config.tie_embeddings else _count(decoder.head)
+        fsdp_gathered = g * (root + head + _count(decoder.norm) + 2 * block) + g * 2 * block
+        if accumulate > 1 and not sync_every_micro_batch:
+            unsharded_gradients = (4 if reduce_dtype == "float32" else 2) * trainable
     return MemoryEstimate(
         weights=-(-4 * total // shards),
         gradients=-(-4 * trainable // shards),
@@ -281,11 +379,24 @@ def memory_estimate(
         world_size=world_size,
         sharded=sharded,
         mode=mode,
+        autocast_weights=autocast_weights,
+        backward_transient=tokens * per_block,
+        fsdp_gathered=fsdp_gathered,
+        unsharded_gradients=unsharded_gradients,
+        accumulate=accumulate,
     )
 
 
 def model_memory_estimate(
-    model: Any, micro_batch: int, seq_len: int | None, *, precision: Any, world_size: int, sharded: bool
+    model: Any,
+    micro_batch: int,
+    seq_len: int | None,
+    *,
+    precision: Any,
+    world_size: int,
+    sharded: bool,
+    accumulate: int = 1,
+    activation_checkpointing: bool | None = None,
 ) -> MemoryEstimate:
     """:func:`memory_estimate` for a ``LanguageModel``: its decoder and its own settings (activation
     checkpointing, loss chunking, FSDP2's ``param_dtype``), at a run's micro-batch x ``seq_len``,
@@ -297,15 +408,21 @@ def model_memory_estimate(
     the two cannot estimate the same run differently.
     """
     parallel = model.parallel_config
+    if activation_checkpointing is None:
+        activation_checkpointing = parallel.activation_checkpointing
     return memory_estimate(
         model.decoder,
         micro_batch,
         seq_len,
         mode=activation_mode(precision, parallel.param_dtype if sharded else None),
-        activation_checkpointing=parallel.activation_checkpointing,
+        activation_checkpointing=activation_checkpointing,
         loss_chunk_tokens=model.loss_chunk_tokens,
         world_size=world_size,
         sharded=sharded,
+        param_dtype=parallel.param_dtype if sharded else None,
+        reduce_dtype=parallel.reduce_dtype,
+        accumulate=accumulate,
+        sync_every_micro_batch=parallel.sync_every_micro_batch,
     )
 
 
@@ -321,15 +438,86 @@ def training_memory_estimate(model: Any, trainer: Any) -> MemoryEstimate | None:
 
     sharded = isinstance(trainer.strategy, (FSDPStrategy, ModelParallelStrategy))
     return model_memory_estimate(
-        model, micro_batch, seq_len, precision=trainer.precision, world_size=trainer.world_size, sharded=sharded
+        model,
+        micro_batch,
+        seq_len,
+        precision=trainer.precision,
+        world_size=trainer.world_size,
+        sharded=sharded,
+        accumulate=getattr(trainer, "accumulate_grad_batches", 1),
     )
 
 
-def memory_warning(model: Any, trainer: Any, device_bytes: int | None = None) -> str | None:
-    """A warning if the estimated per-GPU training memory exceeds the device's, else None.
+#: Environment variable that turns fit's refusal into a warning (the estimate may be wrong for a new setup).
+IGNORE_MEMORY_ENV = "FIXED_EMBED_IGNORE_MEMORY_ESTIMATE"
+#: The stated relative cost of each way out, for choosing the cheapest: activation checkpointing
+#: recomputes each block's forward (~1/3 more compute); FSDP2 adds all-gathers (a few % on NVLink);
+#: each halving of the micro-batch (accumulation doubled, same tokens per update) a few % of speed.
+_COSTS = {"ac": 1.33, "fsdp": 1.05, "halving": 1.03}
 
-    ``device_bytes`` defaults to the total memory of ``trainer.strategy.root_device`` when it is a
+
+@dataclass(frozen=True)
+class FitOption:
+    """A way to run within a device's memory: its command-line change, its estimate and its stated cost."""
+
+    flags: str
+    estimate: MemoryEstimate
+    cost: float
+
+
+def cheapest_fit(
+    model: Any,
+    micro_batch: int,
+    seq_len: int | None,
+    *,
+    precision: Any,
+    world_size: int,
+    sharded: bool,
+    accumulate: int,
+    device_bytes: int,
+) -> FitOption | None:
+    """The cheapest change (by :data:`_COSTS`) that makes the run fit ``device_bytes``: activation
+    checkpointing, FSDP2 (``experiments/strategies/fsdp.yaml``, with more than one GPU), a smaller
+    micro-batch with more accumulation (same tokens per update), or a combination; None if none fits.
+    An option with no flags means the run fits as configured."""
+    configured_ac = bool(model.parallel_config.activation_checkpointing)
+    options = []
+    for shard in sorted({sharded, sharded or world_size > 1}):
+        for ac in sorted({configured_ac, True}):
+            for mb in sorted({micro_batch >> i for i in range(micro_batch.bit_length())} - {0}, reverse=True):
+                if micro_batch % mb:
+                    continue
+                est = model_memory_estimate(
+                    model, mb, seq_len, precision=precision if shard == sharded else "32-true",
+                    world_size=world_size, sharded=shard, accumulate=accumulate * micro_batch // mb,
+                    activation_checkpointing=ac,
+                )  # fmt: skip
+                if not est.fits(device_bytes):
+                    continue
+                halvings = round(math.log2(micro_batch / mb))
+                cost = (_COSTS["ac"] if ac and not configured_ac else 1.0) * (
+                    _COSTS["fsdp"] if shard and not sharded else 1.0) * _COSTS["halving"] ** halvings  # fmt: skip
+                flags = []
+                if shard and not sharded:
+                    flags.append("--config experiments/strategies/fsdp.yaml")
+                if ac and not configured_ac:
+                    flags.append("--model.parallel.activation_checkpointing true")
+                if mb != micro_batch:
+                    flags.append(
+                        f"--data.batch_size {mb} --trainer.accumulate_grad_batches {accumulate * micro_batch // mb}"
+                    )
+                options.append(FitOption(" ".join(flags), est, cost))
+    return min(options, key=lambda o: (o.cost, o.estimate.required), default=None)
+
+
+def memory_warning(model: Any, trainer: Any, device_bytes: int | None = None) -> str | None:
+    """Why the run does not fit the device, and the cheapest way out; None when it fits.
+
+    The estimate's :attr:`MemoryEstimate.required` is compared with :data:`USABLE_FRACTION` of
+    ``device_bytes``, by default the total memory of ``trainer.strategy.root_device`` when it is a
     CUDA device; on other devices (CPU) there is nothing to compare with and the answer is None.
+    ``fit`` refuses to start on this message (``LanguageModel.setup``) unless
+    ``FIXED_EMBED_IGNORE_MEMORY_ESTIMATE=1``.
     """
     if device_bytes is None:
         device = trainer.strategy.root_device
@@ -337,11 +525,17 @@ def memory_warning(model: Any, trainer: Any, device_bytes: int | None = None) ->
             return None
         device_bytes = torch.cuda.get_device_properties(device).total_memory
     estimate = training_memory_estimate(model, trainer)
-    if estimate is None or estimate.total <= device_bytes:
+    if estimate is None or estimate.fits(device_bytes):
         return None
     acts = estimate.activations_checkpointed if estimate.activation_checkpointing else estimate.activations
     logits = estimate.logits_chunked if estimate.loss_chunk_tokens else estimate.logits_full
     hints = []
+    option = cheapest_fit(
+        model, estimate.micro_batch, estimate.seq_len, precision=trainer.precision, world_size=estimate.world_size,
+        sharded=estimate.sharded, accumulate=estimate.accumulate, device_bytes=device_bytes,
+    )  # fmt: skip
+    if option is not None:
+        hints.append(f"{option.flags} (estimated {option.estimate.required / _GIB:.1f} GiB)")
     if not estimate.activation_checkpointing:
         hints.append("--model.parallel.activation_checkpointing true")
     if not estimate.loss_chunk_tokens:
@@ -350,8 +544,10 @@ def memory_warning(model: Any, trainer: Any, device_bytes: int | None = None) ->
         hints.append("--config experiments/strategies/fsdp.yaml")
     hints.append("a smaller data.batch_size with more trainer.accumulate_grad_batches")
     return (
-        f"estimated training memory {estimate.total / _GIB:.1f} GiB per device exceeds the device's "
-        f"{device_bytes / _GIB:.1f} GiB (model state {estimate.model_state / _GIB:.1f} GiB, activations "
+        f"estimated training memory {estimate.required / _GIB:.1f} GiB per device exceeds "
+        f"{100 * USABLE_FRACTION:.0f} % of the device's {device_bytes / _GIB:.1f} GiB (allocated peak "
+        f"{estimate.allocated / _GIB:.1f} GiB: model state {estimate.model_state / _GIB:.1f} GiB, activations "
         f"{acts / _GIB:.1f} GiB, loss {logits / _GIB:.1f} GiB at micro-batch {estimate.micro_batch} x "
-        f"{estimate.seq_len} tokens, {estimate.mode}); consider " + ", ".join(hints)
+        f"{estimate.seq_len} tokens, {estimate.mode}; `fixed-embed params CONFIG` itemises it); "
+        f"cheapest way out first: " + "; ".join(dict.fromkeys(hints)) + f". To start anyway: {IGNORE_MEMORY_ENV}=1"
     )

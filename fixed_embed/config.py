@@ -13,10 +13,18 @@ replaced whole (the old class's ``init_args`` would not fit the new class).
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from fixed_embed.errors import ConfigError, MissingFileError
+
+
+class ConfigYAMLError(ConfigError, yaml.YAMLError):
+    """A config file that is not valid (safe) YAML."""
+
 
 __all__ = ["DEFAULT_RUN", "deep_merge", "expand_config_args", "load_experiment"]
 
@@ -39,12 +47,21 @@ def load_experiment(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict[str,
     """The experiment at ``path`` with its ``__base__`` chain merged in (base first)."""
     path = Path(path).resolve()
     if not path.is_file():
-        raise FileNotFoundError(f"experiment config not found: {path}")
+        what = "is a folder, not a file" if path.is_dir() else "not found"
+        raise MissingFileError(f"experiment config {what}: {path}")
     if path in _seen:
-        raise ValueError(f"__base__ cycle: {' -> '.join(str(p) for p in (*_seen, path))}")
-    data = yaml.safe_load(path.read_text()) or {}
+        raise ConfigError(f"__base__ cycle: {' -> '.join(str(p) for p in (*_seen, path))}")
+    try:
+        text = path.read_text()
+        if not text.strip():
+            raise ConfigError(f"experiment config {path} is empty; pass an experiment YAML (experiments/...)")
+        data = yaml.safe_load(text) or {}
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"{path} is not a text file ({error.reason}); pass an experiment YAML") from None
+    except yaml.YAMLError as error:  # still a YAMLError (a refused python tag is one): and a user error
+        raise ConfigYAMLError(f"{path} is not a readable YAML file: {error}") from None
     if not isinstance(data, dict):
-        raise ValueError(f"{path} must hold a YAML mapping, got {type(data).__name__}")
+        raise ConfigError(f"{path} must hold a YAML mapping, got {type(data).__name__}")
     bases = data.pop(BASE_KEY, [])
     merged: dict[str, Any] = {}
     for base in [bases] if isinstance(bases, str) else bases:
@@ -60,9 +77,22 @@ def _uses_base(path: str) -> bool:
     return isinstance(data, dict) and BASE_KEY in data
 
 
+def _config_values(args: list[str], flags: tuple[str, ...] = ("--config", "-c")) -> list[str]:
+    values = [args[i + 1] for i, a in enumerate(args[:-1]) if a in flags]
+    return values + [a.split("=", 1)[1] for a in args if a.split("=", 1)[0] in flags and "=" in a]
+
+
+# Flags whose value may be a YAML file: the whole config, or one section of it (LightningCLI).
+CONFIG_FILE_FLAGS = ("--config", "-c", "--data", "--model", "--trainer")
+
+
 def expand_config_args(args: list[str]) -> list[str]:
     """Replace each ``--config FILE`` that uses ``__base__`` by the merged YAML, for LightningCLI."""
     out: list[str] = []
+    for value in _config_values(args, CONFIG_FILE_FLAGS):
+        if Path(value).is_file():
+            with contextlib.suppress(yaml.YAMLError):  # jsonargparse reports those itself, naming the tag or line
+                load_experiment(value)  # unreadable, empty, not text, not a mapping: one line naming the file
     i = 0
     while i < len(args):
         arg = args[i]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+
 
 class UserError(Exception):
     """A mistake in what the user gave (config, data, path, checkpoint): message says what and how to fix it."""
@@ -21,3 +23,24 @@ class MissingFileError(UserError, FileNotFoundError):
 
 class CheckpointError(UserError, ValueError):
     """A checkpoint that cannot be read or does not fit what it is used for."""
+
+
+class RunWriteError(UserError):
+    """The file system refused a write of the run (no space, file too large, name too long, permission)."""
+
+
+# OSErrors that say the environment refuses a write or a name -- never a bug: the CLI prints one line, exit 2.
+ENVIRONMENT_ERRNOS = frozenset(
+    {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.ENAMETOOLONG, errno.EACCES, errno.EPERM, errno.EROFS}
+)
+
+
+def environment_error(error: BaseException | None) -> OSError | None:
+    """The OSError of :data:`ENVIRONMENT_ERRNOS` that ``error`` was raised from or during, if any."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, OSError) and error.errno in ENVIRONMENT_ERRNOS:
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None

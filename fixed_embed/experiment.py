@@ -16,13 +16,20 @@ from typing import Any
 import torch
 from jsonargparse import ArgumentParser
 
-from fixed_embed.accounting import MemoryEstimate, ParameterReport, model_memory_estimate, parameter_report
+from fixed_embed.accounting import (
+    GPU_KINDS,
+    MemoryEstimate,
+    ParameterReport,
+    cheapest_fit,
+    model_memory_estimate,
+    parameter_report,
+)
 from fixed_embed.config import load_experiment
 from fixed_embed.data import TextDataModule
 from fixed_embed.interfaces import LearnedInput
 from fixed_embed.module import LanguageModel
 
-__all__ = ["LEARNED_CLASS_PATH", "build_model", "parameter_reports", "training_memory"]
+__all__ = ["LEARNED_CLASS_PATH", "build_model", "memory_plan", "parameter_reports", "training_memory"]
 
 LEARNED_CLASS_PATH = f"{LearnedInput.__module__}.{LearnedInput.__qualname__}"
 
@@ -48,6 +55,37 @@ def parameter_reports(config_path: str | Path) -> tuple[str, ParameterReport, Pa
 def training_memory(config_path: str | Path, world_size: int | None = None) -> MemoryEstimate:
     """The experiment's per-GPU training memory: its trainer (devices x nodes, precision, strategy),
     data (micro-batch, ctx) and model (checkpointing, loss chunking, FSDP2 param dtype) settings."""
+    run = _run_settings(config_path, world_size)
+    return model_memory_estimate(
+        run["model"], run["micro_batch"], run["seq_len"], precision=run["precision"], world_size=run["world_size"],
+        sharded=run["sharded"], accumulate=run["accumulate"],
+    )  # fmt: skip
+
+
+def memory_plan(config_path: str | Path, world_size: int | None = None) -> list[dict[str, Any]]:
+    """Per GPU kind (:data:`fixed_embed.accounting.GPU_KINDS`) and strategy (DDP, FSDP2), whether the
+    experiment fits and, if not, the cheapest change that does (:func:`fixed_embed.accounting.cheapest_fit`).
+
+    The configured strategy keeps the config's precision; the other one gets what its strategy
+    file pairs it with (DDP: ``bf16-mixed``, the paper's; FSDP2: ``experiments/strategies/fsdp.yaml``'s
+    ``32-true`` with ``model.parallel.param_dtype``)."""
+    run = _run_settings(config_path, world_size)
+    rows = []
+    for strategy, sharded in (("DDP", False), ("FSDP", True)):
+        precision = run["precision"] if sharded == run["sharded"] else ("32-true" if sharded else "bf16-mixed")
+        settings = {"precision": precision, "world_size": run["world_size"], "sharded": sharded,
+                    "accumulate": run["accumulate"]}  # fmt: skip
+        estimate = model_memory_estimate(run["model"], run["micro_batch"], run["seq_len"], **settings)
+        for gpu, device_bytes in GPU_KINDS.items():
+            fits = estimate.fits(device_bytes)
+            option = None if fits else cheapest_fit(
+                run["model"], run["micro_batch"], run["seq_len"], device_bytes=device_bytes, **settings)  # fmt: skip
+            rows.append({"gpu": gpu, "device_bytes": device_bytes, "strategy": strategy, "configured": sharded ==
+                         run["sharded"], "estimate": estimate, "fits": fits, "option": option})  # fmt: skip
+    return rows
+
+
+def _run_settings(config_path: str | Path, world_size: int | None) -> dict[str, Any]:
     experiment = load_experiment(config_path)
     model = build_model(experiment.get("model") or {})
     trainer, data = experiment.get("trainer") or {}, experiment.get("data") or {}
@@ -62,6 +100,6 @@ def training_memory(config_path: str | Path, world_size: int | None = None) -> M
     name = strategy.get("class_path", "") if isinstance(strategy, dict) else str(strategy)
     sharded = any(key in name.lower() for key in ("fsdp", "modelparallel"))
     precision = trainer.get("precision", "32-true")
-    return model_memory_estimate(
-        model, micro_batch, seq_len, precision=precision, world_size=world_size, sharded=sharded
-    )
+    accumulate = trainer.get("accumulate_grad_batches", 1) or 1
+    return {"model": model, "micro_batch": micro_batch, "seq_len": seq_len, "precision": precision,
+            "world_size": world_size, "sharded": sharded, "accumulate": accumulate}  # fmt: skip

@@ -34,6 +34,7 @@ from typing import Any
 import torch
 from lightning.pytorch.strategies import ModelParallelStrategy
 
+from fixed_embed.errors import CheckpointError
 from fixed_embed.lightning_internals import set_data_parallel_size
 
 __all__ = ["FSDP2Strategy", "UnsafeCheckpointError", "consolidate", "is_sharded_checkpoint", "load_weights_only"]
@@ -42,7 +43,7 @@ _SHARDS_PREFIX = ".shards-"
 _META = "meta.pt"  # Lightning's metadata file inside a distributed checkpoint
 
 
-class UnsafeCheckpointError(ValueError):
+class UnsafeCheckpointError(CheckpointError):
     """A checkpoint holding pickled objects other than tensors and plain data: refused, nothing in it ran."""
 
     def __init__(self, path: str | os.PathLike, detail: str = "") -> None:
@@ -204,7 +205,7 @@ def consolidate(folder: str | os.PathLike, out: str | os.PathLike | None = None)
     """
     folder = Path(folder)
     if not is_sharded_checkpoint(folder):
-        raise ValueError(f"{folder} is not a sharded checkpoint folder (needs {_META} and .metadata)")
+        raise CheckpointError(f"{folder} is not a sharded checkpoint folder (needs {_META} and .metadata)")
     metadata = load_weights_only(folder / _META, folder / _META)
     state = _read_shards(folder)
     checkpoint = {**metadata, "state_dict": state["state_dict"]}

@@ -16,6 +16,7 @@ import torch
 from tokenizers import Tokenizer
 
 from fixed_embed.data.tokenizer import load_tokenizer
+from fixed_embed.errors import CheckpointError, MissingFileError
 from fixed_embed.fsdp import UnsafeCheckpointError, consolidate, is_sharded_checkpoint, load_weights_only
 from fixed_embed.module import LanguageModel
 
@@ -33,31 +34,49 @@ def load_checkpoint(
     path = Path(path)
     if path.is_dir():
         if not is_sharded_checkpoint(path):
-            raise ValueError(f"{path} is a folder but not a sharded checkpoint (no meta.pt and .metadata)")
+            raise CheckpointError(
+                f"{path} is a folder but not a sharded checkpoint (no meta.pt and .metadata); pass a .ckpt file "
+                "written by fixed-embed fit, or a sharded checkpoint folder"
+            )
         checkpoint = consolidate(path)  # FSDP2 shards -> one state dict, in memory
     elif not path.is_file():
-        raise FileNotFoundError(f"checkpoint not found: {path}")
+        raise MissingFileError(f"checkpoint not found: {path}")
     else:
         try:
             checkpoint = load_weights_only(path, path, mmap=True)
         except UnsafeCheckpointError:
             raise
         except Exception as error:  # torch raises several types for a file that is not a checkpoint
-            raise ValueError(f"{path} is not a readable PyTorch checkpoint ({error!r})") from error
+            first = str(error).splitlines()[0] if str(error) else ""
+            raise CheckpointError(
+                f"{path} is not a readable PyTorch checkpoint ({type(error).__name__}: {first[:160]}); pass a "
+                "checkpoint written by fixed-embed fit"
+            ) from error
     if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint or "hyper_parameters" not in checkpoint:
         keys = sorted(checkpoint)[:8] if isinstance(checkpoint, dict) else type(checkpoint).__name__
-        raise ValueError(
+        raise CheckpointError(
             f"{path} is not a fixed-embed LanguageModel checkpoint (expected 'state_dict' and 'hyper_parameters', "
             f"found {keys})"
         )
     hparams = {k: v for k, v in checkpoint["hyper_parameters"].items() if not k.startswith("_")}
-    with torch.device("meta"):  # no random init of weights that are about to be overwritten
-        model = LanguageModel(**hparams)
+    try:
+        with torch.device("meta"):  # no random init of weights that are about to be overwritten
+            model = LanguageModel(**hparams)
+    except (TypeError, ValueError, KeyError) as error:
+        raise CheckpointError(
+            f"{path} holds hyper-parameters no LanguageModel can be built from ({type(error).__name__}: "
+            f"{str(error)[:200]}); pass a checkpoint written by fixed-embed fit"
+        ) from error
     model.to_empty(device=device)
     for module in model.modules():
         if module._non_persistent_buffers_set:  # derived buffers (RoPE tables, GF(2) rows): rebuilt, not stored
             module.reset_parameters()
-    model.load_state_dict(checkpoint["state_dict"], strict=True)
+    try:
+        model.load_state_dict(checkpoint["state_dict"], strict=True)
+    except RuntimeError as error:
+        raise CheckpointError(
+            f"{path}: its weights do not fit the model its hyper-parameters describe ({str(error).splitlines()[0]})"
+        ) from error
     model.to(device)  # to_empty moved the tensors; this also records the device on the LightningModule
     model.eval()
     return model, _tokenizer(checkpoint, tokenizer, path)
@@ -84,4 +103,4 @@ def _tokenizer(checkpoint: dict, override: str | None, path: Path) -> Tokenizer:
     spec = (checkpoint.get("datamodule_hyper_parameters") or {}).get("tokenizer")
     if spec is not None:
         return load_tokenizer(spec)
-    raise ValueError(f"{path} holds no tokenizer; pass one (a tokenizer.json, a folder with one, or a hub id)")
+    raise CheckpointError(f"{path} holds no tokenizer; pass one (a tokenizer.json, a folder with one, or a hub id)")

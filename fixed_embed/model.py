@@ -10,7 +10,8 @@ Design choices (each matches the paper's backbone unless marked "ours"):
 * Attention: causal multi-head (optionally grouped-query, ``n_kv_heads``) through
   ``F.scaled_dot_product_attention`` so GPUs get flash / memory-efficient kernels.
 * RoPE in the Hugging Face Llama layout (rotate the two halves of each head), so an export to
-  ``LlamaForCausalLM`` is exact; theta configurable, 10,000 by default (ours: the paper does
+  ``LlamaForCausalLM`` is exact; rotated in float32 from fp32 tables (also under bf16); theta
+  configurable, 10,000 by default (ours: the paper does
   not state it).
 * SwiGLU MLP: down(silu(gate(x)) * up(x)), intermediate size ``ffn_dim``.
 * No biases anywhere. Untied, trainable output head V x d (tying only with LearnedInput,
@@ -129,12 +130,22 @@ class RotaryEmbedding(nn.Module):
         self.cos.copy_(angles.cos())
         self.sin.copy_(angles.sin())
 
+    def _apply(self, fn, recurse=True):  # nn.Module._apply
+        # ``module.to(torch.bfloat16)`` (bf16-true) would round the tables to bf16: keep them fp32,
+        # recomputed rather than upcast from the rounded values.
+        super()._apply(fn, recurse)
+        if self.cos.dtype != torch.float32:
+            self.cos, self.sin = self.cos.float(), self.sin.float()
+            self.reset_parameters()
+        return self
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Rotate ``x[B, H, T, h]`` by its position (0 .. T-1)."""
+        """Rotate ``x[B, H, T, h]`` by its position (0 .. T-1), in float32 (as torchtitan), cast back
+        to ``x``'s dtype: a bf16 ``x`` is rounded once, after the rotation, not in each product."""
         t = x.shape[-2]
-        cos, sin = self.cos[:t].to(x.dtype), self.sin[:t].to(x.dtype)
-        x1, x2 = x.chunk(2, dim=-1)
-        return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+        cos, sin = self.cos[:t], self.sin[:t]
+        x1, x2 = x.float().chunk(2, dim=-1)
+        return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
 
 
 class Attention(nn.Module):

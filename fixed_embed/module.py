@@ -6,8 +6,10 @@ targets ``block[:, 1:]``, so every block carries exactly T prediction targets.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import math
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from functools import partial
@@ -20,13 +22,14 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torchmetrics.aggregation import MeanMetric
 
 from fixed_embed import resume
-from fixed_embed.accounting import memory_warning
+from fixed_embed.accounting import IGNORE_MEMORY_ENV, memory_warning
 from fixed_embed.data.loader_state import gather_loader_states
+from fixed_embed.errors import ConfigError
 from fixed_embed.interfaces import BinaryCodeInput, InputInterface
 from fixed_embed.lightning_internals import attached_trainer, set_max_steps
 from fixed_embed.loss import DEFAULT_LOSS_CHUNK_TOKENS
 from fixed_embed.model import Decoder, DecoderConfig
-from fixed_embed.parallel import ParallelConfig, apply_parallelism
+from fixed_embed.parallel import ParallelConfig, apply_parallelism, eager_evaluation
 from fixed_embed.recipe import AdamWConfig, ScheduleConfig, build_adamw, lr_at, steps_for_budget
 
 __all__ = ["LanguageModel"]
@@ -102,6 +105,7 @@ class LanguageModel(L.LightningModule):
         self._last_loss: torch.Tensor | None = None
         self._fresh_groups: list[dict[str, Any]] = []
         self._parallelized = False
+        self._eager: contextlib.ExitStack | None = None  # open during validation/test with compile on
 
     @property
     def interface(self) -> InputInterface:
@@ -125,10 +129,31 @@ class LanguageModel(L.LightningModule):
         # and on_before_optimizer_step decides once per update, identically on every rank.
         self._last_loss = loss.detach()
         self.tokens_seen += n_targets * self.trainer.world_size
-        self.log("train/loss", loss, prog_bar=True)
-        self.log("train/tokens", float(self.tokens_seen), rank_zero_only=True)
-        self.log("train/lr", self.trainer.optimizers[0].param_groups[0]["lr"], rank_zero_only=True)
+        # No host sync per micro-batch: Lightning turns every prog_bar=True value into a number after
+        # each micro-batch (a sync), so the loss stays a tensor here and callbacks/progress.py shows it
+        # once per update. Python numbers become device tensors when logged (on CUDA a blocking copy,
+        # i.e. a sync), so they are logged on an update's last micro-batch only.
+        self.log("train/loss", loss)
+        if self.ends_update(batch_idx):
+            self.log("train/tokens", float(self.tokens_seen), rank_zero_only=True)
+            self.log("train/lr", self.trainer.optimizers[0].param_groups[0]["lr"], rank_zero_only=True)
         return loss
+
+    def ends_update(self, batch_idx: int) -> bool:
+        """Whether micro-batch ``batch_idx`` is its optimizer update's last (Lightning also steps on an
+        epoch's last batch)."""
+        trainer = self.trainer
+        return (batch_idx + 1) % trainer.accumulate_grad_batches == 0 or batch_idx + 1 >= trainer.num_training_batches
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        # FSDP2: no gradient reduce-scatter on an update's non-final micro-batches (Lightning's
+        # no_sync covers DDP only); the unsharded gradients accumulate locally until the last one.
+        if self.parallel_config.sync_every_micro_batch:
+            return
+        from torch.distributed.fsdp import FSDPModule
+
+        if isinstance(self.decoder, FSDPModule):
+            self.decoder.set_requires_gradient_sync(self.ends_update(batch_idx))
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         # Runs after the (DDP-reduced) backward and before clipping. One fused norm over all
@@ -163,6 +188,29 @@ class LanguageModel(L.LightningModule):
     def validation_step(self, block: torch.Tensor, batch_idx: int) -> None:
         loss, n_targets = self._loss(block)
         self.val_loss.update(loss.detach(), weight=n_targets)
+
+    # Evaluation runs the compiled blocks eagerly: no recompiles of the training graph (parallel.eager_evaluation).
+    def on_validation_start(self) -> None:
+        self._enter_eager()
+
+    def on_validation_end(self) -> None:
+        self._exit_eager()
+
+    def on_test_start(self) -> None:
+        self._enter_eager()
+
+    def on_test_end(self) -> None:
+        self._exit_eager()
+
+    def _enter_eager(self) -> None:
+        if self.parallel_config.compile and self._eager is None:
+            self._eager = contextlib.ExitStack()
+            self._eager.enter_context(eager_evaluation())
+
+    def _exit_eager(self) -> None:
+        if self._eager is not None:
+            self._eager.close()
+            self._eager = None
 
     def on_validation_epoch_end(self) -> None:
         mean = self.val_loss.compute()
@@ -199,8 +247,11 @@ class LanguageModel(L.LightningModule):
     def setup(self, stage: str) -> None:
         if stage == "fit":
             self._resolve_max_steps()
-            if warning := memory_warning(self, self.trainer):
-                rank_zero_warn(warning)
+            if problem := memory_warning(self, self.trainer):  # CUDA only: None on CPU
+                if os.environ.get(IGNORE_MEMORY_ENV, "") not in ("", "0"):
+                    rank_zero_warn(f"{problem} (starting anyway: {IGNORE_MEMORY_ENV} is set)")
+                else:
+                    raise ConfigError(f"refusing to start: {problem}")
 
     def _resolve_max_steps(self) -> None:
         trainer = self.trainer

@@ -12,19 +12,28 @@ One place fixes the order of wrapping (as in torchtitan), applied once from
 3. **FSDP2** (``fully_shard``) under Lightning's ``ModelParallelStrategy``: each block, then the
    head with the final norm, then the root (the input interface and whatever is left), sharded
    over the data-parallel mesh, with bf16 parameters for compute and fp32 master weights and
-   gradient reduction (``MixedPrecisionPolicy``). Under DDP only steps 1 and 2 apply.
+   gradient reduction (``MixedPrecisionPolicy``). The root keeps torch's default (its parameters
+   stay gathered from forward to backward: they are used first in forward and last in backward).
+   ``shard_group_size`` makes the mesh two-dimensional (hybrid sharding, HSDP): shard within groups
+   of that many ranks (a node), replicate across groups. During gradient accumulation the
+   reduce-scatter runs on an update's last micro-batch only (``LanguageModel.on_train_batch_start``).
+   Tied input/output weights are refused under FSDP2 (one parameter cannot belong to two FSDP
+   groups). Under DDP only steps 1 and 2 apply.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
 import torch
 
+from fixed_embed.errors import ConfigError
 from fixed_embed.model import Decoder
 
-__all__ = ["ParallelConfig", "apply_parallelism"]
+__all__ = ["ParallelConfig", "apply_parallelism", "eager_evaluation", "hybrid_mesh"]
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -36,8 +45,15 @@ class ParallelConfig:
     compile: ``torch.compile`` each block (regional).
     param_dtype: FSDP2 compute dtype of parameters (the fp32 master copy is what is sharded).
     reduce_dtype: FSDP2 dtype of the gradient reduce-scatter.
-    reshard_after_forward: FSDP2 frees the gathered parameters after forward (ZeRO-3) or keeps them
-        until backward (ZeRO-2-like: more memory, one all-gather fewer).
+    reshard_after_forward: FSDP2 frees each block's gathered parameters after forward (ZeRO-3) or
+        keeps them until backward (ZeRO-2-like: more memory, one all-gather fewer). The root and
+        the head keep theirs gathered either way.
+    shard_group_size: FSDP2 hybrid sharding: shard over groups of this many ranks (e.g. the GPUs of
+        a node), replicate across the groups (gradients all-reduced between them). ``None``: shard
+        over every rank (a flat mesh).
+    sync_every_micro_batch: FSDP2 reduce-scatters gradients after every micro-batch (as Lightning
+        does by default: ``accumulate_grad_batches`` x the traffic) instead of on an update's last
+        one only (the default here: the unsharded gradients accumulate locally, in ``reduce_dtype``).
     """
 
     activation_checkpointing: bool = False
@@ -45,11 +61,15 @@ class ParallelConfig:
     param_dtype: Literal["float32", "bfloat16"] = "bfloat16"
     reduce_dtype: Literal["float32", "bfloat16"] = "float32"
     reshard_after_forward: bool = True
+    shard_group_size: int | None = None
+    sync_every_micro_batch: bool = False
 
     def __post_init__(self) -> None:
         for name in ("param_dtype", "reduce_dtype"):
             if getattr(self, name) not in _DTYPES:
                 raise ValueError(f"{name} must be one of {sorted(_DTYPES)}, got {getattr(self, name)!r}")
+        if self.shard_group_size is not None and self.shard_group_size < 1:
+            raise ValueError(f"shard_group_size must be >= 1 (or null: every rank), got {self.shard_group_size}")
 
 
 def apply_parallelism(decoder: Decoder, config: ParallelConfig, device_mesh=None) -> None:
@@ -62,11 +82,50 @@ def apply_parallelism(decoder: Decoder, config: ParallelConfig, device_mesh=None
         return
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+    if decoder.config.tie_embeddings:
+        raise ConfigError(
+            "tie_embeddings=true cannot be sharded with FSDP2: the tied weight would belong to two FSDP groups "
+            "(the head's and the root's). Untie it (model.decoder.tie_embeddings false, the paper's setting) "
+            "or train with DDP (--config experiments/strategies/ddp.yaml)"
+        )
     mesh = device_mesh["data_parallel"] if "data_parallel" in (device_mesh.mesh_dim_names or ()) else device_mesh
+    mesh = hybrid_mesh(mesh, config.shard_group_size)
     policy = MixedPrecisionPolicy(param_dtype=_DTYPES[config.param_dtype], reduce_dtype=_DTYPES[config.reduce_dtype])
     shard = {"mesh": mesh, "mp_policy": policy}
     for block in decoder.layers:
         fully_shard(block, reshard_after_forward=config.reshard_after_forward, **shard)
     # The head is used last in forward and first in backward: no point resharding it in between.
     fully_shard([decoder.norm, decoder.head], reshard_after_forward=False, **shard)
-    fully_shard(decoder, reshard_after_forward=config.reshard_after_forward, **shard)
+    fully_shard(decoder, **shard)  # the root: torch's default keeps its parameters from forward to backward
+
+
+def hybrid_mesh(mesh, shard_group_size: int | None):
+    """``mesh`` (1-D, every data-parallel rank) or, with ``shard_group_size``, a 2-D
+    ``("replicate", "shard")`` mesh over the same ranks: FSDP2 then shards within each group of
+    ``shard_group_size`` consecutive ranks and all-reduces across the groups (HSDP)."""
+    world = mesh.size()
+    if shard_group_size is None or shard_group_size == world:
+        return mesh
+    if world % shard_group_size:
+        raise ConfigError(
+            f"model.parallel.shard_group_size {shard_group_size} must divide the {world} data-parallel ranks"
+        )
+    from torch.distributed.device_mesh import init_device_mesh
+
+    return init_device_mesh(
+        mesh.device_type, (world // shard_group_size, shard_group_size), mesh_dim_names=("replicate", "shard")
+    )
+
+
+@contextlib.contextmanager
+def eager_evaluation() -> Iterator[None]:
+    """Run compiled blocks eagerly inside (``torch.compiler.set_stance("force_eager")``).
+
+    Evaluation differs from training in what dynamo guards on: no-grad / inference mode, and
+    lm-eval's varying lengths. Compiling for it would add a graph per mode and shape until the
+    recompile limit (8), after which new shapes silently run eager anyway, and with inductor at
+    d 2,048 each recompile costs tens of seconds. Validation and the in-loop benchmarks run eager
+    instead; training keeps its one graph (tested by counting compiles in tests/test_gpu_path.py).
+    """
+    with torch.compiler.set_stance("force_eager"):
+        yield

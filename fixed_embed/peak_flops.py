@@ -8,9 +8,11 @@ no MFU is better than a wrong one.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
-__all__ = ["PEAK_FLOPS", "matmul_dtype", "peak_flops"]
+__all__ = ["PEAK_FLOPS", "dtype_name", "matmul_dtype", "peak_flops", "training_matmul_dtype"]
 
 # chip -> {dtype name: FLOP/s}. Matched against torch.cuda.get_device_name(), most specific first.
 PEAK_FLOPS: dict[str, dict[str, float]] = {
@@ -24,16 +26,60 @@ PEAK_FLOPS: dict[str, dict[str, float]] = {
 }
 
 
-def matmul_dtype(precision: str) -> str:
-    """The dtype the matmuls run in under a Lightning ``precision`` setting."""
+def matmul_dtype(precision: str, param_dtype: str | torch.dtype | None = None) -> str:
+    """The dtype the matmuls run in under a Lightning ``precision`` setting.
+
+    ``param_dtype``: FSDP2's compute dtype of the parameters (``model.parallel.param_dtype`` under
+    a sharded strategy), which decides under a 32-bit ``precision`` (``experiments/strategies/fsdp.yaml``:
+    ``32-true`` with ``param_dtype: bfloat16`` runs its matmuls in bf16). Autocast
+    (``*-mixed``) and true half precision win over it.
+    """
     precision = str(precision)
     if precision.startswith("bf16"):
         return "bf16"
     if precision.startswith("16"):
         return "fp16"
-    if precision.startswith(("32", "64")):
-        return "tf32" if torch.get_float32_matmul_precision() != "highest" else "fp32"
+    if precision.startswith("64"):
+        return "fp64"  # no tensor-core peak listed: no MFU
+    if precision.startswith("32"):
+        if param_dtype is not None:
+            return dtype_name(getattr(torch, param_dtype) if isinstance(param_dtype, str) else param_dtype)
+        return dtype_name(torch.float32)
     raise ValueError(f"no matmul dtype known for precision {precision!r}")
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """bf16, fp16, tf32 (fp32 matmuls when torch may use TF32), fp32 or fp64."""
+    if dtype == torch.float32:
+        return "tf32" if torch.get_float32_matmul_precision() != "highest" else "fp32"
+    names = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float64: "fp64"}
+    if dtype not in names:
+        raise ValueError(f"no matmul dtype name for {dtype}")
+    return names[dtype]
+
+
+def training_matmul_dtype(trainer: Any, module: Any) -> str:
+    """The dtype a ``Trainer``'s training matmuls actually run in, read from what runs.
+
+    1. The precision plugin's forward context: under autocast (``bf16-mixed``, ``16-mixed``) its
+       autocast dtype, on the module's device type.
+    2. Under a sharded strategy (FSDP2 through ``ModelParallelStrategy``, applied by
+       ``LanguageModel.configure_model``): the module's ``parallel_config.param_dtype``, the
+       dtype FSDP2 all-gathers the parameters in for compute.
+    3. Otherwise the dtype of the module's Linear weights (``bf16-true`` converts them; ``32-true``
+       leaves them fp32: tf32 when torch may use it).
+    """
+    from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
+
+    device_type = module.device.type if hasattr(module, "device") else "cpu"
+    with trainer.precision_plugin.forward_context():
+        if torch.is_autocast_enabled(device_type):
+            return dtype_name(torch.get_autocast_dtype(device_type))
+    parallel = getattr(module, "parallel_config", None)
+    if isinstance(trainer.strategy, (ModelParallelStrategy, FSDPStrategy)) and parallel is not None:
+        return dtype_name(getattr(torch, parallel.param_dtype))
+    weight = next((m.weight for m in module.modules() if isinstance(m, torch.nn.Linear)), None)
+    return dtype_name(weight.dtype if weight is not None else torch.float32)
 
 
 def peak_flops(device: torch.device, dtype: str) -> float | None:

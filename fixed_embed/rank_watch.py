@@ -14,18 +14,29 @@ already set up for the process group), which needs no collective:
 
 If the store itself goes away (the rank hosting it, global rank 0, died), the watch treats that as
 a failure too. One watch per process: :func:`start` is idempotent, :func:`current` returns it.
+
+A rank *killed* by the OS (out of memory, ``kill -9``) publishes nothing; rank 0 then fails in its
+next collective ("Connection reset by peer"). Under Lightning's DDP launcher, rank 0 started the
+other ranks' processes (``strategy.launcher.procs``): :func:`note_lost_ranks` (from
+``callbacks/fail_fast.py``'s ``on_exception``, before Lightning kills the survivors) names the one that
+died, ``rank 1 exited with signal 9; relaunch with --ckpt_path last``, and the CLI ends with that line.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import sys
 import threading
+import time
+from typing import Any
 
 import torch.distributed as dist
 
-__all__ = ["RankWatch", "current", "start", "stop"]
+from fixed_embed.errors import UserError
+
+__all__ = ["RankLostError", "RankWatch", "current", "lost_rank", "note_lost_ranks", "start", "stop"]
 
 _FAILED, _STOP = "fixed_embed/failed", "fixed_embed/stop"
 
@@ -110,3 +121,53 @@ def stop() -> None:
     if _current is not None:
         _current.close()
         _current = None
+
+
+class RankLostError(UserError):
+    """Another rank's process died (killed by the OS): already printed, exit status 1."""
+
+    exit_status = 1
+    printed = True
+
+
+_lost: str | None = None
+
+
+def note_lost_ranks(trainer: Any, wait_s: float = 1.0) -> str | None:
+    """On rank 0 under Lightning's DDP launcher: the first rank whose process has died, printed at once.
+
+    Called while handling an exception; a rank that just died may take a moment to be reaped, hence ``wait_s``.
+    """
+    global _lost
+    launcher = getattr(getattr(trainer, "strategy", None), "launcher", None)
+    procs = list(getattr(launcher, "procs", None) or [])
+    if not procs:
+        return None
+    deadline = time.monotonic() + wait_s
+    while True:
+        dead = [(local, proc.poll()) for local, proc in enumerate(procs, start=1)]
+        dead = [(local, code) for local, code in dead if code not in (None, 0)]
+        if dead or time.monotonic() >= deadline:
+            break
+        time.sleep(0.05)
+    if not dead:
+        return None
+    local, code = dead[0]
+    environment = getattr(launcher, "cluster_environment", None)
+    node = environment.node_rank() if environment is not None else 0
+    rank = node * getattr(launcher, "num_processes", len(procs) + 1) + local
+    if code < 0:
+        name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else "?"
+        how = f"exited with signal {-code} ({name})"
+    else:
+        how = f"exited with status {code}"
+    _lost = f"rank {rank} {how}; relaunch with --ckpt_path last"
+    print(f"fixed-embed: {_lost}", file=sys.stderr, flush=True)
+    return _lost
+
+
+def lost_rank() -> str | None:
+    """The lost rank :func:`note_lost_ranks` found in this process (once: reading it clears it)."""
+    global _lost
+    lost, _lost = _lost, None
+    return lost

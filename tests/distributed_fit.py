@@ -6,6 +6,7 @@ Global rank 0 writes a JSON of per-update losses (averaged over ranks) and monit
 
     python tests/distributed_fit.py OUT.json --devices 2 [--strategy ddp|fsdp] [--steps 4]
         [--ckpt-dir DIR] [--stop-at N] [--resume CKPT] [--bench-tokenizer TOKENIZER] [--fail-on-rank R --fail-at N]
+        [--kill-on-rank R --fail-at N]
 """
 
 from __future__ import annotations
@@ -55,6 +56,20 @@ class StopAt(L.Callback):
             trainer.should_stop = True
 
 
+class KillRank(L.Callback):
+    """SIGKILL one rank's process at one update: what the OS does to a rank out of memory."""
+
+    def __init__(self, rank: int, step: int) -> None:
+        self.rank, self.step = rank, step
+
+    def on_train_batch_start(self, trainer, *args) -> None:
+        if trainer.global_rank == self.rank and trainer.global_step == self.step:
+            import os
+            import signal
+
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
 class FailOnRank(L.Callback):
     """Raise on one rank only, at one update, then linger before exiting (as a rank stuck in its own
     teardown would): the others, waiting for it in a collective, must end on their own."""
@@ -99,6 +114,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     parser.add_argument("--resume", help="checkpoint to resume from")
     parser.add_argument("--fail-on-rank", type=int, help="raise on this rank only (with --fail-at)")
     parser.add_argument("--fail-at", type=int, default=2, help="the update at which --fail-on-rank raises")
+    parser.add_argument("--kill-on-rank", type=int, help="SIGKILL this rank's process (as the OS would) at --fail-at")
     args = parser.parse_args(argv)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # 2 ranks on 2 cores
@@ -126,6 +142,8 @@ def _fit(args: argparse.Namespace) -> dict | None:
     callbacks = [FailFast(), *monitors, record]
     if args.fail_on_rank is not None:
         callbacks.append(FailOnRank(args.fail_on_rank, args.fail_at))
+    if args.kill_on_rank is not None:
+        callbacks.append(KillRank(args.kill_on_rank, args.fail_at))
     if args.stop_at:
         callbacks.append(StopAt(args.stop_at))
     if args.ckpt_dir:

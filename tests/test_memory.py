@@ -122,9 +122,14 @@ def test_memory_warning_compares_the_estimate_with_the_device():
     est = training_memory_estimate(model, trainer)
     assert est == memory_estimate(model.decoder, 2, 16, loss_chunk_tokens=0)
     assert memory_warning(model, trainer) is None  # CPU: no device memory to compare with
-    assert memory_warning(model, trainer, device_bytes=est.total) is None
-    warning = memory_warning(model, trainer, device_bytes=est.total - 1)
+    # The device must hold what the run requires (the tensors plus transients, fragmentation, the CUDA
+    # context) within 90 % of its memory (issue 24: comparing the tensors' total with 100 % missed OOMs).
+    assert est.required > est.allocated > est.total
+    enough = -(-est.required * 10 // 9)
+    assert memory_warning(model, trainer, device_bytes=enough) is None
+    warning = memory_warning(model, trainer, device_bytes=enough - 10)
     assert "exceeds" in warning and "activation_checkpointing" in warning and "loss_chunk_tokens" in warning
+    assert "FIXED_EMBED_IGNORE_MEMORY_ESTIMATE=1" in warning
     assert training_memory_estimate(model, SimpleNamespace(datamodule=None)) is None
 
 

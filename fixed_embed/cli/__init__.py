@@ -21,7 +21,7 @@ import os
 import sys
 
 from fixed_embed import console
-from fixed_embed.errors import UserError
+from fixed_embed.errors import UserError, environment_error
 
 COMMANDS = {
     "fit": "fixed_embed.cli.train",
@@ -29,12 +29,14 @@ COMMANDS = {
     "test": "fixed_embed.cli.train",
     "params": "fixed_embed.cli.params",
     "tokenizer": "fixed_embed.cli.tokenizer",
+    "pretokenize": "fixed_embed.cli.pretokenize",
     "eval": "fixed_embed.cli.eval",
     "table": "fixed_embed.cli.table",
     "export": "fixed_embed.cli.export",
     "consolidate": "fixed_embed.cli.consolidate",
     "analyze": "fixed_embed.cli.analyze",
     "lm-eval": "fixed_embed.cli.lm_eval",
+    "prefetch": "fixed_embed.cli.prefetch",
 }
 
 USAGE = """usage: fixed-embed COMMAND [ARGS]
@@ -43,12 +45,14 @@ commands:
   fit|validate|test   train or score a model (Lightning CLI; --config EXPERIMENT.yaml, --help)
   params CONFIG       parameter and FLOP report of an experiment, built on the meta device
   tokenizer           train a byte-level BPE (--data, --vocab-size, --out); cached
+  pretokenize         text -> token shards for data.train (--data, --tokenizer, --out, --workers)
   eval CKPT           benchmark suite with lm-eval (--suite paper|offline, --tasks, --limit, --hf MODEL)
   table RESULTS...    merge eval results into one paper-format Markdown table
   export CKPT OUT     Hugging Face LlamaForCausalLM folder (fixed codes materialised as embed_tokens)
   consolidate DIR OUT one checkpoint file from a sharded (FSDP2) checkpoint folder
   analyze probe|ablate CKPT...  identity probes across depth / one-block ablations (JSON + PNG)
   lm-eval ARGS        lm-eval's own CLI with --model fixed_embed registered
+  prefetch            on a login node: cache the paper suite's task data and the tokenizer for offline nodes
 """
 
 
@@ -80,11 +84,37 @@ def main(argv: list[str] | None = None, configure_console: bool | None = None) -
         # Lightning's clean-up after a failed run can raise again (e.g. "Please call
         # iter(combined_loader) first"), hiding the user's error in the exception's context.
         user_error = _user_error_in(error, UserError)
+        refused = (environment_error(error) or _named_path_error(error, argv)) if user_error is None else None
+        if refused is not None and not debug:  # no space, too large, name too long, permission: not a bug
+            console.forget_unwritten()
+            what = refused.filename or "a file"
+            print(f"fixed-embed {command}: error: cannot use {what}: {refused.strerror}\n(--debug shows the traceback)",
+                  file=sys.stderr)  # fmt: skip
+            return 2
         if user_error is None or debug:
             raise
         console.forget_unwritten()
-        print(f"fixed-embed {command}: error: {_message(user_error)}\n(--debug shows the traceback)", file=sys.stderr)
-        return 2
+        if not getattr(user_error, "printed", False):
+            message = _message(user_error)
+            print(f"fixed-embed {command}: error: {message}\n(--debug shows the traceback)", file=sys.stderr)
+        return getattr(user_error, "exit_status", 2)
+    except KeyboardInterrupt:
+        print(f"fixed-embed {command}: interrupted (Ctrl-C)", file=sys.stderr)
+        return 130
+
+
+def _named_path_error(error: BaseException | None, argv: list[str]) -> OSError | None:
+    """An OSError (not found, not a folder, is a folder, exists) on a path of the command line, or under one."""
+    named = [os.path.abspath(a.split("=", 1)[-1]) for a in argv[1:] if a.split("=", 1)[-1]]
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, OSError) and isinstance(error.filename, (str, os.PathLike)):
+            target = os.path.abspath(error.filename)
+            if any(target == p or target.startswith(p + os.sep) or p.startswith(target + os.sep) for p in named):
+                return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
 
 
 def _message(error: BaseException) -> str:

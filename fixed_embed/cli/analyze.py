@@ -29,7 +29,11 @@ def run(argv: list[str]) -> int:
     from fixed_embed.analysis import identity_probe, layer_ablation, text_blocks
     from fixed_embed.analysis.ablation import plot_ablation
     from fixed_embed.analysis.probe import plot_probe
+    from fixed_embed.inputs import check_corpus, check_output
     from fixed_embed.loading import load_checkpoint
+
+    check_corpus(args.data, "--data")
+    check_output(args.out, "--out")
 
     results = {}
     for i, path in enumerate(args.checkpoints):

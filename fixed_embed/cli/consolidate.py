@@ -12,6 +12,9 @@ def run(argv: list[str]) -> int:
     args = parser.parse_args(argv[1:])
     # Lazy: torch + Lightning take seconds to import; --help and usage errors answer without them.
     from fixed_embed.fsdp import consolidate
+    from fixed_embed.inputs import check_output
+
+    check_output(args.out, "OUT")
 
     checkpoint = consolidate(args.folder, args.out)
     n = sum(t.numel() for t in checkpoint["state_dict"].values())

@@ -9,8 +9,10 @@ import lm_eval.api.registry
 from rich.console import Console
 from rich.markdown import Markdown
 
+from fixed_embed.inputs import check_output, check_task_folders
 from fixed_embed.suite import (
     SUITES,
+    check_tasks,
     columns_for,
     default_eval_dir,
     markdown_table,
@@ -42,13 +44,24 @@ def run(argv: list[str]) -> int:
         parser.error("give a checkpoint or --hf MODEL (one of them)")
     tasks = [t for t in (args.tasks or "").split(",") if t]
     suite = args.suite or (None if tasks else "paper")
+    if args.limit is not None and not args.limit > 0:
+        parser.error(f"--limit must be > 0 (examples per task, or a fraction below 1), got {args.limit:g}")
+    if args.batch_size < 1:
+        parser.error(f"--batch-size must be >= 1, got {args.batch_size}")
     limit = None if args.limit is None else (int(args.limit) if args.limit >= 1 else args.limit)
     try:
         columns = columns_for(suite, tasks, args.num_fewshot)
     except ValueError as error:
         parser.error(str(error))
+    check_task_folders(args.include_path)
+    if tasks:  # a misspelt task is refused now, before the model is loaded
+        try:
+            check_tasks(tasks, args.include_path)
+        except ValueError as error:
+            parser.error(str(error))
     model = args.hf or args.checkpoint
     out = Path(args.output or default_eval_dir(model, suite, tasks, args.num_fewshot, limit, hub=bool(args.hf)))
+    check_output(out, "--output")
     refuse_existing_results(out, args.overwrite)  # before hours of evaluation, not after
     if args.hf:
         name = args.name or args.hf

@@ -17,8 +17,10 @@ def run(argv: list[str]) -> int:
     import torch
 
     from fixed_embed.export import check_export_dir, export_llama
+    from fixed_embed.inputs import check_output
     from fixed_embed.loading import load_checkpoint
 
+    check_output(args.out, "export folder")
     check_export_dir(args.out, args.overwrite)  # before loading the checkpoint
     model, tokenizer = load_checkpoint(args.checkpoint, args.tokenizer)
     out = export_llama(model, tokenizer, args.out, getattr(torch, args.dtype), overwrite=args.overwrite)

@@ -15,10 +15,20 @@ def run(argv: list[str]) -> int:
     parser.add_argument("--world-size", type=int, help="GPUs in all (default: trainer.devices x trainer.num_nodes)")
     args = parser.parse_args(argv[1:])
     # Lazy: torch + Lightning take seconds to import; --help and usage errors answer without them.
-    from fixed_embed.accounting import optimizer_state_bytes
-    from fixed_embed.experiment import parameter_reports, training_memory
+    from fixed_embed.accounting import USABLE_FRACTION, optimizer_state_bytes
+    from fixed_embed.config import load_experiment
+    from fixed_embed.errors import ConfigError
+    from fixed_embed.experiment import memory_plan, parameter_reports, training_memory
 
-    interface_name, report, control = parameter_reports(args.config)
+    load_experiment(args.config)  # a missing or unreadable file: one line
+    try:
+        interface_name, report, control = parameter_reports(args.config)
+    except (TypeError, ValueError, argparse.ArgumentError) as error:  # jsonargparse's refusal: the config's
+        if isinstance(error, ConfigError):
+            raise
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        said = [line for line in lines if line.startswith(("Parser key", "Expected", "Key "))][-2:] or lines[:1]
+        raise ConfigError(f"{args.config}: its model section cannot be built: {' '.join(said)[:300]}") from error
     table = Table(title=f"{args.config}: {interface_name}")
     table.add_column("parameters")
     table.add_column("count", justify="right")
@@ -45,4 +55,19 @@ def run(argv: list[str]) -> int:
     for name, value in estimate.rows():
         memory_table.add_row(name, f"{value / 2**30:,.2f}")
     console.print(memory_table)
+    plan = Table(
+        title=f"does it fit? {estimate.world_size} GPU(s), required vs {100 * USABLE_FRACTION:.0f} % of each GPU",
+        caption="cost order of the ways out: micro-batch / 2 (~3 %), FSDP2 (~5 %), activation checkpointing (~33 %)",
+    )
+    for column in ("GPU", "strategy", "required GiB", "usable GiB", "fits", "cheapest change that fits"):
+        plan.add_column(column, justify="right" if "GiB" in column else "left")
+    for row in memory_plan(args.config, args.world_size):
+        option = row["option"]
+        change = "" if row["fits"] else (f"{option.flags} ({option.estimate.required / 2**30:.1f} GiB)" if option
+                                         else "none found: more GPUs (FSDP) or a smaller model")  # fmt: skip
+        strategy = row["strategy"] + (" (configured)" if row["configured"] else "")
+        usable = f"{USABLE_FRACTION * row['device_bytes'] / 2**30:.1f}"
+        required = f"{row['estimate'].required / 2**30:.1f}"
+        plan.add_row(row["gpu"], strategy, required, usable, "yes" if row["fits"] else "NO", change)
+    console.print(plan)
     return 0

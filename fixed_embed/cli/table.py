@@ -19,11 +19,17 @@ def run(argv: list[str]) -> int:
     for path in map(Path, args.results):
         try:
             data = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as error:
+        except (OSError, ValueError) as error:  # ValueError: not JSON, or not UTF-8
             parser.error(f"cannot read results file {path}: {error}")
-        if not {"model", "columns", "scores"} <= set(data):
+        if not isinstance(data, dict) or not {"model", "columns", "scores"} <= set(data):
             parser.error(f"{path} is not a fixed-embed eval results file (needs model, columns, scores)")
+        if not isinstance(data["columns"], list) or not isinstance(data["scores"], dict):
+            parser.error(f"{path} is not a fixed-embed eval results file (columns must be a list, scores a mapping)")
         loaded.append(data)
+    if args.output:
+        from fixed_embed.inputs import check_output
+
+        check_output(args.output, "--output")
     table = markdown_table(loaded) + TABLE_NOTES
     if args.output:
         Path(args.output).write_text(table)

@@ -26,7 +26,11 @@ def run(argv: list[str]) -> int:
     from fixed_embed.data.corpus import default_corpus
     from fixed_embed.data.sources import DocumentSource
     from fixed_embed.data.tokenizer import resolve_tokenizer
+    from fixed_embed.inputs import check_corpus, check_output
 
+    check_corpus(args.data, "--data", args.text_field)
+    if args.out is not None:
+        check_output(args.out, "--out")
     source = DocumentSource(args.data or str(default_corpus() / "train.jsonl"), text_field=args.text_field)
     print(resolve_tokenizer(None, source, args.vocab_size, args.out, overwrite=args.overwrite or args.out is None))
     return 0

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import lightning as L
+import numpy as np
 import torch
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from tokenizers import Tokenizer
@@ -16,13 +17,15 @@ from torch.utils.data import DataLoader, IterableDataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from fixed_embed.data.block_cache import BlockCache
+from fixed_embed.data.block_order import RankBatches, TokenBlockLoader
 from fixed_embed.data.corpus import default_corpus
 from fixed_embed.data.packing import PackedBlocks
 from fixed_embed.data.sharding import virtual_shard_count
 from fixed_embed.data.sources import DocumentSource
-from fixed_embed.data.tokenizer import EOS, load_tokenizer, resolve_tokenizer, special_token_id
-from fixed_embed.data.validation import bytes_per_target, spread_blocks
-from fixed_embed.errors import ConfigError
+from fixed_embed.data.token_shards import TokenShards, shard_folder
+from fixed_embed.data.tokenizer import EOS, load_tokenizer, resolve_tokenizer, special_token_id, tokenizer_fingerprint
+from fixed_embed.data.validation import bytes_per_target, spread_blocks, spread_document_blocks
+from fixed_embed.errors import ConfigError, DataError
 
 __all__ = ["TextDataModule"]
 
@@ -57,16 +60,22 @@ class TextDataModule(L.LightningDataModule):
 
     Args:
         train: local file / folder / glob, or a hub dataset id. ``None``: the offline default
-            corpus (Python's own documentation text, built and cached on first use).
+            corpus (Python's own documentation text, built and cached on first use). A folder of
+            token shards (``fixed-embed pretokenize``; it holds ``token_shards.json``): memory-mapped
+            blocks in a global seeded order, resumable at any world size; the stream options
+            (``hub_name`` to ``tokenizer_vocab_size``, ``num_shards``, ``shuffle_buffer``,
+            ``shuffle_documents``, ``passage_chars``, ``tokenize_batch``) do not apply to it.
         valid: where validation documents come from; ``None``: the default corpus's
-            ``valid.jsonl``, or a hash-based hold-out of ``holdout_per_mille`` of ``train``.
+            ``valid.jsonl``, or a hash-based hold-out of ``holdout_per_mille`` of ``train`` (the
+            held-out shards of a token-shard ``train``). Also a token-shard folder.
         hub_name: the config name of a hub dataset.
         train_split: the split a hub ``train`` is read from (local files ignore it).
         valid_split: the split a hub ``valid`` is read from (local files ignore it); a hub dataset
             without one (fineweb-edu) validates on a hold-out of ``train`` or on another dataset.
         text_field: the field holding each document's text.
         tokenizer: a hub id, ``tokenizer.json`` or a folder; ``None``: a byte-level BPE of
-            ``tokenizer_vocab_size`` trained on ``train`` (cached).
+            ``tokenizer_vocab_size`` trained on ``train`` (cached), or a token-shard ``train``'s
+            own tokenizer. Token shards refuse any other tokenizer than theirs.
         tokenizer_vocab_size: the size of that BPE (``tokenizer: null`` only).
         seq_len: prediction targets per sequence (blocks are ``seq_len + 1`` tokens).
         batch_size: sequences per device per micro-batch.
@@ -143,6 +152,7 @@ class TextDataModule(L.LightningDataModule):
         self.val_bytes_per_target: float | None = None  # of the blocks validation uses, for bits per byte
         self._tokenizer_path: str | None = None
         self._loaded_tokenizer = None
+        self._shards: dict[tuple[str, str], TokenShards] = {}
 
     # -- sources and tokenizer ----------------------------------------------------------------
 
@@ -173,8 +183,42 @@ class TextDataModule(L.LightningDataModule):
             return DocumentSource(str(default_corpus() / "valid.jsonl"), text_field="text"), "train"
         return self._train_source(reordered=False), "held_out"
 
+    def _token_shards(self, path: str | None, split: str) -> TokenShards | None:
+        """``path``'s ``split`` when it is a token-shard folder (checked against the index), else ``None``."""
+        folder = shard_folder(path)
+        if folder is None:
+            return None
+        if (str(folder), split) not in self._shards:
+            self._shards[str(folder), split] = TokenShards(folder, split)
+        return self._shards[str(folder), split]
+
+    def train_shards(self) -> TokenShards | None:
+        """The training token shards when ``data.train`` is a token-shard folder."""
+        return self._token_shards(self.hparams.train, "train")
+
+    def _valid_shards(self) -> TokenShards | None:
+        """Validation from token shards: a token-shard ``valid`` (its training split), or the held-out shards
+        of a token-shard ``train`` when ``valid`` is unset."""
+        hp = self.hparams
+        if hp.valid is not None:
+            return self._token_shards(hp.valid, "train")
+        return self._token_shards(hp.train, "held_out")
+
+    def _check_shards(self) -> None:
+        """Token shards must have been written with this tokenizer and hold-out (refused in one line otherwise)."""
+        fingerprint = None
+        for shards in (self.train_shards(), self._valid_shards()):
+            if shards is None:
+                continue
+            fingerprint = fingerprint or tokenizer_fingerprint(self.tokenizer())
+            shards.check_tokenizer(fingerprint, self.tokenizer_path(), self._eos_id())
+            if shards is self.train_shards():
+                shards.check_holdout(self.hparams.holdout_per_mille)
+
     def tokenizer_path(self) -> str:
         """The tokenizer to use, training (once, cached) the default BPE when none is configured."""
+        if self._tokenizer_path is None and self.hparams.tokenizer is None and (shards := self.train_shards()):
+            self._tokenizer_path = str(shards.tokenizer_file)  # the shards carry the tokenizer they were made with
         if self._tokenizer_path is None:
             hp = self.hparams
             self._tokenizer_path = resolve_tokenizer(
@@ -228,13 +272,16 @@ class TextDataModule(L.LightningDataModule):
 
     def setup(self, stage: str) -> None:
         self._check_vocab()
+        self._check_shards()
 
-    def train_dataloader(self) -> StatefulDataLoader:
+    def train_dataloader(self) -> StatefulDataLoader | TokenBlockLoader:
         rank, world = self._rank_world()
         trainer = self.trainer
         length = None
         if trainer is not None and trainer.max_steps and trainer.max_steps > 0:
             length = trainer.max_steps * trainer.accumulate_grad_batches * self.batch_size
+        if (token_shards := self.train_shards()) is not None:
+            return self._shard_loader(token_shards, rank, world, length)
         readers, shards = world * max(1, self.num_workers), self.hparams.num_shards
         virtual = virtual_shard_count(shards, readers)
         if virtual != shards:
@@ -263,6 +310,17 @@ class TextDataModule(L.LightningDataModule):
             drop_last=True,
         )
 
+    def _shard_loader(self, shards: TokenShards, rank: int, world: int, length: int | None) -> TokenBlockLoader:
+        self._check_shards()
+        batches = None if length is None else -(-length // self.batch_size)
+        dataset = RankBatches(shards, self.seq_len, self.batch_size, self.seed, rank, world, length=batches or 2**62)
+        rank_zero_info(
+            f"data: token shards {shards.folder}: {dataset.order.blocks:,} blocks of {self.seq_len + 1} tokens "
+            f"({shards.total:,} tokens, {shards.documents:,} documents) in a global order (seed {self.seed}), "
+            f"{world} ranks x {self.batch_size} per global batch; resumable at any world size"
+        )
+        return TokenBlockLoader(dataset, num_workers=self.num_workers)
+
     def validation_blocks(self) -> torch.Tensor:
         """All ``val_sequences`` validation blocks (identical for every variant, run and rank).
 
@@ -272,6 +330,8 @@ class TextDataModule(L.LightningDataModule):
         call and start loads the file; an unreadable one is rebuilt. No collective: under a trainer
         ``val_dataloader`` calls this on global rank 0 only and broadcasts the result.
         """
+        if self._val_blocks is None and (shards := self._valid_shards()) is not None:
+            self._val_blocks = self._shard_validation_blocks(shards)  # memory-mapped: no cache needed
         if self._val_blocks is None:
             source, keep = self._valid_source()
             cache = self._validation_cache(source, keep)
@@ -316,6 +376,24 @@ class TextDataModule(L.LightningDataModule):
         if not blocks:
             raise ValueError(f"no validation block of {self.seq_len + 1} tokens could be made from {source.path}")
         return torch.stack(blocks)
+
+    def _shard_validation_blocks(self, shards: TokenShards) -> torch.Tensor:
+        """The first ``val_sequences`` blocks of the shards' stream, or (``val_per_document``) an equal share
+        from every document, each packed alone -- the blocks the text path makes from the same documents."""
+        total, width = self.hparams.val_sequences, self.seq_len + 1
+        where = f"{shards.folder} ({shards.split})"
+        if self.hparams.val_per_document:
+            documents = (shards.tokens(a, b) for a, b in shards.document_spans().tolist())
+            return spread_document_blocks(documents, width, total, where)
+        n = min(total, shards.block_count(width))
+        if n == 0:
+            raise DataError(
+                f"no validation block of {width} tokens could be made from {where} ({shards.total} tokens, "
+                f"{shards.documents} documents): set data.valid, or pretokenize with a larger --holdout-per-mille"
+            )
+        if n < total:
+            rank_zero_warn(f"validation data {where} holds only {n} blocks of {width} tokens; asked for {total}")
+        return torch.from_numpy(shards.blocks(np.arange(n), width))
 
     def _shared_validation_blocks(self) -> torch.Tensor:
         """The validation blocks on every rank: global rank 0 loads (or builds) them, the others receive them.

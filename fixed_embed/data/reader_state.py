@@ -109,7 +109,8 @@ def restore_state(
         raise CheckpointError(
             f"refusing to resume: the checkpoint was written by reader {saved['reader'][0]} of "
             f"{saved['reader'][1]} but this is reader {reader} of {readers} (nodes, devices or num_workers "
-            "changed); resume with the same world and data.num_workers"
+            "changed); resume with the same world and data.num_workers. A text stream's position belongs to its "
+            "readers; token shards (fixed-embed pretokenize, data.train: SHARDS/) resume at any world size"
         )
     if saved.get("layout") is None and source_shards != 1:
         raise CheckpointError(

@@ -18,7 +18,15 @@ from fixed_embed.errors import ConfigError, DataError, MissingFileError
 if TYPE_CHECKING:  # sources imports datasets, which loading a tokenizer (evaluation, export) does not need
     from fixed_embed.data.sources import DocumentSource
 
-__all__ = ["bpe_cache_dir", "bpe_for_source", "load_tokenizer", "resolve_tokenizer", "special_token_id", "train_bpe"]
+__all__ = [
+    "bpe_cache_dir",
+    "bpe_for_source",
+    "load_tokenizer",
+    "resolve_tokenizer",
+    "special_token_id",
+    "tokenizer_fingerprint",
+    "train_bpe",
+]
 
 EOS = "<|endoftext|>"
 ACCEPTED = "a hub id (owner/name), a tokenizer.json, or a folder holding one"
@@ -86,6 +94,14 @@ def special_token_id(tokenizer: Tokenizer, token: str) -> int:
             "training, evaluation and export end every document with it: use a tokenizer that has it"
         )
     return token_id
+
+
+def tokenizer_fingerprint(tokenizer: Tokenizer) -> str:
+    """A digest of everything that maps text to ids (vocabulary, merges, normalizer, pre-tokenizer, specials):
+    the SHA-256 of the tokenizer's JSON with sorted keys, so the same tokenizer from a file, a folder or the
+    hub gives the same digest. Token shards record it; a config's tokenizer must match it."""
+    canonical = json.dumps(json.loads(tokenizer.to_str()), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def bpe_cache_dir(fingerprint: str, vocab_size: int) -> Path:

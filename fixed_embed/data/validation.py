@@ -14,6 +14,9 @@ document is text too).
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+
+import numpy as np
 import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from tokenizers import Tokenizer, decoders
@@ -22,7 +25,7 @@ from fixed_embed.data.sharding import is_held_out
 from fixed_embed.data.sources import DocumentSource
 from fixed_embed.errors import ConfigError
 
-__all__ = ["bytes_per_target", "spread_blocks", "token_bytes"]
+__all__ = ["bytes_per_target", "spread_blocks", "spread_document_blocks", "token_bytes"]
 
 
 def spread_blocks(
@@ -42,22 +45,31 @@ def spread_blocks(
     (per mille, keep) applies the packer's hash hold-out when validation is a hold-out of train.
     """
     per_mille, keep = holdout
-    width = seq_len + 1
-    documents: list[torch.Tensor] = []  # each document's blocks, [n, width]
-    for batch in source.open().iter(batch_size=16):
-        texts = [t for t in batch[source.text_field] if isinstance(t, str) and t.strip()]
-        texts = [t for t in texts if is_held_out(t, per_mille) == (keep == "held_out")]
-        for encoding in tokenizer.encode_batch(texts, add_special_tokens=False):
-            ids = ([bos_id] if bos_id is not None else []) + encoding.ids + [eos_id]
-            n = len(ids) // width
-            if n:
-                documents.append(torch.tensor(ids[: n * width], dtype=torch.int64).view(n, width))
+
+    def documents():
+        for batch in source.open().iter(batch_size=16):
+            texts = [t for t in batch[source.text_field] if isinstance(t, str) and t.strip()]
+            texts = [t for t in texts if is_held_out(t, per_mille) == (keep == "held_out")]
+            for encoding in tokenizer.encode_batch(texts, add_special_tokens=False):
+                yield ([bos_id] if bos_id is not None else []) + encoding.ids + [eos_id]
+
+    return spread_document_blocks(documents(), seq_len + 1, total, source.path)
+
+
+def spread_document_blocks(documents: Iterable[Sequence[int]], width: int, total: int, where: str) -> torch.Tensor:
+    """:func:`spread_blocks` from documents already tokenized (each its ids + EOS): token shards use it too."""
+    per_document: list[torch.Tensor] = []  # each document's blocks, [n, width]
+    for ids in documents:
+        n = len(ids) // width
+        if n:
+            per_document.append(torch.from_numpy(np.asarray(ids[: n * width], dtype=np.int64)).view(n, width))
+    documents = per_document
     if not documents:
-        raise ConfigError(f"no validation document of {source.path} holds a block of {width} tokens")
+        raise ConfigError(f"no validation document of {where} holds a block of {width} tokens")
     if total < len(documents):
         raise ConfigError(
             f"data.val_per_document takes blocks from each of the {len(documents)} validation documents of "
-            f"{source.path}: set data.val_sequences >= {len(documents)} (got {total})"
+            f"{where}: set data.val_sequences >= {len(documents)} (got {total})"
         )
     counts = _shares(total, [len(blocks) for blocks in documents])
     chosen = []
@@ -68,7 +80,7 @@ def spread_blocks(
     if len(out) < total:
         rank_zero_warn(
             f"validation: {len(out)} of the {total} blocks asked for: the {len(documents)} documents of "
-            f"{source.path} hold no more"
+            f"{where} hold no more"
         )
     return out
 

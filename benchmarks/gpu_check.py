@@ -1,0 +1,211 @@
+"""`make gpu-check`: the one prepared check for the day a GPU is lent (<= 10 minutes on one H100/H200).
+
+Exit status 0 only if every check holds. On one GPU (``--device cuda``, the default):
+
+1. **bench rows** (``benchmarks/gpu.py``, the training path: chunked loss, accumulation): binary16
+   eager and compile+ac at micro-batch 4; each row finishes, MFU is sensible (5-80 %), and the
+   measured peak (``torch.cuda.max_memory_allocated``) lies within 25 % of the estimate's
+   allocated peak and below what it says the run requires;
+2. **a short paper-config fit per strategy** (DDP with bf16-mixed; FSDP2 with ``fsdp.yaml``'s
+   32-true + bf16 parameters), on one GPU, compile and activation checkpointing on, the paper's
+   backbone on the offline corpus (no hub needed), 8 updates of 2 micro-batches: it logs sensible
+   ``perf/mfu``, ``perf/tokens_per_sec``, ``perf/peak_mem_gb``; validates after updates 4 and 8;
+   runs the offline in-loop benchmark after update 4; writes a checkpoint; is SIGTERM'd after that
+   benchmark, exits 0 and the same command resumes to equal per-update losses; and neither
+   validation nor the benchmark recompiles (``TORCH_LOGS=recompiles`` prints no "Recompiling").
+
+It writes ``report.md`` and ``report.json`` under ``--out`` (default ``logs/gpu-check``), which
+docs/benchmarks.md can quote. ``--device cpu`` runs the same checks on a tiny backbone (compile
+off, fp32, no MFU), as tests/test_gpu_path.py does end to end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from experiments.rehearsal import launch, scalars  # noqa: E402
+
+STEPS = 8
+CALLBACKS = [
+    {"class_path": "callbacks.checkpointing.CheckpointPolicy", "init_args": {"every_n_steps": 2, "keep_last": 2}},
+    {"class_path": "callbacks.fail_fast.FailFast"},
+    {"class_path": "callbacks.progress.UpdateProgressBar"},
+    {"class_path": "callbacks.preemption.PreemptionCheckpoint"},
+    {"class_path": "callbacks.gradients.GradientMonitor", "init_args": {"every_n_steps": 1}},
+    {"class_path": "callbacks.throughput.ThroughputMonitor", "init_args": {"every_n_steps": 2, "skip_first_steps": 2}},
+    {"class_path": "callbacks.benchmarks.BenchmarkCallback",
+     "init_args": {"tasks": ["fixed_embed_word_order"], "every_n_steps": 4, "limit": 20, "batch_size": 8,
+                   "at_train_end": False}},
+]  # fmt: skip
+
+
+def override(device: str) -> dict:
+    """The paper config shrunk to a few minutes: intervals, data (the offline corpus), one device."""
+    cuda = device == "cuda"
+    config = {
+        "trainer": {"accelerator": "gpu" if cuda else "cpu", "devices": 1, "num_nodes": 1, "max_steps": STEPS,
+                    "accumulate_grad_batches": 2, "val_check_interval": 4, "log_every_n_steps": 1,
+                    "callbacks": CALLBACKS},
+        "model": {"parallel": {"compile": cuda, "activation_checkpointing": True}},
+        "data": {"train": None, "hub_name": None, "tokenizer": None, "tokenizer_vocab_size": 8192,
+                 "seq_len": 2048 if cuda else 32, "batch_size": 4 if cuda else 2, "num_workers": 2 if cuda else 0,
+                 "val_sequences": 32 if cuda else 16},
+    }  # fmt: skip
+    if not cuda:
+        config["trainer"]["precision"] = "32-true"
+        config["model"]["decoder"] = {"vocab_size": 8192, "d_model": 64, "n_layers": 2, "n_heads": 4,
+                                      "ffn_dim": 256, "max_seq_len": 64}  # fmt: skip
+        config["model"]["parallel"]["param_dtype"] = "float32"
+    return config
+
+
+def fit_command(strategy: str, run: str, logs: Path, extra: Path) -> list[str]:
+    return [sys.executable, "-m", "fixed_embed", "fit",
+            "--config", str(ROOT / "experiments/paper/gf2.yaml"),
+            "--config", str(ROOT / f"experiments/strategies/{strategy}.yaml"),
+            "--config", str(extra), f"--trainer.logger.init_args.save_dir={logs}", "--run", run,
+            "--ckpt_path", "last"]  # fmt: skip
+
+
+def recompiles(text: str, folder: Path) -> int:
+    logs = [text] + [p.read_text(errors="replace") for p in folder.rglob("console.log")]
+    return sum(chunk.count("Recompiling function") for chunk in logs)
+
+
+def check_fit(strategy: str, device: str, out: Path, checks: list, report: dict) -> None:
+    def check(name: str, ok: bool, detail: str = "") -> None:
+        checks.append({"check": f"fit {strategy}: {name}", "ok": bool(ok), "detail": detail})
+
+    logs = out / "fit" / strategy
+    extra = out / f"override-{device}.yaml"
+    os.environ["TORCH_LOGS"] = "recompiles"
+    rc, ref_out, seconds = launch(fit_command(strategy, "reference", logs, extra))
+    check("reference run exits 0", rc == 0, f"{seconds:.0f} s" if rc == 0 else ref_out[-2000:])
+    rc, pre_out, seconds = launch(fit_command(strategy, "preempted", logs, extra), "BenchmarkCallback at step 4")
+    saved = rc == 0 and "PreemptionCheckpoint: SIGTERM -> saved" in pre_out
+    check("SIGTERM after the in-loop benchmark: exit 0 with a checkpoint", saved,
+          f"{seconds:.0f} s" if rc == 0 else pre_out[-2000:])  # fmt: skip
+    rc, res_out, seconds = launch(fit_command(strategy, "preempted", logs, extra))
+    check("the same command resumes and finishes", rc == 0 and "resuming " in res_out,
+          f"{seconds:.0f} s" if rc == 0 else res_out[-2000:])  # fmt: skip
+    base = logs / "paper" / "gf2"
+    reference, resumed = scalars(base / "reference"), scalars(base / "preempted")
+    ref_loss, loss = reference.get("train/loss", []), resumed.get("train/loss", [])
+    tol = 1e-3 if device == "cuda" else 1e-5  # bf16 kernels are not bit-reproducible across launches
+    same = len(loss) == len(ref_loss) == STEPS and all(
+        math.isclose(a, b, rel_tol=tol) for (_, a), (_, b) in zip(loss, ref_loss, strict=True)
+    )
+    check(f"resumed per-update losses equal the uninterrupted run's (rel {tol:g})", same, f"{loss} vs {ref_loss}")
+    check("validation after updates 4 and 8", [s for s, _ in reference.get("val/loss", [])] == [3, 7])
+    check("in-loop benchmark after update 4", any(t.startswith("bench/") for t in reference))
+    check("a checkpoint is written", (base / "reference" / "checkpoints" / "last.ckpt").exists())
+    tags = ("perf/tokens_per_sec", "perf/peak_mem_gb", "perf/mfu")
+    perf = {tag: [v for _, v in reference.get(tag, [])] for tag in tags}
+    check("perf/tokens_per_sec > 0", bool(perf["perf/tokens_per_sec"]) and min(perf["perf/tokens_per_sec"]) > 0)
+    check("perf/peak_mem_gb > 0", bool(perf["perf/peak_mem_gb"]) and min(perf["perf/peak_mem_gb"]) > 0)
+    if device == "cuda":
+        mfu = perf["perf/mfu"]
+        check("perf/mfu between 5 % and 80 %", bool(mfu) and all(0.05 < v < 0.8 for v in mfu), str(mfu))
+    n = recompiles(ref_out + pre_out + res_out, logs)
+    check("no recompiles (validation and the benchmark run eager)", n == 0, f"{n} 'Recompiling' lines")
+    report["fits"][strategy] = {"losses": loss, "reference_losses": ref_loss, **perf}
+
+
+def check_bench(device: str, out: Path, checks: list, report: dict) -> None:
+    rows_path = out / "bench.json"
+    argv = [sys.executable, str(ROOT / "benchmarks" / "gpu.py"), "--variants", "binary16", "--out", str(rows_path)]
+    if device == "cuda":
+        argv += ["--modes", "eager", "compile+ac", "--batch", "4", "--steps", "3", "--warmup", "2", "--accumulate", "2"]
+    else:  # the tiny config; compile off (inductor's C++ build takes minutes on CPU)
+        argv += ["--modes", "eager", "ac", "--tiny", "--device", "cpu", "--batch", "1", "--steps", "1", "--warmup", "1",
+                 "--accumulate", "2"]  # fmt: skip
+    start = time.monotonic()
+    run = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=300)
+    rows = json.loads(rows_path.read_text()) if rows_path.exists() else []
+    report["bench"] = rows
+    detail = f"{time.monotonic() - start:.0f} s" if run.returncode == 0 else run.stderr[-2000:]
+    ok = run.returncode == 0 and len(rows) == 2
+    checks.append({"check": "bench rows: every row finishes", "ok": ok, "detail": detail})
+    for r in rows:
+        name = f"bench {r['variant']} {r['mode']}"
+        if r["error"]:
+            continue
+        checks.append({"check": f"{name}: tokens/s > 0", "ok": r["tokens_per_sec"] > 0, "detail": ""})
+        if device == "cuda":
+            checks.append({"check": f"{name}: MFU between 5 % and 80 %", "ok": 0.05 < (r["mfu"] or 0) < 0.8,
+                           "detail": f"{r['mfu']}"})  # fmt: skip
+            ratio = r["peak_mem_gb"] / r["estimate_gb"]
+            checks.append({"check": f"{name}: measured peak within 25 % of the estimate, below 'required'",
+                           "ok": abs(ratio - 1) <= 0.25 and r["peak_mem_gb"] <= r["required_gb"],
+                           "detail": f"peak {r['peak_mem_gb']:.1f} GiB, estimate {r['estimate_gb']:.1f} GiB "
+                                     f"({100 * (ratio - 1):+.0f} %), required {r['required_gb']:.1f} GiB"})  # fmt: skip
+
+
+def write_report(out: Path, report: dict) -> None:
+    (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    lines = [f"# make gpu-check: {report['device_name']}", "",
+             f"{report['passed']} of {len(report['checks'])} checks hold in {report['seconds']:.0f} s "
+             f"({report['started']}).", "", "| check | result | detail |", "|---|---|---|"]  # fmt: skip
+    for c in report["checks"]:
+        detail = c["detail"].replace("\n", " ").replace("|", "/")[:200]
+        lines.append(f"| {c['check']} | {'PASS' if c['ok'] else 'FAIL'} | {detail} |")
+    if report.get("bench"):
+        lines += ["", "| variant | mode | tokens/s | MFU | peak GiB | estimate GiB | error |",
+                  "|---|---|---:|---:|---:|---:|---|"]  # fmt: skip
+        for r in report["bench"]:
+            mfu = f"{100 * r['mfu']:.1f} %" if r.get("mfu") else "--"
+            peak = f"{r['peak_mem_gb']:.1f}" if r.get("peak_mem_gb") else "--"
+            est = f"{r['estimate_gb']:.2f}" if r.get("estimate_gb") else "--"
+            tps = f"{r['tokens_per_sec']:,.0f}" if r.get("tokens_per_sec") else "--"
+            lines.append(f"| {r['variant']} | {r['mode']} | {tps} | {mfu} | {peak} | {est} | {r.get('error') or ''} |")
+    (out / "report.md").write_text("\n".join(lines) + "\n")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    parser.add_argument("--strategies", default="ddp,fsdp")
+    parser.add_argument("--out", default=str(ROOT / "logs" / "gpu-check"), help="wiped first")
+    parser.add_argument("--no-bench", action="store_true", help="skip the bench rows")
+    args = parser.parse_args()
+    import torch
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("no CUDA device: run this on a GPU node (or --device cpu for the CPU rehearsal of it)")
+    out = Path(args.out)
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    (out / f"override-{args.device}.yaml").write_text(yaml.safe_dump(override(args.device), sort_keys=False))
+    name = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
+    report = {"device_name": name, "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "fits": {}}
+    checks: list[dict] = []
+    start = time.monotonic()
+    if not args.no_bench:
+        check_bench(args.device, out, checks, report)
+    for strategy in args.strategies.split(","):
+        check_fit(strategy, args.device, out, checks, report)
+    report.update(checks=checks, passed=sum(c["ok"] for c in checks), seconds=time.monotonic() - start)
+    write_report(out, report)
+    for c in checks:
+        shown = c["detail"] if c["detail"] and (not c["ok"] or len(c["detail"]) < 60) else ""
+        print(f"{'PASS' if c['ok'] else 'FAIL'}  {c['check']}" + (f"  ({shown[:300]})" if shown else ""))
+    print(f"gpu-check: {report['passed']} of {len(checks)} checks hold in {report['seconds']:.0f} s; "
+          f"report: {out / 'report.md'}")  # fmt: skip
+    return 0 if report["passed"] == len(checks) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

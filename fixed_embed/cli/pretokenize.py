@@ -1,0 +1,93 @@
+"""``fixed-embed pretokenize``: text documents -> token shards that ``fit`` reads with ``data.train: OUT/``.
+
+Run it where the data is (a login node with the hub, or local files); copy ``OUT`` to the
+machine that trains (it holds its tokenizer too). An interrupted run, started again with the same
+arguments, keeps its finished shards. Format and rules: docs/data.md (token shards).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from fixed_embed.errors import MissingFileError
+
+
+def run(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="fixed-embed pretokenize", description=__doc__)
+    parser.add_argument("--data", required=True, help="file, folder, glob (.txt/.jsonl/.parquet) or hub id")
+    parser.add_argument("--tokenizer", required=True, help="a hub id, a tokenizer.json or a folder holding one")
+    parser.add_argument("--out", type=Path, required=True, help="the folder to write the shards to")
+    parser.add_argument("--hub-name", default=None, help="the config name of a hub dataset")
+    parser.add_argument("--split", default="train", help="the split of a hub dataset")
+    parser.add_argument("--text-field", default="text")
+    parser.add_argument(
+        "--shards", type=int, default=64, help="output shards (the output does not depend on --workers)"
+    )
+    parser.add_argument("--workers", type=int, default=1, help="processes writing shards in parallel")
+    holdout = "documents (per mille, by hash) for the held-out shards, as data.holdout_per_mille"
+    parser.add_argument("--holdout-per-mille", type=int, default=10, help=holdout)
+    parser.add_argument("--tokenize-batch", type=int, default=64)
+    parser.add_argument("--overwrite", action="store_true", help="replace token shards already in --out")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar (the final line only)")
+    args = parser.parse_args(argv[1:])
+    # Lazy: datasets and numpy take seconds; --help and usage errors answer without them.
+    from fixed_embed.data.pretokenize import pretokenize, summary_line
+    from fixed_embed.data.sources import DocumentSource, resolve_files
+    from fixed_embed.inputs import check_corpus, check_output
+
+    check_corpus(args.data, "--data", args.text_field)  # before any shard is written
+    check_output(args.out, "--out")
+    source = DocumentSource(args.data, split=args.split, name=args.hub_name, text_field=args.text_field)
+    if source.is_local:
+        try:
+            resolve_files(args.data)
+        except FileNotFoundError as error:
+            raise MissingFileError(f"--data: {error}") from error
+    with _Bar(enabled=not args.no_progress) as bar:
+        result = pretokenize(
+            source, args.tokenizer, args.out, shards=args.shards, workers=args.workers,
+            holdout_per_mille=args.holdout_per_mille, tokenize_batch=args.tokenize_batch,
+            overwrite=args.overwrite, progress=bar.update,
+        )  # fmt: skip
+    print(summary_line(result))
+    return 0
+
+
+class _Bar:
+    """A rich progress bar over the source's bytes (when known) with documents, tokens and tokens/s."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled and os.environ.get("TERM") != "dumb"
+        self.documents = self.tokens = 0
+        self.progress = self.task = None
+
+    def __enter__(self) -> _Bar:
+        if self.enabled:
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.progress = Progress(
+                TextColumn("pretokenize"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+                TextColumn("{task.fields[documents]:,} docs, {task.fields[tokens]:,} tokens, {task.fields[rate]}"),
+                TimeElapsedColumn(), transient=True,
+            )  # fmt: skip
+            self.progress.start()
+            self.task = self.progress.add_task("", total=None, documents=0, tokens=0, rate="")
+        return self
+
+    def update(self, change: dict[str, int]) -> None:
+        if self.progress is None:
+            return
+        if "total_bytes" in change:
+            self.progress.update(self.task, total=change["total_bytes"])
+            return
+        self.documents += change.get("documents", 0)
+        self.tokens += change.get("tokens", 0)
+        elapsed = self.progress.tasks[0].elapsed or 1e-9
+        self.progress.update(self.task, advance=change.get("text_bytes", 0), documents=self.documents,
+                             tokens=self.tokens, rate=f"{self.tokens / elapsed:,.0f} tokens/s")  # fmt: skip
+
+    def __exit__(self, *exc) -> None:
+        if self.progress is not None:
+            self.progress.stop()

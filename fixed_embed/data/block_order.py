@@ -1,0 +1,158 @@
+"""The global, seeded block order of token shards, each rank's slice of every global batch, and its resume state.
+
+The ``N`` blocks of a token-shard split (its stream cut into ``seq_len + 1`` tokens, as the packer
+cuts documents + EOS) are read in one global order: pass ``p`` is a seeded permutation of all
+``N`` blocks (``numpy`` PCG64 seeded with ``(seed, p)``), reshuffled every pass, so global position
+``g`` is block ``perm_{g // N}[g % N]``. Global batch ``k`` is positions ``[k W B, (k + 1) W B)``
+(``W`` ranks, ``B`` sequences per rank); rank ``r`` takes ``[k W B + r B, k W B + (r + 1) B)``.
+Loader workers deal whole batches (worker ``w`` of ``n`` makes the rank's batches ``w, w + n, ...``,
+which is the order the loader returns them in).
+
+The state is one number, the global positions consumed (the same on every rank), counted by the
+loader as it hands batches out: a resume on any number of ranks and workers continues at the
+first block no rank has trained on, so across launches every block of the global order is read
+exactly once, in order (:class:`TokenBlockLoader`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
+from fixed_embed.data.reader_state import check_fingerprint
+from fixed_embed.data.token_shards import TokenShards
+from fixed_embed.errors import CheckpointError, DataError
+
+__all__ = ["GLOBAL_POSITION", "GlobalBlockOrder", "RankBatches", "TokenBlockLoader", "is_global_position"]
+
+# The key of the loader state that makes it world-independent (fixed_embed.data.loader_state reads it).
+GLOBAL_POSITION = "global_blocks_consumed"
+
+
+def is_global_position(state: Any) -> bool:
+    """Whether a rank's saved loader state (Lightning's list of loader states) is a global block position."""
+    return isinstance(state, list) and bool(state) and all(isinstance(s, dict) and GLOBAL_POSITION in s for s in state)
+
+
+class GlobalBlockOrder:
+    """Global position -> block index: a seeded permutation of all ``blocks`` per pass."""
+
+    def __init__(self, blocks: int, seed: int) -> None:
+        if blocks < 1:
+            raise ValueError(f"a global order needs >= 1 block, got {blocks}")
+        self.blocks, self.seed = blocks, seed
+        self._passes: dict[int, np.ndarray] = {}
+
+    def permutation(self, epoch: int) -> np.ndarray:
+        if epoch not in self._passes:
+            if len(self._passes) >= 2:  # a batch spans at most two passes
+                self._passes.pop(min(self._passes))
+            perm = np.random.Generator(np.random.PCG64([self.seed, epoch])).permutation(self.blocks)
+            self._passes[epoch] = perm.astype(np.uint32 if self.blocks < 2**32 else np.int64)
+        return self._passes[epoch]
+
+    def __call__(self, positions: np.ndarray) -> np.ndarray:
+        """The block at each global position."""
+        epochs, within = np.divmod(positions, self.blocks)
+        out = np.empty(len(positions), dtype=np.int64)
+        for epoch in np.unique(epochs).tolist():
+            mask = epochs == epoch
+            out[mask] = self.permutation(epoch)[within[mask]]
+        return out
+
+
+class RankBatches(IterableDataset):
+    """This rank's batches ``[batch_size, seq_len + 1]`` (int64) of the global order, from position ``start``.
+
+    Endless (passes follow each other); ``length`` (batches) is what ``len`` reports, so Lightning
+    does not fetch a batch ahead.
+    """
+
+    def __init__(
+        self, shards: TokenShards, seq_len: int, batch_size: int, seed: int, rank: int = 0, world_size: int = 1,
+        start: int = 0, length: int | None = None,
+    ) -> None:  # fmt: skip
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank {rank} is not in a world of {world_size}")
+        self.shards, self.block_len, self.batch_size, self.seed = shards, seq_len + 1, batch_size, seed
+        self.rank, self.world_size, self.start, self.length = rank, world_size, start, length
+        blocks = shards.block_count(self.block_len)
+        if blocks == 0:
+            raise DataError(
+                f"the {shards.split} token shards of {shards.folder} hold {shards.total} tokens, less than one block "
+                f"of {self.block_len}: lower data.seq_len or pretokenize more text"
+            )
+        self.order = GlobalBlockOrder(blocks, seed)
+
+    @property
+    def global_batch(self) -> int:
+        return self.batch_size * self.world_size
+
+    def __len__(self) -> int:
+        if self.length is None:
+            raise TypeError("this RankBatches stream has no length")
+        return self.length
+
+    def batch(self, k: int) -> torch.Tensor:
+        """This rank's ``k``-th batch after ``start``."""
+        first = self.start + k * self.global_batch + self.rank * self.batch_size
+        blocks = self.order(np.arange(first, first + self.batch_size, dtype=np.int64))
+        return torch.from_numpy(self.shards.blocks(blocks, self.block_len))
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        info = get_worker_info()
+        workers, worker = (info.num_workers, info.id) if info else (1, 0)
+        k = worker
+        while True:
+            yield self.batch(k)
+            k += workers
+
+    def config_fingerprint(self) -> dict[str, Any]:
+        """What a saved position must have been made with (the world size and workers are not in it)."""
+        return {
+            **self.shards.fingerprint(),
+            "seq_len": self.block_len - 1,
+            "seed": self.seed,
+            "order": "pcg64-per-pass",
+        }
+
+
+class TokenBlockLoader(DataLoader):
+    """A ``DataLoader`` of :class:`RankBatches` whose state is the global position, counted as batches are handed out.
+
+    ``state_dict()``: ``{"global_blocks_consumed": start + batches handed out x W x B, ...}``, the same
+    on every rank; ``load_state_dict`` continues from it at this loader's world size and workers.
+    Each ``iter()`` starts where the last one stopped.
+    """
+
+    def __init__(self, dataset: RankBatches, num_workers: int = 0, **kwargs: Any) -> None:
+        super().__init__(dataset, batch_size=None, num_workers=num_workers, **kwargs)
+        self._consumed = dataset.start
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        self.dataset.start = self._consumed  # workers are started by the iterator below, with this start
+        for batch in super().__iter__():
+            self._consumed += self.dataset.global_batch
+            yield batch
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            GLOBAL_POSITION: self._consumed,
+            "fingerprint": json.dumps(self.dataset.config_fingerprint(), sort_keys=True),
+            "global_batch": self.dataset.global_batch,  # of the launch that saved it (for diagnostics)
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if GLOBAL_POSITION not in state:
+            raise CheckpointError(
+                "refusing to resume: the checkpoint's data position is a text stream's (data.train was text files "
+                f"or a hub id), and data.train is now the token shards {self.dataset.shards.folder}; resume with "
+                "the run's own data.train, or start a new run (--run NAME)"
+            )
+        check_fingerprint(state, json.dumps(self.dataset.config_fingerprint(), sort_keys=True))
+        self._consumed = self.dataset.start = int(state[GLOBAL_POSITION])

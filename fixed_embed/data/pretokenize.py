@@ -1,0 +1,368 @@
+"""Write token shards: text documents (a hub id, local txt/jsonl/parquet files, folders, globs) -> flat id arrays.
+
+The documents are dealt to ``shards`` output shards by the streaming path's own arithmetic
+(:mod:`fixed_embed.data.sharding`: shard ``v`` is virtual shard ``v`` of ``shards``), so the
+output depends on the source, the tokenizer, ``shards`` and the hold-out, never on ``workers``.
+Each kept document is written as its ids + ``<|endoftext|>`` to ``train-NNNNN.bin``, or, when the
+hash hold-out (:func:`fixed_embed.data.sharding.is_held_out`, the rule streaming uses) picks it, to
+``held_out-NNNNN.bin``; empty documents are skipped and counted.
+
+``workers`` processes each take a consecutive run of the shards and read only the source shards
+(files) those lie in, once. Every shard file is written atomically (:mod:`fixed_embed.atomic`)
+and, with its counts (``part-NNNNN.json``), as soon as its last source shard is read; the index
+``token_shards.json`` (:mod:`fixed_embed.data.token_shards`) comes last. An interrupted run, started
+again with the same arguments, keeps the finished shards and redoes the rest (``pretokenize.json``
+records the arguments); a folder holding finished shards, another run's, or other files is never
+overwritten without ``overwrite``.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from queue import Empty
+from typing import Any
+
+import numpy as np
+
+from fixed_embed.atomic import atomic_path, atomic_write_text
+from fixed_embed.data.sharding import document_cycle, is_held_out, reader_plan, virtual_shard_of
+from fixed_embed.data.sources import DocumentSource
+from fixed_embed.data.token_shards import FORMAT, INDEX, SPLITS, TOKENIZER_FILE, VERSION, token_dtype
+from fixed_embed.data.tokenizer import EOS, load_tokenizer, special_token_id, tokenizer_fingerprint
+from fixed_embed.errors import ConfigError, DataError, UserError
+
+__all__ = ["PLAN", "pretokenize", "summary_line"]
+
+PLAN = "pretokenize.json"
+HOLDOUT_RULE = (
+    "held out when int(sha256(utf-8 text).hexdigest()[:8], 16) % 1000 < per_mille (fixed_embed.data.sharding)"
+)
+Progress = Callable[[dict[str, int]], None]
+
+
+@dataclass(frozen=True)
+class _Job:
+    """One worker's share: shards ``[first, stop)`` of ``shards``, minus those already finished."""
+
+    source: DocumentSource
+    tokenizer: str
+    out: str
+    shards: int
+    first: int
+    stop: int
+    done: tuple[int, ...]
+    holdout_per_mille: int
+    tokenize_batch: int
+    dtype: str
+    eos_id: int
+
+
+def pretokenize(
+    source: DocumentSource,
+    tokenizer: str,
+    out: str | os.PathLike,
+    *,
+    shards: int = 64,
+    workers: int = 1,
+    holdout_per_mille: int = 10,
+    tokenize_batch: int = 64,
+    overwrite: bool = False,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Write ``source``'s documents as token shards into ``out``; returns the totals and the time taken.
+
+    ``progress`` is called with increments (``documents``, ``tokens``, ``text_bytes``) as batches are
+    written, in this process (also for the work of ``workers`` processes) and with ``{"total_bytes": N}``
+    first when the source size is known.
+    """
+    for name, value, least in (("shards", shards, 1), ("workers", workers, 1), ("tokenize_batch", tokenize_batch, 1)):
+        if not isinstance(value, int) or value < least:
+            raise ConfigError(f"pretokenize: --{name.replace('_', '-')} must be an integer >= {least}, got {value!r}")
+    if not 0 <= holdout_per_mille <= 1000:
+        raise ConfigError(f"pretokenize: --holdout-per-mille must be in [0, 1000], got {holdout_per_mille}")
+    start = time.perf_counter()
+    out = Path(out).expanduser()
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"pretokenize: --out {out} is a file; --out names the folder to hold the shards")
+    tok = load_tokenizer(tokenizer)
+    eos_id = special_token_id(tok, EOS)
+    vocab = tok.get_vocab_size()
+    dtype = token_dtype(vocab)
+    try:
+        ds = source.open()  # checks the files (or the hub) before anything is written
+    except (OSError, KeyError, ValueError) as error:  # no file, no network, no text field, mixed kinds
+        if isinstance(error, UserError):
+            raise
+        raise DataError(f"pretokenize: --data {source.path}: {str(error).strip(chr(39))}") from error
+    plan = {
+        "format": FORMAT,
+        "version": VERSION,
+        "source": {"path": source.path, "split": source.split, "name": source.name, "text_field": source.text_field,
+                   "fingerprint": source.fingerprint(), "source_shards": ds.num_shards},
+        "tokenizer": {"fingerprint": tokenizer_fingerprint(tok), "spec": str(tokenizer), "file": TOKENIZER_FILE},
+        "vocab_size": vocab,
+        "eos_id": eos_id,
+        "dtype": dtype,
+        "shards": shards,
+        "holdout": {"per_mille": holdout_per_mille, "rule": HOLDOUT_RULE},
+        "tokenize_batch": tokenize_batch,
+    }  # fmt: skip
+    done = _prepare(out, plan, overwrite)
+    if not (out / TOKENIZER_FILE).is_file():
+        with atomic_path(out / TOKENIZER_FILE) as tmp:
+            tok.save(str(tmp))
+    if progress is not None and source.is_local:
+        progress({"total_bytes": sum(size for _, size in plan["source"]["fingerprint"]["files"])})
+    todo = [v for v in range(shards) if v not in done]
+    workers = max(1, min(workers, len(todo)))
+    jobs = []
+    for w in range(workers):  # consecutive runs of the unfinished shards
+        mine = todo[w * len(todo) // workers : (w + 1) * len(todo) // workers]
+        if mine:
+            jobs.append(_Job(source, str(out / TOKENIZER_FILE), str(out), shards, mine[0], mine[-1] + 1,
+                             tuple(sorted(done)), holdout_per_mille, tokenize_batch, dtype, eos_id))  # fmt: skip
+    if len(jobs) == 1:
+        _write(jobs[0], progress)
+    elif jobs:
+        _run_processes(jobs, progress)
+    index = _write_index(out, plan)
+    seconds = time.perf_counter() - start
+    totals = index["totals"]
+    tokens = totals["train"]["tokens"] + totals["held_out"]["tokens"]
+    disk = sum((out / e["file"]).stat().st_size for split in SPLITS for e in index["shards"][split])
+    return {**totals, "tokens": tokens, "bytes": disk, "seconds": seconds, "tokens_per_s": tokens / max(seconds, 1e-9),
+            "resumed_shards": len(done), "out": str(out)}  # fmt: skip
+
+
+def _part(out: Path, v: int) -> Path:
+    return out / f"part-{v:05d}.json"
+
+
+def _shard_file(split: str, v: int) -> str:
+    return f"{split}-{v:05d}.bin"
+
+
+def _ours(name: str) -> bool:
+    return (
+        name in (INDEX, PLAN, TOKENIZER_FILE)
+        or name.endswith(".bin")
+        or (name.startswith("part-") and name.endswith(".json"))
+    )
+
+
+def _prepare(out: Path, plan: dict[str, Any], overwrite: bool) -> set[int]:
+    """Make ``out`` ready; return the shards already finished by an interrupted run of the same ``plan``."""
+    if out.is_dir() and (out / INDEX).exists() and not overwrite:
+        raise ConfigError(
+            f"pretokenize: {out} already holds token shards ({INDEX}); pass --overwrite to replace them, "
+            "or choose another --out"
+        )
+    saved = None
+    if (out / PLAN).is_file():
+        try:
+            saved = json.loads((out / PLAN).read_text())
+        except ValueError:
+            saved = None
+    if overwrite:
+        if out.is_dir():
+            for path in out.iterdir():
+                if path.is_file() and _ours(path.name):
+                    path.unlink()
+    elif saved is not None and saved != plan:
+        changed = sorted(k for k in set(saved) | set(plan) if saved.get(k) != plan.get(k))
+        raise ConfigError(
+            f"pretokenize: {out} holds an unfinished pretokenize of other inputs (differing: {', '.join(changed)}); "
+            "pass --overwrite to start again there, or choose another --out"
+        )
+    elif saved is None and out.is_dir() and any(out.iterdir()):
+        raise ConfigError(f"pretokenize: {out} is not empty; choose an empty or new --out, or pass --overwrite")
+    out.mkdir(parents=True, exist_ok=True)
+    if saved != plan or overwrite:
+        atomic_write_text(out / PLAN, json.dumps(plan, indent=1))
+    return {v for v in range(plan["shards"]) if _finished(out, v, plan["dtype"])}
+
+
+def _finished(out: Path, v: int, dtype: str) -> bool:
+    try:
+        part = json.loads(_part(out, v).read_text())
+    except (OSError, ValueError):
+        return False
+    itemsize = np.dtype(dtype).itemsize
+    for split in SPLITS:
+        entry = part[split]
+        path = out / entry["file"]
+        size = path.stat().st_size if path.is_file() else 0
+        if size != entry["tokens"] * itemsize:
+            return False
+    return True
+
+
+class _Shard:
+    """The two files (train, held-out) of one output shard, written through temporary names (atomic)."""
+
+    def __init__(self, out: Path, v: int) -> None:
+        self.out, self.v, self.stack = out, v, ExitStack()
+        self.files = {}
+        for split in SPLITS:
+            tmp = self.stack.enter_context(atomic_path(out / _shard_file(split, v)))
+            self.files[split] = self.stack.enter_context(open(tmp, "wb"))  # noqa: SIM115 (closed by the stack)
+        self.counts = {s: {"documents": 0, "tokens": 0} for s in SPLITS}
+        self.empty_documents = self.replaced_characters = 0
+
+    def finish(self) -> None:
+        self.stack.close()  # flush, fsync, rename into place
+        for split in SPLITS:
+            if self.counts[split]["tokens"] == 0:
+                (self.out / _shard_file(split, self.v)).unlink()  # the index lists only shards with tokens
+        part = {s: {"file": _shard_file(s, self.v), **self.counts[s]} for s in SPLITS}
+        part.update(empty_documents=self.empty_documents, replaced_characters=self.replaced_characters)
+        atomic_write_text(_part(self.out, self.v), json.dumps(part))
+
+    def abandon(self) -> None:
+        self.stack.__exit__(*sys.exc_info())  # temporary files removed
+
+
+def _write(job: _Job, progress: Progress | None) -> None:
+    """Write shards ``[job.first, job.stop)`` (those not in ``job.done``), reading their source shards once."""
+    tok = load_tokenizer(job.tokenizer)
+    out, dtype = Path(job.out), np.dtype(job.dtype)
+    ds = job.source.open()
+    s, v_all = ds.num_shards, job.shards
+    cycle = document_cycle(s, v_all)
+    mine = [v for v in range(job.first, job.stop) if v not in job.done]
+    # each shard is finished when the last source shard it reads from has been read
+    last_source = {v: reader_plan(s, v_all, v, v_all)[-1][0] for v in mine}
+    open_shards = {v: _Shard(out, v) for v in mine}
+    eos = np.array([job.eos_id], dtype=dtype)
+    try:
+        units = [u for v in mine for u in reader_plan(s, v_all, v, v_all)]
+        files = sorted({f for f, _, _ in units})
+        for f in files:
+            ranges = [(lo, hi) for g, lo, hi in units if g == f]
+            shard = ds.shard(num_shards=s, index=f, contiguous=True)
+            j = 0
+            for batch in shard.iter(batch_size=job.tokenize_batch):
+                texts = batch[job.source.text_field]
+                kept: list[tuple[_Shard, str, str]] = []
+                for i, text in enumerate(texts, j):
+                    if not any(lo <= i % cycle < hi for lo, hi in ranges):
+                        continue
+                    target = open_shards.get(virtual_shard_of(s, v_all, f, i))
+                    if target is None:
+                        continue  # finished by an earlier run
+                    if not isinstance(text, str) or not text.strip():
+                        target.empty_documents += 1
+                        continue
+                    target.replaced_characters += text.count("\ufffd")
+                    kept.append((target, "held_out" if is_held_out(text, job.holdout_per_mille) else "train", text))
+                j += len(texts)
+                if not kept:
+                    continue
+                encodings = tok.encode_batch([text for _, _, text in kept], add_special_tokens=False)
+                tokens = text_bytes = 0
+                for (target, split, text), encoding in zip(kept, encodings, strict=True):
+                    ids = np.asarray(encoding.ids, dtype=dtype)
+                    target.files[split].write(ids.tobytes())
+                    target.files[split].write(eos.tobytes())
+                    target.counts[split]["documents"] += 1
+                    target.counts[split]["tokens"] += len(ids) + 1
+                    tokens += len(ids) + 1
+                    text_bytes += len(text.encode("utf-8", "replace"))
+                if progress is not None:
+                    progress({"documents": len(kept), "tokens": tokens, "text_bytes": text_bytes})
+            for v in [v for v, last in last_source.items() if last == f and v in open_shards]:
+                open_shards.pop(v).finish()
+        for v in list(open_shards):  # shards whose documents ran out before their last file (none expected)
+            open_shards.pop(v).finish()
+    except BaseException:
+        for target in open_shards.values():
+            target.abandon()
+        raise
+
+
+_QUEUE: Any = None
+
+
+def _init_worker(queue: Any, threads: int) -> None:
+    global _QUEUE
+    _QUEUE = queue
+    # the tokenizer's own thread pool, sized so the workers share the cores instead of each taking all
+    os.environ.setdefault("RAYON_NUM_THREADS", str(threads))
+    os.environ.setdefault("RAYON_RS_NUM_CPUS", str(threads))
+
+
+def _write_in_worker(job: _Job) -> None:
+    _write(job, _QUEUE.put)
+
+
+def _run_processes(jobs: list[_Job], progress: Progress | None) -> None:
+    context = multiprocessing.get_context("spawn")  # no forked tokenizer or datasets state
+    queue = context.Queue()
+    threads = max(1, (os.cpu_count() or 1) // len(jobs))
+    with ProcessPoolExecutor(
+        len(jobs), mp_context=context, initializer=_init_worker, initargs=(queue, threads)
+    ) as pool:
+        futures = [pool.submit(_write_in_worker, job) for job in jobs]
+        pending = set(futures)
+        while pending:
+            finished, pending = wait(pending, timeout=0.2, return_when=FIRST_EXCEPTION)
+            _drain(queue, progress)
+            for future in finished:
+                future.result()  # re-raises a worker's error here
+        _drain(queue, progress)
+
+
+def _drain(queue: Any, progress: Progress | None) -> None:
+    while True:
+        try:
+            update = queue.get_nowait()
+        except Empty:
+            return
+        if progress is not None:
+            progress(update)
+
+
+def _write_index(out: Path, plan: dict[str, Any]) -> dict[str, Any]:
+    """Gather the finished shards' counts into ``token_shards.json`` (atomically, last); drop the parts and plan."""
+    shards: dict[str, list[dict[str, Any]]] = {s: [] for s in SPLITS}
+    totals: dict[str, Any] = {s: {"documents": 0, "tokens": 0, "shards": 0} for s in SPLITS}
+    totals.update(empty_documents=0, replaced_characters=0)
+    for v in range(plan["shards"]):
+        part = json.loads(_part(out, v).read_text())
+        for split in SPLITS:
+            entry = part[split]
+            for key in ("documents", "tokens"):
+                totals[split][key] += entry[key]
+            if entry["tokens"]:
+                shards[split].append({**entry, "dtype": plan["dtype"]})
+                totals[split]["shards"] += 1
+        totals["empty_documents"] += part["empty_documents"]
+        totals["replaced_characters"] += part["replaced_characters"]
+    index = {**plan, "packing": "each document: its ids, then eos_id; documents back to back in index order",
+             "shards": shards, "totals": totals}  # fmt: skip
+    atomic_write_text(out / INDEX, json.dumps(index, indent=1))
+    for v in range(plan["shards"]):
+        _part(out, v).unlink(missing_ok=True)
+    (out / PLAN).unlink(missing_ok=True)
+    return index
+
+
+def summary_line(result: dict[str, Any]) -> str:
+    """The one line ``fixed-embed pretokenize`` ends with."""
+    train, held = result["train"], result["held_out"]
+    resumed = f", {result['resumed_shards']} shards kept from an earlier run" if result["resumed_shards"] else ""
+    return (
+        f"pretokenize: {train['documents'] + held['documents']:,} documents ({held['documents']:,} held out, "
+        f"{result['empty_documents']:,} empty skipped), {result['tokens']:,} tokens, {result['bytes']:,} bytes in "
+        f"{train['shards'] + held['shards']} shard files, {result['seconds']:.1f} s, {result['tokens_per_s']:,.0f} "
+        f"tokens/s{resumed} -> {result['out']}"
+    )

@@ -1,0 +1,224 @@
+"""Token shards on disk: the index format, its checks, and memory-mapped reads of one split's token stream.
+
+A token-shard folder (written by :mod:`fixed_embed.data.pretokenize`, ``fixed-embed pretokenize``)
+holds flat arrays of token ids, ``uint16`` (``uint32`` when the vocabulary has more than 65,535
+tokens), one ``.bin`` file per shard and split, a copy of the tokenizer (``tokenizer.json``) and
+the index ``token_shards.json``, written last: a folder without it is an unfinished pretokenize.
+Each document is stored as its tokens followed by ``<|endoftext|>``, documents back to back, so a
+split's shards concatenated in index order are exactly the token stream today's packer cuts into
+``seq_len + 1`` blocks (document boundaries are the EOS tokens; the index holds the counts).
+
+The index records what the ids mean and where they came from: the tokenizer's fingerprint
+(:func:`fixed_embed.data.tokenizer.tokenizer_fingerprint`), the EOS id, the dtype, the source's
+fingerprint (files and sizes, or the hub id), and the hold-out rule that sent a document to the
+``held_out`` split (:func:`fixed_embed.data.sharding.is_held_out`, the rule text streaming uses).
+
+:class:`TokenShards` opens one split after checking every shard against the index: a missing or
+truncated file, an empty shard, mixed dtypes or an unreadable index are refused in one line
+(:class:`fixed_embed.errors.DataError`), and :meth:`TokenShards.check_tokenizer` refuses a tokenizer
+other than the one the shards were written with.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fixed_embed.errors import ConfigError, DataError, MissingFileError
+
+__all__ = ["FORMAT", "INDEX", "SPLITS", "TOKENIZER_FILE", "TokenShards", "shard_folder", "token_dtype"]
+
+INDEX = "token_shards.json"
+TOKENIZER_FILE = "tokenizer.json"
+FORMAT = "fixed-embed token shards"
+VERSION = 1
+SPLITS = ("train", "held_out")
+_DTYPES = {"uint16": np.uint16, "uint32": np.uint32}
+
+
+def token_dtype(vocab_size: int) -> str:
+    """``uint16`` when every id fits (vocab <= 65,535), else ``uint32``."""
+    return "uint16" if vocab_size <= 65_535 else "uint32"
+
+
+def shard_folder(path: str | os.PathLike | None) -> Path | None:
+    """``path`` as a token-shard folder (one holding ``token_shards.json``), or ``None`` for any other data.
+
+    A folder of ``.bin`` shards without the index (an interrupted ``fixed-embed pretokenize``) is refused.
+    """
+    if path is None:
+        return None
+    folder = Path(path).expanduser()
+    if not folder.is_dir():
+        return None
+    if (folder / INDEX).is_file():
+        return folder
+    if any(folder.glob("*.bin")):
+        raise DataError(
+            f"{path} holds token shards (.bin) but no index {INDEX}: an unfinished `fixed-embed pretokenize`; "
+            "run it again with the same arguments to finish it (finished shards are kept)"
+        )
+    return None
+
+
+def read_index(folder: Path) -> dict[str, Any]:
+    path = folder / INDEX
+    if not path.is_file():
+        raise MissingFileError(f"{folder} has no token-shard index {INDEX}; write one with `fixed-embed pretokenize`")
+    try:
+        index = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise DataError(
+            f"{path} is not a readable token-shard index ({error}); run `fixed-embed pretokenize` again"
+        ) from error
+    if not isinstance(index, dict) or index.get("format") != FORMAT:
+        raise DataError(f"{path} is not a {FORMAT!r} index; run `fixed-embed pretokenize` again")
+    if index.get("version") != VERSION:
+        raise DataError(
+            f"{path} is token-shard format version {index.get('version')}, this version reads {VERSION}; "
+            "run `fixed-embed pretokenize` again"
+        )
+    return index
+
+
+class TokenShards:
+    """One split (``train`` or ``held_out``) of a token-shard folder: its shards memory-mapped end to end.
+
+    ``tokens(start, stop)`` reads any range of the split's token stream (across shard files);
+    nothing is loaded until it is read. The checks run at construction (file sizes only, no read).
+    """
+
+    def __init__(self, folder: str | os.PathLike, split: str = "train") -> None:
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+        self.folder, self.split = Path(folder).expanduser(), split
+        self.index = index = read_index(self.folder)
+        where = self.folder / INDEX
+        dtype = index.get("dtype")
+        if dtype not in _DTYPES:
+            raise DataError(f"{where}: dtype {dtype!r} is not one of {sorted(_DTYPES)}")
+        entries = index.get("shards", {}).get(split, [])
+        kinds = sorted({str(entry.get("dtype", dtype)) for entry in entries} | {dtype})
+        if len(kinds) > 1:
+            raise DataError(
+                f"{where} mixes dtypes {kinds} across its shards (shards of two pretokenize runs?): one folder holds "
+                "one dtype; run `fixed-embed pretokenize --overwrite` into it, or use separate folders"
+            )
+        if token_dtype(int(index["vocab_size"])) != dtype and dtype == "uint16":
+            raise DataError(f"{where}: dtype uint16 cannot hold the ids of a vocabulary of {index['vocab_size']}")
+        self.dtype = np.dtype(_DTYPES[dtype])
+        self.files: list[Path] = []
+        counts: list[int] = []
+        for entry in entries:
+            path, tokens = self.folder / entry["file"], int(entry["tokens"])
+            if not path.is_file():
+                raise MissingFileError(f"token shard {path} listed in {where} is missing; copy the whole folder")
+            size = path.stat().st_size
+            if tokens == 0 or size == 0:
+                raise DataError(f"token shard {path} is empty; the index lists only shards with tokens: rewrite it")
+            if size != tokens * self.dtype.itemsize:
+                state = "truncated" if size < tokens * self.dtype.itemsize else "longer than its index entry"
+                raise DataError(
+                    f"token shard {path} is {state}: {size:,} bytes, the index says {tokens:,} {dtype} tokens "
+                    f"({tokens * self.dtype.itemsize:,} bytes); copy it again or rerun pretokenize with --overwrite"
+                )
+            self.files.append(path)
+            counts.append(tokens)
+        self.documents = sum(int(entry.get("documents", 0)) for entry in entries)
+        self.starts = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])  # token offset of each shard
+        self.total = int(self.starts[-1])
+        self._maps: list[np.memmap | None] = [None] * len(self.files)
+
+    # -- what the ids mean ----------------------------------------------------------------
+
+    @property
+    def eos_id(self) -> int:
+        return int(self.index["eos_id"])
+
+    @property
+    def holdout_per_mille(self) -> int:
+        return int(self.index["holdout"]["per_mille"])
+
+    @property
+    def tokenizer_file(self) -> Path:
+        return self.folder / TOKENIZER_FILE
+
+    def check_tokenizer(self, fingerprint: str, spec: str, eos_id: int) -> None:
+        """Refuse a tokenizer other than the one these ids were made with (its fingerprint) or another EOS."""
+        written = self.index["tokenizer"]
+        if written["fingerprint"] != fingerprint:
+            raise DataError(
+                f"the token shards {self.folder} were written with another tokenizer ({written.get('spec')}, "
+                f"fingerprint {written['fingerprint'][:12]}) than data.tokenizer {spec} ({fingerprint[:12]}): "
+                f"their ids would mean other tokens; set data.tokenizer: {self.tokenizer_file} (or null), "
+                "or pretokenize again with this tokenizer"
+            )
+        if self.eos_id != eos_id:
+            raise DataError(
+                f"the token shards {self.folder} end documents with id {self.eos_id}, the tokenizer {eos_id}"
+            )
+
+    def check_holdout(self, per_mille: int) -> None:
+        if per_mille != self.holdout_per_mille:
+            raise ConfigError(
+                f"the token shards {self.folder} hold out {self.holdout_per_mille} per mille of the documents "
+                f"(pretokenize --holdout-per-mille), data.holdout_per_mille is {per_mille}: set "
+                f"data.holdout_per_mille: {self.holdout_per_mille}, or pretokenize again"
+            )
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What identifies this split's token stream, for the resume check: the index digest and the split
+        (not the folder's path: a copied or moved folder resumes)."""
+        digest = hashlib.sha256(json.dumps(self.index, sort_keys=True).encode()).hexdigest()
+        return {"token_shards_index_sha256": digest, "split": self.split, "tokens": self.total}
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def _map(self, i: int) -> np.memmap:
+        if self._maps[i] is None:
+            self._maps[i] = np.memmap(self.files[i], dtype=self.dtype, mode="r")
+        return self._maps[i]
+
+    def __getstate__(self) -> dict[str, Any]:  # to a loader worker: the maps are reopened there
+        return {**self.__dict__, "_maps": [None] * len(self.files)}
+
+    def tokens(self, start: int, stop: int) -> np.ndarray:
+        """Tokens ``[start, stop)`` of the split's stream (a view when inside one shard, else a copy)."""
+        if not 0 <= start <= stop <= self.total:
+            raise IndexError(f"tokens [{start}, {stop}) outside the {self.total} of {self.folder} ({self.split})")
+        first = int(np.searchsorted(self.starts, start, side="right")) - 1
+        lo = start - int(self.starts[first])
+        if stop <= self.starts[first + 1]:
+            return self._map(first)[lo : lo + stop - start]
+        parts, i = [], first
+        while start < stop:
+            end = min(stop, int(self.starts[i + 1]))
+            parts.append(self._map(i)[start - int(self.starts[i]) : end - int(self.starts[i])])
+            start, i = end, i + 1
+        return np.concatenate(parts)
+
+    def block_count(self, block_len: int) -> int:
+        """Blocks of ``block_len`` tokens the stream packs into (the remainder, < one block, is never read)."""
+        return self.total // block_len
+
+    def blocks(self, indices: np.ndarray, block_len: int) -> np.ndarray:
+        """Blocks ``indices`` (in stream order) as an ``int64`` array ``[len(indices), block_len]``."""
+        out = np.empty((len(indices), block_len), dtype=np.int64)
+        for row, b in enumerate(indices.tolist()):
+            out[row] = self.tokens(b * block_len, (b + 1) * block_len)
+        return out
+
+    def document_spans(self) -> np.ndarray:
+        """``[start, stop)`` of every document (its tokens and EOS) in the stream, as an array ``[D, 2]``."""
+        ends = []
+        for i in range(len(self.files)):
+            ends.append(np.flatnonzero(self._map(i) == self.eos_id) + int(self.starts[i]) + 1)
+        stops = np.concatenate(ends) if ends else np.zeros(0, dtype=np.int64)
+        return (
+            np.stack([np.concatenate([[0], stops[:-1]]), stops], axis=1) if len(stops) else np.zeros((0, 2), np.int64)
+        )

@@ -1,0 +1,204 @@
+"""One launch per run folder: a lock file naming its holder, taken before any work, released on exit.
+
+Two launches of the same ``--run`` (a requeued job started while the old one still drains) would
+otherwise train into one folder, write the same ``step=N.ckpt`` over each other and delete each
+other's checkpoints. ``<run folder>/run.lock`` holds the launching process's host, pid, start time
+and command line (JSON), created with ``O_EXCL`` (atomic, also on NFS v3+).
+
+- **Held by a live process** -> refused (:class:`RunInUseError`, exit 2) naming the holder.
+- **Stale** -> taken over with a note: on this host, the holder's pid is gone (or is another process
+  now: its start time differs); on another host (no pid to ask), the holder's heartbeat -- it touches
+  the file every :data:`HEARTBEAT_S` seconds -- is older than :data:`STALE_AFTER_S`.
+- **Ranks share it**: only the launching process of global rank 0 takes it (:func:`is_launching_rank`);
+  the processes that Lightning's DDP launcher, torchrun or srun start for the other ranks
+  (``LOCAL_RANK``/``NODE_RANK``/``RANK``/``SLURM_PROCID`` not 0) neither take nor check it.
+- **Released** by :meth:`RunLock.release` (the CLI calls it on every way out: success, SIGTERM stop,
+  error) and at interpreter exit; a SIGKILL leaves a stale lock, taken over by the next launch.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import errno
+import json
+import logging
+import os
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+
+from fixed_embed.errors import ConfigError, UserError
+
+__all__ = ["HEARTBEAT_S", "LOCK_NAME", "STALE_AFTER_S", "RunInUseError", "RunLock", "acquire", "is_launching_rank"]
+
+LOCK_NAME = "run.lock"
+HEARTBEAT_S = 60.0  # the holder touches its lock this often
+STALE_AFTER_S = 600.0  # a lock of another host not touched for this long is stale (10 missed heartbeats)
+_RANK_VARIABLES = ("RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "SLURM_PROCID")
+
+_held: set[Path] = set()  # the lock files this process holds (a second in-process launch is refused too)
+_held_lock = threading.Lock()
+
+
+class RunInUseError(UserError):
+    """The run folder is in use by another live launch."""
+
+
+def is_launching_rank(environ: dict[str, str] | None = None) -> bool:
+    """Whether this process is global rank 0's launching process (the one that holds a run's lock).
+
+    Lightning's DDP launcher re-runs the command with ``LOCAL_RANK`` 1..n-1 (and ``NODE_RANK`` on other
+    nodes); torchrun sets ``RANK``; srun ``SLURM_PROCID``. Any of them other than 0: another rank.
+    """
+    env = os.environ if environ is None else environ
+    return all(env.get(name, "0").strip() in ("", "0") for name in _RANK_VARIABLES)
+
+
+def _process_start(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (Linux ``/proc``), to tell a reused pid apart."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rpartition(")")[2].split()[19]  # field 22, counted after the command name
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+class RunLock:
+    """A held lock on one run folder (:func:`acquire`); :meth:`release` is idempotent."""
+
+    def __init__(self, path: Path, record: dict) -> None:
+        self.path, self.record = path, record
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._heartbeat, name="fixed-embed-run-lock", daemon=True)
+        self._thread.start()
+        atexit.register(self.release)
+
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(HEARTBEAT_S):
+            with contextlib.suppress(OSError):
+                os.utime(self.path)
+
+    def release(self) -> None:
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        with _held_lock:
+            _held.discard(self.path)
+        # Only our own lock: never a newer holder's that took over a lock we were believed to have left.
+        if _read(self.path) == self.record:
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()
+        atexit.unregister(self.release)
+
+
+def _read(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return {}  # unreadable or half-written: a holder that died while writing it
+
+
+def _describe(record: dict) -> str:
+    since = record.get("since")
+    when = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(since)) if isinstance(since, (int, float)) else "?"
+    return f"pid {record.get('pid', '?')} on {record.get('host', '?')}, since {when}"
+
+
+def _stale_reason(record: dict, path: Path) -> str | None:
+    """Why the lock ``record`` no longer holds (None: its holder is alive)."""
+    if not record:
+        return "its lock file is unreadable"
+    host, pid = record.get("host"), record.get("pid")
+    if host == socket.gethostname() and isinstance(pid, int):
+        if pid == os.getpid():
+            with _held_lock:
+                return None if path in _held else "it was left by this process"
+        if not _alive(pid):
+            return f"pid {pid} is not running"
+        start = record.get("start")
+        if start is not None and _process_start(pid) not in (None, start):
+            return f"pid {pid} is another process now"
+        return None
+    try:
+        age = time.time() - path.stat().st_mtime
+    except FileNotFoundError:
+        return "it was just released"
+    if age > STALE_AFTER_S:
+        return f"its heartbeat stopped {age / 60:.0f} minutes ago (another host: {host})"
+    return None
+
+
+def acquire(folder: str | os.PathLike, command: str | None = None) -> RunLock:
+    """Take ``folder``'s lock (making the folder); refuse with :class:`RunInUseError` if a live launch holds it."""
+    folder = Path(folder)
+    path = folder / LOCK_NAME
+    record = {
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "start": _process_start(os.getpid()),
+        "since": time.time(),
+        "command": command if command is not None else " ".join(["fixed-embed", *sys.argv[1:]]),
+    }
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        code = errno.errorcode.get(error.errno or 0, "")
+        raise ConfigError(f"cannot make the run folder {folder}: {error.strerror} ({code})") from error
+    for _ in range(3):
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            holder = _read(path)
+            if holder is None:
+                continue  # released meanwhile: try again
+            reason = _stale_reason(holder, path)
+            if reason is None:
+                raise RunInUseError(
+                    f"run folder {folder} is in use by another launch ({_describe(holder)}: "
+                    f"{holder.get('command', '?')}); wait for it to end or stop it, or use --run NEW_NAME. "
+                    f"If it is gone, delete {path}"
+                ) from None
+            if _take_over(path, holder):
+                logging.getLogger(__name__).info(f"run lock: taking over {path} from {_describe(holder)}: {reason}")
+            continue
+        except OSError as error:
+            raise ConfigError(f"cannot write the run folder {folder}: {error.strerror}") from error
+        with os.fdopen(fd, "w") as file:
+            json.dump(record, file)
+        with _held_lock:
+            _held.add(path)
+        return RunLock(path, record)
+    raise RunInUseError(f"run folder {folder}: another launch is taking its lock ({path}) at the same time")
+
+
+def _take_over(path: Path, holder: dict) -> bool:
+    """Move a stale lock aside, unless another launch replaced it meanwhile (then it is put back)."""
+    aside = path.with_name(f"{path.name}.stale-{os.getpid()}")
+    try:
+        os.replace(path, aside)
+    except FileNotFoundError:
+        return False
+    if _read(aside) != holder:  # someone else's fresh lock: put it back (the O_EXCL retry then sees it)
+        with contextlib.suppress(OSError):
+            os.link(aside, path)
+        with contextlib.suppress(OSError):
+            aside.unlink()
+        return False
+    with contextlib.suppress(OSError):
+        aside.unlink()
+    return True

@@ -1,0 +1,56 @@
+"""Is every benchmark task's data loadable here, now? Checked at fit start, fetched by ``fixed-embed prefetch``.
+
+Compute nodes often have no internet. The in-loop benchmark (``callbacks.benchmarks``) would then
+fail at its first evaluation, hours into the run; :func:`check_task_data` builds each task (lm-eval's
+``get_task_dict``, which loads its dataset from the Hugging Face cache, a local file or the hub)
+at fit start, so a task whose data cannot be reached fails in seconds, naming the way out:
+``fixed-embed prefetch`` on a login node (same ``HF_HOME``), or local files via ``include_path``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from fixed_embed.errors import DataError
+
+__all__ = ["check_task_data", "prefetch_tasks"]
+
+WAY_OUT = (
+    "run `fixed-embed prefetch --tasks {tasks}` on a machine with internet access that shares this one's "
+    "Hugging Face cache (HF_HOME / HF_DATASETS_CACHE), or point the tasks at local files (BenchmarkCallback "
+    "include_path: a task YAML with dataset_path: json and dataset_kwargs.data_files), or set the callback's "
+    "enabled: false"
+)
+
+
+def _build(task: str, manager: Any) -> None:
+    from lm_eval.tasks import get_task_dict
+
+    get_task_dict([task], manager)
+
+
+def check_task_data(tasks: Iterable[str], manager: Any) -> None:
+    """Load every task's data through lm-eval (cache, local files or hub); a :class:`DataError` naming
+    the tasks that failed and the way out if any cannot be loaded."""
+    failed = {}
+    for task in sorted(set(tasks)):
+        try:
+            _build(task, manager)
+        except Exception as error:  # datasets raises many kinds (ConnectionError, FileNotFoundError, ...)
+            failed[task] = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"[:300]
+    if failed:
+        detail = "; ".join(f"{task}: {why}" for task, why in failed.items())
+        raise DataError(
+            f"benchmark task data cannot be loaded here ({detail}). The in-loop benchmark would fail at its first "
+            "evaluation; " + WAY_OUT.format(tasks=",".join(failed))
+        )
+
+
+def prefetch_tasks(tasks: Iterable[str], manager: Any) -> list[str]:
+    """Build every task once (downloading its data into the Hugging Face cache); the tasks done, in order."""
+    done = []
+    for task in sorted(set(tasks)):
+        _build(task, manager)
+        done.append(task)
+    return done

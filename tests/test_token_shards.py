@@ -1,0 +1,334 @@
+"""Token shards: pretokenize (same blocks as streaming, resumable, never overwriting), the global block order
+resumed at other world sizes and worker counts, the TextDataModule source, and bad input refused in one line."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from fixed_embed.cli import main
+from fixed_embed.data import DocumentSource, PackedBlocks, TextDataModule, block_order
+from fixed_embed.data.block_order import GlobalBlockOrder, RankBatches, TokenBlockLoader
+from fixed_embed.data.loader_state import LOADER_STATES, take_own_loader_state
+from fixed_embed.data.pretokenize import pretokenize
+from fixed_embed.data.token_shards import INDEX, TokenShards
+from fixed_embed.data.tokenizer import train_bpe
+from fixed_embed.errors import CheckpointError, ConfigError, DataError, MissingFileError
+from tests import token_shard_fit
+
+ROOT = Path(__file__).resolve().parents[1]
+SEQ, WIDTH = 16, 17
+
+
+@pytest.fixture(scope="module")
+def shards(corpus, tmp_path_factory):
+    """The session corpus as 4 shards with a 10 % hold-out."""
+    data, tok = corpus
+    out = tmp_path_factory.mktemp("shards") / "s"
+    pretokenize(DocumentSource(str(data)), str(tok), out, shards=4, holdout_per_mille=100)
+    return out
+
+
+def _files(out: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(out.iterdir())}
+
+
+# -- pretokenize ------------------------------------------------------------------------------------
+
+
+def test_shards_hold_exactly_the_blocks_the_stream_packs(corpus, tmp_path):
+    data, tok = corpus
+    source = DocumentSource(str(data))
+    pretokenize(source, str(tok), tmp_path / "one", shards=1, holdout_per_mille=100)
+    for keep in ("train", "held_out"):
+        stored = TokenShards(tmp_path / "one", keep)
+        mine = torch.from_numpy(stored.blocks(np.arange(stored.block_count(WIDTH)), WIDTH))
+        stream = PackedBlocks(source, str(tok), SEQ, eos_id=0, num_shards=1, shuffle_buffer=0, epochs=1,
+                              holdout_per_mille=100, keep=keep)  # fmt: skip
+        assert torch.equal(mine, torch.stack(list(stream))), keep
+    index = json.loads((tmp_path / "one" / INDEX).read_text())
+    assert index["dtype"] == "uint16" and index["holdout"]["per_mille"] == 100 and index["eos_id"] == 0
+    assert index["totals"]["train"]["documents"] + index["totals"]["held_out"]["documents"] == 60
+    assert index["source"]["fingerprint"] == source.fingerprint()
+
+
+def test_pretokenize_resumes_keeps_finished_shards_and_never_overwrites(corpus, tmp_path):
+    data, tok = corpus
+    lines = data.read_text().splitlines(keepends=True)
+    files = tmp_path / "files"
+    files.mkdir()
+    for i in range(4):  # 4 source files: each output shard is finished as soon as its file is read
+        (files / f"part{i}.jsonl").write_text("".join(lines[i * 15 : (i + 1) * 15]))
+    source = DocumentSource(str(files))
+    clean = pretokenize(source, str(tok), tmp_path / "clean", shards=4, holdout_per_mille=100)
+    seen = []
+
+    def interrupt(update):
+        seen.append(update)
+        if len(seen) == 4:  # inside the third file: shards 0 and 1 are finished
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        pretokenize(source, str(tok), tmp_path / "cut", shards=4, holdout_per_mille=100, progress=interrupt)
+    left = sorted(p.name for p in (tmp_path / "cut").iterdir())
+    assert INDEX not in left and "part-00000.json" in left and not any(".tmp-" in name for name in left)
+    with pytest.raises(ConfigError, match=r"unfinished pretokenize of other inputs .*holdout"):
+        pretokenize(source, str(tok), tmp_path / "cut", shards=4, holdout_per_mille=50)
+    resumed = pretokenize(source, str(tok), tmp_path / "cut", shards=4, holdout_per_mille=100)
+    assert resumed["resumed_shards"] == 2 and resumed["tokens"] == clean["tokens"]
+    assert _files(tmp_path / "cut") == _files(tmp_path / "clean")
+    with pytest.raises(ConfigError, match=r"already holds token shards .*--overwrite"):
+        pretokenize(source, str(tok), tmp_path / "cut", shards=4, holdout_per_mille=100)
+    again = pretokenize(source, str(tok), tmp_path / "cut", shards=2, holdout_per_mille=100, overwrite=True)
+    assert again["tokens"] == clean["tokens"] and len(list((tmp_path / "cut").glob("train-*.bin"))) == 2
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "notes.txt").write_text("mine")
+    with pytest.raises(ConfigError, match="is not empty"):
+        pretokenize(source, str(tok), tmp_path / "busy", shards=2)
+
+
+def test_pretokenize_command_prints_the_totals_and_exits_2_on_bad_paths(corpus, tmp_path, capsys):
+    data, tok = corpus
+    argv = ["pretokenize", "--data", str(data), "--tokenizer", str(tok), "--out", str(tmp_path / "o"), "--shards", "3"]
+    assert main([*argv, "--no-progress"]) == 0
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert line.startswith("pretokenize: 60 documents") and "tokens/s" in line and " bytes in " in line
+    for bad, named in (
+        (["--data", str(tmp_path / "nope.jsonl")], "nope.jsonl"),
+        (["--tokenizer", str(tmp_path / "nope.json")], "nope.json"),
+        ([], "already holds token shards"),
+    ):
+        args = [*argv, *bad, "--no-progress"]
+        assert main(args) == 2, bad
+        assert named in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_pretokenize_workers_write_the_same_shards(corpus, tmp_path, shards):
+    data, tok = corpus
+    pretokenize(DocumentSource(str(data)), str(tok), tmp_path / "w2", shards=4, workers=2, holdout_per_mille=100)
+    assert _files(tmp_path / "w2") == _files(shards)
+
+
+# -- the global order, resumed at other world sizes ---------------------------------------------------
+
+
+def test_the_global_order_is_a_seeded_permutation_reshuffled_every_pass():
+    order = GlobalBlockOrder(50, seed=3)
+    first, second = order(np.arange(50)), order(np.arange(50, 100))
+    assert sorted(first) == sorted(second) == list(range(50)) and not np.array_equal(first, second)
+    assert np.array_equal(GlobalBlockOrder(50, seed=3)(np.arange(100)), np.concatenate([first, second]))
+    assert not np.array_equal(GlobalBlockOrder(50, seed=4)(np.arange(50)), first)
+
+
+def _launch(shards_dir, world, batches, state, batch_size=3):
+    """``world`` simulated ranks each take ``batches`` batches, resuming ``state``; their blocks in global
+    batch order, and each rank's state after."""
+    loaders = []
+    for rank in range(world):
+        data = RankBatches(TokenShards(shards_dir), SEQ, batch_size, seed=7, rank=rank, world_size=world)
+        loader = TokenBlockLoader(data)
+        if state is not None:
+            loader.load_state_dict(state)
+        loaders.append(loader)
+    its = [iter(loader) for loader in loaders]
+    out = [next(it) for _ in range(batches) for it in its]  # global batch k: rank 0's rows, then rank 1's, ...
+    states = [loader.state_dict() for loader in loaders]
+    assert all(s == states[0] for s in states), "every rank saves the same global position"
+    return torch.cat(out), states[0]
+
+
+def test_a_resume_on_1_then_2_then_4_readers_reads_every_block_once_in_the_global_order(shards):
+    stored = TokenShards(shards)
+    n = stored.block_count(WIDTH)
+    a, state = _launch(shards, 1, 70, None)  # 210 blocks
+    b, state = _launch(shards, 2, 40, state)  # +240
+    c, state = _launch(shards, 4, 30, state)  # +360: 810 blocks, more than a pass
+    assert state[block_order.GLOBAL_POSITION] == 810 > n
+    trained = torch.cat([a, b, c])
+    expected = stored.blocks(GlobalBlockOrder(n, seed=7)(np.arange(810)), WIDTH)
+    assert torch.equal(trained, torch.from_numpy(expected))
+    positions = block_order.GlobalBlockOrder(n, seed=7)(np.arange(n))
+    assert sorted(positions.tolist()) == list(range(n)), "the first pass holds every block once"
+
+
+def test_loader_workers_deal_whole_batches_in_the_order_the_loader_returns_them(shards, monkeypatch):
+    data = RankBatches(TokenShards(shards), SEQ, 2, seed=7, rank=1, world_size=2, start=10)
+    reference = [data.batch(k) for k in range(9)]
+    workers = []
+    for w in range(3):
+        monkeypatch.setattr(block_order, "get_worker_info", lambda w=w: SimpleNamespace(num_workers=3, id=w))
+        it = iter(data)
+        workers.append([next(it) for _ in range(3)])
+    round_robin = [workers[k % 3][k // 3] for k in range(9)]  # how a DataLoader interleaves its workers
+    assert all(torch.equal(x, y) for x, y in zip(round_robin, reference, strict=True))
+
+
+def test_a_token_shard_position_goes_to_every_rank_and_a_stream_position_is_refused(shards):
+    def checkpoint(states):
+        return {LOADER_STATES: states, "loops": {"fit_loop": {"state_dict": {"combined_loader": None}}}}
+
+    def trainer(world, rank):
+        return SimpleNamespace(world_size=world, global_rank=rank, state=SimpleNamespace(fn="fit"))
+
+    position = [{block_order.GLOBAL_POSITION: 12, "fingerprint": "{}"}]
+    for world in (1, 3, 4):
+        for rank in range(world):
+            ckpt = checkpoint([position, position])
+            take_own_loader_state(ckpt, trainer(world, rank))
+            assert ckpt["loops"]["fit_loop"]["state_dict"]["combined_loader"] == position
+    with pytest.raises(CheckpointError, match="differ"):
+        take_own_loader_state(checkpoint([position, [{block_order.GLOBAL_POSITION: 14}]]), trainer(2, 0))
+    stream = [{"reader": [0, 2]}]
+    with pytest.raises(CheckpointError, match=r"2 ranks but this run has 4.*token shards \(fixed-embed pretokenize"):
+        take_own_loader_state(checkpoint([stream, stream]), trainer(4, 0))
+
+
+def test_a_text_stream_state_is_not_resumed_from_token_shards(shards):
+    loader = TokenBlockLoader(RankBatches(TokenShards(shards), SEQ, 2, seed=0))
+    with pytest.raises(CheckpointError, match="text stream's"):
+        loader.load_state_dict({"reader": [0, 1]})
+    other = TokenBlockLoader(RankBatches(TokenShards(shards), SEQ + 1, 2, seed=0)).state_dict()
+    with pytest.raises(CheckpointError, match=r"other data settings .*seq_len"):
+        loader.load_state_dict(other)
+
+
+# -- the TextDataModule source --------------------------------------------------------------------------
+
+
+def test_datamodule_reads_shards_with_their_tokenizer_and_validates_on_the_held_out_ones(shards):
+    dm = TextDataModule(train=str(shards), seq_len=SEQ, batch_size=4, val_sequences=8, holdout_per_mille=100)
+    assert dm.tokenizer_path() == str(shards / "tokenizer.json") and dm.vocab_size() == 300
+    dm.setup("fit")
+    loader = dm.train_dataloader()
+    first = next(iter(loader))
+    assert first.shape == (4, WIDTH) and first.dtype == torch.int64
+    held = TokenShards(shards, "held_out")
+    assert held.documents == 6  # validation: the first blocks of the held-out shards
+    assert torch.equal(dm.validation_blocks(), torch.from_numpy(held.blocks(np.arange(8), WIDTH)))
+    spread = TextDataModule(train=str(shards), seq_len=SEQ, val_sequences=12, val_per_document=True,
+                            holdout_per_mille=100).validation_blocks()  # fmt: skip
+    assert spread.shape == (12, WIDTH)
+    with pytest.raises(ConfigError, match=r"hold out 100 per mille .*data.holdout_per_mille: 100"):
+        TextDataModule(train=str(shards), seq_len=SEQ, holdout_per_mille=10).setup("fit")
+
+
+# -- bad input: one line each ---------------------------------------------------------------------------
+
+
+def _copy(shards, tmp_path):
+    out = tmp_path / "copy"
+    out.mkdir(parents=True)
+    for path in shards.iterdir():
+        (out / path.name).write_bytes(path.read_bytes())
+    return out
+
+
+def _edit_index(folder, change):
+    index = json.loads((folder / INDEX).read_text())
+    change(index)
+    (folder / INDEX).write_text(json.dumps(index))
+
+
+def test_bad_shards_are_refused_naming_the_file(shards, tmp_path, corpus):
+    bad = _copy(shards, tmp_path)
+    (bad / INDEX).unlink()
+    with pytest.raises(DataError, match=r"no index token_shards.json: an unfinished `fixed-embed pretokenize`"):
+        TextDataModule(train=str(bad)).train_shards()
+    bad = _copy(shards, tmp_path / "b")
+    with open(bad / "train-00001.bin", "r+b") as f:
+        f.truncate(100)
+    with pytest.raises(DataError, match=r"train-00001.bin is truncated: 100 bytes"):
+        TokenShards(bad)
+    with open(bad / "train-00001.bin", "r+b") as f:
+        f.truncate(0)
+    with pytest.raises(DataError, match=r"train-00001.bin is empty"):
+        TokenShards(bad)
+    bad = _copy(shards, tmp_path / "c")
+    _edit_index(bad, lambda index: index["shards"]["train"][2].update(dtype="uint32"))
+    with pytest.raises(DataError, match=r"mixes dtypes \['uint16', 'uint32'\]"):
+        TokenShards(bad)
+    (bad / "train-00003.bin").unlink()
+    _edit_index(bad, lambda index: index["shards"]["train"][2].update(dtype="uint16"))
+    with pytest.raises(MissingFileError, match=r"train-00003.bin listed in .* is missing"):
+        TokenShards(bad)
+    (bad / INDEX).write_text("{not json")
+    with pytest.raises(DataError, match="not a readable token-shard index"):
+        TokenShards(bad)
+
+
+def test_shards_refuse_another_tokenizer(shards, tmp_path):
+    texts = [f"other words number {i} " * 40 for i in range(40)]
+    other = train_bpe(texts, 300, tmp_path / "other", "other-corpus")
+    dm = TextDataModule(train=str(shards), tokenizer=str(other), seq_len=SEQ, holdout_per_mille=100)
+    with pytest.raises(DataError, match=r"written with another tokenizer .*set data.tokenizer: .*tokenizer.json"):
+        dm.setup("fit")
+
+
+# -- 2 gloo processes: the world changes between launches, DDP and FSDP2 --------------------------------------
+
+
+def _check_launches(tmp_path, shards, launches):
+    """Every launch's ranks trained on their slices of consecutive global batches, from where the last stopped."""
+    stored = TokenShards(shards)
+    order = GlobalBlockOrder(stored.block_count(WIDTH), seed=5)
+    position, seen = 0, []
+    for i, (devices, _, steps) in enumerate(launches):
+        ranks = [json.loads((tmp_path / f"launch{i}" / f"rank{r}.json").read_text()) for r in range(devices)]
+        assert all(r["world_size"] == devices for r in ranks)
+        first = launches[i - 1][2] if i else 0
+        for k, step in enumerate(range(first, steps)):
+            for rank, record in enumerate(ranks):
+                got_step, rows = record["steps"][k]
+                assert got_step == step
+                start = position + rank * 2
+                assert rows == stored.blocks(order(np.arange(start, start + 2)), WIDTH).tolist(), (i, step, rank)
+                seen += range(start, start + 2)
+            position += 2 * devices
+    assert sorted(seen) == list(range(position)), "every block of the global order once, none skipped"
+    return position
+
+
+def _launch_fit(tmp_path, shards, i, devices, workers, steps, strategy, in_process):
+    argv = [str(tmp_path / f"launch{i}"), str(shards), "--devices", str(devices), "--workers", str(workers),
+            "--steps", str(steps), "--ckpt-dir", str(tmp_path / "ckpt"), "--strategy", strategy]  # fmt: skip
+    if in_process:
+        token_shard_fit.main(argv)
+        return
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "token_shard_fit.py"), *argv], capture_output=True, text=True,
+        cwd=ROOT, timeout=300, env={**os.environ, "HF_DATASETS_CACHE": str(tmp_path / "hf")},
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+
+
+@pytest.mark.slow
+@pytest.mark.multi_rank
+def test_a_run_resumed_on_two_processes_with_workers_and_back_on_one_reads_every_block_once(shards, tmp_path):
+    """DDP. Launch 1: 1 process (this one), 3 updates; launch 2: 2 processes (gloo) x 2 loader workers = 4
+    readers, updates 4-5; launch 3: 1 process again, updates 6-7. Each resumes the last checkpoint (saved
+    with the ranks' positions gathered). Together they train on global positions [0, 18) of the seeded
+    order, each exactly once, every rank on its slice of every global batch (the simulated-reader test
+    above covers 1 -> 2 -> 4 ranks in-process)."""
+    launches = [(1, 0, 3), (2, 2, 5), (1, 0, 7)]
+    for i, (devices, workers, steps) in enumerate(launches):
+        _launch_fit(tmp_path, shards, i, devices, workers, steps, "ddp", in_process=devices == 1)
+    assert _check_launches(tmp_path, shards, launches) == 18
+
+
+@pytest.mark.slow
+@pytest.mark.multi_rank
+def test_an_fsdp2_run_resumed_on_one_process_reshards_and_reads_every_block_once(shards, tmp_path):
+    """FSDP2: 2 processes x 2 workers, 3 updates, a sharded checkpoint; then 1 process (FSDP2 on one rank: the
+    distributed checkpoint reshards the weights and optimizer), updates 4-5, from the next global block."""
+    launches = [(2, 2, 3), (1, 0, 5)]
+    for i, (devices, workers, steps) in enumerate(launches):
+        _launch_fit(tmp_path, shards, i, devices, workers, steps, "fsdp", in_process=False)
+    assert (tmp_path / "ckpt" / "last.ckpt").is_dir(), "a sharded (distributed) checkpoint"
+    assert _check_launches(tmp_path, shards, launches) == 16
