@@ -214,6 +214,16 @@ def test_datamodule_vocab_and_validation(corpus, tokenizer):
     assert not train_blocks & {tuple(b.tolist()) for b in val}
 
 
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_training_batches_are_pinned_on_cuda_only(corpus, tokenizer, device):
+    from types import SimpleNamespace
+
+    dm = TextDataModule(train=str(corpus / "*.jsonl"), tokenizer=tokenizer, seq_len=16, batch_size=4)
+    dm.trainer = SimpleNamespace(global_rank=0, world_size=1, max_steps=4, accumulate_grad_batches=1,
+                                 strategy=SimpleNamespace(root_device=torch.device(device)))  # fmt: skip
+    assert dm.train_dataloader().pin_memory == (device == "cuda")
+
+
 @pytest.mark.parametrize(
     ("path", "error", "message"),
     [

@@ -222,7 +222,7 @@ def test_fsdp2_gradient_sync_only_on_an_updates_last_micro_batch():
     assert [model.ends_update(i) for i in range(6)] == [False, False, False, True, False, True]  # the epoch's end
 
 
-@pytest.mark.slow
+@pytest.mark.multi_rank
 def test_fsdp2_gradients_without_per_micro_batch_reduce_scatter_equal_todays(tmp_path):
     out = tmp_path / "grads.json"
     run = subprocess.run([sys.executable, str(ROOT / "tests" / "fsdp_grad_sync.py"), str(out)], capture_output=True,

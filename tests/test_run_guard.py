@@ -307,7 +307,7 @@ def test_a_rank_killed_by_the_os_is_named(monkeypatch, capsys):
     assert result.stderr.strip() == "fixed-embed: rank 2 exited with signal 9 (SIGKILL); relaunch with --ckpt_path last"
 
 
-@pytest.mark.slow
+@pytest.mark.multi_rank
 def test_a_rank_killed_with_sigkill_is_named_by_rank_0(tmp_path):
     result = subprocess.run(
         [sys.executable, str(ROOT / "tests" / "distributed_fit.py"), str(tmp_path / "out.json"), "--devices", "2",

@@ -308,7 +308,6 @@ def _launch_fit(tmp_path, shards, i, devices, workers, steps, strategy, in_proce
     assert run.returncode == 0, run.stderr[-3000:]
 
 
-@pytest.mark.slow
 @pytest.mark.multi_rank
 def test_a_run_resumed_on_two_processes_with_workers_and_back_on_one_reads_every_block_once(shards, tmp_path):
     """DDP. Launch 1: 1 process (this one), 3 updates; launch 2: 2 processes (gloo) x 2 loader workers = 4
@@ -322,7 +321,6 @@ def test_a_run_resumed_on_two_processes_with_workers_and_back_on_one_reads_every
     assert _check_launches(tmp_path, shards, launches) == 18
 
 
-@pytest.mark.slow
 @pytest.mark.multi_rank
 def test_an_fsdp2_run_resumed_on_one_process_reshards_and_reads_every_block_once(shards, tmp_path):
     """FSDP2: 2 processes x 2 workers, 3 updates, a sharded checkpoint; then 1 process (FSDP2 on one rank: the

@@ -270,6 +270,11 @@ class TextDataModule(L.LightningDataModule):
         trainer = self.trainer
         return (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
 
+    def _pin_memory(self) -> bool:
+        """Page-locked batches on CUDA: the host-to-device copy then runs asynchronously, off the step's path."""
+        trainer = self.trainer
+        return trainer is not None and trainer.strategy.root_device.type == "cuda"
+
     def setup(self, stage: str) -> None:
         self._check_vocab()
         self._check_shards()
@@ -308,6 +313,7 @@ class TextDataModule(L.LightningDataModule):
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
             drop_last=True,
+            pin_memory=self._pin_memory(),
         )
 
     def _shard_loader(self, shards: TokenShards, rank: int, world: int, length: int | None) -> TokenBlockLoader:
@@ -319,7 +325,7 @@ class TextDataModule(L.LightningDataModule):
             f"({shards.total:,} tokens, {shards.documents:,} documents) in a global order (seed {self.seed}), "
             f"{world} ranks x {self.batch_size} per global batch; resumable at any world size"
         )
-        return TokenBlockLoader(dataset, num_workers=self.num_workers)
+        return TokenBlockLoader(dataset, num_workers=self.num_workers, pin_memory=self._pin_memory())
 
     def validation_blocks(self) -> torch.Tensor:
         """All ``val_sequences`` validation blocks (identical for every variant, run and rank).
