@@ -99,7 +99,16 @@ study: install ## the learned table vs fixed codes across 3 sizes, tuned LRs, 3 
 	$(BIN)/python experiments/study.py $(if $(DATA),--out logs/study-data/study --logs logs/study-data) $(ARGS) \
 		$(if $(DATA),-- --data.train=$(DATA) --data.valid=$(or $(VALID),null) $(if $(VALID),,--data.passage_chars=null))
 
-study-gpu: install ## the same study at 25M-302M parameters on one GPU (ARGS=--estimate: runs and hours; ARGS=--smoke: 2 updates per config on CPU)
+# The GPU plan reads FineWeb-Edu as token shards: pretokenize on a machine with the hub, copy shards/ to the
+# GPU node (about 2 bytes per token: ~20 GB for sample-10BT).
+FINEWEB_SHARDS := shards/fineweb-edu-smollm2
+WORKERS ?= 8
+.PHONY: shards-fineweb
+shards-fineweb: install ## FineWeb-Edu sample-10BT -> token shards for make study-gpu (needs the hub; WORKERS=8)
+	$(BIN)/fixed-embed pretokenize --data HuggingFaceFW/fineweb-edu --hub-name sample-10BT --split train \
+		--tokenizer ../shared/data/smollm2-tokenizer --out $(FINEWEB_SHARDS) --shards 256 --workers $(WORKERS)
+
+study-gpu: install ## the same study at 25M-302M parameters on one GPU, from make shards-fineweb (DATA= other data; ARGS=--estimate: runs and hours; ARGS=--smoke: 2 updates per config on CPU)
 	$(BIN)/python experiments/study.py --gpu $(ARGS) $(if $(DATA),-- --data.train=$(DATA))
 
 controls: install ## the paper's tiny variants beside every control in experiments/beyond/ -> docs/results/controls.md

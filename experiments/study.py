@@ -243,6 +243,8 @@ def main() -> None:
             run_all(steps, logs, title, str(runs_file), jobs=args.jobs, evaluate="study",
                     eval_device="cuda" if args.gpu else "cpu")  # fmt: skip
 
+    if args.gpu and not (args.estimate or args.smoke or args.render):
+        _check_gpu_data(scale, args.extra)
     if args.smoke:
         steps = smoke_plan(scale)
         logs, runs_file = f"{logs}-smoke", Path(logs + "-smoke") / "smoke-runs"
@@ -277,6 +279,18 @@ def main() -> None:
                   f"{len(PAPER)} more, and the later stages then run at the best rates)")  # fmt: skip
     elif Path(f"{runs_file}.json").is_file():
         render(json.loads(Path(f"{runs_file}.json").read_text()), out, tune=scale.tune)
+
+
+def _check_gpu_data(scale: Scale, extra: list[str]) -> None:
+    """The GPU plan's token shards are made elsewhere (the hub) and copied: say so before any run starts."""
+    if any(flag.startswith("--data.train") for flag in extra):
+        return
+    train = merged_config(scale.configs("learned", scale.tune, scale.tokenizer))["data"]["train"]
+    if not (ROOT / train).exists():
+        sys.exit(
+            f"study --gpu reads the token shards {train}, which are not here: run `make shards-fineweb` on a "
+            "machine that reaches the hub and copy the folder here, or give other data (make study-gpu DATA=...)"
+        )
 
 
 if __name__ == "__main__":

@@ -246,3 +246,14 @@ def test_the_estimate_lists_every_planned_run_once(monkeypatch, capsys):
     # sweep; 5 controls x 3 seeds
     assert len(names) == len(set(names)) == 9 + (27 - 3) + 15
     assert f"{len(names)} runs:" in stdout
+
+
+def test_the_gpu_plan_reads_token_shards_and_says_how_to_make_them(tmp_path, monkeypatch):
+    scale = study.Scale(True)
+    assert study.merged_config(scale.configs("gf2", "m", scale.tokenizer))["data"]["train"].startswith("shards/")
+    monkeypatch.setattr(study, "ROOT", tmp_path)
+    with pytest.raises(SystemExit, match=r"shards/fineweb-edu-smollm2/.*make shards-fineweb"):
+        study._check_gpu_data(scale, [])
+    study._check_gpu_data(scale, ["--data.train=/data/other/"])  # DATA= is the user's choice
+    (tmp_path / "shards" / "fineweb-edu-smollm2").mkdir(parents=True)
+    study._check_gpu_data(scale, [])
