@@ -82,7 +82,7 @@ bench-gpu: install ## GPU: paper 1.7B training step (chunked loss, accumulation)
 	$(BIN)/python benchmarks/gpu.py $(ARGS)
 
 gpu-check: install ## GPU: the prepared first-GPU check: bench rows, DDP + FSDP2 paper fits (compile, AC, SIGTERM, resume), recompiles, memory (<= 10 min) -> logs/gpu-check/report.md
-	$(BIN)/python benchmarks/gpu_check.py $(ARGS)
+	$(BIN)/python benchmarks/gpu_check.py $(if $(wildcard $(SAMPLE_SHARDS)/token_shards.json),--data $(SAMPLE_SHARDS)) $(ARGS)
 
 rehearsal: install ## the paper's config (DDP, FSDP) on 2 CPU processes: updates, validation, checkpoint, benchmark, SIGTERM, relaunch (< 10 min)
 	$(BIN)/python experiments/rehearsal.py $(ARGS)

@@ -52,8 +52,9 @@ CALLBACKS = [
 ]  # fmt: skip
 
 
-def override(device: str) -> dict:
-    """The paper config shrunk to a few minutes: intervals, data (the offline corpus), one device."""
+def override(device: str, data: Path | None = None) -> dict:
+    """The paper config shrunk to a few minutes: intervals, data (token shards, or the offline corpus), one
+    device."""
     cuda = device == "cuda"
     config = {
         "trainer": {"accelerator": "gpu" if cuda else "cpu", "devices": 1, "num_nodes": 1, "max_steps": STEPS,
@@ -64,11 +65,22 @@ def override(device: str) -> dict:
                  "seq_len": 2048 if cuda else 32, "batch_size": 4 if cuda else 2, "num_workers": 2 if cuda else 0,
                  "val_sequences": 32 if cuda else 16},
     }  # fmt: skip
+    vocab = 8192
+    if data is not None:  # the shards carry their tokenizer (the paper's SmolLM2 one for make shards-sample)
+        from fixed_embed.data.token_shards import TokenShards
+        from fixed_embed.data.tokenizer import load_tokenizer
+
+        shards = TokenShards(data)
+        vocab = load_tokenizer(str(shards.tokenizer_file)).get_vocab_size()
+        config["data"].update(train=str(data), tokenizer=None, holdout_per_mille=shards.holdout_per_mille)
+        config["data"].pop("tokenizer_vocab_size")
     if not cuda:
         config["trainer"]["precision"] = "32-true"
-        config["model"]["decoder"] = {"vocab_size": 8192, "d_model": 64, "n_layers": 2, "n_heads": 4,
+        config["model"]["decoder"] = {"vocab_size": vocab, "d_model": 64, "n_layers": 2, "n_heads": 4,
                                       "ffn_dim": 256, "max_seq_len": 64}  # fmt: skip
         config["model"]["parallel"]["param_dtype"] = "float32"
+    elif data is not None:
+        config["model"]["decoder"] = {"vocab_size": vocab}
     return config
 
 
@@ -180,6 +192,8 @@ def main() -> int:
     parser.add_argument("--strategies", default="ddp,fsdp")
     parser.add_argument("--out", default=str(ROOT / "logs" / "gpu-check"), help="wiped first")
     parser.add_argument("--no-bench", action="store_true", help="skip the bench rows")
+    parser.add_argument("--data", type=Path, help="token shards to train on (make shards-sample); default: the "
+                        "offline corpus")  # fmt: skip
     args = parser.parse_args()
     import torch
 
@@ -188,7 +202,7 @@ def main() -> int:
     out = Path(args.out)
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    (out / f"override-{args.device}.yaml").write_text(yaml.safe_dump(override(args.device), sort_keys=False))
+    (out / f"override-{args.device}.yaml").write_text(yaml.safe_dump(override(args.device, args.data), sort_keys=False))
     name = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
     report = {"device_name": name, "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "fits": {}}
     checks: list[dict] = []
