@@ -298,7 +298,17 @@ def _data_refusals(checkpoint, datamodule, world_size, loader_states_key, combin
             )
     slot = fit_loop_state(checkpoint)
     loader_state = None if slot is None else slot.get(combined)
-    readers = _reader_states(checkpoint.get(loader_states_key) or loader_state)
+    state = checkpoint.get(loader_states_key) or loader_state
+    readers, positions, shards = _reader_states(state), _shard_positions(state), datamodule.train_shards()
+    if positions:
+        return refusals + _shard_refusals(positions[0], datamodule, shards)
+    if readers and shards is not None:
+        refusals.append(
+            "refusing to resume: the checkpoint's data position is a text stream's (data.train was text files or "
+            f"a hub id), and data.train is now the token shards {shards.folder}; resume with the run's own "
+            "data.train, or start a new run (--run NAME)"
+        )
+        return refusals
     if not readers:
         return refusals
     # The stream's settings, as its saved fingerprint has them.
@@ -327,7 +337,8 @@ def _data_refusals(checkpoint, datamodule, world_size, loader_states_key, combin
         refusals.append(
             f"refusing to resume: the checkpoint's data position was saved by {saved_workers} loader worker(s) per "
             f"device and data.num_workers is {workers} now (each worker reads its own share of the data); resume "
-            f"with data.num_workers {saved_workers}, or start a new run (--run NAME)"
+            f"with data.num_workers {saved_workers}, or start a new run (--run NAME). Token shards (fixed-embed "
+            "pretokenize, data.train: SHARDS/) resume at any number of workers and ranks"
         )
     saved_readers = readers[0]["reader"][1]
     saved_world = (
@@ -341,6 +352,43 @@ def _data_refusals(checkpoint, datamodule, world_size, loader_states_key, combin
             f"{world_size}; resume on the same number of nodes x devices"
         )
     return refusals
+
+
+def _shard_positions(state: Any) -> list[dict[str, Any]]:
+    """Every token-shard loader position inside a loader state (:mod:`fixed_embed.data.block_order`)."""
+    from fixed_embed.data.block_order import GLOBAL_POSITION
+
+    if isinstance(state, Mapping):
+        if GLOBAL_POSITION in state:
+            return [dict(state)]
+        return [found for value in state.values() for found in _shard_positions(value)]
+    if isinstance(state, (list, tuple)):
+        return [found for value in state for found in _shard_positions(value)]
+    return []
+
+
+def _shard_refusals(position: Mapping[str, Any], datamodule: Any, shards: Any) -> list[str]:
+    """A token-shard position resumes at any world size, but only over the same shards, blocks and order."""
+    if shards is None:
+        return [
+            "refusing to resume: the checkpoint's data position is in token shards, and data.train is now text "
+            f"({datamodule.hparams.get('train')!r}); resume with the run's own token shards (data.train: SHARDS/), "
+            "or start a new run (--run NAME)"
+        ]
+    then = json.loads(position.get("fingerprint") or "{}")
+    now = {**shards.fingerprint(), "seq_len": datamodule.seq_len, "seed": datamodule.seed}
+    names = {"token_shards_index_sha256": "the shards' index", "split": "split", "tokens": "tokens"}
+    diffs = [
+        f"{names.get(key, key)}: checkpoint {then[key]!r}, now {value!r}"
+        for key, value in now.items()
+        if key in then and then[key] != value
+    ]
+    if not diffs:
+        return []
+    return [
+        f"refusing to resume: the checkpoint's token-shard position was made with other data ({'; '.join(diffs)}); "
+        f"resume with the run's own shards and data settings, or start a new run (--run NAME)"
+    ]
 
 
 def _source_fingerprint(datamodule: Any) -> Any:

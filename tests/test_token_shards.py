@@ -330,3 +330,28 @@ def test_an_fsdp2_run_resumed_on_one_process_reshards_and_reads_every_block_once
         _launch_fit(tmp_path, shards, i, devices, workers, steps, "fsdp", in_process=False)
     assert (tmp_path / "ckpt" / "last.ckpt").is_dir(), "a sharded (distributed) checkpoint"
     assert _check_launches(tmp_path, shards, launches) == 16
+
+
+def test_the_resume_plan_refuses_other_shard_data_and_a_switch_between_text_and_shards(corpus, shards):
+    """Before any work (the plan reads the checkpoint only): a shard position resumes at any world size, but
+    not over other blocks (seq_len, seed, other shards) and not into a text stream, nor a text one into shards."""
+    from fixed_embed.lightning_internals import COMBINED_LOADER, fit_loop_state
+    from fixed_embed.resume import _data_refusals
+
+    data, tok = corpus
+
+    def refusals(position, **options):
+        checkpoint = {"loops": {"fit_loop": {"state_dict": {COMBINED_LOADER: [position]}}}}
+        dm = TextDataModule(**{"train": str(shards), "seq_len": 16, "holdout_per_mille": 100, **options})
+        return _data_refusals(checkpoint, dm, 2, LOADER_STATES, COMBINED_LOADER, fit_loop_state)
+
+    order = RankBatches(TokenShards(shards), 16, 4, 0, 0, 1)
+    position = TokenBlockLoader(order).state_dict()
+    assert refusals(position) == []  # the same data at another world size (2 ranks now)
+    assert "seq_len: checkpoint 16, now 8" in refusals(position, seq_len=8)[0]
+    assert "seed: checkpoint 0, now 5" in refusals(position, seed=5)[0]
+    (text,) = refusals(position, train=str(data), tokenizer=str(tok))
+    assert "data position is in token shards, and data.train is now text" in text
+    stream = PackedBlocks(DocumentSource(str(data)), str(tok), 16, eos_id=0, num_shards=4).state_dict()
+    (switch,) = refusals(stream)
+    assert "text stream's" in switch and str(shards) in switch
