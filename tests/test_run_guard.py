@@ -271,7 +271,8 @@ def test_eval_refuses_unknown_tasks_and_bad_limits_in_one_line(tmp_path):
     ):
         result = run_cli("eval", missing, *flags)
         assert result.returncode == 2 and message in result.stderr, (flags, result.stderr[-1500:])
-        assert "Traceback" not in result.stderr
+        assert "Traceback" not in result.stderr and "usage:" not in result.stderr  # the error, not the usage
+        assert len(result.stderr.strip().splitlines()) <= 2
 
 
 class FakeProc:

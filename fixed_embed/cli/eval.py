@@ -9,6 +9,7 @@ import lm_eval.api.registry
 from rich.console import Console
 from rich.markdown import Markdown
 
+from fixed_embed.errors import ConfigError
 from fixed_embed.inputs import check_output, check_task_folders
 from fixed_embed.suite import (
     SUITES,
@@ -45,20 +46,20 @@ def run(argv: list[str]) -> int:
     tasks = [t for t in (args.tasks or "").split(",") if t]
     suite = args.suite or (None if tasks else "paper")
     if args.limit is not None and not args.limit > 0:
-        parser.error(f"--limit must be > 0 (examples per task, or a fraction below 1), got {args.limit:g}")
+        raise ConfigError(f"--limit must be > 0 (examples per task, or a fraction below 1), got {args.limit:g}")
     if args.batch_size < 1:
-        parser.error(f"--batch-size must be >= 1, got {args.batch_size}")
+        raise ConfigError(f"--batch-size must be >= 1, got {args.batch_size}")
     limit = None if args.limit is None else (int(args.limit) if args.limit >= 1 else args.limit)
     try:
         columns = columns_for(suite, tasks, args.num_fewshot)
     except ValueError as error:
-        parser.error(str(error))
+        raise ConfigError(str(error)) from error
     check_task_folders(args.include_path)
     if tasks:  # a misspelt task is refused now, before the model is loaded
         try:
             check_tasks(tasks, args.include_path)
         except ValueError as error:
-            parser.error(str(error))
+            raise ConfigError(str(error)) from error
     model = args.hf or args.checkpoint
     out = Path(args.output or default_eval_dir(model, suite, tasks, args.num_fewshot, limit, hub=bool(args.hf)))
     check_output(out, "--output")
