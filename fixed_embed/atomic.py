@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
-__all__ = ["atomic_path", "atomic_write", "atomic_write_text", "temporary_name"]
+__all__ = ["atomic_path", "atomic_write", "atomic_write_text", "remove_orphans", "temporary_name"]
 
 
 def temporary_name(path: str | os.PathLike) -> Path:
@@ -52,6 +52,28 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     with atomic_write(path) as file:
         file.write(text)
     return Path(path)
+
+
+def remove_orphans(folder: str | os.PathLike) -> list[Path]:
+    """Remove the temporary files in ``folder`` left by writers of this host that were killed mid-write
+    (their pid no longer runs); the files of live writers stay. Returns what was removed."""
+    removed = []
+    for tmp in Path(folder).glob(".*.tmp-*"):
+        pid = tmp.name.rpartition(".tmp-")[2]
+        if pid.isdigit() and not _running(int(pid)):
+            tmp.unlink(missing_ok=True)
+            removed.append(tmp)
+    return removed
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def _fsync(path: Path) -> None:

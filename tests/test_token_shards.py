@@ -21,6 +21,7 @@ from fixed_embed.data.token_shards import INDEX, TokenShards
 from fixed_embed.data.tokenizer import train_bpe
 from fixed_embed.errors import CheckpointError, ConfigError, DataError, MissingFileError
 from tests import token_shard_fit
+from tests.cli import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 SEQ, WIDTH = 16, 17
@@ -355,3 +356,38 @@ def test_the_resume_plan_refuses_other_shard_data_and_a_switch_between_text_and_
     stream = PackedBlocks(DocumentSource(str(data)), str(tok), 16, eos_id=0, num_shards=4).state_dict()
     (switch,) = refusals(stream)
     assert "text stream's" in switch and str(shards) in switch
+
+
+def test_a_sigterm_stops_pretokenize_as_ctrl_c_does_and_the_rerun_cleans_up(corpus, tmp_path, monkeypatch):
+    import signal
+
+    import fixed_embed.data.pretokenize as writer
+
+    data, tok = corpus
+    real = writer._write
+
+    def killed_mid_write(job, progress):  # the scheduler's SIGTERM arrives while a shard is being written
+        (Path(job.out) / ".train-00000.bin.tmp-4194301").write_bytes(b"half")  # a killed writer's leftover
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(writer, "_write", killed_mid_write)
+    args = [
+        "pretokenize",
+        "--data",
+        data,
+        "--tokenizer",
+        tok,
+        "--out",
+        tmp_path / "s",
+        "--shards",
+        "2",
+        "--no-progress",
+    ]
+    handler = signal.getsignal(signal.SIGTERM)
+    stopped = run_cli(*args)
+    assert stopped.returncode == 130, stopped.stderr[-2000:]
+    assert "interrupted (SIGTERM; the same command continues, keeping the finished shards)" in stopped.stderr
+    assert signal.getsignal(signal.SIGTERM) == handler  # put back
+    monkeypatch.setattr(writer, "_write", real)
+    assert run_cli(*args).returncode == 0
+    assert not list((tmp_path / "s").glob(".*tmp-*"))  # the orphan is gone

@@ -98,8 +98,8 @@ def main(argv: list[str] | None = None, configure_console: bool | None = None) -
             message = _message(user_error)
             print(f"fixed-embed {command}: error: {message}\n(--debug shows the traceback)", file=sys.stderr)
         return getattr(user_error, "exit_status", 2)
-    except KeyboardInterrupt:
-        print(f"fixed-embed {command}: interrupted (Ctrl-C)", file=sys.stderr)
+    except KeyboardInterrupt as stop:
+        print(f"fixed-embed {command}: interrupted ({stop.args[0] if stop.args else 'Ctrl-C'})", file=sys.stderr)
         return 130
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 from pathlib import Path
 
 from fixed_embed.errors import MissingFileError
@@ -45,14 +46,25 @@ def run(argv: list[str]) -> int:
             resolve_files(args.data)
         except FileNotFoundError as error:
             raise MissingFileError(f"--data: {error}") from error
-    with _Bar(enabled=not args.no_progress) as bar:
-        result = pretokenize(
-            source, args.tokenizer, args.out, shards=args.shards, workers=args.workers,
-            holdout_per_mille=args.holdout_per_mille, tokenize_batch=args.tokenize_batch,
-            overwrite=args.overwrite, progress=bar.update,
-        )  # fmt: skip
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # a scheduler's stop ends it as Ctrl-C does
+    try:
+        with _Bar(enabled=not args.no_progress) as bar:
+            result = pretokenize(
+                source, args.tokenizer, args.out, shards=args.shards, workers=args.workers,
+                holdout_per_mille=args.holdout_per_mille, tokenize_batch=args.tokenize_batch,
+                overwrite=args.overwrite, progress=bar.update,
+            )  # fmt: skip
+    except KeyboardInterrupt as stop:
+        why = stop.args[0] if stop.args else "Ctrl-C"
+        raise KeyboardInterrupt(f"{why}; the same command continues, keeping the finished shards") from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     print(summary_line(result))
     return 0
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 class _Bar:

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from fixed_embed.atomic import atomic_path, atomic_write_text
+from fixed_embed.atomic import atomic_path, atomic_write_text, remove_orphans
 from fixed_embed.data.sharding import document_cycle, is_held_out, reader_plan, virtual_shard_of
 from fixed_embed.data.sources import DocumentSource
 from fixed_embed.data.token_shards import FORMAT, INDEX, SPLITS, TOKENIZER_FILE, VERSION, token_dtype
@@ -117,6 +117,7 @@ def pretokenize(
         "tokenize_batch": tokenize_batch,
     }  # fmt: skip
     done = _prepare(out, plan, overwrite)
+    remove_orphans(out)  # the half-written shards of a run killed mid-write (SIGKILL, SIGTERM)
     if not (out / TOKENIZER_FILE).is_file():
         with atomic_path(out / TOKENIZER_FILE) as tmp:
             tok.save(str(tmp))
