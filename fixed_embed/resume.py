@@ -276,6 +276,12 @@ def plan_resume(
     if refusals:
         raise CheckpointError("\n".join(refusals) if len(refusals) == 1 else " | ".join(refusals))
     plan.lines += [f"resume: {line}" for line in changed(saved, model.hparams)]
+    saved_data, data_now = checkpoint.get("datamodule_hyper_parameters") or {}, datamodule.hparams
+    if "batch_size" in saved_data and saved_data["batch_size"] != data_now.get("batch_size"):
+        plan.lines.append(
+            f"resume: data.batch_size: {saved_data['batch_size']!r} in the checkpoint -> "
+            f"{data_now.get('batch_size')!r} now (sequences per device per micro-batch: the global batch changes)"
+        )
     plan.complete = max_steps is not None and max_steps > 0 and step == max_steps
     return plan
 

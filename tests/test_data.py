@@ -12,6 +12,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 
 from fixed_embed.data import DocumentSource, PackedBlocks, TextDataModule
 from fixed_embed.data.tokenizer import load_tokenizer, train_bpe
+from fixed_embed.errors import DataError
 
 
 @pytest.fixture(scope="module")
@@ -302,3 +303,14 @@ def test_a_stream_saved_right_after_a_pass_resumes_into_the_next(corpus, tokeniz
     resumed.load_state_dict(first.state_dict())
     after = [b for _, b in zip(range(3), resumed, strict=False)]
     assert all(torch.equal(a, b) for a, b in zip(expected[per_pass:], after, strict=True))
+
+
+def test_a_hold_out_too_small_for_a_block_says_it_is_validation(tmp_path, tokenizer, monkeypatch):
+    """A few short held-out documents, fragmented over validation's fixed shards: the error names validation
+    and its options, not the training readers."""
+    monkeypatch.setenv("FIXED_EMBED_CACHE", str(tmp_path / "cache"))
+    short = tmp_path / "short.jsonl"
+    short.write_text("".join(json.dumps({"text": f"the river {i} and the hill"}) + "\n" for i in range(300)))
+    dm = TextDataModule(train=str(short), tokenizer=tokenizer, seq_len=64, batch_size=2, holdout_per_mille=50)
+    with pytest.raises(DataError, match=r"^validation: the documents of .*short\.jsonl \(50 per mille held out"):
+        dm.validation_blocks()

@@ -373,7 +373,16 @@ class TextDataModule(L.LightningDataModule):
                 holdout=(self.hparams.holdout_per_mille, keep),
             )  # fmt: skip
         stream = self._stream(source, shuffle_buffer=0, epochs=1, keep=keep, num_shards=_VALIDATION_SHARDS)
-        blocks = list(itertools.islice(stream, self.hparams.val_sequences))
+        try:
+            blocks = list(itertools.islice(stream, self.hparams.val_sequences))
+        except DataError as error:  # the packer's words are about training readers; say what this is
+            per_mille = self.hparams.holdout_per_mille
+            held_out = f" ({per_mille} per mille held out of data.train)" if keep == "held_out" else ""
+            raise DataError(
+                f"validation: the documents of {source.path}{held_out} give no block of {self.seq_len + 1} tokens "
+                f"when packed in {_VALIDATION_SHARDS} fixed shards: set data.valid to more text, raise "
+                f"data.holdout_per_mille, set data.val_per_document: true, or lower data.seq_len ({error})"
+            ) from error
         if len(blocks) < self.hparams.val_sequences:
             rank_zero_warn(
                 f"validation data {source.path} holds only {len(blocks)} blocks of {self.seq_len + 1} tokens; "
