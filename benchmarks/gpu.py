@@ -26,6 +26,8 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from fixed_embed.atomic import atomic_write_text
+
 ROOT = Path(__file__).resolve().parents[1]
 MODES = {"eager": (False, False), "compile": (True, False), "ac": (False, True), "compile+ac": (True, True)}
 
@@ -136,7 +138,7 @@ def main() -> int:
             rows.append(run_fresh(variant, mode, args))
             console.print("  " + " | ".join(format_row(rows[-1])), highlight=False)  # as it finishes
             if args.out:
-                Path(args.out).write_text(json.dumps(rows, indent=2) + "\n")
+                atomic_write_text(args.out, json.dumps(rows, indent=2) + "\n")  # gpu_check reads it back
     table = Table(title=f"Training step, {'tiny' if args.tiny else 'paper 1.7B'} config, batch {args.batch} x "
                   f"{args.accumulate}, {rows[0]['device']}")  # fmt: skip
     for column in columns:

@@ -145,7 +145,10 @@ def check_bench(device: str, out: Path, checks: list, report: dict) -> None:
         argv += ["--modes", "eager", "ac", "--tiny", "--device", "cpu", "--batch", "1", "--steps", "1", "--warmup", "1",
                  "--accumulate", "2"]  # fmt: skip
     start = time.monotonic()
-    run = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=300)
+    try:
+        run = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=300)
+    except subprocess.TimeoutExpired as late:
+        run = subprocess.CompletedProcess(argv, 1, "", f"bench rows: over {late.timeout:.0f} s, stopped")
     rows = json.loads(rows_path.read_text()) if rows_path.exists() else []
     report["bench"] = rows
     detail = f"{time.monotonic() - start:.0f} s" if run.returncode == 0 else run.stderr[-2000:]

@@ -14,6 +14,10 @@ partial gradients are then lost -- and exits with an error. This callback instea
    ``step=N`` name and its ``last`` link, one write) and stops the trainer, so the process exits
    with status 0 and ``--ckpt_path last`` continues with the next batch, the same LR and optimizer state.
 
+With SIGTERM among its signals it also turns off Lightning's per-micro-batch broadcast of its own SIGTERM
+flag (a collective and a host sync on every micro-batch with more than one rank), which only Lightning's
+replaced handler could set (:func:`fixed_embed.lightning_internals.skip_sigterm_broadcast`).
+
 An evaluation in flight (in-loop or end-of-run benchmarks) polls :meth:`stop_requested` between
 forward passes and stops within one batch; see :mod:`callbacks.benchmarks`.
 """
@@ -21,6 +25,7 @@ forward passes and stops within one batch; see :mod:`callbacks.benchmarks`.
 from __future__ import annotations
 
 import signal
+from collections.abc import Callable
 from typing import Any
 
 import lightning as L
@@ -29,6 +34,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from callbacks.checkpointing import save_now
 from callbacks.update_boundary import UpdateCallback
 from fixed_embed import rank_watch
+from fixed_embed.lightning_internals import skip_sigterm_broadcast
 
 __all__ = ["PreemptionCheckpoint"]
 
@@ -49,6 +55,7 @@ class PreemptionCheckpoint(UpdateCallback):
         super().__init__(every_n_steps=1, enabled=enabled)  # every update: no interval to configure
         self.signals = [signal.Signals[n] for n in names]
         self.received: signal.Signals | None = None
+        self._restore_broadcast: Callable[[], None] = _nothing
         self._previous: dict[signal.Signals, Any] = {}
 
     def _handle(self, signum: int, frame: Any) -> None:
@@ -68,6 +75,8 @@ class PreemptionCheckpoint(UpdateCallback):
         # Installed after Lightning's fit-time handler, which it replaces for the training loop.
         self.received = None
         self._previous = {s: signal.signal(s, self._handle) for s in self.signals}
+        if signal.SIGTERM in self.signals:  # every rank alike: the broadcast is a collective
+            self._restore_broadcast = skip_sigterm_broadcast(trainer)
         names = ", ".join(s.name for s in self.signals)
         rank_zero_info(f"PreemptionCheckpoint: on {names}, save a checkpoint at the end of the update and stop")
 
@@ -77,6 +86,8 @@ class PreemptionCheckpoint(UpdateCallback):
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         self._previous = {}
+        self._restore_broadcast()
+        self._restore_broadcast = _nothing
 
     def on_update_end(self, trainer: L.Trainer, pl_module: L.LightningModule, update: int) -> None:
         # Only at the end of an update: stopping mid-accumulation would lose its partial gradients.
@@ -94,3 +105,7 @@ class PreemptionCheckpoint(UpdateCallback):
             f"PreemptionCheckpoint: {what} -> saved {path} at step {trainer.global_step}; stopping. "
             "Relaunch the same command with --ckpt_path last to continue"
         )
+
+
+def _nothing() -> None:
+    return None

@@ -79,8 +79,9 @@ def run(name: str, config: Configs, logs: str, extra: list[str], threads: int | 
     checkpoint with (``fixed-embed eval``, results under the run's ``eval/`` folder).
     """
     from fixed_embed.config import DEFAULT_RUN
+    from fixed_embed.errors import CheckpointError
     from fixed_embed.experiment import build_model
-    from fixed_embed.loading import newest_checkpoint
+    from fixed_embed.resume import choose_checkpoint
 
     configs = [config] if isinstance(config, Path) else list(config)
     env = {**os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {})}
@@ -92,7 +93,10 @@ def run(name: str, config: Configs, logs: str, extra: list[str], threads: int | 
     # The code the run starts from, and whether a checkpoint of an earlier attempt is resumed (its wall time
     # and tokens/s then cover this attempt only).
     commit, dirty = _git_commit(), _code_changed()
-    resumed = newest_checkpoint(run_dir / "checkpoints") is not None  # what fit's --ckpt_path last resumes
+    try:  # what fit's --ckpt_path last resumes (one rule: fixed_embed.resume.choose_checkpoint)
+        resumed = choose_checkpoint(run_dir / "checkpoints")[0] is not None
+    except CheckpointError:  # a stale last.ckpt: there is a run, and the fit says why it refuses it
+        resumed = True
     start = time.perf_counter()
     subprocess.run(args, check=True, cwd=ROOT, env=env)
     seconds = time.perf_counter() - start

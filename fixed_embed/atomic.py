@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
-__all__ = ["atomic_path", "atomic_write", "atomic_write_text", "remove_orphans", "temporary_name"]
+__all__ = ["atomic_path", "atomic_write", "atomic_write_text", "process_running", "remove_orphans", "temporary_name"]
 
 
 def temporary_name(path: str | os.PathLike) -> Path:
@@ -60,13 +60,14 @@ def remove_orphans(folder: str | os.PathLike) -> list[Path]:
     removed = []
     for tmp in Path(folder).glob(".*.tmp-*"):
         pid = tmp.name.rpartition(".tmp-")[2]
-        if pid.isdigit() and not _running(int(pid)):
+        if pid.isdigit() and not process_running(int(pid)):
             tmp.unlink(missing_ok=True)
             removed.append(tmp)
     return removed
 
 
-def _running(pid: int) -> bool:
+def process_running(pid: int) -> bool:
+    """Whether process ``pid`` runs on this host (another user's counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

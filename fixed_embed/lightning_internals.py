@@ -16,6 +16,10 @@ Lightning internals still used:
   under the callback's own names, retention and ``last`` link.
 - ``trainer.fit_loop.epoch_loop.max_steps`` (write; the loop is the private ``_TrainingEpochLoop``):
   :func:`set_max_steps`, the length a token budget resolves to.
+- ``_TrainingEpochLoop._should_accumulate`` (called): :func:`ends_update`, FSDP2's gradient sync on an
+  update's last micro-batch only.
+- ``_TrainingEpochLoop._broadcast_sigterm_tensor`` (shadowed): :func:`skip_sigterm_broadcast`, no
+  collective and host sync per micro-batch under :class:`callbacks.preemption.PreemptionCheckpoint`.
 - ``ModelParallelStrategy._data_parallel_size`` (write): :func:`set_data_parallel_size`, FSDP2 over
   every rank.
 - The profiler action ``[_TrainingEpochLoop].train_dataloader_next`` around the loop's ``next()``:
@@ -59,12 +63,14 @@ __all__ = [
     "Internal",
     "attached_trainer",
     "checkpoint_every_n_train_steps",
+    "ends_update",
     "fit_loop_state",
     "route_tqdm",
     "save_through",
     "set_data_parallel_size",
     "set_max_steps",
     "set_scheduler_last_lr",
+    "skip_sigterm_broadcast",
     "take_over_logger",
 ]
 
@@ -104,6 +110,17 @@ LIGHTNING_INTERNALS: tuple[Internal, ...] = (
     Internal(_CHECKPOINT, "_save_last_checkpoint", "method", _CANDIDATES, used_by="save_through"),
     Internal(_FIT_LOOP, "epoch_loop", "instance", used_by="set_max_steps"),
     Internal(_EPOCH_LOOP, "max_steps", "instance", used_by="set_max_steps"),
+    Internal(
+        _EPOCH_LOOP, "_should_accumulate", "method", ("self",), called_in="update_lr_schedulers", used_by="ends_update"
+    ),
+    Internal(
+        _EPOCH_LOOP,
+        "_broadcast_sigterm_tensor",
+        "method",
+        ("self",),
+        called_in="advance",
+        used_by="skip_sigterm_broadcast",
+    ),
     Internal(
         _STRATEGY, "_data_parallel_size", "instance", called_in="setup_environment", used_by="set_data_parallel_size"
     ),
@@ -185,6 +202,30 @@ def save_through(callback: Any, trainer: Any) -> None:
         candidates = callback._monitor_candidates(trainer)
         callback._save_topk_checkpoint(trainer, candidates)
         callback._save_last_checkpoint(trainer, candidates)
+
+
+def ends_update(trainer: Any) -> bool:
+    """Whether the micro-batch now starting ends its optimizer update (read from ``on_train_batch_start``).
+
+    Why private: Lightning's own decision (the accumulation count, an epoch's last batch, a stream that
+    ran out) is ``_TrainingEpochLoop._should_accumulate``; a copy of it would drift from the step Lightning
+    actually takes, and FSDP2 would step on gradients never reduce-scattered.
+    """
+    return not trainer.fit_loop.epoch_loop._should_accumulate()
+
+
+def skip_sigterm_broadcast(trainer: Any) -> Callable[[], None]:
+    """Stop Lightning's per-micro-batch SIGTERM broadcast; returns the function that restores it.
+
+    Why private: with more than one rank Lightning broadcasts a flag from rank 0 before every micro-batch
+    and reads it back (``.item()``: a collective and a host sync each time). The flag is set only by
+    Lightning's own SIGTERM handler, which :class:`callbacks.preemption.PreemptionCheckpoint` replaces
+    (its stop travels through the rank watch and a vote once per update), so the broadcast always says 0.
+    No public switch turns it off.
+    """
+    loop = trainer.fit_loop.epoch_loop
+    loop._broadcast_sigterm_tensor = lambda: None  # an instance attribute, over the class's method
+    return lambda: loop.__dict__.pop("_broadcast_sigterm_tensor", None)
 
 
 def set_max_steps(trainer: Any, steps: int) -> None:

@@ -82,18 +82,6 @@ def load_checkpoint(
     return model, _tokenizer(checkpoint, tokenizer, path)
 
 
-def newest_checkpoint(folder: Path) -> Path | None:
-    """A run's checkpoint to resume: ``last.ckpt`` (a link to the newest), else the highest ``step=N``;
-    None when the folder holds none."""
-    if not folder.is_dir():
-        return None
-    last = folder / "last.ckpt"
-    if last.exists():
-        return folder / os.readlink(last) if last.is_symlink() else last
-    steps = sorted(folder.glob("step=*.ckpt"))
-    return steps[-1] if steps else None
-
-
 def _tokenizer(checkpoint: dict, override: str | None, path: Path) -> Tokenizer:
     if override is not None:
         return load_tokenizer(override)

@@ -26,7 +26,7 @@ from fixed_embed.accounting import IGNORE_MEMORY_ENV, memory_warning
 from fixed_embed.data.loader_state import gather_loader_states
 from fixed_embed.errors import ConfigError
 from fixed_embed.interfaces import BinaryCodeInput, InputInterface
-from fixed_embed.lightning_internals import attached_trainer, set_max_steps
+from fixed_embed.lightning_internals import attached_trainer, ends_update, set_max_steps
 from fixed_embed.loss import DEFAULT_LOSS_CHUNK_TOKENS
 from fixed_embed.model import Decoder, DecoderConfig
 from fixed_embed.parallel import ParallelConfig, apply_parallelism, eager_evaluation
@@ -134,16 +134,10 @@ class LanguageModel(L.LightningModule):
         # once per update. Python numbers become device tensors when logged (on CUDA a blocking copy,
         # i.e. a sync), so they are logged on an update's last micro-batch only.
         self.log("train/loss", loss)
-        if self.ends_update(batch_idx):
+        if ends_update(self.trainer):
             self.log("train/tokens", float(self.tokens_seen), rank_zero_only=True)
             self.log("train/lr", self.trainer.optimizers[0].param_groups[0]["lr"], rank_zero_only=True)
         return loss
-
-    def ends_update(self, batch_idx: int) -> bool:
-        """Whether micro-batch ``batch_idx`` is its optimizer update's last (Lightning also steps on an
-        epoch's last batch)."""
-        trainer = self.trainer
-        return (batch_idx + 1) % trainer.accumulate_grad_batches == 0 or batch_idx + 1 >= trainer.num_training_batches
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
         # FSDP2: no gradient reduce-scatter on an update's non-final micro-batches (Lightning's
@@ -153,7 +147,7 @@ class LanguageModel(L.LightningModule):
         from torch.distributed.fsdp import FSDPModule
 
         if isinstance(self.decoder, FSDPModule):
-            self.decoder.set_requires_gradient_sync(self.ends_update(batch_idx))
+            self.decoder.set_requires_gradient_sync(ends_update(self.trainer))
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         # Runs after the (DDP-reduced) backward and before clipping. One fused norm over all

@@ -29,6 +29,7 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from fixed_embed.data.loader_state import take_own_loader_state
 from fixed_embed.errors import CheckpointError
+from fixed_embed.fsdp import UnsafeCheckpointError, load_weights_only
 from fixed_embed.lightning_internals import attached_trainer, set_scheduler_last_lr
 from fixed_embed.recipe import parameter_groups_change
 
@@ -142,7 +143,6 @@ def reapply_config(optimizer: torch.optim.Optimizer, scheduler: Any, fresh_group
 _STEP_NAME = re.compile(r"step=(\d+)")
 # The datamodule settings a saved data position depends on (beyond its stream fingerprint): the loader's
 # layout changes between 0 and N workers, and each worker is a reader of its own share.
-_FINGERPRINT_KEYS = ("seq_len", "num_shards", "shuffle_buffer", "seed", "holdout_per_mille", "tokenize_batch")
 
 
 def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
@@ -150,7 +150,9 @@ def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     path = Path(path)
     target = path / "meta.pt" if path.is_dir() else path
     try:
-        checkpoint = torch.load(target, map_location="cpu", mmap=True, weights_only=True)
+        checkpoint = load_weights_only(target, path, mmap=True)
+    except UnsafeCheckpointError:
+        raise
     except Exception as error:
         first = str(error).splitlines()[0] if str(error) else ""
         raise CheckpointError(

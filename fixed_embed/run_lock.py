@@ -30,6 +30,7 @@ import threading
 import time
 from pathlib import Path
 
+from fixed_embed.atomic import process_running
 from fixed_embed.errors import ConfigError, UserError
 
 __all__ = ["HEARTBEAT_S", "LOCK_NAME", "STALE_AFTER_S", "RunInUseError", "RunLock", "acquire", "is_launching_rank"]
@@ -64,16 +65,6 @@ def _process_start(pid: int) -> str | None:
     except OSError:
         return None
     return stat.rpartition(")")[2].split()[19]  # field 22, counted after the command name
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by someone else
-        return True
-    return True
 
 
 class RunLock:
@@ -128,7 +119,7 @@ def _stale_reason(record: dict, path: Path) -> str | None:
         if pid == os.getpid():
             with _held_lock:
                 return None if path in _held else "it was left by this process"
-        if not _alive(pid):
+        if not process_running(pid):
             return f"pid {pid} is not running"
         start = record.get("start")
         if start is not None and _process_start(pid) not in (None, start):

@@ -215,11 +215,29 @@ def test_fsdp2_root_keeps_torch_default_and_blocks_reshard(monkeypatch):
 
 
 def test_fsdp2_gradient_sync_only_on_an_updates_last_micro_batch():
-    model = LanguageModel(decoder=TINY, interface=GF2CodeInput)
-    model.trainer = SimpleNamespace(accumulate_grad_batches=4, num_training_batches=float("inf"))
-    assert [model.ends_update(i) for i in range(8)] == [False, False, False, True] * 2
-    model.trainer = SimpleNamespace(accumulate_grad_batches=4, num_training_batches=6)
-    assert [model.ends_update(i) for i in range(6)] == [False, False, False, True, False, True]  # the epoch's end
+    """The sync decision, taken before each micro-batch, is the step Lightning then takes: every 4th
+    micro-batch, and the short accumulation at the end of a 6-batch epoch."""
+    from fixed_embed.lightning_internals import ends_update
+
+    class Record(L.Callback):
+        def __init__(self):
+            self.decided, self.stepped = [], []
+
+        def on_train_batch_start(self, trainer, *args):
+            self.decided.append(ends_update(trainer))
+            self.before = trainer.global_step
+
+        def on_train_batch_end(self, trainer, *args):
+            self.stepped.append(trainer.global_step != self.before)
+
+    blocks = torch.randint(0, 300, (12, 17), generator=torch.Generator().manual_seed(0))
+    record = Record()
+    trainer = L.Trainer(accelerator="cpu", max_epochs=1, max_steps=100, accumulate_grad_batches=4, logger=False,
+                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                        limit_val_batches=0, callbacks=[record])  # fmt: skip
+    model = LanguageModel(decoder=TINY, interface=GF2CodeInput, schedule={"warmup_steps": 1})
+    trainer.fit(model, torch.utils.data.DataLoader(blocks, batch_size=2))
+    assert record.decided == record.stepped == [False, False, False, True, False, True]
 
 
 @pytest.mark.multi_rank

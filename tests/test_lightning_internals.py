@@ -165,3 +165,29 @@ def test_no_other_project_file_touches_these_internals():
         if re.search(re.escape(name) + r"\b" if name[-1].isalnum() else re.escape(name), line)
     ]
     assert not found, "move these into fixed_embed/lightning_internals.py:\n" + "\n".join(found)
+
+
+def test_the_sigterm_broadcast_is_skipped_while_preemption_owns_sigterm_and_restored_after():
+    import signal
+
+    import lightning as L
+
+    from callbacks.preemption import PreemptionCheckpoint
+
+    trainer = L.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    loop = trainer.fit_loop.epoch_loop
+    original = loop._broadcast_sigterm_tensor
+    callback = PreemptionCheckpoint()
+    callback.on_train_start(trainer, None)
+    try:
+        assert loop._broadcast_sigterm_tensor() is None and "_broadcast_sigterm_tensor" in vars(loop)
+    finally:
+        callback.teardown(trainer, None, "fit")
+    assert loop._broadcast_sigterm_tensor == original and "_broadcast_sigterm_tensor" not in vars(loop)
+    other = PreemptionCheckpoint(signals=["SIGUSR1"])  # Lightning's SIGTERM handler stays: so does its broadcast
+    other.on_train_start(trainer, None)
+    try:
+        assert "_broadcast_sigterm_tensor" not in vars(loop)
+    finally:
+        other.teardown(trainer, None, "fit")
+    assert signal.getsignal(signal.SIGUSR1) is not other._handle
