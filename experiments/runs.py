@@ -178,7 +178,7 @@ def run_all(plan: list[tuple[str, Configs, list[str]]], logs: str, title: str, o
         with lock:
             rows[name] = row
             if out:
-                _write(kept + [rows[n] for n, _, _ in plan if n in rows], title, out)
+                write_rows(kept + [rows[n] for n, _, _ in plan if n in rows], title, out)
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         for future in [pool.submit(one, *step) for step in plan if step[0] not in rows]:
@@ -218,7 +218,7 @@ def _code_changed() -> bool:
     return bool(status.stdout.strip())
 
 
-def _write(rows: list[dict], title: str, out: str, commit: str | None = None) -> None:
+def write_rows(rows: list[dict], title: str, out: str, commit: str | None = None) -> None:
     commit = commit or _git_commit()
     # a reader (or the next launch, after a kill) never sees half a runs file: it resumes from it
     atomic_write_text(f"{out}.json", json.dumps({"title": title, "commit": commit, "runs": rows}, indent=2) + "\n")
@@ -250,4 +250,4 @@ def seed_groups(rows: list[dict]) -> dict[str, list[float]]:
 
 if __name__ == "__main__":  # re-render OUT.md from OUT.json: python experiments/runs.py OUT
     data = json.loads(Path(f"{sys.argv[1]}.json").read_text())
-    _write(data["runs"], data["title"], sys.argv[1], commit=data["commit"])
+    write_rows(data["runs"], data["title"], sys.argv[1], commit=data["commit"])

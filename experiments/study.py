@@ -49,9 +49,11 @@ from experiments.study_plan import run_name as name
 from experiments.study_report import render
 
 STUDY = ROOT / "experiments" / "study"
-LADDER = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2)
+# Peak rates the sweep may use: 1-2-3-5 steps, so a best rate is known to within a factor of ~1.6.
+LADDER = (1e-4, 2e-4, 3e-4, 5e-4, 1e-3, 2e-3, 3e-3, 5e-3, 1e-2, 2e-2, 3e-2)
 TOKENIZERS = {"bpe8k": (), "smollm2": (STUDY / "smollm2.yaml",)}
-STAGES = ("sweep", "sizes", "controls", "probe", "smollm2")
+STAGES = ("sweep", "sizes", "length", "codebooks", "controls", "probe", "smollm2")
+V2_RUNS = ROOT / "docs" / "results" / "study-v2-runs.json"
 # Training FLOP/s for --estimate. GPU: 40 % of an H200's 989 dense bf16 TFLOP/s (an assumption until
 # `make bench-gpu` measures the MFU). CPU: the two 1-thread fits of this machine together, measured
 # on the study's size-M runs: 1.93e13 FLOPs in 384 s of fit plus eval per run, two at a time.
@@ -60,13 +62,28 @@ CPU_RATE = 1.0e11
 
 
 class Scale:
-    """Where a plan's configs live and which size its sweep and controls use."""
+    """A plan's configs, and per size its sweep, its training lengths and its codebook variants.
+
+    CPU: every size is swept (seed 1) around the rate v2 found; S and M also train to L's token count
+    (1,024 updates), and S along a training-length axis (0.5, 2, 4.7 and 8 tokens per non-embedding
+    parameter); gf2 (every size) and random_full (M) draw another codebook for each further seed.
+    GPU: the sweep runs at S only, its best rate serves every size, and there is no length axis.
+    """
 
     def __init__(self, gpu: bool) -> None:
         self.folder = STUDY / "gpu" if gpu else STUDY
         self.sizes = SIZES
-        self.tune = "s" if gpu else "m"  # the GPU plan tunes where a run is cheapest
+        self.tune = "s" if gpu else "m"  # where the controls run (and, on GPU, the only sweep)
         self.tokenizer = "smollm2" if gpu else "bpe8k"
+        if gpu:
+            self.sweep: dict[str, tuple[float, ...]] = {"s": (3e-4, 1e-3, 3e-3)}
+            self.lengths: dict[str, tuple[int, ...]] = {}
+            self.codebooks: tuple[tuple[str, str], ...] = ()
+        else:
+            self.sweep = {"s": (1e-3, 2e-3, 3e-3, 5e-3, 1e-2), "m": (3e-4, 1e-3, 2e-3, 3e-3, 5e-3, 1e-2),
+                          "l": (2e-3, 3e-3, 5e-3)}  # fmt: skip
+            self.lengths = {"s": (432, 1024, 1728), "m": (1024,)}
+            self.codebooks = (("l", "gf2"), ("m", "random_full"), ("m", "gf2"), ("s", "gf2"))
 
     def configs(self, variant: str, size: str, tokenizer: str) -> tuple[Path, ...]:
         scale = (self.folder / "base.yaml",) if self.folder != STUDY else ()
@@ -74,7 +91,10 @@ class Scale:
         return (STUDY / f"{variant}.yaml", *scale, self.folder / f"size-{size}.yaml", *vocabulary)
 
 
-def step(scale: Scale, size: str, variant: str, lr: float, seed: int, tokenizer: str | None = None) -> tuple:
+def step(scale: Scale, size: str, variant: str, lr: float, seed: int, tokenizer: str | None = None,
+         steps: int | None = None, code: int | None = None) -> tuple:  # fmt: skip
+    """One run: its name, configs and flags. ``steps`` trains that many updates instead of the size's
+    (warm-up 10 %, four validations, as every size file has); ``code`` draws that codebook."""
     tokenizer = tokenizer or scale.tokenizer
     configs = scale.configs(variant, size, tokenizer)
     flags = [f"--seed_everything={seed}", f"--model.optimizer.lr={lr:g}"]
@@ -83,7 +103,14 @@ def step(scale: Scale, size: str, variant: str, lr: float, seed: int, tokenizer:
         flags.append(f"{WIDTH_FLAG}{matched_ffn(decoder)}")
     if variant == "random_full":
         flags.append(f"--model.interface.init_args.code_width={decoder['d_model']}")
-    return name(tokenizer, size, variant, lr, seed), configs, flags
+    if steps is not None:
+        if steps % 4:
+            raise ValueError(f"study: {steps} updates do not split into 4 validations; give a multiple of 4")
+        flags += [f"--trainer.max_steps={steps}", f"--trainer.val_check_interval={steps // 4}",
+                  f"--model.schedule.warmup_steps={round(steps / 10)}"]  # fmt: skip
+    if code is not None:
+        flags.append(f"--model.interface.init_args.code_seed={code}")
+    return name(tokenizer, size, variant, lr, seed, steps, code), configs, flags
 
 
 def matched_ffn(decoder: dict) -> int:
@@ -95,28 +122,36 @@ def matched_ffn(decoder: dict) -> int:
     return decoder["ffn_dim"] + round(decoder["vocab_size"] / (3 * decoder["n_layers"]))
 
 
-def sweep_plan(scale: Scale, lrs: list[float]) -> list[tuple]:
-    return [step(scale, scale.tune, variant, lr, 1) for lr in lrs for variant in PAPER]
+def sweep_plan(scale: Scale, rates: dict[tuple[str, str], list[float]]) -> list[tuple]:
+    """Seed 1 of every (size, variant) at each of its rates; the smallest size first (the cheapest)."""
+    return [step(scale, size, variant, lr, 1) for (size, variant), lrs in rates.items() for lr in lrs]
 
 
-def best_lrs(scale: Scale, rows: dict[str, dict], lrs: list[float]) -> tuple[dict[str, float], list[float]]:
-    """Each paper variant's best rate among ``lrs`` (seed 1, size ``tune``), and rungs still to run.
+def initial_rates(scale: Scale) -> dict[tuple[str, str], list[float]]:
+    return {(size, v): sorted(lrs) for size, lrs in scale.sweep.items() for v in PAPER}
 
-    A variant whose best rate is the lowest or highest swept asks for the next rung of the ladder,
-    so a best rate is never at the edge of what was tried (unless the ladder ends).
+
+def best_lrs(scale: Scale, rows: dict[str, dict], rates: dict[tuple[str, str], list[float]]) -> tuple[dict, dict]:
+    """Each swept (size, variant)'s best rate among its ``rates`` (seed 1), and the rungs still to run.
+
+    A variant whose best rate is the lowest or highest it ran asks for the next rung of the ladder at
+    that size, so a best rate is never at the edge of what was tried (unless the ladder ends).
+    Returns ``({size: {variant: lr}}, {(size, variant): [lr, ...]})``.
     """
-    best, more = {}, set()
-    for variant in PAPER:
-        scored = {lr: score(rows, name(scale.tokenizer, scale.tune, variant, lr, 1)) for lr in lrs}
+    best: dict[str, dict[str, float]] = {}
+    more: dict[tuple[str, str], list[float]] = {}
+    for (size, variant), lrs in rates.items():
+        scored = {lr: score(rows, name(scale.tokenizer, size, variant, lr, 1)) for lr in lrs}
         scored = {lr: x for lr, x in scored.items() if x is not None}
         if not scored:
-            raise SystemExit(f"study: no finished sweep run of {variant} at size {scale.tune} ({lrs}): run the sweep")
-        best[variant] = min(scored, key=scored.get)
-        rung = LADDER.index(best[variant]) if best[variant] in LADDER else None
+            raise SystemExit(f"study: no finished sweep run of {variant} at size {size} ({lrs}): run the sweep")
+        lr = best.setdefault(size, {})[variant] = min(scored, key=scored.get)
+        rung = LADDER.index(lr) if lr in LADDER else None
         for edge, neighbour in ((min(lrs), -1), (max(lrs), 1)):
-            if rung is not None and best[variant] == edge and 0 <= rung + neighbour < len(LADDER):
-                more.add(LADDER[rung + neighbour])
-    return best, sorted(more - set(lrs))
+            if rung is not None and lr == edge and 0 <= rung + neighbour < len(LADDER):
+                if LADDER[rung + neighbour] not in lrs:
+                    more.setdefault((size, variant), []).append(LADDER[rung + neighbour])
+    return best, more
 
 
 def score(rows: dict[str, dict], run_name: str) -> float | None:
@@ -127,34 +162,71 @@ def score(rows: dict[str, dict], run_name: str) -> float | None:
     return row[METRIC] if math.isfinite(row[METRIC]) else math.inf
 
 
-def swept(scale: Scale, rows: dict[str, dict]) -> list[float]:
-    """The rates every paper variant finished at the tuning size with seed 1."""
-    runs = [parse_name(n) for n in rows if NAME.match(n)]  # a row of another plan in the file is skipped
-    tuned = [r for r in runs if (r["tok"], r["size"], r["seed"]) == (scale.tokenizer, scale.tune, 1)]
-    rates = [{r["lr"] for r in tuned if r["variant"] == v} for v in PAPER]
-    return sorted(set.intersection(*rates))
+def swept(scale: Scale, rows: dict[str, dict]) -> dict[tuple[str, str], list[float]]:
+    """The rates each (swept size, paper variant) finished with seed 1 at the size's own length."""
+    rates = {key: set() for key in initial_rates(scale)}
+    for n in rows:
+        if not NAME.match(n):  # a row of another plan in the file
+            continue
+        r = parse_name(n)
+        if r["tok"] == scale.tokenizer and r["seed"] == 1 and r["steps"] is None and (r["size"], r["variant"]) in rates:
+            rates[(r["size"], r["variant"])].add(r["lr"])
+    return {key: sorted(lrs) for key, lrs in rates.items()}
 
 
-def later_plan(scale: Scale, stages: list[str], best: dict[str, float], seeds: list[int]) -> list[tuple]:
-    """Seeds outermost, so a study stopped early has whole seeds."""
+def rate_at(scale: Scale, best: dict[str, dict[str, float]], size: str, variant: str) -> float:
+    """A paper variant's rate at ``size``: its own best there, or the tuning size's where it was not swept."""
+    return best.get(size, best[scale.tune if scale.tune in best else next(iter(best))])[variant]
+
+
+def later_plan(scale: Scale, stages: list[str], best: dict[str, dict[str, float]], seeds: list[int]) -> list[tuple]:
+    """Stages in priority order (a study stopped early has answered the first questions); seeds outermost
+    within a stage, so it has whole seeds."""
     steps = []
-    for seed in seeds:
-        if "sizes" in stages:
-            steps += [step(scale, size, v, best[v], seed) for size in scale.sizes for v in PAPER]
-        if "controls" in stages:
-            steps += [step(scale, scale.tune, c, best[like], seed) for c, like in CONTROLS.items()]
-        if "smollm2" in stages and scale.tokenizer != "smollm2":
-            steps += [step(scale, scale.tune, v, best[v], seed, "smollm2") for v in PAPER]
+    if "sizes" in stages:
+        steps += [step(scale, size, v, rate_at(scale, best, size, v), seed) for seed in seeds for size in scale.sizes
+                  for v in PAPER]  # fmt: skip
+    if "length" in stages:
+        steps += [step(scale, size, v, rate_at(scale, best, size, v), seed, steps=n) for seed in seeds
+                  for size, lengths in scale.lengths.items() for n in lengths for v in PAPER]  # fmt: skip
+    if "codebooks" in stages:  # seed s > 1 draws codebook s: the spread over seeds holds the codebook's
+        steps += [step(scale, size, v, rate_at(scale, best, size, CONTROLS.get(v, v)), seed, code=seed)
+                  for seed in seeds if seed > 1 for size, v in scale.codebooks]  # fmt: skip
+    if "controls" in stages:
+        steps += [step(scale, scale.tune, c, rate_at(scale, best, scale.tune, like), seed) for seed in seeds
+                  for c, like in CONTROLS.items()]  # fmt: skip
+    if "smollm2" in stages and scale.tokenizer != "smollm2":
+        steps += [step(scale, scale.tune, v, rate_at(scale, best, scale.tune, v), seed, "smollm2") for seed in seeds
+                  for v in PAPER]  # fmt: skip
     return steps
 
 
-def probe(scale: Scale, done: dict[str, dict], best: dict[str, float], out: Path) -> None:
+def adopt(runs_file: Path, source: Path, plan: list[tuple], title: str) -> int:
+    """Copy into ``runs_file`` the finished rows of ``source`` (an earlier study's runs file) that are runs of
+    ``plan`` with the same flags, each keeping its commit; the number copied. The same code trains the same
+    run bit for bit on this machine (CPU, fixed seeds), so a copied row stands for the run it would be."""
+    from experiments.runs import write_rows
+
+    mine = json.loads(runs_file.read_text())["runs"] if runs_file.is_file() else []
+    have = {row["name"] for row in mine}
+    wanted = {n: flags for n, _, flags in plan if n not in have}
+    earlier = json.loads(source.read_text())["runs"] if source.is_file() else []
+    copied = [{**row, "adopted_from": source.name} for row in earlier
+              if wanted.get(row["name"]) == row["extra"]]  # fmt: skip
+    if copied:
+        write_rows(mine + copied, title, str(runs_file))
+    return len(copied)
+
+
+def probe(scale: Scale, done: dict[str, dict], best: dict[str, dict[str, float]], out: Path) -> None:
     """Identity probes (held-out positions and held-out token types) on seed 1's checkpoints at the tuning
     size and best rates: every paper variant and control, into ``out/probe.{json,png}`` (kept once written)."""
     if (out / "probe.json").is_file():
         return
-    runs = {v: done.get(name(scale.tokenizer, scale.tune, v, best[CONTROLS.get(v, v)], 1)) for v in (*PAPER, *CONTROLS)}
-    order = [v for v, row in runs.items() if row is not None]
+    runs = {v: done.get(name(scale.tokenizer, scale.tune, v, rate_at(scale, best, scale.tune, CONTROLS.get(v, v)), 1))
+            for v in (*PAPER, *CONTROLS)}  # fmt: skip
+    # a row adopted from an earlier study has no checkpoint here
+    order = [v for v, row in runs.items() if row is not None and (Path(row["logs"]) / "checkpoints").is_dir()]
     checkpoints = [str(Path(runs[v]["logs"]) / "checkpoints" / "last.ckpt") for v in order]
     args = [sys.executable, "-m", "fixed_embed", "analyze", "probe", *checkpoints, "--labels", *order,
             "--data", str(ROOT.parent / "shared/data/gutenberg-prose/valid.jsonl"), "--out", str(out)]  # fmt: skip
@@ -208,26 +280,30 @@ def estimate(steps: list[tuple], flops_per_sec: float) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--stages", nargs="+", choices=STAGES, default=["sweep", "sizes", "controls", "probe"])
+    parser.add_argument("--stages", nargs="+", choices=STAGES, default=["sweep", "sizes", "length", "codebooks",
+                        "controls"], help="what to run, in this order (default: all but probe and smollm2)")  # fmt: skip
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="training seeds (init + data order)")
-    parser.add_argument("--lrs", type=float, nargs="+", default=[3e-4, 1e-3, 3e-3], help="peak LRs of the sweep")
     parser.add_argument("--jobs", type=int, default=2, help="fits at once, sharing the cores")
     parser.add_argument("--gpu", action="store_true", help="the GPU plan (experiments/study/gpu/)")
     parser.add_argument("--estimate", action="store_true", help="print the plan and its compute; run nothing")
     parser.add_argument("--flops-per-sec", type=float, default=None,
                         help=f"for --estimate; default {CPU_RATE:.3g} (CPU) or {GPU_RATE:.3g} (--gpu)")  # fmt: skip
-    parser.add_argument("--logs", default=None, help="default: logs/study-v2 (logs/study-gpu with --gpu)")
-    parser.add_argument("--out", default=None, help="default: docs/results/study-v2 (logs/study-gpu/study)")
+    parser.add_argument("--logs", default=None, help="default: logs/study-v3 (logs/study-gpu with --gpu)")
+    parser.add_argument("--out", default=None, help="default: docs/results/study-v3 (logs/study-gpu/study)")
+    parser.add_argument("--adopt", default=None, type=Path,
+                        help=f"an earlier runs file whose runs of this plan are copied, not rerun (default: "
+                             f"{V2_RUNS.relative_to(ROOT)} for the CPU plan; 'none': rerun everything)")  # fmt: skip
     parser.add_argument("--render", action="store_true", help="only redraw the report from OUT-runs.json")
     parser.add_argument("--smoke", action="store_true",
                         help="each size and variant for 2 updates on CPU, no eval")  # fmt: skip
     parser.add_argument("extra", nargs="*", help="extra fixed-embed fit arguments for every run")
     args = parser.parse_args()
     scale = Scale(args.gpu)
-    logs = args.logs or ("logs/study-gpu" if args.gpu else "logs/study-v2")
-    out = Path(args.out or (ROOT / "logs" / "study-gpu" / "study" if args.gpu else ROOT / "docs/results/study-v2"))
+    logs = args.logs or ("logs/study-gpu" if args.gpu else "logs/study-v3")
+    out = Path(args.out or (ROOT / "logs" / "study-gpu" / "study" if args.gpu else ROOT / "docs/results/study-v3"))
     runs_file = Path(f"{out}-runs")
-    title = "Study v2: the learned table vs fixed codes across model sizes, one row per run"
+    adopt_from = None if args.gpu or args.extra or str(args.adopt) == "none" else (args.adopt or V2_RUNS)
+    title = "Study v3: the learned table vs fixed codes across model sizes and training lengths, one row per run"
 
     def rows() -> dict[str, dict]:
         path = Path(f"{runs_file}.json")
@@ -239,9 +315,11 @@ def main() -> None:
         steps = [(n, configs, [*flags, *args.extra]) for n, configs, flags in steps]
         if args.estimate:
             planned.update((step[0], step) for step in steps if step[0] not in planned)
-        else:
-            run_all(steps, logs, title, str(runs_file), jobs=args.jobs, evaluate="study",
-                    eval_device="cuda" if args.gpu else "cpu")  # fmt: skip
+            return
+        if adopt_from is not None and (copied := adopt(Path(f"{runs_file}.json"), adopt_from, steps, title)):
+            print(f"study: {copied} runs of this plan adopted from {adopt_from} (same flags; not rerun)")
+        run_all(steps, logs, title, str(runs_file), jobs=args.jobs, evaluate="study",
+                eval_device="cuda" if args.gpu else "cpu")  # fmt: skip
 
     if args.gpu and not (args.estimate or args.smoke or args.render):
         _check_gpu_data(scale, args.extra)
@@ -251,32 +329,31 @@ def main() -> None:
         run_all([(n, c, [*f, *SMOKE, *args.extra]) for n, c, f in steps], logs, "smoke", str(runs_file), jobs=1)
         return
     if not args.render:
-        lrs = sorted(args.lrs)
+        rates = initial_rates(scale)
         if "sweep" in args.stages:
-            while True:  # extend the ladder until no variant's best rate sits at its edge
-                go(sweep_plan(scale, lrs))
+            while True:  # extend each variant's rates until its best sits inside them
+                go(sweep_plan(scale, rates))
                 if args.estimate:
                     break
-                best, more = best_lrs(scale, rows(), lrs)
+                best, more = best_lrs(scale, rows(), rates)
                 if not more:
                     break
-                lrs = sorted({*lrs, *more})
+                rates = {key: sorted({*lrs, *more.get(key, ())}) for key, lrs in rates.items()}
         later = [s for s in args.stages if s != "sweep"]
         if later:
-            if args.estimate:
-                best = {v: 1e-3 for v in PAPER}
+            if args.estimate:  # as if each size's best rate were the middle of its sweep
+                best = {size: {v: lrs[len(lrs) // 2] for v in PAPER} for size, lrs in scale.sweep.items()}
             else:
-                done = rows()
-                best, _ = best_lrs(scale, done, swept(scale, done))
-            print("best learning rate per variant (sweep):", best)
+                best, _ = best_lrs(scale, rows(), swept(scale, rows()))
+            print("best learning rate per size and variant (sweep, seed 1):", best)
             go(later_plan(scale, later, best, args.seeds))
             if "probe" in later and not args.estimate:
                 probe(scale, rows(), best, Path(f"{out}-probe"))
     if args.estimate:
         print("\n".join(estimate(list(planned.values()), args.flops_per_sec or (GPU_RATE if args.gpu else CPU_RATE))))
         if "sweep" in args.stages:
-            print(f"(assumes the sweep's best rates are inside {sorted(args.lrs)}; each rung added at an edge runs "
-                  f"{len(PAPER)} more, and the later stages then run at the best rates)")  # fmt: skip
+            print("(assumes each best rate is inside its sweep; a rung added at an edge is one more run, and the "
+                  "later stages then run at the best rates)")  # fmt: skip
     elif Path(f"{runs_file}.json").is_file():
         render(json.loads(Path(f"{runs_file}.json").read_text()), out, tune=scale.tune)
 

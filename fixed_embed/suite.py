@@ -81,6 +81,7 @@ STUDY = [  # what `make study` can score offline on local files
     Column("gutenberg_word_order", "acc", label="books word order"),
     Column("gutenberg_ppl", "bits_per_byte", label="books bits/byte", percent=False),
     Column("wikitext2_local", "word_perplexity", label="WikiText-2 valid word ppl", percent=False),
+    Column("wikitext2_local", "bits_per_byte", label="WikiText-2 valid bits/byte", percent=False),
 ]
 SUITES: dict[str, list[Column]] = {"paper": PAPER, "offline": OFFLINE, "study": STUDY}
 
