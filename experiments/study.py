@@ -214,7 +214,7 @@ def adopt(runs_file: Path, source: Path, plan: list[tuple], title: str) -> int:
     copied = [{**row, "adopted_from": source.name} for row in earlier
               if wanted.get(row["name"]) == row["extra"]]  # fmt: skip
     if copied:
-        write_rows(mine + copied, title, str(runs_file))
+        write_rows(mine + copied, title, str(runs_file.with_suffix("")))  # write_rows adds .json
     return len(copied)
 
 
