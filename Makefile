@@ -95,7 +95,7 @@ demo: install ## train the three tiny variants on CPU on the offline corpus, pri
 # passages) writes to logs/study-data/, never over the committed results.
 # Stopped at any point (Ctrl-C, a kill), the same command continues: finished runs are skipped and a
 # run cut off resumes from its checkpoint. ARGS="--estimate" prints the plan and its compute.
-study: install ## the learned table vs fixed codes across 3 sizes, tuned LRs, 3 seeds, controls (~4 h CPU) -> docs/results/study-v2.md
+study: install ## the learned table vs fixed codes: a rate sweep per size (3 sizes), training lengths, codebooks, 3 seeds, controls (~7 h CPU; resumes) -> docs/results/study-v3.md
 	$(BIN)/python experiments/study.py $(if $(DATA),--out logs/study-data/study --logs logs/study-data) $(ARGS) \
 		$(if $(DATA),-- --data.train=$(DATA) --data.valid=$(or $(VALID),null) $(if $(VALID),,--data.passage_chars=null))
 

@@ -189,8 +189,14 @@ def run_all(plan: list[tuple[str, Configs, list[str]]], logs: str, title: str, o
 
 
 def _rate(row: dict) -> str:
-    """Tokens per wall second; none for a resumed run, whose wall time covers its last attempt only."""
-    return "resumed" if row.get("tokens_per_sec") is None else f"{row['tokens_per_sec']:,.0f}"
+    """Tokens per wall second; none for a resumed run, whose wall time covers its last attempt only.
+
+    Its ``tokens_seen`` is the whole run's, and the tokens of the last attempt are not recorded, so neither the
+    run's rate nor the last attempt's is known: a resumed row shows no number even where it carries one.
+    """
+    if row.get("resumed") or row.get("tokens_per_sec") is None:
+        return "resumed"
+    return f"{row['tokens_per_sec']:,.0f}"
 
 
 def _wall(row: dict) -> str:

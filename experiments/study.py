@@ -1,23 +1,32 @@
-"""`make study`: does the learned table's lead over fixed codes shrink as the model grows? -> docs/results/study-v2*.
+"""`make study`: does the learned table's lead over fixed codes depend on model size, or on training length?
+-> docs/results/study-v3*.
 
 One backbone family (experiments/study/base.yaml) at three sizes (size-s/m/l.yaml: 0.44M, 1.77M and
-4.19M non-embedding parameters, 9.5x apart), each trained on 0.5 tokens per non-embedding parameter,
-on gutenberg-prose with an 8,192-token BPE (K = 13 bits). Stages, in order:
+4.19M non-embedding parameters, 9.5x apart), each trained on 0.5 tokens per non-embedding parameter
+by default, on gutenberg-prose with an 8,192-token BPE (K = 13 bits). Stages, in priority order (a study
+stopped early has answered the first questions):
 
-1. ``sweep``: the paper's three variants at size M, seed 1, at the learning rates ``--lrs``
-   (1-3-10 ladder; a variant whose best rate is at the ladder's end gets the next rung too).
-2. ``sizes``: each variant at its best rate of the sweep (the same peak rate at every size: the
-   standard parameterisation with Adam, a stated assumption), at every size and training seed.
-3. ``controls``: at size M and every seed: a binary16 model widened to the learned model's
+1. ``sweep``: the paper's three variants at every size, seed 1, on a 1-2-3-5 ladder of peak rates
+   (``Scale.sweep``); a variant whose best rate is at the edge of what it ran gets the next rung too.
+   The rate is chosen on validation bits/byte (9 held-out books); WikiText-2 bits/byte, which no choice
+   reads, is the test split.
+2. ``sizes``: each variant at its own best rate at each size, every training seed.
+3. ``length``: at size S, the variants at 432, 1,024 and 1,728 updates (2, 4.7 and 8 tokens per
+   non-embedding parameter), and at M at 1,024 updates (L's tokens), at the size's best rates.
+4. ``codebooks``: seed s > 1 of gf2 (every size) and random_full (M) with code_seed s, so the spread over
+   seeds holds the codebook's.
+5. ``controls``: at size M and every seed: a binary16 model widened to the learned model's
    trainable parameters (``matched``), the norm-matched learned table, full-width random codes,
    and the low-rank learned code from its binary start and from a normal start (input LR x10,
    no weight decay, so its entries can move).
-4. ``smollm2`` (not run by default): the three variants at size M with the SmolLM2 tokenizer.
+6. ``probe`` and ``smollm2`` (not run by default): identity probes on seed 1's checkpoints at M; the
+   three variants at size M with the SmolLM2 tokenizer.
 
 A training seed sets the initialisation and the data order (data.seed follows it). Every run is
 one row of ``OUT-runs.json`` (flags, commit, curves, scores, wall time): re-running skips finished
 rows and resumes a run interrupted mid-way from its checkpoint, so the study can be stopped at any
-time and continued with the same command. ``--render`` redraws the report from that file alone.
+time and continued with the same command. Rows of study v2 with the same flags are adopted (copied,
+not rerun: the same code trains them bit for bit). ``--render`` redraws the report from that file alone.
 
 ``--gpu`` swaps in the GPU plan (experiments/study/gpu/: 25M-302M non-embedding parameters, the
 SmolLM2 tokenizer, 20 tokens per parameter at every size), ``--estimate`` prints a plan's runs and
@@ -148,9 +157,9 @@ def best_lrs(scale: Scale, rows: dict[str, dict], rates: dict[tuple[str, str], l
         lr = best.setdefault(size, {})[variant] = min(scored, key=scored.get)
         rung = LADDER.index(lr) if lr in LADDER else None
         for edge, neighbour in ((min(lrs), -1), (max(lrs), 1)):
-            if rung is not None and lr == edge and 0 <= rung + neighbour < len(LADDER):
-                if LADDER[rung + neighbour] not in lrs:
-                    more.setdefault((size, variant), []).append(LADDER[rung + neighbour])
+            inside = rung is not None and 0 <= rung + neighbour < len(LADDER)
+            if inside and lr == edge and LADDER[rung + neighbour] not in lrs:
+                more.setdefault((size, variant), []).append(LADDER[rung + neighbour])
     return best, more
 
 
@@ -163,13 +172,14 @@ def score(rows: dict[str, dict], run_name: str) -> float | None:
 
 
 def swept(scale: Scale, rows: dict[str, dict]) -> dict[tuple[str, str], list[float]]:
-    """The rates each (swept size, paper variant) finished with seed 1 at the size's own length."""
+    """The rates each (swept size, paper variant) finished with seed 1 at the size's own length and codebook."""
     rates = {key: set() for key in initial_rates(scale)}
     for n in rows:
         if not NAME.match(n):  # a row of another plan in the file
             continue
         r = parse_name(n)
-        if r["tok"] == scale.tokenizer and r["seed"] == 1 and r["steps"] is None and (r["size"], r["variant"]) in rates:
+        own = r["tok"] == scale.tokenizer and r["seed"] == 1 and r["steps"] is None and r["code"] is None
+        if own and (r["size"], r["variant"]) in rates:
             rates[(r["size"], r["variant"])].add(r["lr"])
     return {key: sorted(lrs) for key, lrs in rates.items()}
 
@@ -280,8 +290,9 @@ def estimate(steps: list[tuple], flops_per_sec: float) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--stages", nargs="+", choices=STAGES, default=["sweep", "sizes", "length", "codebooks",
-                        "controls"], help="what to run, in this order (default: all but probe and smollm2)")  # fmt: skip
+    default = ["sweep", "sizes", "length", "codebooks", "controls"]
+    parser.add_argument("--stages", nargs="+", choices=STAGES, default=default,
+                        help="what to run, in this order (default: all but probe and smollm2)")  # fmt: skip
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="training seeds (init + data order)")
     parser.add_argument("--jobs", type=int, default=2, help="fits at once, sharing the cores")
     parser.add_argument("--gpu", action="store_true", help="the GPU plan (experiments/study/gpu/)")

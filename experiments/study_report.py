@@ -1,10 +1,15 @@
 """The study's report (see study.py): tables and figures drawn from its runs file alone.
 
-Every number comes from ``study-v2-runs.json``: a row per run with its final validation loss and
-bits per byte, its lm-eval scores, its wall time and its logged curves. Nothing is read from
-``logs/``, so the report can be redrawn on any machine from the committed file (``--render``).
-Differences between variants are paired by training seed (the same seed: the same data order and,
-for the two fixed codes, the same initial weights); "mean ± sd" is the sample sd over seeds.
+Every number comes from ``OUT-runs.json``: a row per run with its validation bits per byte, its lm-eval
+scores, its wall time and its logged curves. Nothing is read from ``logs/``, so the report can be redrawn
+on any machine from the committed file (``--render``).
+
+Two splits: **val** (validation bits/byte over the 9 held-out books) chooses every learning rate;
+**test** (WikiText-2 bits/byte, out of domain) is read by no choice. Differences between variants are
+paired by training seed (the same seed: the same data order and, for the two fixed codes, the same
+initial weights); "mean ± sd" is the sample sd over seeds, a 95 % interval is the t interval of the mean.
+Where a codebook was drawn per seed (``-codeC`` runs), a variant's seeds use them, so its spread holds
+the codebook's variance.
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from experiments.runs import ROOT, merged_config
-from experiments.study_plan import CONTROLS, METRIC, PAPER, SIZES, non_embedding_params, parse_name, widened
+from experiments.study_plan import CODED, CONTROLS, METRIC, PAPER, SIZES, non_embedding_params, parse_name, widened
+from experiments.study_stats import Paired, bootstrap_fit, holm, paired
 
 LABELS = {
     "learned": "learned table",
@@ -35,31 +41,21 @@ LABELS = {
 COLORS = {"learned": "tab:blue", "binary16": "tab:orange", "gf2": "tab:green", "matched": "tab:red",
           "norm_matched": "tab:purple", "random_full": "tab:brown", "lowrank_binary": "tab:pink",
           "lowrank_normal": "tab:gray"}  # fmt: skip
+TEST = "wikitext2_local|bits_per_byte|0"
+WORD_PPL = "wikitext2_local|word_perplexity|0"
+SPLITS = {"val": "validation bits/byte (books; chooses the rates)", "test": "WikiText-2 bits/byte (no choice reads it)"}
+GAPS = (("learned", "binary16"), ("learned", "gf2"), ("binary16", "gf2"))  # (a, b): b - a
+GAP_COLORS = {"binary16": "tab:orange", "gf2": "tab:green", "gf2 − binary16": "black"}
 SCORES = [  # (column key, title, scale, decimals)
     ("gutenberg_ppl|bits_per_byte|0", "lm-eval books bits/byte", 1.0, 3),
     ("gutenberg_word_order|acc|0", "books word order acc (%)", 100.0, 1),
-    ("wikitext2_local|word_perplexity|0", "WikiText-2 word ppl", 1.0, 0),
 ]
+Cell = dict[int, dict]  # seed -> row
 
 
 def parse(row: dict) -> dict:
-    """The tokenizer, size, variant, rate and seed in the row's name (:func:`study_plan.parse_name`)."""
+    """The tokenizer, size, variant, rate, seed, updates and codebook in the row's name."""
     return parse_name(row["name"])
-
-
-def mean_sd(values: Sequence[float], scale: float = 1.0, decimals: int = 3, sign: bool = False) -> str:
-    if not values:
-        return "--"
-    fmt = f"{'+' if sign else ''}.{decimals}f"
-    mean = statistics.mean(values) * scale
-    if len(values) == 1:
-        return f"{mean:{fmt}} (1 run)"
-    return f"{mean:{fmt}} ± {statistics.stdev(values) * scale:.{decimals}f}"
-
-
-def non_embedding(row: dict) -> int:
-    decoder = merged_config([ROOT / c for c in row["config"].split(" + ")])["model"]["decoder"]
-    return non_embedding_params(widened(decoder, row["extra"]))
 
 
 def _finite(value: float | None) -> float:
@@ -67,81 +63,190 @@ def _finite(value: float | None) -> float:
     return value if value is not None and math.isfinite(value) else math.inf
 
 
+def fmt(p: Paired, decimals: int = 4) -> str:
+    if not p.n:
+        return "--"
+    if p.n == 1:
+        return f"{p.mean:+.{decimals}f} (1 run)"
+    return f"{p.mean:+.{decimals}f} ± {p.sd:.{decimals}f}"
+
+
+def mean_sd(values: Sequence[float], scale: float = 1.0, decimals: int = 4) -> str:
+    return fmt(Paired(tuple(v * scale for v in values)), decimals).lstrip("+").replace(" (1 run)", " (1)")
+
+
+def _config(row: dict) -> dict:
+    return merged_config([ROOT / c for c in row["config"].split(" + ")])
+
+
+def non_embedding(row: dict) -> int:
+    return non_embedding_params(widened(_config(row)["model"]["decoder"], row["extra"]))
+
+
+def updates(row: dict) -> int:
+    """The updates a run trained: its name's ``-stepsN``, else its size file's."""
+    return parse(row)["steps"] or _config(row)["trainer"]["max_steps"]
+
+
+def wikitext_ratio(rows: list[dict]) -> float | None:
+    """WikiText-2 bits/byte per nat of word perplexity: words / (bytes ln 2) of the fixed test text.
+
+    Rows scored before the suite logged bits/byte (study v2's) carry the word perplexity only; the ratio
+    of the rows that log both converts them exactly (the same text for every run, so one constant)."""
+    ratios = [r["scores"][TEST]["value"] / math.log(r["scores"][WORD_PPL]["value"]) for r in rows
+              if TEST in r.get("scores", {}) and WORD_PPL in r["scores"]]  # fmt: skip
+    if not ratios:
+        return None
+    if max(ratios) - min(ratios) > 1e-9 * max(ratios):
+        raise ValueError(f"WikiText-2 bits/byte over ln(word ppl) differs across runs ({min(ratios)}..{max(ratios)})"
+                         ": the test text changed between runs, so they cannot be compared")  # fmt: skip
+    return statistics.mean(ratios)
+
+
 class Study:
-    """The runs, indexed by (tokenizer, size, variant) -> {lr: {seed: row}}."""
+    """The runs, indexed by (tokenizer, size, variant, steps) -> {lr: {seed: {code: row}}}."""
 
     def __init__(self, rows: list[dict], tune: str = "m") -> None:
         self.rows, self.tune = rows, tune
-        self.index: dict[tuple[str, str, str], dict[float, dict[int, dict]]] = {}
+        self.ratio = wikitext_ratio(rows)
+        self.index: dict[tuple, dict[float, dict[int, dict[int | None, dict]]]] = {}
         for row in rows:
             m = parse(row)
-            self.index.setdefault((m["tok"], m["size"], m["variant"]), {}).setdefault(m["lr"], {})[m["seed"]] = row
+            by_lr = self.index.setdefault((m["tok"], m["size"], m["variant"], m["steps"]), {})
+            by_lr.setdefault(m["lr"], {}).setdefault(m["seed"], {})[m["code"]] = row
+
+    def value(self, row: dict, split: str) -> float:
+        if split == "val":
+            return _finite(row.get(METRIC))
+        scores = row.get("scores", {})
+        if TEST in scores:
+            return scores[TEST]["value"]
+        if WORD_PPL in scores and self.ratio is not None:
+            return self.ratio * math.log(scores[WORD_PPL]["value"])
+        return math.nan
 
     def sizes(self, tok: str) -> list[str]:
-        found = {size for t, size, _ in self.index if t == tok}
+        found = {key[1] for key in self.index if key[0] == tok}
         return [s for s in SIZES if s in found]
 
-    def swept_best(self, tok: str, size: str, variant: str) -> float | None:
-        """The rate with the lowest seed-1 validation bits/byte at ``size``; None without a seed-1 run."""
-        scored = {lr: _finite(seeds[1].get(METRIC)) for lr, seeds in self.index.get((tok, size, variant), {}).items()
-                  if 1 in seeds}  # fmt: skip
-        return min(scored, key=scored.get) if scored else None
+    def swept(self, tok: str, size: str, variant: str) -> dict[float, float]:
+        """Seed 1's validation bits/byte per rate at the size's own length and codebook."""
+        by_lr = self.index.get((tok, size, variant, None), {})
+        return {lr: _finite(seeds[1][None].get(METRIC)) for lr, seeds in by_lr.items() if None in seeds.get(1, {})}
 
-    def main_lr(self, tok: str, size: str, variant: str) -> float | None:
-        """The comparison's rate: the variant's best in the sweep at the tuning size, as the study chose it,
-        where it ran at ``size``; otherwise (a run outside the plan) the rate with the most seeds."""
-        by_lr = self.index.get((tok, size, variant), {})
-        best = self.swept_best(tok, self.tune, variant)
-        if best in by_lr:
-            return best
+    def best(self, tok: str, size: str, variant: str) -> float | None:
+        scored = self.swept(tok, size, variant)
+        return min(scored, key=scored.get) if len(scored) > 1 else None
+
+    def rate(self, tok: str, size: str, variant: str, steps: int | None = None) -> float | None:
+        """The rate a variant is compared at: its best of the size's sweep (a control: its paper variant's),
+        as the study chose it; for a run outside the plan, the rate with the most seeds."""
+        by_lr = self.index.get((tok, size, variant, steps), {})
+        chosen = self.best(tok, size, CONTROLS.get(variant, variant))
+        if chosen in by_lr:
+            return chosen
         return max(by_lr, key=lambda lr: (len(by_lr[lr]), -lr)) if by_lr else None
 
-    def runs(self, tok: str, size: str, variant: str) -> dict[int, dict]:
-        lr = self.main_lr(tok, size, variant)
-        return self.index[(tok, size, variant)][lr] if lr is not None else {}
+    def cell(self, tok: str, size: str, variant: str, steps: int | None = None, fold: bool = True) -> Cell:
+        """Seed -> row at the compared rate; with ``fold``, seed s uses codebook s where it was drawn."""
+        lr = self.rate(tok, size, variant, steps)
+        seeds = self.index.get((tok, size, variant, steps), {}).get(lr, {})
+        return {s: codes[s] if fold and s in codes else codes[None] for s, codes in sorted(seeds.items())
+                if None in codes or (fold and s in codes)}  # fmt: skip
 
-    def paired(self, tok: str, size: str, a: str, b: str, key: str = "val_bpb") -> list[float]:
-        """b - a per training seed both ran."""
-        ra, rb = self.runs(tok, size, a), self.runs(tok, size, b)
-        return [rb[s][key] - ra[s][key] for s in sorted(set(ra) & set(rb))]
+    def values(self, cell: Cell, split: str) -> dict[int, float]:
+        return {s: self.value(row, split) for s, row in cell.items()}
+
+    def gap(self, tok: str, size: str, a: str, b: str, split: str, steps: int | None = None) -> Paired:
+        return paired(self.values(self.cell(tok, size, a, steps), split),
+                      self.values(self.cell(tok, size, b, steps), split))  # fmt: skip
+
+    def lengths(self, tok: str, size: str) -> list[int | None]:
+        """The training lengths every paper variant ran at ``size``, shortest first (None: the size's own)."""
+        found = [set(steps for t, s, v, steps in self.index if (t, s, v) == (tok, size, var)) for var in PAPER]
+        common = set.intersection(*found) if found else set()
+        return sorted(common, key=lambda n: self.tokens(tok, size, n))
+
+    def tokens(self, tok: str, size: str, steps: int | None) -> int:
+        cell = self.cell(tok, size, "learned", steps)
+        return next(iter(cell.values()))["tokens_seen"] if cell else 0
 
 
-def sweep_lines(study: Study, tok: str, size: str) -> list[str]:
-    lrs = sorted({lr for v in PAPER for lr in study.index.get((tok, size, v), {})})
-    if len(lrs) < 2:
-        return []
-    lines = [f"### Learning-rate sweep (size {size.upper()}, seed 1): validation bits/byte", "",
-             "| variant | " + " | ".join(f"lr {lr:g}" for lr in lrs) + " | best |",
-             "|---|" + "---:|" * (len(lrs) + 1)]  # fmt: skip
-    for v in PAPER:
-        by_lr = study.index.get((tok, size, v), {})
-        scored = {lr: by_lr[lr][1]["val_bpb"] for lr in lrs if 1 in by_lr.get(lr, {})}
-        best = study.swept_best(tok, size, v)
-        cells = [
-            f"**{scored[lr]:.4f}**" if lr == best else (f"{scored[lr]:.4f}" if lr in scored else "--") for lr in lrs
-        ]
-        lines.append(f"| {v} | " + " | ".join(cells) + f" | {'--' if best is None else f'{best:g}'} |")
-    lines += ["", "Ranking at each rate (best first): " + "; ".join(
-        f"lr {lr:g}: " + " < ".join(sorted((v for v in PAPER if 1 in study.index.get((tok, size, v), {}).get(lr, {})),
-                                           key=lambda v, lr=lr: study.index[(tok, size, v)][lr][1]["val_bpb"]))
-        for lr in lrs) + ".", ""]  # fmt: skip
+def _cells(study: Study, tok: str, size: str, variants: Sequence[str], steps: int | None = None) -> str:
+    return "/".join(f"{study.rate(tok, size, v, steps):g}" if study.rate(tok, size, v, steps) else "--"
+                    for v in variants)  # fmt: skip
+
+
+def sweep_lines(study: Study, tok: str, sizes: Sequence[str]) -> list[str]:
+    lines = ["## The learning-rate sweep (seed 1, validation bits/byte)", "",
+             "Each size is swept on its own; a variant whose best rate was at the edge of its rates got the next "
+             "rung. The best rate (bold) is the one every later stage uses at that size.", ""]  # fmt: skip
+    for size in sizes:
+        lrs = sorted({lr for v in PAPER for lr in study.swept(tok, size, v)})
+        if len(lrs) < 2:
+            continue
+        lines += [f"Size {size.upper()}:", "", "| variant | " + " | ".join(f"{lr:g}" for lr in lrs) + " | best |",
+                  "|---|" + "---:|" * (len(lrs) + 1)]  # fmt: skip
+        for v in PAPER:
+            scored, best = study.swept(tok, size, v), study.best(tok, size, v)
+            cells = [("**{:.4f}**" if lr == best else "{:.4f}").format(scored[lr]) if lr in scored else "--"
+                     for lr in lrs]  # fmt: skip
+            lines.append(f"| {v} | " + " | ".join(cells) + f" | {'--' if best is None else f'{best:g}'} |")
+        lines.append("")
     return lines
 
 
-def size_table(study: Study, tok: str, variants: Sequence[str], sizes: Sequence[str]) -> list[str]:
-    header = ["size", "variant", "lr", "seeds", "non-emb. params", "trainable params", "targets", "val bits/byte",
-              "val loss (nats/token)", *[t for _, t, _, _ in SCORES], "wall / run (min)"]  # fmt: skip
+def gap_table(study: Study, tok: str, points: Sequence[tuple[str, int | None]], first: str) -> list[str]:
+    """A row per (size, steps): the three paired gaps on both splits."""
+    head = [f"{b} − {a} ({split})" for split in SPLITS for a, b in GAPS]
+    lines = [f"| {first} | non-emb. params | updates | tokens / non-emb. param | lr (l/b/g) | seeds | "
+             + " | ".join(head) + " |", "|---|---:|---:|---:|---|---:|" + "---:|" * len(head)]  # fmt: skip
+    for size, steps in points:
+        cell = study.cell(tok, size, "learned", steps)
+        if not cell:
+            continue
+        row = next(iter(cell.values()))
+        seeds = min(len(study.cell(tok, size, v, steps)) for v in PAPER)
+        gaps = [fmt(study.gap(tok, size, a, b, split, steps)) for split in SPLITS for a, b in GAPS]
+        lines.append(f"| {size.upper()} | {non_embedding(row):,} | {updates(row):,} | "
+                     f"{row['tokens_seen'] / non_embedding(row):.2f} | {_cells(study, tok, size, PAPER, steps)} | "
+                     f"{seeds} | " + " | ".join(gaps) + " |")  # fmt: skip
+    return lines
+
+
+def fit_lines(study: Study, tok: str, points: Sequence[tuple[str, int | None]], x: str) -> list[str]:
+    """The slope of each gap per decade of ``x`` (non-embedding parameters or tokens), seed-bootstrapped."""
+    lines = []
+    for split in SPLITS:
+        for a, b in GAPS[:2]:
+            xs, samples = [], []
+            for size, steps in points:
+                gap = study.gap(tok, size, a, b, split, steps)
+                if gap.n:
+                    row = next(iter(study.cell(tok, size, "learned", steps).values()))
+                    xs.append(non_embedding(row) if x == "params" else row["tokens_seen"])
+                    samples.append(gap.diffs)
+            if len(xs) < 2:
+                continue
+            slope, low, high = bootstrap_fit(xs, samples)
+            unit = "10x parameters" if x == "params" else "10x training tokens"
+            lines.append(f"- {b} − {a} ({split}): {slope:+.4f} bits/byte per {unit} (95 % seed bootstrap "
+                         f"{low:+.4f} to {high:+.4f}; {len(xs)} points, {sum(map(len, samples))} runs)")  # fmt: skip
+    return lines
+
+
+def size_table(study: Study, tok: str, sizes: Sequence[str]) -> list[str]:
+    header = ["size", "variant", "lr", "seeds", "trainable params", "targets", *SPLITS.values(),
+              *[t for _, t, _, _ in SCORES], "wall / run (min)"]  # fmt: skip
     lines = ["| " + " | ".join(header) + " |", "|---|---|" + "---:|" * (len(header) - 2)]
     for size in sizes:
-        for v in variants:
-            runs = list(study.runs(tok, size, v).values())
+        for v in PAPER:
+            runs = list(study.cell(tok, size, v).values())
             if not runs:
                 continue
-            first = runs[0]
-            cells = [size.upper(), v, f"{study.main_lr(tok, size, v):g}", str(len(runs)),
-                     f"{non_embedding(first):,}", f"{first['trainable_params']:,}",
-                     f"{first['tokens_seen'] / 1e6:.2f}M", mean_sd([r["val_bpb"] for r in runs], decimals=4),
-                     mean_sd([r["val_loss"] for r in runs])]  # fmt: skip
+            cells = [size.upper(), v, f"{study.rate(tok, size, v):g}", str(len(runs)),
+                     f"{runs[0]['trainable_params']:,}", f"{runs[0]['tokens_seen'] / 1e6:.2f}M",
+                     *[mean_sd([study.value(r, split) for r in runs]) for split in SPLITS]]  # fmt: skip
             for key, _, scale, decimals in SCORES:
                 cells.append(mean_sd([r["scores"][key]["value"] for r in runs if key in r.get("scores", {})], scale,
                                      decimals))  # fmt: skip
@@ -151,107 +256,211 @@ def size_table(study: Study, tok: str, variants: Sequence[str], sizes: Sequence[
     return lines
 
 
-def gap_lines(study: Study, tok: str, sizes: Sequence[str]) -> list[str]:
-    pairs = (("learned", "binary16"), ("learned", "gf2"), ("binary16", "gf2"))
-    lines = ["| size | non-emb. params | " + " | ".join(f"{b} − {a}" for a, b in pairs) + " |",
-             "|---|---:|" + "---:|" * len(pairs)]  # fmt: skip
-    for size in sizes:
-        runs = study.runs(tok, size, "learned")
-        if not runs:
+def codebook_lines(study: Study, tok: str) -> list[str]:
+    """Where a codebook was drawn per seed: each seed's value with the config's codebook and with its own."""
+    lines = []
+    for (t, size, v, steps), by_lr in study.index.items():
+        lr = study.rate(tok, size, v, steps)
+        if t != tok or v not in CODED or steps is not None or lr not in by_lr:
             continue
-        cells = [mean_sd(study.paired(tok, size, a, b), decimals=4, sign=True) for a, b in pairs]
-        lines.append(f"| {size.upper()} | {non_embedding(next(iter(runs.values()))):,} | " + " | ".join(cells) + " |")
-    return lines
+        seeds = by_lr[lr]
+        drawn = {s: codes[s] for s, codes in seeds.items() if s in codes}
+        if not drawn:
+            continue
+        one = study.cell(tok, size, v, fold=False)
+        each = study.cell(tok, size, v)
+        for split in SPLITS:
+            lines.append(f"| {size.upper()} | {v} | {split} | {mean_sd([study.value(r, split) for r in one.values()])}"
+                         f" | {mean_sd([study.value(r, split) for r in each.values()])} | "
+                         + ", ".join(f"{s}: {study.value(r, split):.4f}" for s, r in sorted(drawn.items()))
+                         + f" | {fmt(study.gap(tok, size, 'learned', v, split))} |")  # fmt: skip
+    if not lines:
+        return []
+    return ["## Codebook variance", "",
+            "Seed s > 1 of a drawn code also ran with code_seed s: the spread over seeds with one codebook (the "
+            "config's, every seed) against one codebook per seed (seed 1 keeps the config's). The gaps in this "
+            "report use the second.", "",
+            "| size | variant | split | one codebook, mean ± sd | a codebook per seed | the drawn codebooks (seed: "
+            "value) | gap to learned, a codebook per seed |", "|---|---|---|---:|---:|---|---:|",
+            *lines, ""]  # fmt: skip
 
 
 def control_lines(study: Study, tok: str, size: str) -> list[str]:
-    lines = [f"| variant (size {size.upper()}) | seeds | trainable params | val bits/byte | − learned (paired) | "
-             "− binary16 (paired) |", "|---|---:|---:|---:|---:|---:|"]  # fmt: skip
-    for v in (*PAPER, *CONTROLS):
-        runs = study.runs(tok, size, v)
-        if not runs:
+    lines = [f"| variant (size {size.upper()}) | seeds | trainable params | val bits/byte | − learned (95 % CI) | "
+             "− binary16 (95 % CI) | position: learned 0, binary16 1 (95 % CI) |",
+             "|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    learned = study.values(study.cell(tok, size, "learned"), "val")
+    binary = study.values(study.cell(tok, size, "binary16"), "val")
+    for v in CONTROLS:
+        cell = study.cell(tok, size, v)
+        if not cell:
             continue
-        first = next(iter(runs.values()))
-        gaps = [mean_sd(study.paired(tok, size, ref, v), decimals=4, sign=True) if v != ref else ""
-                for ref in ("learned", "binary16")]  # fmt: skip
-        bpb = mean_sd([r["val_bpb"] for r in runs.values()], decimals=4)
-        params = f"{first['trainable_params']:,}"
-        lines.append(f"| {v}: {LABELS[v]} | {len(runs)} | {params} | {bpb} | {gaps[0]} | {gaps[1]} |")
+        mine = study.values(cell, "val")
+        cols = []
+        for ref in (learned, binary):
+            p = paired(ref, mine)
+            low, high = p.ci()
+            cols.append(fmt(p) + ("" if math.isnan(low) else f" ({low:+.3f}, {high:+.3f})"))
+        share = Paired(tuple((mine[s] - learned[s]) / (binary[s] - learned[s]) for s in sorted(mine)
+                             if s in learned and s in binary))  # fmt: skip
+        low, high = share.ci()
+        where = f"{share.mean:.2f}" + ("" if math.isnan(low) else f" ({low:.2f}, {high:.2f})") if share.n else "--"
+        lines.append(f"| {v}: {LABELS[v]} | {len(cell)} | {next(iter(cell.values()))['trainable_params']:,} | "
+                     f"{mean_sd(list(mine.values()))} | {cols[0]} | {cols[1]} | {where} |")  # fmt: skip
     return lines
 
 
-def plot_gap(study: Study, tok: str, path: Path) -> None:
-    figure, axis = plt.subplots(figsize=(6.2, 4.2))
-    sizes = study.sizes(tok)
-    for b, marker in (("binary16", "o"), ("gf2", "s")):
-        xs, means, sds, counts = [], [], [], []
-        for size in sizes:
-            gaps = study.paired(tok, size, "learned", b)
-            if gaps:
-                xs.append(non_embedding(next(iter(study.runs(tok, size, "learned").values()))))
-                means.append(statistics.mean(gaps))
-                sds.append(statistics.stdev(gaps) if len(gaps) > 1 else 0.0)
-                counts.append(len(gaps))
-        axis.errorbar(xs, means, yerr=sds, marker=marker, capsize=4, color=COLORS[b], label=f"{b} − learned")
-        for x, y, n in zip(xs, means, counts, strict=True):  # an sd of one seed is no sd: say how many
-            axis.annotate(f"n={n}", (x, y), textcoords="offset points", xytext=(9, 5 if b == "binary16" else -12),
-                          fontsize=7, color=COLORS[b])  # fmt: skip
-    axis.axhline(0, color="black", linewidth=0.8)
-    axis.set_xscale("log")
-    axis.set_xlabel("non-embedding parameters")
-    axis.set_ylabel("validation bits/byte gap (mean ± sd over seeds)")
-    axis.set_title("Fixed codes minus the learned table, by model size", fontsize=10)
-    axis.grid(alpha=0.3)
-    axis.legend(fontsize=8, loc="best")
-    figure.tight_layout()
+def tests(study: Study, tok: str, sizes: Sequence[str]) -> list[tuple[str, Paired]]:
+    """Every comparison the report reads a claim from, as one family for the multiple-test correction."""
+    family = []
+    for size in sizes:
+        for steps in study.lengths(tok, size):
+            where = f"{size.upper()}, {study.tokens(tok, size, steps) / 1e6:.2f}M tokens"
+            for split in SPLITS:
+                family += [(f"{b} − {a}, {where}, {split}", study.gap(tok, size, a, b, split, steps)) for a, b in GAPS]
+    for v in CONTROLS:
+        for ref in ("learned", "binary16"):
+            p = study.gap(tok, study.tune, ref, v, "val")
+            if p.n:
+                family.append((f"{v} − {ref}, {study.tune.upper()}, val", p))
+    return family
+
+
+def test_lines(family: list[tuple[str, Paired]]) -> list[str]:
+    adjusted = holm([p.p for _, p in family])
+    counted = sum(not math.isnan(p) for p in adjusted)
+    lines = ["## Paired tests", "",
+             f"Two-sided paired t-tests over seeds, {counted} comparisons in one family (every gap and control "
+             "above with 2 or more seeds); Holm's correction holds the family-wise error at the stated level. "
+             "With 3 seeds a test has 2 degrees of freedom: a difference can be consistent in sign across seeds "
+             "and still not be established.", "",
+             "| comparison | seeds | mean difference | 95 % CI | p | p (Holm) |",
+             "|---|---:|---:|---:|---:|---:|"]  # fmt: skip
+    for (label, p), adj in zip(family, adjusted, strict=True):
+        if math.isnan(adj):
+            continue
+        low, high = p.ci()
+        lines.append(f"| {label} | {p.n} | {p.mean:+.4f} | {low:+.4f}, {high:+.4f} | {p.p:.3g} | {adj:.3g} |")
+    return lines
+
+
+def _legend_below(figure, axes, columns: int = 3) -> None:
+    handles, labels = axes[0].get_legend_handles_labels()
+    figure.legend(handles, labels, loc="lower center", ncol=columns, fontsize=8, frameon=False)
+    figure.tight_layout(rect=(0, 0.1, 1, 1))
+
+
+def plot_sweep(study: Study, tok: str, sizes: Sequence[str], path: Path) -> None:
+    figure, axes = plt.subplots(1, len(sizes), figsize=(4.4 * len(sizes), 3.8), squeeze=False)
+    for axis, size in zip(axes[0], sizes, strict=True):
+        for v in PAPER:
+            scored = {lr: x for lr, x in sorted(study.swept(tok, size, v).items()) if math.isfinite(x)}
+            axis.plot(list(scored), list(scored.values()), marker="o", color=COLORS[v], label=LABELS[v])
+            best = study.best(tok, size, v)
+            if best in scored:
+                axis.scatter([best], [scored[best]], s=90, facecolors="none", edgecolors="black", zorder=3)
+        axis.set_xscale("log")
+        axis.set_title(f"size {size.upper()} (seed 1; circle: best)", fontsize=10)
+        axis.set_xlabel("peak learning rate")
+        axis.set_ylabel("validation bits/byte")
+        axis.grid(alpha=0.3)
+    _legend_below(figure, axes[0])
     figure.savefig(path, dpi=110)
     plt.close(figure)
 
 
-def plot_curves(study: Study, tok: str, path: Path) -> None:
-    """Validation bits/byte against training tokens: mean line and ± sd band over seeds, a panel per size."""
-    sizes = study.sizes(tok)
-    figure, axes = plt.subplots(1, len(sizes), figsize=(5.2 * len(sizes), 3.9), squeeze=False)
+def _gap_series(study: Study, tok: str, points: Sequence[tuple[str, int | None]], split: str, x: str):
+    for a, b in GAPS:
+        label = b if a == "learned" else f"{b} − {a}"
+        xs, means, sds = [], [], []
+        for size, steps in points:
+            gap = study.gap(tok, size, a, b, split, steps)
+            if gap.n:
+                row = next(iter(study.cell(tok, size, "learned", steps).values()))
+                xs.append(non_embedding(row) if x == "params" else row["tokens_seen"] / non_embedding(row))
+                means.append(gap.mean)
+                sds.append(0.0 if math.isnan(gap.sd) else gap.sd)
+        yield label, xs, means, sds
+
+
+def plot_gaps(study: Study, tok: str, series: dict[str, list[tuple[str, int | None]]], x: str, path: Path) -> None:
+    """A panel per split; a line per gap (fixed code − learned, and gf2 − binary16) per series of points."""
+    figure, axes = plt.subplots(1, len(SPLITS), figsize=(11, 4.2), squeeze=False)
+    styles = ("-", "--", ":")
+    for axis, split in zip(axes[0], SPLITS, strict=True):
+        for (name, points), style in zip(series.items(), styles, strict=False):
+            for label, xs, means, sds in _gap_series(study, tok, points, split, x):
+                if xs:
+                    text = f"{label} − learned" if label in PAPER else label
+                    axis.errorbar(xs, means, yerr=sds, marker="o", capsize=4, linestyle=style,
+                                  color=GAP_COLORS[label], label=f"{text}{name}")  # fmt: skip
+        axis.axhline(0, color="black", linewidth=0.8)
+        axis.set_xscale("log")
+        axis.set_xlabel("non-embedding parameters" if x == "params" else "training tokens per non-embedding parameter")
+        axis.set_ylabel(f"gap, {SPLITS[split].split(' (')[0]} (mean ± sd)")
+        axis.set_title(SPLITS[split], fontsize=10)
+        axis.grid(alpha=0.3)
+    _legend_below(figure, axes[0])
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def plot_curves(study: Study, tok: str, sizes: Sequence[str], path: Path) -> None:
+    """Validation bits/byte against training tokens: mean line and ± sd band over seeds, a panel per size,
+    every training length of the size on the same axes."""
+    figure, axes = plt.subplots(1, len(sizes), figsize=(4.6 * len(sizes), 3.9), squeeze=False)
     for axis, size in zip(axes[0], sizes, strict=True):
-        for v in PAPER:
-            runs = list(study.runs(tok, size, v).values())
-            curves = [r["curves"].get("val/bits_per_byte", []) for r in runs]
-            curves = [c for c in curves if c]
-            if not curves:
-                continue
-            length = min(len(c) for c in curves)
-            steps = [p[0] + 1 for p in curves[0][:length]]
-            values = [[c[i][1] for c in curves] for i in range(length)]
-            mean = [statistics.mean(v_) for v_ in values]
-            sd = [statistics.stdev(v_) if len(v_) > 1 else 0.0 for v_ in values]
-            axis.plot(steps, mean, color=COLORS[v], marker="o", markersize=3, label=f"{v} ({len(curves)} seeds)")
-            axis.fill_between(steps, [m - s for m, s in zip(mean, sd, strict=True)],
-                              [m + s for m, s in zip(mean, sd, strict=True)], color=COLORS[v], alpha=0.2)  # fmt: skip
-        axis.set_title(f"size {size.upper()}", fontsize=10)
-        axis.set_xlabel("optimizer update")
+        for steps, style in zip(study.lengths(tok, size), ("-", "--", "-.", ":"), strict=False):
+            for v in PAPER:
+                runs = [r for r in study.cell(tok, size, v, steps).values() if r["curves"].get("val/bits_per_byte")]
+                if not runs:
+                    continue
+                per_update = runs[0]["tokens_seen"] / updates(runs[0])
+                curves = [r["curves"]["val/bits_per_byte"] for r in runs]
+                length = min(map(len, curves))
+                xs = [(p[0] + 1) * per_update for p in curves[0][:length]]
+                points = [[c[i][1] for c in curves] for i in range(length)]
+                mean = [statistics.mean(p) for p in points]
+                sd = [statistics.stdev(p) if len(p) > 1 else 0.0 for p in points]
+                label = f"{v}" if steps is None else None
+                axis.plot(xs, mean, color=COLORS[v], linestyle=style, marker="o", markersize=3, label=label)
+                low = [m - s for m, s in zip(mean, sd, strict=True)]
+                high = [m + s for m, s in zip(mean, sd, strict=True)]
+                axis.fill_between(xs, low, high, color=COLORS[v], alpha=0.2)
+        axis.set_xscale("log")
+        axis.set_title(f"size {size.upper()} (longer runs dashed)", fontsize=10)
+        axis.set_xlabel("training tokens")
         axis.set_ylabel("validation bits/byte")
         axis.grid(alpha=0.3)
-        axis.legend(fontsize=8, loc="upper right")
-    figure.tight_layout()
+    _legend_below(figure, axes[0])
     figure.savefig(path, dpi=110)
     plt.close(figure)
 
 
 def plot_controls(study: Study, tok: str, size: str, path: Path) -> None:
-    variants = [v for v in (*PAPER, *CONTROLS) if study.runs(tok, size, v)]
-    values = [[r["val_bpb"] for r in study.runs(tok, size, v).values()] for v in variants]
-    figure, axis = plt.subplots(figsize=(8.5, 4.2))
-    means = [statistics.mean(v) for v in values]
-    sds = [statistics.stdev(v) if len(v) > 1 else 0.0 for v in values]
-    # Points, not bars: the axis does not start at zero, and a bar's length would mislead.
-    for i, (v, runs) in enumerate(zip(variants, values, strict=True)):
-        axis.errorbar([i], [means[i]], yerr=[sds[i]], fmt="D", markersize=7, capsize=5, color=COLORS[v], zorder=2)
-        axis.scatter([i + 0.12] * len(runs), runs, color="black", s=9, zorder=3)
-    axis.set_xlim(-0.5, len(variants) - 0.5)
-    axis.set_xticks(range(len(variants)), variants, rotation=25, ha="right", fontsize=8)
-    axis.set_ylabel("validation bits/byte (◆ mean ± sd; dots: seeds)")
-    axis.set_title(f"Controls at size {size.upper()}", fontsize=10)
-    axis.grid(alpha=0.3, axis="y")
+    """Each control minus learned and minus binary16, paired by seed: mean, 95 % CI and the seeds."""
+    variants = [v for v in ("gf2", *CONTROLS) if study.cell(tok, size, v)]
+    figure, axes = plt.subplots(1, 2, figsize=(11, 4.4), squeeze=False)
+    for axis, ref in zip(axes[0], ("learned", "binary16"), strict=True):
+        for i, v in enumerate(variants):
+            p = study.gap(tok, size, ref, v, "val")
+            if not p.n:
+                continue
+            low, high = p.ci()
+            if not math.isnan(low):
+                axis.errorbar([i], [p.mean], yerr=[[p.mean - low], [high - p.mean]], fmt="D", capsize=5,
+                              color=COLORS[v], zorder=2)  # fmt: skip
+            axis.scatter([i + 0.12] * p.n, p.diffs, color="black", s=9, zorder=3)
+        gap = study.gap(tok, size, "learned", "binary16", "val")
+        if gap.n:
+            sign, label = (1, "binary16 − learned") if ref == "learned" else (-1, "learned − binary16")
+            axis.axhline(sign * gap.mean, color="tab:orange", linestyle="--", linewidth=1, label=label)
+        axis.axhline(0, color="black", linewidth=0.8)
+        axis.set_xticks(range(len(variants)), variants, rotation=25, ha="right", fontsize=8)
+        axis.set_ylabel(f"validation bits/byte − {ref} (paired)")
+        axis.set_title(f"size {size.upper()}: minus {ref} (◆ mean, 95 % CI; dots: seeds)", fontsize=10)
+        axis.grid(alpha=0.3, axis="y")
+        axis.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.28), frameon=False)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
@@ -259,7 +468,7 @@ def plot_controls(study: Study, tok: str, size: str, path: Path) -> None:
 
 def validation_set(row: dict) -> str:
     """What the study validated on, from the run's configs."""
-    data = merged_config(row["config"].split(" + ")).get("data", {})
+    data = _config(row).get("data", {})
     blocks = f"{data.get('val_sequences')} blocks of {data.get('seq_len')} targets"
     if data.get("val_per_document"):
         return f"{blocks} spread over every held-out document, the same for every run"
@@ -275,35 +484,74 @@ def render(data: dict, out: Path, tune: str = "m") -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     tok = "bpe8k" if any(parse(r)["tok"] == "bpe8k" for r in study.rows) else parse(study.rows[0])["tok"]
     sizes = study.sizes(tok)
-    hours = sum(r["wall_seconds"] for r in study.rows) / 3600
+    own = [(size, None) for size in sizes]
+    hours = sum(r["wall_seconds"] for r in study.rows if not r.get("adopted_from")) / 3600
+    adopted = sorted({r["adopted_from"] for r in study.rows if r.get("adopted_from")})
+    n_adopted = sum(bool(r.get("adopted_from")) for r in study.rows)
     resumed = sum(bool(r.get("resumed")) for r in study.rows)
     commits = sorted({r["commit"][:10] for r in study.rows})
-    lines = [f"# {data['title'].split(',')[0]}", "",
-             f"{len(study.rows)} runs, {hours:.1f} h of training time summed over runs"
+    lines = [f"# {data['title'].split(':')[0]}", "",
+             f"{len(study.rows)} runs"
+             + (f", {n_adopted} of them adopted from {', '.join(f'`{a}`' for a in adopted)} (the same flags: "
+                "copied, not rerun)" if n_adopted else "")
+             + f"; {hours:.1f} h of training and evaluation summed over the runs trained here"
              + (f" ({resumed} resumed after a stop count their last attempt only)" if resumed else "")
-             + f". Every row of [`{stem}-runs.json`]({stem}-runs.json) holds its configs, flags, "
-             f"commit, curves and scores; [`{stem}-runs.md`]({stem}-runs.md) lists them. Commits: "
+             + f". Every row of [`{stem}-runs.json`]({stem}-runs.json) holds its configs, flags, commit, curves "
+             f"and scores; [`{stem}-runs.md`]({stem}-runs.md) lists them. Commits: "
              + ", ".join(f"`{c}`" for c in commits) + ".", "",
-             f"Headline metric: validation bits per byte ({validation_set(study.rows[0])}; tokenizer-free). Gaps are "
-             "paired by training seed, which sets both the initialisation and the data order.", ""]  # fmt: skip
-    lines += sweep_lines(study, tok, tune)
-    if sizes:
-        lines += ["## The gap across model sizes", "", *gap_lines(study, tok, sizes), "",
-                  f"![gap vs size]({stem}-gap.png)", "", *size_table(study, tok, PAPER, sizes), "",
-                  f"![validation bits/byte]({stem}-val-bpb.png)", ""]  # fmt: skip
-        plot_gap(study, tok, out.parent / f"{stem}-gap.png")
-        plot_curves(study, tok, out.parent / f"{stem}-val-bpb.png")
-    if any(study.runs(tok, tune, c) for c in CONTROLS):
-        lines += ["## Controls and the parameter-matched baseline", "", *control_lines(study, tok, tune), "",
-                  f"![controls]({stem}-controls.png)", ""]  # fmt: skip
+             f"Two splits. **val**: validation bits per byte ({validation_set(study.rows[0])}); it chooses every "
+             "learning rate. **test**: WikiText-2 bits per byte (its 60 validation articles, out of domain); no "
+             "choice reads it. Both are tokenizer-free. Gaps are paired by training seed, which sets the "
+             "initialisation and the data order; a gap is the second variant's bits/byte minus the first's.",
+             ""]  # fmt: skip
+    lines += sweep_lines(study, tok, sizes)
+    if any(len(study.swept(tok, s, v)) > 1 for s in sizes for v in PAPER):
+        lines += [f"![learning-rate sweep]({stem}-sweep.png)", ""]
+        plot_sweep(study, tok, [s for s in sizes if any(len(study.swept(tok, s, v)) > 1 for v in PAPER)],
+                   out.parent / f"{stem}-sweep.png")  # fmt: skip
+    lines += ["## The gap across model sizes, each at its own best rates", "",
+              *gap_table(study, tok, own, "size"), "", "A slope over every size (least squares on log10 "
+              "parameters; the interval resamples the seeds of every size):", "",
+              *fit_lines(study, tok, own, "params"), "", *size_table(study, tok, sizes), ""]  # fmt: skip
+    equal = [(s, n) for s in sizes for n in study.lengths(tok, s)]
+    longest = max((study.tokens(tok, s, n) for s, n in equal), default=0)
+    same = [(s, n) for s, n in equal if study.tokens(tok, s, n) == longest]
+    series = {"": own}
+    if len(same) > 1:
+        lines += [f"## Equal training tokens ({longest / 1e6:.2f}M, L's), across sizes", "",
+                  "Size apart from training length: every size trained on the same tokens (so the smaller sizes "
+                  "see more tokens per parameter).", "", *gap_table(study, tok, same, "size"), "",
+                  *fit_lines(study, tok, same, "params"), ""]  # fmt: skip
+        series[f", {longest / 1e6:.2f}M tokens"] = same
+    lines += [f"![gap vs size]({stem}-gap.png)", ""]
+    plot_gaps(study, tok, series, "params", out.parent / f"{stem}-gap.png")
+    long = {s: [(s, n) for n in study.lengths(tok, s)] for s in sizes if len(study.lengths(tok, s)) > 1}
+    if long:
+        lines += ["## The gap across training lengths, at a fixed size", "",
+                  "The size's best rates (from its own-length sweep), its warm-up 10 % of the updates."]  # fmt: skip
+        for points in long.values():
+            lines += ["", *gap_table(study, tok, points, "size"), "", *fit_lines(study, tok, points, "tokens")]
+        lines += ["", f"![gap vs training length]({stem}-length.png)", ""]
+        plot_gaps(study, tok, {f", size {s.upper()}": p for s, p in long.items()}, "tokens",
+                  out.parent / f"{stem}-length.png")  # fmt: skip
+    lines += [f"![validation bits/byte]({stem}-val-bpb.png)", ""]
+    plot_curves(study, tok, sizes, out.parent / f"{stem}-val-bpb.png")
+    lines += codebook_lines(study, tok)
+    if any(study.cell(tok, tune, c) for c in CONTROLS):
+        lines += ["## Controls and the parameter-matched baseline", "",
+                  "Paired by seed at the control's paper variant's rate. The position puts a control on the line "
+                  "from learned (0) to binary16 (1), per seed: a fixed-code control at 0.75 closes a quarter of the "
+                  "gap; a learned-table control at 0.25 gives up a quarter of it.", "",
+                  *control_lines(study, tok, tune), "", f"![controls]({stem}-controls.png)", ""]  # fmt: skip
         plot_controls(study, tok, tune, out.parent / f"{stem}-controls.png")
-    other = sorted({parse(r)["tok"] for r in study.rows} - {tok})
-    for t in other:
-        lines += [f"## Tokenizer {t}", "", *size_table(study, t, PAPER, study.sizes(t)), "",
-                  *gap_lines(study, t, study.sizes(t)), ""]  # fmt: skip
+    lines += [*test_lines(tests(study, tok, sizes)), ""]
+    for t in sorted({parse(r)["tok"] for r in study.rows} - {tok}):
+        own_t = [(s, None) for s in study.sizes(t)]
+        lines += [f"## Tokenizer {t}", "", *size_table(study, t, study.sizes(t)), "",
+                  *gap_table(study, t, own_t, "size"), ""]  # fmt: skip
     lines += ["## Commands", "", "```bash", "make study                                # every stage; resumes",
               "python experiments/study.py --render      # redraw this page from the runs file",
-              "# each run (plus --trainer.logger.init_args.save_dir=logs/study-v2 --trainer.logger.init_args.name=RUN"
+              "# each run (plus --trainer.logger.init_args.save_dir=logs/study-v3 --trainer.logger.init_args.name=RUN"
               " --ckpt_path=last), then fixed-embed eval RUN/checkpoints/last.ckpt --suite study:"]  # fmt: skip
     for row in study.rows:
         configs = " ".join(f"--config {c}" for c in row["config"].split(" + "))

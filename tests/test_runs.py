@@ -16,7 +16,7 @@ def row(name, loss):
 def test_seed_groups_and_summary_table(tmp_path):
     rows = [row("tiny/gf2", 6.0), row("tiny/gf2-seed2", 6.2), row("tiny/gf2-seed3", 6.1), row("beyond/x", 5.0)]
     assert runs.seed_groups(rows) == {"tiny/gf2": [6.0, 6.2, 6.1], "beyond/x": [5.0]}
-    runs._write(rows, "T", str(tmp_path / "out"), commit="abc")
+    runs.write_rows(rows, "T", str(tmp_path / "out"), commit="abc")
     table = (tmp_path / "out.md").read_text()
     assert "| tiny/gf2 | 3 | 6.100 | 0.100 | 6.000 | 6.200 |" in table and "commit `abc`" in table
     assert json.loads((tmp_path / "out.json").read_text())["runs"] == rows
@@ -24,7 +24,7 @@ def test_seed_groups_and_summary_table(tmp_path):
 
 def test_a_partial_plan_keeps_earlier_rows_and_skips_finished_runs(tmp_path, monkeypatch):
     out = str(tmp_path / "out")
-    runs._write([row("a", 1.0), row("b", 2.0)], "T", out, commit="abc")
+    runs.write_rows([row("a", 1.0), row("b", 2.0)], "T", out, commit="abc")
     ran = []
     monkeypatch.setattr(runs, "run", lambda name, *args, **kwargs: ran.append(name) or row(name, 3.0))
     monkeypatch.setattr(runs, "_git_commit", lambda: "def")
@@ -79,7 +79,7 @@ def test_a_failed_run_stops_the_sweep_and_keeps_finished_rows(tmp_path, monkeypa
 
 def test_a_finished_row_with_other_flags_is_refused_not_reused(tmp_path, monkeypatch):
     out = str(tmp_path / "out")
-    runs._write([row("a", 1.0)], "T", out, commit="abc")
+    runs.write_rows([row("a", 1.0)], "T", out, commit="abc")
     monkeypatch.setattr(runs, "run", lambda *args, **kwargs: pytest.fail("nothing may run"))
     with pytest.raises(ValueError, match=r"already has a run 'a' with flags \[\], not \['--data.train=x'\]"):
         runs.run_all([("a", Path("c.yaml"), ["--data.train=x"])], "logs", "T", out)
@@ -99,5 +99,14 @@ def test_a_resumed_run_says_so_and_records_the_commit_it_started_from(tmp_path, 
     result = runs.run(name, runs.ROOT / "experiments" / "tiny" / "binary16.yaml", str(logs), [])
     assert (result["commit"], result["code_changed"], result["resumed"]) == ("at-start", True, True)
     assert result["tokens_per_sec"] is None  # the wall time covers the last attempt only
-    runs._write([result], "T", str(tmp_path / "out"), commit="abc")
+    runs.write_rows([result], "T", str(tmp_path / "out"), commit="abc")
     assert "| resumed | " in (tmp_path / "out.md").read_text() and "(last attempt)" in (tmp_path / "out.md").read_text()
+
+
+def test_a_resumed_row_shows_no_rate_even_where_it_carries_one(tmp_path):
+    # total tokens over the last attempt's wall time: neither the run's rate nor the last attempt's
+    stale = {**row("m/lowrank", 5.33), "resumed": True, "tokens_per_sec": 3373.0, "wall_seconds": 262.3}
+    runs.write_rows([stale, row("m/learned", 5.18)], "T", str(tmp_path / "out"), commit="abc")
+    table = (tmp_path / "out.md").read_text()
+    assert "| m/lowrank | 10 | 5.330 | 206.3 | resumed | 4.4 (last attempt) |" in table and "3,373" not in table
+    assert "| m/learned | 10 | 5.180 | 177.6 | 1 | 1.0 |" in table

@@ -1,6 +1,5 @@
 """The study (`make study`): its local-file benchmark tasks, its plan, its configs and its report."""
 
-import json
 import sys
 from pathlib import Path
 
@@ -108,35 +107,50 @@ def test_the_matched_baseline_has_the_learned_models_trainable_parameters(gpu):
 
 def test_the_plan_names_every_run_and_sets_its_seed_and_rate():
     scale = study.Scale(False)
-    sweep = study.sweep_plan(scale, [3e-4, 1e-3])
-    assert [n for n, _, _ in sweep][:3] == ["bpe8k-m/learned-lr0.0003-seed1", "bpe8k-m/binary16-lr0.0003-seed1",
-                                            "bpe8k-m/gf2-lr0.0003-seed1"]  # fmt: skip
-    best = {"learned": 3e-3, "binary16": 1e-3, "gf2": 1e-3}
-    later = study.later_plan(scale, ["sizes", "controls"], best, [1, 2])
+    sweep = study.sweep_plan(scale, study.initial_rates(scale))
+    assert [n for n, _, _ in sweep][:3] == ["bpe8k-s/learned-lr0.001-seed1", "bpe8k-s/learned-lr0.002-seed1",
+                                            "bpe8k-s/learned-lr0.003-seed1"]  # fmt: skip
+    assert len(sweep) == 3 * sum(map(len, scale.sweep.values()))
+    best = {size: {"learned": 3e-3, "binary16": 1e-3, "gf2": 2e-3} for size in ("s", "m")}
+    best["l"] = {"learned": 5e-3, "binary16": 2e-3, "gf2": 2e-3}  # a size's own rates serve it
+    later = study.later_plan(scale, ["sizes", "length", "codebooks", "controls"], best, [1, 2])
     names = [n for n, _, _ in later]
-    assert len(names) == 2 * (9 + len(study.CONTROLS)) and names[0] == "bpe8k-s/learned-lr0.003-seed1"
-    assert names[9 + len(study.CONTROLS)].endswith("-seed2")  # seeds outermost: whole seeds first
+    assert len(names) == len(set(names)) == 2 * 9 + 2 * 3 * 4 + len(scale.codebooks) + 2 * len(study.CONTROLS)
+    assert names[0] == "bpe8k-s/learned-lr0.003-seed1" and names[9].endswith("-seed2")  # whole seeds first
+    assert "bpe8k-l/learned-lr0.005-seed2" in names and "bpe8k-s/gf2-lr0.002-seed1-steps1728" in names
+    assert "bpe8k-m/binary16-lr0.001-seed2-steps1024" in names
+    assert "bpe8k-l/gf2-lr0.002-seed2-code2" in names and "bpe8k-m/random_full-lr0.001-seed2-code2" in names
+    assert not [n for n in names if "-code" in n and "-seed1" in n]  # seed 1 keeps the config's codebook
     for name, configs, flags in later:
         meta = study_report.parse({"name": name})
         assert f"--seed_everything={meta['seed']}" in flags and f"--model.optimizer.lr={meta['lr']:g}" in flags
         assert configs[0].name == f"{meta['variant']}.yaml" and configs[1].name == f"size-{meta['size']}.yaml"
-        like = study.CONTROLS.get(meta["variant"], meta["variant"])
-        assert meta["lr"] == best[like]
+        assert meta["lr"] == best[meta["size"]][study.CONTROLS.get(meta["variant"], meta["variant"])]
+        if meta["steps"]:
+            n = meta["steps"]
+            assert {f"--trainer.max_steps={n}", f"--trainer.val_check_interval={n // 4}",
+                    f"--model.schedule.warmup_steps={round(n / 10)}"} <= set(flags)  # fmt: skip
+        code = [f for f in flags if "code_seed" in f]
+        assert code == ([f"--model.interface.init_args.code_seed={meta['code']}"] if meta["code"] else [])
     with pytest.raises(ValueError, match="TOKENIZER-SIZE"):
         study_report.parse({"name": "bpe8k/gf2-seed1"})
+    with pytest.raises(ValueError, match="multiple of 4"):
+        study.step(scale, "s", "learned", 1e-3, 1, steps=430)
 
 
 def test_a_best_rate_at_the_edge_of_the_sweep_asks_for_the_next_rung():
     scale = study.Scale(False)
-    lrs = [3e-4, 1e-3, 3e-3]
-    bpb = {"learned": [2.0, 1.9, 1.8], "binary16": [2.1, 2.0, 2.05], "gf2": [2.1, 2.0, 2.05]}
+    lrs = [1e-3, 2e-3, 3e-3]
+    bpb = {"learned": [2.0, 1.9, 1.8], "binary16": [2.1, 2.0, 2.05], "gf2": [1.9, 2.0, 2.05]}
     rows = {
         study.name("bpe8k", "m", v, lr, 1): {"val_bpb": x}
         for v, xs in bpb.items()
         for lr, x in zip(lrs, xs, strict=True)
     }
-    best, more = study.best_lrs(scale, rows, lrs)
-    assert best == {"learned": 3e-3, "binary16": 1e-3, "gf2": 1e-3} and more == [1e-2]
+    best, more = study.best_lrs(scale, rows, {("m", v): lrs for v in study.PAPER})
+    assert best == {"m": {"learned": 3e-3, "binary16": 2e-3, "gf2": 1e-3}}
+    assert more == {("m", "learned"): [5e-3], ("m", "gf2"): [5e-4]}  # the ladder's neighbours, per variant
+    assert study.rate_at(scale, best, "s", "gf2") == 1e-3  # an unswept size borrows the tuning size's rate
 
 
 def test_every_study_config_composes_at_both_scales():
@@ -157,47 +171,6 @@ def test_every_study_config_composes_at_both_scales():
             assert config["model"]["optimizer"]["decay_input"] is False
 
 
-def _row(name, bpb, seed_shift=0.0):
-    meta = study_report.parse({"name": name})
-    variant, size = meta["variant"], meta["size"]
-    return {"name": name, "config": f"experiments/study/{variant}.yaml + experiments/study/size-{size}.yaml",
-            "commit": "0123456789abcdef", "extra": [f"--seed_everything={meta['seed']}"], "val_loss": bpb * 2.6,
-            "val_bpb": bpb, "wall_seconds": 600.0, "trainable_params": 1, "tokens_seen": 884736,
-            "scores": {"gutenberg_word_order|acc|0": {"value": 0.8, "stderr": 0.03}},
-            "curves": {"val/bits_per_byte": [[107, bpb + 1], [431, bpb]]}}  # fmt: skip
-
-
-def test_the_report_pairs_seeds_and_draws_the_gap_by_size(tmp_path):
-    rows = []
-    gap = {"s": 0.30, "m": 0.20, "l": 0.10}
-    for seed, noise in ((1, 0.0), (2, 0.01), (3, -0.01)):
-        for size in SIZES:
-            rows.append(_row(f"bpe8k-{size}/learned-lr0.001-seed{seed}", 2.0 + noise))
-            rows.append(_row(f"bpe8k-{size}/binary16-lr0.001-seed{seed}", 2.0 + noise + gap[size] + seed / 100))
-            rows.append(_row(f"bpe8k-{size}/gf2-lr0.001-seed{seed}", 2.0 + noise + gap[size]))
-        rows.append(_row(f"bpe8k-m/matched-lr0.001-seed{seed}", 2.1 + noise))
-    rows += [_row("bpe8k-m/learned-lr0.003-seed1", 2.5), _row("bpe8k-m/binary16-lr0.003-seed1", 2.6),
-             _row("bpe8k-m/gf2-lr0.003-seed1", 2.7)]  # fmt: skip
-    study_report.render({"title": "Study v2: x, y", "runs": rows}, tmp_path / "study-v2")
-    text = (tmp_path / "study-v2.md").read_text()
-    assert "| learned | **2.0000** | 2.5000 | 0.001 |" in text  # the sweep, best in bold
-    assert "lr 0.003: learned < binary16 < gf2" in text
-    assert "| S | 443,040 | +0.3200 ± 0.0100 | +0.3000 ± 0.0000 | -0.0200 ± 0.0100 |" in text
-    assert "| L | 4,196,608 | +0.1200 ± 0.0100 |" in text
-    assert "| M | learned | 0.001 | 3 |" in text  # the comparison uses the rate with all seeds
-    assert "| matched: binary16, SwiGLU widened" in text and "+0.1000 ± 0.0000" in text
-    for suffix in ("gap", "val-bpb", "controls"):
-        assert (tmp_path / f"study-v2-{suffix}.png").stat().st_size > 10_000
-
-
-def test_the_committed_report_is_drawn_from_the_committed_runs(tmp_path):
-    runs_file = ROOT / "docs" / "results" / "study-v2-runs.json"
-    if not runs_file.is_file():
-        pytest.skip("the study has not been run")
-    study_report.render(json.loads(runs_file.read_text()), tmp_path / "study-v2")
-    assert (tmp_path / "study-v2.md").read_text() == (ROOT / "docs" / "results" / "study-v2.md").read_text()
-
-
 def test_the_best_rate_is_chosen_among_finished_runs_only():
     scale = study.Scale(False)
     rows = {
@@ -205,11 +178,19 @@ def test_the_best_rate_is_chosen_among_finished_runs_only():
     }
     rows[study.name("bpe8k", "m", "gf2", 1e-2, 1)] = {"val_bpb": 1.0}  # a rung only gf2 finished
     rows[study.name("bpe8k", "m", "learned", 3e-3, 1)] = {"val_bpb": float("nan")}  # diverged
-    assert study.swept(scale, rows) == [1e-3, 3e-3]
-    best, _ = study.best_lrs(scale, rows, study.swept(scale, rows))
-    assert best == {"learned": 1e-3, "binary16": 3e-3, "gf2": 3e-3}
-    with pytest.raises(SystemExit, match="no finished sweep run of learned"):
-        study.best_lrs(scale, {}, [1e-3])
+    rows[study.name("bpe8k", "m", "gf2", 2e-3, 1, steps=1024)] = {"val_bpb": 0.5}  # another length: not the sweep
+    rows[study.name("bpe8k", "m", "gf2", 2e-3, 2, code=2)] = {"val_bpb": 0.5}  # another seed and codebook
+    swept = study.swept(scale, rows)
+    assert swept[("m", "learned")] == swept[("m", "binary16")] == [1e-3, 3e-3] and swept[("m", "gf2")] == [
+        1e-3,
+        3e-3,
+        1e-2,
+    ]
+    assert swept[("s", "learned")] == []
+    best, _ = study.best_lrs(scale, rows, {key: lrs for key, lrs in swept.items() if lrs})
+    assert best == {"m": {"learned": 1e-3, "binary16": 3e-3, "gf2": 1e-2}}
+    with pytest.raises(SystemExit, match="no finished sweep run of learned at size m"):
+        study.best_lrs(scale, {}, {("m", "learned"): [1e-3]})
 
 
 @pytest.mark.slow
@@ -224,27 +205,18 @@ def test_the_gpu_plan_smoke_runs_its_smallest_size_on_cpu(tmp_path, shared_data)
     assert (tmp_path / "smoke" / "default" / "checkpoints" / "step=00000002.ckpt").is_file()
 
 
-def test_the_comparison_uses_the_swept_best_rate_before_other_seeds_exist(tmp_path):
-    """With seed 1 only (the sweep done, seeds 2-3 not yet), every table compares at the best rate."""
-    bpb = {1e-3: 2.4, 3e-3: 2.1, 1e-2: float("nan")}  # 3e-3 best; 1e-2 diverged
-    rows = [_row(f"bpe8k-m/{v}-lr{lr:g}-seed1", x + (0.2 if v != "learned" else 0.0))
-            for lr, x in bpb.items() for v in study.PAPER]  # fmt: skip
-    rows += [_row(f"bpe8k-{size}/{v}-lr0.003-seed1", 2.0) for size in ("s", "l") for v in study.PAPER]
-    rows.append(_row("bpe8k-m/norm_matched-lr0.003-seed1", 2.0))
-    study_report.render({"title": "Study v2: x, y", "runs": rows}, tmp_path / "study-v2")
-    text = (tmp_path / "study-v2.md").read_text()
-    assert "| M | learned | 0.003 | 1 |" in text and "| M | 1,770,816 | +0.2000 (1 run) |" in text
-    assert "rows at the binary code's norm | 1 | 1 | 2.0000 (1 run) | -0.1000 (1 run) |" in text
-
-
 def test_the_estimate_lists_every_planned_run_once(monkeypatch, capsys):
     monkeypatch.setattr(sys, "argv", ["experiments/study.py", "--estimate"])
     study.main()
     stdout = capsys.readouterr().out
     names = [line.split()[0] for line in stdout.splitlines() if line.startswith("bpe8k-")]
-    # the sweep (3 rates x 3 variants at M, seed 1); 3 sizes x 3 variants x 3 seeds, seed 1 at M from the
-    # sweep; 5 controls x 3 seeds
-    assert len(names) == len(set(names)) == 9 + (27 - 3) + 15
+    # the sweep (each size's rates x 3 variants, seed 1); 3 sizes x 3 variants x 3 seeds (seed 1 of the
+    # estimate's best rates is in the sweep); the lengths x 3 variants x 3 seeds; the codebooks for seeds 2-3;
+    # 5 controls x 3 seeds
+    scale = study.Scale(False)
+    sweep = 3 * sum(map(len, scale.sweep.values()))
+    lengths = 3 * 3 * sum(map(len, scale.lengths.values()))
+    assert len(names) == len(set(names)) == sweep + (27 - 9) + lengths + 2 * len(scale.codebooks) + 15
     assert f"{len(names)} runs:" in stdout
 
 

@@ -22,11 +22,20 @@ def test_every_name_the_plan_can_write_parses_back_to_its_parts(tokenizer):
             for lr in (*study.LADDER, 3e-5, 0.5, 1.0):
                 assert float(f"{lr:g}") == lr  # the rate in the name is the rate trained (--model.optimizer.lr)
                 for seed in (1, 2, 3, 12):
-                    name = plan.run_name(tokenizer, size, variant, lr, seed)
-                    parts = {"tok": tokenizer, "size": size, "variant": variant, "lr": lr, "seed": seed}
-                    assert plan.parse_name(name) == parts, name
-                    assert study_report.parse({"name": name}) == parts
-                    assert plan.run_name(*parts.values()) == name
+                    for steps in (None, 4, 1728):
+                        for code in (None, 2) if variant in plan.CODED else (None,):
+                            name = plan.run_name(tokenizer, size, variant, lr, seed, steps, code)
+                            parts = {"tok": tokenizer, "size": size, "variant": variant, "lr": lr, "seed": seed,
+                                     "steps": steps, "code": code}  # fmt: skip
+                            assert plan.parse_name(name) == parts, name
+                            assert study_report.parse({"name": name}) == parts
+                            assert plan.run_name(*parts.values()) == name
+
+
+def test_only_a_drawn_code_takes_a_code_seed():
+    assert plan.run_name("bpe8k", "m", "gf2", 1e-3, 2, code=2) == "bpe8k-m/gf2-lr0.001-seed2-code2"
+    with pytest.raises(ValueError, match="binary16 draws no codebook"):
+        plan.run_name("bpe8k", "m", "binary16", 1e-3, 2, code=2)
 
 
 def test_the_runner_names_its_steps_with_the_shared_format():
@@ -34,21 +43,27 @@ def test_the_runner_names_its_steps_with_the_shared_format():
         scale = study.Scale(gpu)
         name, _, flags = study.step(scale, "m", "matched", 3e-3, 2)
         assert plan.parse_name(name) == {"tok": scale.tokenizer, "size": "m", "variant": "matched", "lr": 3e-3,
-                                         "seed": 2}  # fmt: skip
+                                         "seed": 2, "steps": None, "code": None}  # fmt: skip
         assert "--model.optimizer.lr=0.003" in flags and "--seed_everything=2" in flags
         assert any(flag.startswith(plan.WIDTH_FLAG) for flag in flags)  # the report reads the width back
+        name, _, flags = study.step(scale, "s", "random_full", 1e-3, 3, steps=1024, code=3)
+        assert plan.parse_name(name) == {"tok": scale.tokenizer, "size": "s", "variant": "random_full", "lr": 1e-3,
+                                         "seed": 3, "steps": 1024, "code": 3}  # fmt: skip
+        assert "--trainer.max_steps=1024" in flags and "--model.interface.init_args.code_seed=3" in flags
     assert study.name is plan.run_name and study.PAPER is study_report.PAPER is plan.PAPER
     assert study.CONTROLS is study_report.CONTROLS is plan.CONTROLS
 
 
-def test_every_committed_study_run_name_round_trips():
-    rows = json.loads((ROOT / "docs" / "results" / "study-v2-runs.json").read_text())["runs"]
+@pytest.mark.parametrize("runs", ["study-v2-runs.json", "study-v3-runs.json"])
+def test_every_committed_study_run_name_round_trips(runs):
+    rows = json.loads((ROOT / "docs" / "results" / runs).read_text())["runs"]
     assert rows
     for row in rows:
         parts = plan.parse_name(row["name"])
-        assert plan.run_name(**{"tokenizer": parts["tok"], "size": parts["size"], "variant": parts["variant"],
-                                "lr": parts["lr"], "seed": parts["seed"]}) == row["name"]  # fmt: skip
+        assert plan.run_name(parts["tok"], parts["size"], parts["variant"], parts["lr"], parts["seed"], parts["steps"],
+                             parts["code"]) == row["name"]  # fmt: skip
         assert f"--model.optimizer.lr={parts['lr']:g}" in row["extra"]
+        assert (f"--trainer.max_steps={parts['steps']}" in row["extra"]) == (parts["steps"] is not None)
 
 
 @pytest.mark.parametrize(
@@ -64,10 +79,13 @@ def test_names_outside_the_format_are_refused(name):
 def test_the_swept_rates_are_read_with_the_parser():
     scale = study.Scale(False)
     rows = {plan.run_name("bpe8k", "m", v, lr, 1): {} for v in plan.PAPER for lr in (3e-4, 1e-3)}
-    rows[plan.run_name("bpe8k", "m", "learned", 3e-3, 1)] = {}  # one variant only: not swept by all
+    rows[plan.run_name("bpe8k", "m", "learned", 3e-3, 1)] = {}  # a rung one variant ran
     rows[plan.run_name("bpe8k", "m", "gf2", 1e-2, 2)] = {}  # seed 2: not the sweep
+    rows[plan.run_name("bpe8k", "s", "gf2", 1e-2, 1, steps=1024)] = {}  # another length: not the sweep
     rows["tiny/gf2"] = {}  # a row of another plan in the same file
-    assert study.swept(scale, rows) == [3e-4, 1e-3]
+    swept = study.swept(scale, rows)
+    assert swept[("m", "learned")] == [3e-4, 1e-3, 3e-3] and swept[("m", "gf2")] == [3e-4, 1e-3]
+    assert swept[("s", "gf2")] == [] and set(swept) == {(s, v) for s in scale.sweep for v in plan.PAPER}
 
 
 @pytest.mark.slow

@@ -1,0 +1,156 @@
+"""The study's report (study_report.py) and its statistics (study_stats.py), from runs files alone."""
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from scipy import stats
+
+import experiments.study_report as report
+from experiments.study_plan import parse_name
+from experiments.study_stats import Paired, bootstrap_fit, holm, paired
+
+ROOT = Path(__file__).resolve().parents[1]
+RATIO = 0.245959  # WikiText-2 bits/byte per ln(word ppl) in these made-up rows
+TOKENS = {"s": 221184, "m": 884736, "l": 2097152}
+OWN = {"s": 108, "m": 432, "l": 1024}
+
+
+def _row(name, val, test, word_ppl_only=False):
+    meta = parse_name(name)
+    size, variant, steps = meta["size"], meta["variant"], meta["steps"]
+    extra = [f"--seed_everything={meta['seed']}", f"--model.optimizer.lr={meta['lr']:g}"]
+    if steps:
+        extra.append(f"--trainer.max_steps={steps}")
+    n = steps or OWN[size]
+    scores = {report.WORD_PPL: {"value": math.exp(test / RATIO)}}
+    if not word_ppl_only:
+        scores[report.TEST] = {"value": test}
+    return {"name": name, "config": f"experiments/study/{variant}.yaml + experiments/study/size-{size}.yaml",
+            "commit": "0123456789abcdef", "extra": extra, "val_bpb": val, "val_loss": val * 2.6, "wall_seconds": 60.0,
+            "trainable_params": 1, "tokens_seen": TOKENS[size] * n // OWN[size], "scores": scores,
+            "curves": {"val/bits_per_byte": [[n // 2 - 1, val + 0.5], [n - 1, val]]}}  # fmt: skip
+
+
+def _study_rows():
+    """Three sizes, each with its own best rate (learned 3e-3 at S and M, 2e-3 at L), a wrong rate that must not be
+    compared, a length axis at S, a gf2 codebook per seed at L, and one control; v2-style rows without the
+    test's bits/byte."""
+    rows = []
+    gap = {"s": 0.3, "m": 0.2, "l": 0.1}
+    best = {"s": 3e-3, "m": 3e-3, "l": 2e-3}
+    for size in ("s", "m", "l"):
+        for v in report.PAPER:  # seed 1 at a worse rate: the sweep's other rung
+            rows.append(_row(f"bpe8k-{size}/{v}-lr0.01-seed1", 3.0, 4.0))
+        for seed in (1, 2, 3):
+            noise = (seed - 2) / 100
+            lr = best[size]
+            rows.append(_row(f"bpe8k-{size}/learned-lr{lr:g}-seed{seed}", 2.0 + noise, 3.0 + noise,
+                             word_ppl_only=size == "m"))  # fmt: skip
+            rows.append(_row(f"bpe8k-{size}/binary16-lr{lr:g}-seed{seed}", 2.0 + gap[size] + noise,
+                             3.0 + 2 * gap[size] + noise))  # fmt: skip
+            rows.append(_row(f"bpe8k-{size}/gf2-lr{lr:g}-seed{seed}", 2.0 + gap[size] + 2 * noise, 3.0 + gap[size]))
+    for seed in (2, 3):  # gf2's own codebook per seed at L: 0.05 better than the config's
+        rows.append(_row(f"bpe8k-l/gf2-lr0.002-seed{seed}-code{seed}", 2.05 + (seed - 2) / 50, 3.05))
+    for steps, g in ((432, 0.3), (1728, 0.3)):  # at S, a gap that does not move with length
+        for seed in (1, 2, 3):
+            for v, x in (("learned", 1.5), ("binary16", 1.5 + g), ("gf2", 1.5 + g)):
+                rows.append(_row(f"bpe8k-s/{v}-lr0.003-seed{seed}-steps{steps}", x + seed / 1000, x + 1))
+    for seed in (1, 2, 3):
+        rows.append(_row(f"bpe8k-m/matched-lr0.003-seed{seed}", 2.15 + (seed - 2) / 100, 3.3))
+    return rows
+
+
+def test_the_report_compares_each_size_at_its_own_rates_and_folds_the_codebooks(tmp_path):
+    rows = _study_rows()
+    report.render({"title": "Study v3: x", "runs": rows}, tmp_path / "study-v3")
+    text = (tmp_path / "study-v3.md").read_text()
+    assert "| learned | **2.0000** | 3.0000 | 0.003 |" not in text  # seed 1 of learned at S is 1.99
+    assert "| learned | **1.9900** | 3.0000 | 0.003 |" in text  # the sweep table, the best in bold
+    # the gaps at each size's own rates: S and M at 3e-3, L at 2e-3 (its gf2 with a codebook per seed)
+    assert "| S | 443,040 | 108 | 0.50 | 0.003/0.003/0.003 | 3 | +0.3000 ± 0.0000 | +0.3000 ± 0.0100 |" in text
+    assert "| +0.6000 ± 0.0000 | +0.3000 ± 0.0100 |" in text  # S's test gaps
+    # M's learned rows carry the word perplexity only: converted, the test gap is exact
+    assert "| M | 1,770,816 | 432 | 0.50 | 0.003/0.003/0.003 | 3 | +0.2000 ± 0.0000 |" in text
+    assert "+0.4000 ± 0.0000 | +0.2000 ± 0.0100 | -0.2000 ± 0.0100 |" in text
+    l_line = next(line for line in text.splitlines() if line.startswith("| L | 4,196,608 | 1,024 |"))
+    gf2 = [2.08, 2.05, 2.07]  # seed 1: the config's codebook; seeds 2 and 3: their own
+    gaps = [g - x for g, x in zip(gf2, (1.99, 2.0, 2.01), strict=True)]
+    assert f"+{sum(gaps) / 3:.4f} ± {Paired(tuple(gaps)).sd:.4f}" in l_line.split(" | ")[7]
+    assert "0.002/0.002/0.002" in l_line
+    # the codebook table: one codebook vs one per seed
+    assert "| L | gf2 | val | 2.1000 ± 0.0200 | 2.0667 ± 0.0153 | 2: 2.0500, 3: 2.0700 |" in text
+    # the length axis at S, and its fit: a flat gap has a zero slope and a zero-width interval
+    assert "## The gap across training lengths, at a fixed size" in text
+    assert "| S | 443,040 | 1,728 | 7.99 | 0.003/0.003/0.003 | 3 | +0.3000 ± 0.0000 |" in text
+    length = text.split("## The gap across training lengths")[1].split("![")[0]
+    flat = "binary16 − learned (val): +0.0000 bits/byte per 10x training tokens (95 % seed bootstrap +0.0000 to +0.0000"
+    assert flat in length
+    # a size fit over every size, not a pair
+    fit = next(
+        line for line in text.splitlines() if line.startswith("- binary16 − learned (val)") and "parameters" in line
+    )
+    assert "3 points, 9 runs" in fit
+    # controls: matched sits where binary16 does, on the learned-binary16 line
+    assert "| matched: binary16, SwiGLU widened to learned's trainable params | 3 |" in text
+    assert "| +0.1500 ± 0.0000 (+0.150, +0.150) | -0.0500 ± 0.0000 (-0.050, -0.050) | 0.75 (0.75, 0.75) |" in text
+    assert "comparisons in one family" in text
+    for suffix in ("sweep", "gap", "length", "val-bpb", "controls"):
+        assert (tmp_path / f"study-v3-{suffix}.png").stat().st_size > 10_000
+
+
+def test_a_run_outside_the_sweep_is_compared_at_the_rate_with_the_most_seeds(tmp_path):
+    rows = [
+        _row(f"bpe8k-m/{v}-lr0.001-seed{s}", 2.0 + (v != "learned") * 0.1, 3.0) for v in report.PAPER for s in (1, 2)
+    ]
+    rows += [_row(f"bpe8k-m/{v}-lr0.003-seed1", 2.5, 3.5) for v in report.PAPER]
+    study = report.Study(rows)
+    assert study.best("bpe8k", "m", "learned") == 1e-3  # seed 1 chooses, among the swept rates
+    rows = [r for r in rows if "lr0.003" not in r["name"]]
+    study = report.Study(rows)
+    assert study.best("bpe8k", "m", "learned") is None and study.rate("bpe8k", "m", "learned") == 1e-3
+    assert study.gap("bpe8k", "m", "learned", "gf2", "val").diffs == pytest.approx((0.1, 0.1))
+
+
+def test_test_bits_per_byte_from_another_text_is_refused():
+    rows = [_row("bpe8k-m/learned-lr0.001-seed1", 2.0, 3.0), _row("bpe8k-m/gf2-lr0.001-seed1", 2.0, 3.0)]
+    rows[1]["scores"][report.TEST]["value"] *= 1.01
+    with pytest.raises(ValueError, match="test text changed"):
+        report.Study(rows)
+
+
+def test_paired_statistics_equal_scipys():
+    a, b = {1: 2.0, 2: 2.1, 3: 1.95, 4: 2.3}, {1: 2.2, 2: 2.25, 3: 2.2, 5: 9.0}
+    p = paired(a, b)
+    assert p.diffs == pytest.approx((0.2, 0.15, 0.25)) and p.n == 3  # seed 4 and 5 have no partner
+    assert p.p == pytest.approx(stats.ttest_rel([2.2, 2.25, 2.2], [2.0, 2.1, 1.95]).pvalue)
+    low, high = p.ci()
+    half = stats.t.ppf(0.975, 2) * p.sd / math.sqrt(3)
+    assert (low, high) == pytest.approx((0.2 - half, 0.2 + half))
+    assert math.isnan(Paired((0.1,)).p) and math.isnan(Paired((0.1,)).ci()[0])
+
+
+def test_holm_adjusts_in_input_order_and_skips_untested():
+    # sorted 0.01, 0.02, 0.04 of 3 tests: 0.03, max(0.03, 0.04), max(0.04, 0.04)
+    assert holm([0.04, math.nan, 0.01, 0.02]) == pytest.approx([0.04, math.nan, 0.03, 0.04], nan_ok=True)
+    assert holm([0.5, 0.6]) == [1.0, 1.0]
+
+
+def test_the_bootstrap_fit_finds_the_slope_and_widens_with_noise():
+    xs = [1e5, 1e6, 1e7]
+    exact = [[0.3, 0.3], [0.2, 0.2], [0.1, 0.1]]
+    assert bootstrap_fit(xs, exact) == pytest.approx((-0.1, -0.1, -0.1))
+    slope, low, high = bootstrap_fit(xs, [[0.28, 0.32], [0.18, 0.22], [0.1, 0.1]])
+    assert slope == pytest.approx(-0.1) and low < -0.1 < high
+    with pytest.raises(ValueError, match="2 or more points"):
+        bootstrap_fit([1e5], [[0.1]])
+
+
+def test_the_committed_report_is_drawn_from_the_committed_runs(tmp_path):
+    runs_file = ROOT / "docs" / "results" / "study-v3-runs.json"
+    committed = ROOT / "docs" / "results" / "study-v3.md"
+    if not committed.is_file():
+        pytest.skip("the study v3 report has not been drawn yet")
+    report.render(json.loads(runs_file.read_text()), tmp_path / "study-v3")
+    assert (tmp_path / "study-v3.md").read_text() == committed.read_text()
