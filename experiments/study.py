@@ -238,7 +238,7 @@ def probe(scale: Scale, done: dict[str, dict], best: dict[str, dict[str, float]]
     # a row adopted from an earlier study has no checkpoint here
     order = [v for v, row in runs.items() if row is not None and (Path(row["logs"]) / "checkpoints").is_dir()]
     checkpoints = [str(Path(runs[v]["logs"]) / "checkpoints" / "last.ckpt") for v in order]
-    args = [sys.executable, "-m", "fixed_embed", "analyze", "probe", *checkpoints, "--labels", *order,
+    args = [sys.executable, "-m", "fixed_embed", "analyze", "probe", *checkpoints, "--labels", *order, "--seed", "1",
             "--data", str(ROOT.parent / "shared/data/gutenberg-prose/valid.jsonl"), "--out", str(out)]  # fmt: skip
     subprocess.run(args, check=True, cwd=ROOT)
 

@@ -13,9 +13,16 @@ by per-bit accuracy and id accuracy (all K bits right, i.e. the id recovered exa
 
 Features are standardised per layer with training statistics; full-batch Adam, no regularisation
 beyond a small weight decay.
+
+The floor to read the accuracies against is not 50 %: id bits are skewed (in a token stream the
+high bits of the id are mostly 0), so predicting every bit's most frequent value on the training
+targets already beats a coin. :func:`majority_baseline` scores that guess on the same samples and
+splits as the probe, and :func:`identity_probe` reports it as ``majority``.
 """
 
 from __future__ import annotations
+
+import json
 
 import torch
 import torch.nn.functional as F
@@ -23,7 +30,7 @@ import torch.nn.functional as F
 from fixed_embed.codes import bits_of, code_width
 from fixed_embed.model import Decoder
 
-__all__ = ["identity_probe", "plot_probe"]
+__all__ = ["identity_probe", "majority_baseline", "plot_probe", "probe_sample"]
 
 TYPE_SEED = 20261201  # which quarter of the vocabulary the type split holds out
 
@@ -51,6 +58,59 @@ def _fit_probe(x: torch.Tensor, y: torch.Tensor, steps: int, lr: float) -> torch
     return probe
 
 
+def probe_sample(
+    blocks: torch.Tensor, vocab_size: int, train_fraction: float = 0.75
+) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    """The probe's samples: one per input position of ``blocks`` (``[N, T + 1]``, the last column is
+    only a target), in the order :func:`_states` flattens them.
+
+    Returns the token ids ``[N * T]``, their K-bit targets ``[N * T, K]`` (float 0/1) and the
+    training mask of each split (``{"position": ..., "type": ...}``; a split's test samples are the
+    rest), so the probe and :func:`majority_baseline` score exactly the same tokens.
+    """
+    if not 0 < train_fraction < 1 or len(blocks) < 2:
+        raise ValueError(f"need 0 < train_fraction < 1 and >= 2 blocks, got {train_fraction}, {len(blocks)}")
+    ids = blocks[:, :-1].flatten()
+    targets = bits_of(ids, code_width(vocab_size)).float()
+    return ids, targets, _splits(ids, len(blocks), blocks.shape[1] - 1, vocab_size, train_fraction)
+
+
+def _splits(
+    ids: torch.Tensor, n_blocks: int, positions: int, vocab_size: int, train_fraction: float
+) -> dict[str, torch.Tensor]:
+    """Training masks: ``position`` the first ``train_fraction`` of the blocks; ``type`` every token
+    whose type is not in the seeded held-out quarter of the vocabulary (``TYPE_SEED``)."""
+    cut = max(1, int(n_blocks * train_fraction)) * positions
+    by_position = torch.arange(len(ids)) < cut
+    held_types = torch.randperm(vocab_size, generator=torch.Generator().manual_seed(TYPE_SEED))
+    held = torch.zeros(vocab_size, dtype=torch.bool)
+    held[held_types[: vocab_size // 4]] = True
+    return {"position": by_position, "type": ~held[ids]}
+
+
+def _scores(predicted: torch.Tensor, targets: torch.Tensor) -> dict[str, float]:
+    correct = predicted == targets
+    return {"bit_accuracy": correct.float().mean().item(), "id_accuracy": correct.all(-1).float().mean().item()}
+
+
+def majority_baseline(blocks: torch.Tensor, vocab_size: int, train_fraction: float = 0.75) -> dict:
+    """Per split, the bit and id accuracy of guessing every bit's most frequent value on the split's
+    training targets (ties: 0), scored on its test targets: the floor the probe's accuracies beat.
+
+    Uses :func:`probe_sample`, i.e. the probe's own samples and splits; it needs no model.
+    """
+    _, targets, splits = probe_sample(blocks, vocab_size, train_fraction)
+    return _majority(targets, splits)
+
+
+def _majority(targets: torch.Tensor, splits: dict[str, torch.Tensor]) -> dict[str, dict[str, float]]:
+    baseline = {}
+    for split, train in splits.items():
+        guess = (targets[train].mean(0) > 0.5).float()
+        baseline[split] = _scores(guess.expand_as(targets[~train]), targets[~train])
+    return baseline
+
+
 def identity_probe(
     decoder: Decoder,
     blocks: torch.Tensor,
@@ -59,80 +119,101 @@ def identity_probe(
     lr: float = 1e-2,
     batch_size: int = 8,
 ) -> dict:
-    """Per-layer bit and id accuracy of linear probes on held-out tokens; a JSON-ready dict."""
-    if not 0 < train_fraction < 1 or len(blocks) < 2:
-        raise ValueError(f"need 0 < train_fraction < 1 and >= 2 blocks, got {train_fraction}, {len(blocks)}")
+    """Per-layer bit and id accuracy of linear probes on held-out tokens; a JSON-ready dict.
+
+    ``majority`` holds :func:`majority_baseline` per split (``position``, ``type``).
+    """
+    vocab_size = decoder.config.vocab_size
+    ids, targets, splits = probe_sample(blocks, vocab_size, train_fraction)  # validates before the forward passes
     was_training = decoder.training
     decoder.eval()
     try:
         states = _states(decoder, blocks, batch_size)
     finally:
         decoder.train(was_training)
-    k = code_width(decoder.config.vocab_size)
-    ids = blocks[:, :-1].flatten()
-    targets = bits_of(ids, k).float()
-    cut = max(1, int(len(blocks) * train_fraction)) * (blocks.shape[1] - 1)
-    by_position = torch.arange(len(ids)) < cut
-    held_types = torch.randperm(decoder.config.vocab_size, generator=torch.Generator().manual_seed(TYPE_SEED))
-    held = torch.zeros(decoder.config.vocab_size, dtype=torch.bool)
-    held[held_types[: decoder.config.vocab_size // 4]] = True
-    by_type = ~held[ids]
     layers = []
     for depth, x in enumerate(states):
         row = {"layer": depth}
-        for split, train in (("position", by_position), ("type", by_type)):
+        for split, train in splits.items():
             mean, std = x[train].mean(0), x[train].std(0).clamp_min(1e-6)
             z = (x - mean) / std
             with torch.enable_grad():
                 probe = _fit_probe(z[train], targets[train], steps, lr)
             with torch.no_grad():
-                correct = (probe(z[~train]) > 0).float() == targets[~train]
+                scores = _scores((probe(z[~train]) > 0).float(), targets[~train])
             suffix = "" if split == "position" else "_unseen_types"
-            row[f"bit_accuracy{suffix}"] = correct.float().mean().item()
-            row[f"id_accuracy{suffix}"] = correct.all(-1).float().mean().item()
+            row.update({f"{metric}{suffix}": value for metric, value in scores.items()})
         layers.append(row)
+    cut = int(splits["position"].sum())
     return {
         "interface": type(decoder.interface).__name__,
-        "code_bits": k,
+        "code_bits": targets.shape[1],
         "train_tokens": cut,
         "test_tokens": len(ids) - cut,
-        "unseen_type_tokens": int((~by_type).sum()),
+        "unseen_type_tokens": int((~splits["type"]).sum()),
         "layers": layers,
+        "majority": _majority(targets, splits),
     }
 
 
-def plot_probe(results: dict[str, dict], path: str) -> None:
-    """Bit and id accuracy vs depth for both splits, one line per model (label -> identity_probe output)."""
+def plot_probe(results: dict[str, dict], path: str, seed: int | None = None, seeds: int | None = None) -> None:
+    """Bit and id accuracy vs depth for both splits, one line per model (label -> identity_probe output).
+
+    ``seed`` (one training seed) or ``seeds`` (how many were pooled) goes into the title. Each panel
+    draws the majority-class floor (:func:`majority_baseline`) of results that carry one: a single
+    black line when every model shares it (same tokens), else one per model in its line style.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
+    if seed is not None and seeds is not None:
+        raise ValueError("give seed (one training seed) or seeds (how many), not both")
     fig, axes = plt.subplots(2, 2, figsize=(10, 7.5), sharex=True)
     styles = ["-", "--", ":", "-."]
     markers = ["o", "s", "^", "D", "v", "x", "P", "*"]
+    splits = (("position", ""), ("type", "_unseen_types"))
+    metrics = ("bit_accuracy", "id_accuracy")
+    floors = {label: result["majority"] for label, result in results.items() if "majority" in result}
+    shared = len({json.dumps(floor, sort_keys=True) for floor in floors.values()}) == 1
     for i, (label, result) in enumerate(results.items()):
         depth = [row["layer"] for row in result["layers"]]
         # distinct dashes and markers: models with equal accuracies stay visible on top of each other
         style = {"linestyle": styles[i % len(styles)], "marker": markers[i % len(markers)], "label": label,
                  "markersize": 7 - i % 4, "alpha": 0.85}  # fmt: skip
-        for r, suffix in enumerate(("", "_unseen_types")):
-            for c, metric in enumerate(("bit_accuracy", "id_accuracy")):
+        for r, (split, suffix) in enumerate(splits):
+            for c, metric in enumerate(metrics):
                 values = [row.get(metric + suffix) for row in result["layers"]]
                 if None not in values:
-                    axes[r][c].plot(depth, values, **style)
-    titles = [["bit accuracy (chance 0.5)", "id accuracy (all bits right)"]] * 2
+                    line = axes[r][c].plot(depth, values, **style)[0]
+                    if label in floors and not shared:
+                        axes[r][c].axhline(floors[label][split][metric], color=line.get_color(), linewidth=0.9,
+                                           linestyle=style["linestyle"], alpha=0.6,
+                                           label=f"{label}: majority class")  # fmt: skip
+    if shared:
+        floor = next(iter(floors.values()))
+        for r, (split, _) in enumerate(splits):
+            for c, metric in enumerate(metrics):
+                axes[r][c].axhline(floor[split][metric], color="black", linewidth=1.0, linestyle=(0, (8, 4)), zorder=1,
+                                   label="majority class (each bit's most frequent training value)")  # fmt: skip
+    titles = ["bit accuracy", "id accuracy (all bits right)"]
     for r, split in enumerate(("held-out positions", "held-out token types")):
         for c in range(2):
             ax = axes[r][c]
-            ax.set_title(f"{titles[r][c]}, {split}", fontsize=10)
+            ax.set_title(f"{titles[c]}, {split}", fontsize=10)
             ax.set_ylim(0, 1.02)
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.grid(alpha=0.3)
             if r == 1:
                 ax.set_xlabel("layer (0 = input)")
     handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)), fontsize=8)  # below the data
-    fig.suptitle("Linear identity probes")
-    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    rows = -(-len(labels) // 4)
+    # below the axes, never over the data: the figure reserves a strip for the legend's rows
+    fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)), fontsize=8, frameon=False)
+    runs = f", seed {seed}" if seed is not None else f", {seeds} seeds" if seeds is not None else ""
+    fig.suptitle(f"Linear identity probes{runs}")
+    fig.tight_layout(rect=(0, 0.01 + 0.03 * rows, 1, 1))
     fig.savefig(path, dpi=120)
     plt.close(fig)

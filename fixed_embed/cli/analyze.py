@@ -20,6 +20,7 @@ def run(argv: list[str]) -> int:
     parser.add_argument("--data", help="held-out documents (file, folder, glob or hub id)")
     parser.add_argument("--blocks", type=int, default=32, help="held-out blocks of the model's context")
     parser.add_argument("--mode", choices=["zero", "mean"], default="zero", help="ablation mode")
+    parser.add_argument("--seed", type=int, help="the checkpoints' training seed, named in the probe plot's title")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--out", required=True, help="folder for <analysis>.json and <analysis>.png")
     args = parser.parse_args(argv[1:])
@@ -48,6 +49,9 @@ def run(argv: list[str]) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{args.analysis}.json").write_text(json.dumps(results, indent=2) + "\n")
-    (plot_probe if args.analysis == "probe" else plot_ablation)(results, str(out / f"{args.analysis}.png"))
+    if args.analysis == "probe":
+        plot_probe(results, str(out / "probe.png"), seed=args.seed)
+    else:
+        plot_ablation(results, str(out / "ablate.png"))
     print(f"wrote {out / f'{args.analysis}.json'} and {out / f'{args.analysis}.png'}")
     return 0
