@@ -344,10 +344,21 @@ def test_lines(family: list[tuple[str, Paired]]) -> list[str]:
     return lines
 
 
-def _legend_below(figure, axes, columns: int = 3) -> None:
+def _axes(axis, title: str, xlabel: str, ylabel: str) -> None:
+    axis.set_xscale("log")
+    axis.set_title(title, fontsize=10)
+    axis.set_xlabel(xlabel)
+    axis.set_ylabel(ylabel)
+    axis.grid(alpha=0.3)
+
+
+def _save(figure, axes, path: Path, columns: int = 3) -> None:
+    """The first panel's legend below every panel (never over data), and the file."""
     handles, labels = axes[0].get_legend_handles_labels()
     figure.legend(handles, labels, loc="lower center", ncol=columns, fontsize=8, frameon=False)
     figure.tight_layout(rect=(0, 0.1, 1, 1))
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
 
 
 def plot_sweep(study: Study, tok: str, sizes: Sequence[str], path: Path) -> None:
@@ -359,14 +370,8 @@ def plot_sweep(study: Study, tok: str, sizes: Sequence[str], path: Path) -> None
             best = study.best(tok, size, v)
             if best in scored:
                 axis.scatter([best], [scored[best]], s=90, facecolors="none", edgecolors="black", zorder=3)
-        axis.set_xscale("log")
-        axis.set_title(f"size {size.upper()} (seed 1; circle: best)", fontsize=10)
-        axis.set_xlabel("peak learning rate")
-        axis.set_ylabel("validation bits/byte")
-        axis.grid(alpha=0.3)
-    _legend_below(figure, axes[0])
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+        _axes(axis, f"size {size.upper()} (seed 1; circle: best)", "peak learning rate", "validation bits/byte")
+    _save(figure, axes[0], path)
 
 
 def _gap_series(study: Study, tok: str, points: Sequence[tuple[str, int | None]], split: str, x: str):
@@ -395,14 +400,9 @@ def plot_gaps(study: Study, tok: str, series: dict[str, list[tuple[str, int | No
                     axis.errorbar(xs, means, yerr=sds, marker="o", capsize=4, linestyle=style,
                                   color=GAP_COLORS[label], label=f"{text}{name}")  # fmt: skip
         axis.axhline(0, color="black", linewidth=0.8)
-        axis.set_xscale("log")
-        axis.set_xlabel("non-embedding parameters" if x == "params" else "training tokens per non-embedding parameter")
-        axis.set_ylabel(f"gap, {SPLITS[split].split(' (')[0]} (mean ± sd)")
-        axis.set_title(SPLITS[split], fontsize=10)
-        axis.grid(alpha=0.3)
-    _legend_below(figure, axes[0])
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+        xlabel = "non-embedding parameters" if x == "params" else "training tokens per non-embedding parameter"
+        _axes(axis, SPLITS[split], xlabel, f"gap, {SPLITS[split].split(' (')[0]} (mean ± sd)")
+    _save(figure, axes[0], path)
 
 
 def plot_curves(study: Study, tok: str, sizes: Sequence[str], path: Path) -> None:
@@ -427,14 +427,8 @@ def plot_curves(study: Study, tok: str, sizes: Sequence[str], path: Path) -> Non
                 low = [m - s for m, s in zip(mean, sd, strict=True)]
                 high = [m + s for m, s in zip(mean, sd, strict=True)]
                 axis.fill_between(xs, low, high, color=COLORS[v], alpha=0.2)
-        axis.set_xscale("log")
-        axis.set_title(f"size {size.upper()} (longer runs dashed)", fontsize=10)
-        axis.set_xlabel("training tokens")
-        axis.set_ylabel("validation bits/byte")
-        axis.grid(alpha=0.3)
-    _legend_below(figure, axes[0])
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+        _axes(axis, f"size {size.upper()} (longer runs dashed)", "training tokens", "validation bits/byte")
+    _save(figure, axes[0], path)
 
 
 def plot_controls(study: Study, tok: str, size: str, path: Path) -> None:
