@@ -230,8 +230,11 @@ def fit_lines(study: Study, tok: str, points: Sequence[tuple[str, int | None]], 
                 continue
             slope, low, high = bootstrap_fit(xs, samples)
             unit = "10x parameters" if x == "params" else "10x training tokens"
-            lines.append(f"- {b} − {a} ({split}): {slope:+.4f} bits/byte per {unit} (95 % seed bootstrap "
-                         f"{low:+.4f} to {high:+.4f}; {len(xs)} points, {sum(map(len, samples))} runs)")  # fmt: skip
+            # resampling one seed gives that seed back: its noise would be left out of the interval
+            spread = (f"95 % seed bootstrap {low:+.4f} to {high:+.4f}" if min(map(len, samples)) > 1
+                      else "no interval: a point has one seed")  # fmt: skip
+            lines.append(f"- {b} − {a} ({split}): {slope:+.4f} bits/byte per {unit} ({spread}; {len(xs)} points, "
+                         f"{sum(map(len, samples))} runs)")  # fmt: skip
     return lines
 
 

@@ -92,6 +92,10 @@ def test_the_report_compares_each_size_at_its_own_rates_and_folds_the_codebooks(
         line for line in text.splitlines() if line.startswith("- binary16 − learned (val)") and "parameters" in line
     )
     assert "3 points, 9 runs" in fit
+    rows = [r for r in rows if not ("-steps" in r["name"] and "seed1" not in r["name"])]  # the axis at one seed
+    report.render({"title": "Study v3: x", "runs": rows}, tmp_path / "study-v3")
+    length = (tmp_path / "study-v3.md").read_text().split("## The gap across training lengths")[1].split("![")[0]
+    assert "(no interval: a point has one seed; 3 points, 5 runs)" in length
     # controls: matched sits where binary16 does, on the learned-binary16 line
     assert "| matched: binary16, SwiGLU widened to learned's trainable params | 3 |" in text
     assert "| +0.1500 ± 0.0000 (+0.150, +0.150) | -0.0500 ± 0.0000 (-0.050, -0.050) | 0.75 (0.75, 0.75) |" in text
