@@ -26,7 +26,7 @@ import matplotlib.pyplot as plt
 
 from experiments.runs import ROOT, merged_config
 from experiments.study_plan import CODED, CONTROLS, METRIC, PAPER, SIZES, non_embedding_params, parse_name, widened
-from experiments.study_stats import Paired, bootstrap_fit, holm, paired
+from experiments.study_stats import Paired, holm, paired, slope_fit
 
 LABELS = {
     "learned": "learned table",
@@ -72,7 +72,9 @@ def fmt(p: Paired, decimals: int = 4) -> str:
 
 
 def mean_sd(values: Sequence[float], scale: float = 1.0, decimals: int = 4) -> str:
-    return fmt(Paired(tuple(v * scale for v in values)), decimals).lstrip("+").replace(" (1 run)", " (1)")
+    finite = [v * scale for v in values if math.isfinite(v)]
+    text = fmt(Paired(tuple(finite)), decimals).lstrip("+").replace(" (1 run)", " (1)")
+    return text + (f" ({len(values) - len(finite)} diverged or unscored)" if len(finite) < len(values) else "")
 
 
 def _config(row: dict) -> dict:
@@ -95,6 +97,7 @@ def wikitext_ratio(rows: list[dict]) -> float | None:
     of the rows that log both converts them exactly (the same text for every run, so one constant)."""
     ratios = [r["scores"][TEST]["value"] / math.log(r["scores"][WORD_PPL]["value"]) for r in rows
               if TEST in r.get("scores", {}) and WORD_PPL in r["scores"]]  # fmt: skip
+    ratios = [x for x in ratios if math.isfinite(x)]  # a diverged run scores inf or NaN
     if not ratios:
         return None
     if max(ratios) - min(ratios) > 1e-9 * max(ratios):
@@ -151,8 +154,8 @@ class Study:
         """Seed -> row at the compared rate; with ``fold``, seed s uses codebook s where it was drawn."""
         lr = self.rate(tok, size, variant, steps)
         seeds = self.index.get((tok, size, variant, steps), {}).get(lr, {})
-        return {s: codes[s] if fold and s in codes else codes[None] for s, codes in sorted(seeds.items())
-                if None in codes or (fold and s in codes)}  # fmt: skip
+        own = {s: codes[s] for s, codes in seeds.items() if fold and s > 1 and s in codes}  # seed 1: the config's
+        return {s: own.get(s, codes.get(None)) for s, codes in sorted(seeds.items()) if s in own or None in codes}
 
     def values(self, cell: Cell, split: str) -> dict[int, float]:
         return {s: self.value(row, split) for s, row in cell.items()}
@@ -163,13 +166,15 @@ class Study:
 
     def lengths(self, tok: str, size: str) -> list[int | None]:
         """The training lengths every paper variant ran at ``size``, shortest first (None: the size's own)."""
-        found = [set(steps for t, s, v, steps in self.index if (t, s, v) == (tok, size, var)) for var in PAPER]
-        common = set.intersection(*found) if found else set()
-        return sorted(common, key=lambda n: self.tokens(tok, size, n))
+        found = {steps for t, s, v, steps in self.index if (t, s) == (tok, size) and v in PAPER}
+        return sorted(found, key=lambda n: self.tokens(tok, size, n))
 
     def tokens(self, tok: str, size: str, steps: int | None) -> int:
-        cell = self.cell(tok, size, "learned", steps)
-        return next(iter(cell.values()))["tokens_seen"] if cell else 0
+        return self.first(tok, size, steps)["tokens_seen"]
+
+    def first(self, tok: str, size: str, steps: int | None) -> dict:
+        """A run of a paper variant at ``size`` and ``steps`` (for what they share: parameters, tokens)."""
+        return next(row for v in PAPER for row in self.cell(tok, size, v, steps).values())
 
 
 def _cells(study: Study, tok: str, size: str, variants: Sequence[str], steps: int | None = None) -> str:
@@ -199,14 +204,11 @@ def sweep_lines(study: Study, tok: str, sizes: Sequence[str]) -> list[str]:
 def gap_table(study: Study, tok: str, points: Sequence[tuple[str, int | None]], first: str) -> list[str]:
     """A row per (size, steps): the three paired gaps on both splits."""
     head = [f"{b} − {a} ({split})" for split in SPLITS for a, b in GAPS]
-    lines = [f"| {first} | non-emb. params | updates | tokens / non-emb. param | lr (l/b/g) | seeds | "
+    lines = [f"| {first} | non-emb. params | updates | tokens / non-emb. param | lr (l/b/g) | seeds (l/b/g) | "
              + " | ".join(head) + " |", "|---|---:|---:|---:|---|---:|" + "---:|" * len(head)]  # fmt: skip
     for size, steps in points:
-        cell = study.cell(tok, size, "learned", steps)
-        if not cell:
-            continue
-        row = next(iter(cell.values()))
-        seeds = min(len(study.cell(tok, size, v, steps)) for v in PAPER)
+        row = study.first(tok, size, steps)
+        seeds = "/".join(str(len(study.cell(tok, size, v, steps))) for v in PAPER)
         gaps = [fmt(study.gap(tok, size, a, b, split, steps)) for split in SPLITS for a, b in GAPS]
         lines.append(f"| {size.upper()} | {non_embedding(row):,} | {updates(row):,} | "
                      f"{row['tokens_seen'] / non_embedding(row):.2f} | {_cells(study, tok, size, PAPER, steps)} | "
@@ -215,7 +217,7 @@ def gap_table(study: Study, tok: str, points: Sequence[tuple[str, int | None]], 
 
 
 def fit_lines(study: Study, tok: str, points: Sequence[tuple[str, int | None]], x: str) -> list[str]:
-    """The slope of each gap per decade of ``x`` (non-embedding parameters or tokens), seed-bootstrapped."""
+    """The slope of each gap per decade of ``x`` (non-embedding parameters or tokens), with its interval."""
     lines = []
     for split in SPLITS:
         for a, b in GAPS[:2]:
@@ -223,16 +225,14 @@ def fit_lines(study: Study, tok: str, points: Sequence[tuple[str, int | None]], 
             for size, steps in points:
                 gap = study.gap(tok, size, a, b, split, steps)
                 if gap.n:
-                    row = next(iter(study.cell(tok, size, "learned", steps).values()))
+                    row = study.first(tok, size, steps)
                     xs.append(non_embedding(row) if x == "params" else row["tokens_seen"])
                     samples.append(gap.diffs)
             if len(xs) < 2:
                 continue
-            slope, low, high = bootstrap_fit(xs, samples)
+            slope, low, high = slope_fit(xs, samples)
             unit = "10x parameters" if x == "params" else "10x training tokens"
-            # resampling one seed gives that seed back: its noise would be left out of the interval
-            spread = (f"95 % seed bootstrap {low:+.4f} to {high:+.4f}" if min(map(len, samples)) > 1
-                      else "no interval: a point has one seed")  # fmt: skip
+            spread = "no interval: a point has one seed" if math.isnan(low) else f"95 % {low:+.4f} to {high:+.4f}"
             lines.append(f"- {b} − {a} ({split}): {slope:+.4f} bits/byte per {unit} ({spread}; {len(xs)} points, "
                          f"{sum(map(len, samples))} runs)")  # fmt: skip
     return lines
@@ -289,9 +289,9 @@ def codebook_lines(study: Study, tok: str) -> list[str]:
 
 
 def control_lines(study: Study, tok: str, size: str) -> list[str]:
-    lines = [f"| variant (size {size.upper()}) | seeds | trainable params | val bits/byte | − learned (95 % CI) | "
+    lines = [f"| variant (size {size.upper()}) | lr | seeds | trainable params | val bits/byte | − learned (95 % CI) | "
              "− binary16 (95 % CI) | position: learned 0, binary16 1 (95 % CI) |",
-             "|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
     learned = study.values(study.cell(tok, size, "learned"), "val")
     binary = study.values(study.cell(tok, size, "binary16"), "val")
     for v in CONTROLS:
@@ -304,11 +304,12 @@ def control_lines(study: Study, tok: str, size: str) -> list[str]:
             p = paired(ref, mine)
             low, high = p.ci()
             cols.append(fmt(p) + ("" if math.isnan(low) else f" ({low:+.3f}, {high:+.3f})"))
-        share = Paired(tuple((mine[s] - learned[s]) / (binary[s] - learned[s]) for s in sorted(mine)
-                             if s in learned and s in binary))  # fmt: skip
+        share = Paired(tuple(x for x in ((mine[s] - learned[s]) / (binary[s] - learned[s]) for s in sorted(mine)
+                                         if s in learned and s in binary) if math.isfinite(x)))  # fmt: skip
         low, high = share.ci()
         where = f"{share.mean:.2f}" + ("" if math.isnan(low) else f" ({low:.2f}, {high:.2f})") if share.n else "--"
-        lines.append(f"| {v}: {LABELS[v]} | {len(cell)} | {next(iter(cell.values()))['trainable_params']:,} | "
+        lines.append(f"| {v}: {LABELS[v]} | {study.rate(tok, size, v):g} | {len(cell)} | "
+                     f"{next(iter(cell.values()))['trainable_params']:,} | "
                      f"{mean_sd(list(mine.values()))} | {cols[0]} | {cols[1]} | {where} |")  # fmt: skip
     return lines
 
@@ -384,7 +385,7 @@ def _gap_series(study: Study, tok: str, points: Sequence[tuple[str, int | None]]
         for size, steps in points:
             gap = study.gap(tok, size, a, b, split, steps)
             if gap.n:
-                row = next(iter(study.cell(tok, size, "learned", steps).values()))
+                row = study.first(tok, size, steps)
                 xs.append(non_embedding(row) if x == "params" else row["tokens_seen"] / non_embedding(row))
                 means.append(gap.mean)
                 sds.append(0.0 if math.isnan(gap.sd) else gap.sd)
@@ -508,18 +509,20 @@ def render(data: dict, out: Path, tune: str = "m") -> None:
                    out.parent / f"{stem}-sweep.png")  # fmt: skip
     lines += ["## The gap across model sizes, each at its own best rates", "",
               *gap_table(study, tok, own, "size"), "", "A slope over every size (least squares on log10 "
-              "parameters; the interval resamples the seeds of every size):", "",
+              "parameters through each size's mean gap; the t interval holds the seed noise of every size, not "
+              "the misfit to a line, which 3 sizes cannot measure):", "",
               *fit_lines(study, tok, own, "params"), "", *size_table(study, tok, sizes), ""]  # fmt: skip
     equal = [(s, n) for s in sizes for n in study.lengths(tok, s)]
-    longest = max((study.tokens(tok, s, n) for s, n in equal), default=0)
-    same = [(s, n) for s, n in equal if study.tokens(tok, s, n) == longest]
+    largest = sizes[-1] if sizes else None
+    target = study.tokens(tok, largest, None) if largest and (tok, largest, "learned", None) in study.index else 0
+    same = [(s, n) for s, n in equal if study.tokens(tok, s, n) == target]
     series = {"": own}
     if len(same) > 1:
-        lines += [f"## Equal training tokens ({longest / 1e6:.2f}M, L's), across sizes", "",
+        lines += [f"## Equal training tokens ({target / 1e6:.2f}M, size {largest.upper()}'s), across sizes", "",
                   "Size apart from training length: every size trained on the same tokens (so the smaller sizes "
                   "see more tokens per parameter).", "", *gap_table(study, tok, same, "size"), "",
                   *fit_lines(study, tok, same, "params"), ""]  # fmt: skip
-        series[f", {longest / 1e6:.2f}M tokens"] = same
+        series[f", {target / 1e6:.2f}M tokens"] = same
     lines += [f"![gap vs size]({stem}-gap.png)", ""]
     plot_gaps(study, tok, series, "params", out.parent / f"{stem}-gap.png")
     long = {s: [(s, n) for n in study.lengths(tok, s)] for s in sizes if len(study.lengths(tok, s)) > 1}

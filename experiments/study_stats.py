@@ -1,4 +1,4 @@
-"""The study report's statistics: paired differences over seeds, Holm's correction, a seed-bootstrap fit.
+"""The study report's statistics: paired differences over seeds, Holm's correction, a slope over sizes.
 
 Small samples (3 seeds) make every interval wide; the report states them rather than hiding them, and
 states how many comparisons a family of tests holds.
@@ -50,8 +50,8 @@ class Paired:
 
 
 def paired(a: dict[int, float], b: dict[int, float]) -> Paired:
-    """``b[seed] - a[seed]`` over the seeds both have."""
-    return Paired(tuple(b[s] - a[s] for s in sorted(set(a) & set(b))))
+    """``b[seed] - a[seed]`` over the seeds both have with a finite value (a diverged run pairs with nothing)."""
+    return Paired(tuple(b[s] - a[s] for s in sorted(set(a) & set(b)) if math.isfinite(a[s]) and math.isfinite(b[s])))
 
 
 def holm(ps: Sequence[float]) -> list[float]:
@@ -66,22 +66,28 @@ def holm(ps: Sequence[float]) -> list[float]:
     return adjusted
 
 
-def bootstrap_fit(xs: Sequence[float], samples: Sequence[Sequence[float]], draws: int = 2000,
-                  seed: int = 0) -> tuple[float, float, float]:  # fmt: skip
-    """The least-squares slope of y on log10(x) over every point's mean, and its 95 % seed-bootstrap interval.
+def slope_fit(xs: Sequence[float], samples: Sequence[Sequence[float]]) -> tuple[float, float, float]:
+    """The least-squares slope of y on log10(x) through every point's mean, and its 95 % interval from the
+    seed noise of every point at once.
 
-    ``samples[i]`` holds the per-seed values at ``xs[i]`` (a gap per seed); each draw resamples the seeds
-    of every point with replacement and refits, so the interval holds the seed noise of every point at
-    once, not of a chosen pair. Returns ``(slope, low, high)`` in y per decade of x.
+    ``samples[i]`` holds the per-seed values at ``xs[i]`` (a gap per seed). The slope is a weighted sum of
+    the means, ``sum(w_i * mean_i)``, so its variance is ``sum(w_i**2 * s_i**2 / n_i)``; the interval is t
+    with Welch-Satterthwaite degrees of freedom. (A bootstrap over 3 seeds would understate it: resampling
+    3 values shrinks their spread by sqrt(2/3), and its percentiles are normal, not t.) The interval holds
+    no misfit to a line, which 3 points cannot measure. Returns ``(slope, low, high)`` in y per decade of x;
+    NaN bounds where a point has one seed.
     """
     if len(xs) < 2 or any(not s for s in samples):
         raise ValueError(f"a fit needs 2 or more points, each with a value: got {len(xs)} points")
     logs = np.log10(np.asarray(xs, dtype=float))
-    slope = float(np.polyfit(logs, [statistics.mean(s) for s in samples], 1)[0])
-    rng = np.random.default_rng(seed)
-    slopes = [
-        np.polyfit(logs, [float(np.mean(rng.choice(np.asarray(s), len(s)))) for s in samples], 1)[0]
-        for _ in range(draws)
-    ]
-    low, high = np.percentile(slopes, [2.5, 97.5])
-    return slope, float(low), float(high)
+    weights = (logs - logs.mean()) / ((logs - logs.mean()) ** 2).sum()
+    slope = float(sum(w * statistics.mean(v) for w, v in zip(weights, samples, strict=True)))
+    if min(map(len, samples)) < 2:
+        return slope, math.nan, math.nan
+    parts = [w**2 * statistics.variance(v) / len(v) for w, v in zip(weights, samples, strict=True)]
+    variance = sum(parts)
+    if variance == 0:
+        return slope, slope, slope
+    df = variance**2 / sum(part**2 / (len(v) - 1) for part, v in zip(parts, samples, strict=True) if part)
+    half = float(stats.t.ppf(0.975, df)) * math.sqrt(variance)
+    return slope, slope - half, slope + half

@@ -9,7 +9,7 @@ from scipy import stats
 
 import experiments.study_report as report
 from experiments.study_plan import parse_name
-from experiments.study_stats import Paired, bootstrap_fit, holm, paired
+from experiments.study_stats import Paired, holm, paired, slope_fit
 
 ROOT = Path(__file__).resolve().parents[1]
 RATIO = 0.245959  # WikiText-2 bits/byte per ln(word ppl) in these made-up rows
@@ -69,10 +69,10 @@ def test_the_report_compares_each_size_at_its_own_rates_and_folds_the_codebooks(
     assert "| learned | **2.0000** | 3.0000 | 0.003 |" not in text  # seed 1 of learned at S is 1.99
     assert "| learned | **1.9900** | 3.0000 | 0.003 |" in text  # the sweep table, the best in bold
     # the gaps at each size's own rates: S and M at 3e-3, L at 2e-3 (its gf2 with a codebook per seed)
-    assert "| S | 443,040 | 108 | 0.50 | 0.003/0.003/0.003 | 3 | +0.3000 ± 0.0000 | +0.3000 ± 0.0100 |" in text
+    assert "| S | 443,040 | 108 | 0.50 | 0.003/0.003/0.003 | 3/3/3 | +0.3000 ± 0.0000 | +0.3000 ± 0.0100 |" in text
     assert "| +0.6000 ± 0.0000 | +0.3000 ± 0.0100 |" in text  # S's test gaps
     # M's learned rows carry the word perplexity only: converted, the test gap is exact
-    assert "| M | 1,770,816 | 432 | 0.50 | 0.003/0.003/0.003 | 3 | +0.2000 ± 0.0000 |" in text
+    assert "| M | 1,770,816 | 432 | 0.50 | 0.003/0.003/0.003 | 3/3/3 | +0.2000 ± 0.0000 |" in text
     assert "+0.4000 ± 0.0000 | +0.2000 ± 0.0100 | -0.2000 ± 0.0100 |" in text
     l_line = next(line for line in text.splitlines() if line.startswith("| L | 4,196,608 | 1,024 |"))
     gf2 = [2.08, 2.05, 2.07]  # seed 1: the config's codebook; seeds 2 and 3: their own
@@ -83,9 +83,9 @@ def test_the_report_compares_each_size_at_its_own_rates_and_folds_the_codebooks(
     assert "| L | gf2 | val | 2.1000 ± 0.0200 | 2.0667 ± 0.0153 | 2: 2.0500, 3: 2.0700 |" in text
     # the length axis at S, and its fit: a flat gap has a zero slope and a zero-width interval
     assert "## The gap across training lengths, at a fixed size" in text
-    assert "| S | 443,040 | 1,728 | 7.99 | 0.003/0.003/0.003 | 3 | +0.3000 ± 0.0000 |" in text
+    assert "| S | 443,040 | 1,728 | 7.99 | 0.003/0.003/0.003 | 3/3/3 | +0.3000 ± 0.0000 |" in text
     length = text.split("## The gap across training lengths")[1].split("![")[0]
-    flat = "binary16 − learned (val): +0.0000 bits/byte per 10x training tokens (95 % seed bootstrap +0.0000 to +0.0000"
+    flat = "binary16 − learned (val): +0.0000 bits/byte per 10x training tokens (95 % +0.0000 to +0.0000"
     assert flat in length
     # a size fit over every size, not a pair
     fit = next(
@@ -97,7 +97,7 @@ def test_the_report_compares_each_size_at_its_own_rates_and_folds_the_codebooks(
     length = (tmp_path / "study-v3.md").read_text().split("## The gap across training lengths")[1].split("![")[0]
     assert "(no interval: a point has one seed; 3 points, 5 runs)" in length
     # controls: matched sits where binary16 does, on the learned-binary16 line
-    assert "| matched: binary16, SwiGLU widened to learned's trainable params | 3 |" in text
+    assert "| matched: binary16, SwiGLU widened to learned's trainable params | 0.003 | 3 |" in text
     assert "| +0.1500 ± 0.0000 (+0.150, +0.150) | -0.0500 ± 0.0000 (-0.050, -0.050) | 0.75 (0.75, 0.75) |" in text
     assert "comparisons in one family" in text
     for suffix in ("sweep", "gap", "length", "val-bpb", "controls"):
@@ -141,14 +141,52 @@ def test_holm_adjusts_in_input_order_and_skips_untested():
     assert holm([0.5, 0.6]) == [1.0, 1.0]
 
 
-def test_the_bootstrap_fit_finds_the_slope_and_widens_with_noise():
+def test_the_slope_interval_holds_every_points_seed_noise():
     xs = [1e5, 1e6, 1e7]
-    exact = [[0.3, 0.3], [0.2, 0.2], [0.1, 0.1]]
-    assert bootstrap_fit(xs, exact) == pytest.approx((-0.1, -0.1, -0.1))
-    slope, low, high = bootstrap_fit(xs, [[0.28, 0.32], [0.18, 0.22], [0.1, 0.1]])
-    assert slope == pytest.approx(-0.1) and low < -0.1 < high
+    assert slope_fit(xs, [[0.3, 0.3], [0.2, 0.2], [0.1, 0.1]]) == pytest.approx((-0.1, -0.1, -0.1))
+    samples = [[0.28, 0.32, 0.30], [0.2, 0.2, 0.2], [0.1, 0.1, 0.1]]
+    slope, low, high = slope_fit(xs, samples)
+    # weights -0.5, 0, 0.5 per decade: the variance is 0.25 * var(S) / 3, all from S (2 degrees of freedom)
+    half = stats.t.ppf(0.975, 2) * math.sqrt(0.25 * 0.0004 / 3)
+    assert slope == pytest.approx(-0.1) and (low, high) == pytest.approx((-0.1 - half, -0.1 + half))
+    assert math.isnan(slope_fit(xs, [[0.3], [0.2, 0.2], [0.1, 0.1]])[1])  # one seed: no interval
     with pytest.raises(ValueError, match="2 or more points"):
-        bootstrap_fit([1e5], [[0.1]])
+        slope_fit([1e5], [[0.1]])
+
+
+def test_each_cell_is_compared_at_its_variants_best_rate_not_at_its_most_seeded():
+    rows = _study_rows()
+    # M's learned and binary16 also ran 3 seeds at 1e-3, worse for seed 1; matched too, better than at 3e-3
+    for seed in (1, 2, 3):
+        rows += [
+            _row(f"bpe8k-m/learned-lr0.001-seed{seed}", 2.5, 3.5),
+            _row(f"bpe8k-m/binary16-lr0.001-seed{seed}", 2.6, 3.6),
+        ]
+        rows.append(_row(f"bpe8k-m/matched-lr0.001-seed{seed}", 1.0, 2.0))
+    rows += [_row("bpe8k-m/gf2-lr0.001-seed4", 1.0, 2.0)]  # a fourth seed at another rate: not compared
+    study = report.Study(rows)
+    assert study.rate("bpe8k", "m", "learned") == 3e-3 and study.rate("bpe8k", "m", "matched") == 3e-3
+    assert study.gap("bpe8k", "m", "learned", "matched", "val").mean == pytest.approx(0.15)
+    # a length run at S is compared at S's rate, though it ran at two
+    rows += [_row(f"bpe8k-s/{v}-lr0.01-seed{s}-steps432", 9.0, 9.0) for v in report.PAPER for s in (1, 2, 3, 4)]
+    study = report.Study(rows)
+    assert study.gap("bpe8k", "s", "learned", "binary16", "val", 432).mean == pytest.approx(0.3)
+
+
+def test_a_diverged_or_unscored_run_is_named_not_averaged(tmp_path):
+    rows = _study_rows()
+    diverged = next(r for r in rows if r["name"] == "bpe8k-l/binary16-lr0.002-seed2")
+    diverged["val_bpb"] = float("nan")
+    diverged["scores"] = {}
+    unscored = next(r for r in rows if r["name"] == "bpe8k-s/gf2-lr0.003-seed3")
+    unscored["scores"] = {}
+    rows.append(_row("bpe8k-s/learned-lr0.003-seed1-steps1024", 1.0, 2.0))  # a length point only one variant ran
+    report.render({"title": "Study v3: x", "runs": rows}, tmp_path / "study-v3")
+    text = (tmp_path / "study-v3.md").read_text()
+    l_line = next(line for line in text.splitlines() if line.startswith("| L | 4,196,608 | 1,024 |"))
+    assert "| +0.1000 ± 0.0000 |" in l_line  # seeds 1 and 3 pair; seed 2's binary16 diverged
+    assert "| L | binary16 | 0.002 | 3 |" in text and "(1 diverged or unscored)" in text
+    assert "| S | 443,040 | 1,024 | 4.73 | 0.003/--/-- | 1/0/0 | -- |" in text  # shown, not dropped
 
 
 def test_the_committed_report_is_drawn_from_the_committed_runs(tmp_path):
