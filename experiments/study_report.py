@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
+from functools import cache
 from pathlib import Path
 
 import matplotlib
@@ -27,6 +28,7 @@ import matplotlib.pyplot as plt
 from experiments.runs import ROOT, merged_config
 from experiments.study_plan import CODED, CONTROLS, METRIC, PAPER, SIZES, non_embedding_params, parse_name, widened
 from experiments.study_stats import Paired, holm, paired, slope_fit
+from fixed_embed.atomic import atomic_path, atomic_write_text
 
 LABELS = {
     "learned": "learned table",
@@ -78,7 +80,12 @@ def mean_sd(values: Sequence[float], scale: float = 1.0, decimals: int = 4) -> s
 
 
 def _config(row: dict) -> dict:
-    return merged_config([ROOT / c for c in row["config"].split(" + ")])
+    return _merged(row["config"])
+
+
+@cache  # a render reads each run's configs for every table and figure it appears in; nothing mutates them
+def _merged(configs: str) -> dict:
+    return merged_config([ROOT / c for c in configs.split(" + ")])
 
 
 def non_embedding(row: dict) -> int:
@@ -165,7 +172,8 @@ class Study:
                       self.values(self.cell(tok, size, b, steps), split))  # fmt: skip
 
     def lengths(self, tok: str, size: str) -> list[int | None]:
-        """The training lengths every paper variant ran at ``size``, shortest first (None: the size's own)."""
+        """The training lengths any paper variant ran at ``size``, shortest first (None: the size's own); a
+        variant that has not run one shows "--" there."""
         found = {steps for t, s, v, steps in self.index if (t, s) == (tok, size) and v in PAPER}
         return sorted(found, key=lambda n: self.tokens(tok, size, n))
 
@@ -178,8 +186,8 @@ class Study:
 
 
 def _cells(study: Study, tok: str, size: str, variants: Sequence[str], steps: int | None = None) -> str:
-    return "/".join(f"{study.rate(tok, size, v, steps):g}" if study.rate(tok, size, v, steps) else "--"
-                    for v in variants)  # fmt: skip
+    rates = [study.rate(tok, size, v, steps) for v in variants]
+    return "/".join("--" if lr is None else f"{lr:g}" for lr in rates)
 
 
 def sweep_lines(study: Study, tok: str, sizes: Sequence[str]) -> list[str]:
@@ -361,7 +369,13 @@ def _save(figure, axes, path: Path, columns: int = 3) -> None:
     handles, labels = axes[0].get_legend_handles_labels()
     figure.legend(handles, labels, loc="lower center", ncol=columns, fontsize=8, frameon=False)
     figure.tight_layout(rect=(0, 0.1, 1, 1))
-    figure.savefig(path, dpi=110)
+    _write_png(figure, path)
+
+
+def _write_png(figure, path: Path) -> None:
+    """A kill mid-render leaves the previous figure, never half of one."""
+    with atomic_path(path) as tmp:
+        figure.savefig(tmp, dpi=110, format="png")  # the temporary name has no .png to infer it from
     plt.close(figure)
 
 
@@ -460,8 +474,7 @@ def plot_controls(study: Study, tok: str, size: str, path: Path) -> None:
         axis.grid(alpha=0.3, axis="y")
         axis.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.28), frameon=False)
     figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    _write_png(figure, path)
 
 
 def validation_set(row: dict) -> str:
@@ -557,4 +570,4 @@ def render(data: dict, out: Path, tune: str = "m") -> None:
         configs = " ".join(f"--config {c}" for c in row["config"].split(" + "))
         lines.append(f"fixed-embed fit {configs} {' '.join(row['extra'])}".rstrip())
     lines += ["```", ""]
-    Path(f"{out}.md").write_text("\n".join(lines) + "\n")
+    atomic_write_text(f"{out}.md", "\n".join(lines) + "\n")

@@ -11,6 +11,8 @@ import argparse
 import json
 from pathlib import Path
 
+from fixed_embed.atomic import atomic_write_text
+
 
 def run(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="fixed-embed analyze", description=__doc__)
@@ -48,7 +50,7 @@ def run(argv: list[str]) -> int:
         results[label]["checkpoint"] = str(path)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"{args.analysis}.json").write_text(json.dumps(results, indent=2) + "\n")
+    atomic_write_text(out / f"{args.analysis}.json", json.dumps(results, indent=2) + "\n")
     if args.analysis == "probe":
         plot_probe(results, str(out / "probe.png"), seed=args.seed)
     else:
