@@ -40,6 +40,7 @@ import json
 import math
 import subprocess
 import sys
+from collections.abc import Collection
 from pathlib import Path
 
 from experiments.runs import ROOT, merged_config, run_all
@@ -68,6 +69,7 @@ V2_RUNS = ROOT / "docs" / "results" / "study-v2-runs.json"
 # on the study's size-M runs: 1.93e13 FLOPs in 384 s of fit plus eval per run, two at a time.
 GPU_RATE = 0.4 * 989e12
 CPU_RATE = 1.0e11
+STEPS_FLAG = "--trainer.max_steps="
 
 
 class Scale:
@@ -115,7 +117,7 @@ def step(scale: Scale, size: str, variant: str, lr: float, seed: int, tokenizer:
     if steps is not None:
         if steps % 4:
             raise ValueError(f"study: {steps} updates do not split into 4 validations; give a multiple of 4")
-        flags += [f"--trainer.max_steps={steps}", f"--trainer.val_check_interval={steps // 4}",
+        flags += [f"{STEPS_FLAG}{steps}", f"--trainer.val_check_interval={steps // 4}",
                   f"--model.schedule.warmup_steps={round(steps / 10)}"]  # fmt: skip
     if code is not None:
         flags.append(f"--model.interface.init_args.code_seed={code}")
@@ -211,18 +213,24 @@ def later_plan(scale: Scale, stages: list[str], best: dict[str, dict[str, float]
     return steps
 
 
+def adoptable(source: Path | None, plan: list[tuple], have: Collection[str] = ()) -> list[dict]:
+    """The finished rows of ``source`` (an earlier study's runs file) that are runs of ``plan`` with the same
+    flags and not in ``have``, each marked with where it came from."""
+    if source is None or not source.is_file():
+        return []
+    wanted = {n: flags for n, _, flags in plan if n not in have}
+    return [{**row, "adopted_from": source.name} for row in json.loads(source.read_text())["runs"]
+            if wanted.get(row["name"]) == row["extra"]]  # fmt: skip
+
+
 def adopt(runs_file: Path, source: Path, plan: list[tuple], title: str) -> int:
-    """Copy into ``runs_file`` the finished rows of ``source`` (an earlier study's runs file) that are runs of
-    ``plan`` with the same flags, each keeping its commit; the number copied. The same code trains the same
-    run bit for bit on this machine (CPU, fixed seeds), so a copied row stands for the run it would be."""
+    """Copy into ``runs_file`` the :func:`adoptable` rows of ``source``, each keeping its commit; the number
+    copied. The same code trains the same run bit for bit on this machine (CPU, fixed seeds), so a copied row
+    stands for the run it would be."""
     from experiments.runs import write_rows
 
     mine = json.loads(runs_file.read_text())["runs"] if runs_file.is_file() else []
-    have = {row["name"] for row in mine}
-    wanted = {n: flags for n, _, flags in plan if n not in have}
-    earlier = json.loads(source.read_text())["runs"] if source.is_file() else []
-    copied = [{**row, "adopted_from": source.name} for row in earlier
-              if wanted.get(row["name"]) == row["extra"]]  # fmt: skip
+    copied = adoptable(source, plan, {row["name"] for row in mine})
     if copied:
         write_rows(mine + copied, title, str(runs_file.with_suffix("")))  # write_rows adds .json
     return len(copied)
@@ -257,10 +265,15 @@ def smoke_plan(scale: Scale) -> list[tuple]:
     return steps + [step(scale, scale.tune, v, 1e-3, 1) for v in others]
 
 
-def training_targets(config: dict) -> int:
-    """Prediction targets a run trains on (one device: updates x accumulation x batch x seq_len)."""
+def training_targets(config: dict, flags: list[str] = ()) -> int:
+    """Prediction targets a run trains on (one device: updates x accumulation x batch x seq_len); a
+    ``--trainer.max_steps`` among its ``flags`` (a training-length run's) sets its updates."""
     trainer, data = config["trainer"], config["data"]
-    return trainer["max_steps"] * trainer.get("accumulate_grad_batches", 1) * data["batch_size"] * data["seq_len"]
+    steps = trainer["max_steps"]
+    for flag in flags:
+        if flag.startswith(STEPS_FLAG):
+            steps = int(flag.removeprefix(STEPS_FLAG))
+    return steps * trainer.get("accumulate_grad_batches", 1) * data["batch_size"] * data["seq_len"]
 
 
 def tokens_per_param(configs: tuple[Path, ...]) -> float:
@@ -268,24 +281,40 @@ def tokens_per_param(configs: tuple[Path, ...]) -> float:
     return training_targets(config) / non_embedding_params(config["model"]["decoder"])
 
 
-def estimate(steps: list[tuple], flops_per_sec: float) -> list[str]:
-    """One line per run (targets, training FLOPs, hours at ``flops_per_sec``) and the total."""
+def estimate(steps: list[tuple], flops_per_sec: float, finished: Collection[str] = ()) -> list[str]:
+    """One line per run (targets, training FLOPs, hours at ``flops_per_sec``, or "finished" for a run of
+    ``finished``: in the runs file, or to be adopted from an earlier one) and the total still to run."""
     from fixed_embed.experiment import build_model
 
-    lines, total = [], 0.0
+    lines, left, done = [], 0.0, 0
     for run_name, configs, flags in steps:
         config = merged_config(configs)
         config["model"]["decoder"] = widened(config["model"]["decoder"], flags)
-        targets = training_targets(config)
+        targets = training_targets(config, flags)
         flops = targets * build_model(config["model"]).decoder.flops_per_token(config["data"]["seq_len"])
-        total += flops
-        lines.append(
-            f"{run_name:40s} {targets / 1e6:8.1f}M targets {flops:9.3g} FLOPs {flops / flops_per_sec / 3600:7.2f} h"
-        )
+        if run_name in finished:
+            done += 1
+            when = "finished"
+        else:
+            left += flops
+            when = f"{flops / flops_per_sec / 3600:.2f} h"
+        lines.append(f"{run_name:40s} {targets / 1e6:8.1f}M targets {flops:9.3g} FLOPs {when:>9s}")
     lines.append(
-        f"{len(steps)} runs: {total:.3g} FLOPs, {total / flops_per_sec / 3600:.1f} h at {flops_per_sec:.3g} FLOP/s"
+        f"{len(steps)} runs, {done} finished (in the runs file or adopted): {left:.3g} FLOPs to run, "
+        f"{left / flops_per_sec / 3600:.1f} h at {flops_per_sec:.3g} FLOP/s"
     )
     return lines
+
+
+def planned_rates(scale: Scale, rows: dict[str, dict]) -> dict[str, dict[str, float]]:
+    """The rates the later stages run at, for --estimate: each (size, variant)'s best where seed 1 has swept
+    it, else the middle of the size's sweep (a guess until the sweep has run)."""
+    best = {size: {v: lrs[len(lrs) // 2] for v in PAPER} for size, lrs in scale.sweep.items()}
+    finished = {key: lrs for key, lrs in swept(scale, rows).items() if lrs}
+    if finished:
+        for size, by_variant in best_lrs(scale, rows, finished)[0].items():
+            best[size].update(by_variant)
+    return best
 
 
 def main() -> None:
@@ -340,7 +369,9 @@ def main() -> None:
         run_all([(n, c, [*f, *SMOKE, *args.extra]) for n, c, f in steps], logs, "smoke", str(runs_file), jobs=1)
         return
     if not args.render:
-        rates = initial_rates(scale)
+        # the rungs an earlier launch added at an edge are part of the sweep
+        ran = swept(scale, rows())
+        rates = {key: sorted({*lrs, *ran[key]}) for key, lrs in initial_rates(scale).items()}
         if "sweep" in args.stages:
             while True:  # extend each variant's rates until its best sits inside them
                 go(sweep_plan(scale, rates))
@@ -352,17 +383,22 @@ def main() -> None:
                 rates = {key: sorted({*lrs, *more.get(key, ())}) for key, lrs in rates.items()}
         later = [s for s in args.stages if s != "sweep"]
         if later:
-            if args.estimate:  # as if each size's best rate were the middle of its sweep
-                best = {size: {v: lrs[len(lrs) // 2] for v in PAPER} for size, lrs in scale.sweep.items()}
+            if args.estimate:
+                best = planned_rates(scale, rows())
+                print("learning rate per size and variant (the sweep's best where seed 1 has run it, else the "
+                      "middle of the size's sweep):", best)  # fmt: skip
             else:
                 best, _ = best_lrs(scale, rows(), swept(scale, rows()))
-            print("best learning rate per size and variant (sweep, seed 1):", best)
+                print("best learning rate per size and variant (sweep, seed 1):", best)
             go(later_plan(scale, later, best, args.seeds))
             if "probe" in later and not args.estimate:
                 probe(scale, rows(), best, Path(f"{out}-probe"))
     if args.estimate:
-        print("\n".join(estimate(list(planned.values()), args.flops_per_sec or (GPU_RATE if args.gpu else CPU_RATE))))
-        if "sweep" in args.stages:
+        rate = args.flops_per_sec or (GPU_RATE if args.gpu else CPU_RATE)
+        plan = list(planned.values())
+        finished = {*rows(), *(row["name"] for row in adoptable(adopt_from, plan))}
+        print("\n".join(estimate(plan, rate, finished)))
+        if "sweep" in args.stages and not all(swept(scale, rows()).values()):
             print("(assumes each best rate is inside its sweep; a rung added at an edge is one more run, and the "
                   "later stages then run at the best rates)")  # fmt: skip
     elif Path(f"{runs_file}.json").is_file():

@@ -24,6 +24,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, NullLocator
 
 from experiments.runs import ROOT, merged_config
 from experiments.study_plan import CODED, CONTROLS, METRIC, PAPER, SIZES, non_embedding_params, parse_name, widened
@@ -364,6 +365,18 @@ def _axes(axis, title: str, xlabel: str, ylabel: str) -> None:
     axis.grid(alpha=0.3)
 
 
+def _ticks_at(axis, xs: Sequence[float], text) -> None:
+    """Ticks at the plotted x values only, each labelled by ``text``: matplotlib's own labels on a log axis
+    that spans about a decade fall on minor ticks, which overlap."""
+    labels = {text(x): x for x in sorted(xs, reverse=True)}  # points that print alike share the smallest's tick
+    axis.set_xticks(list(labels.values()), list(labels), fontsize=8)
+    axis.xaxis.set_minor_locator(NullLocator())
+
+
+def _millions(x: float) -> str:
+    return f"{x / 1e6:.2g}M"
+
+
 def _save(figure, axes, path: Path, columns: int = 3) -> None:
     """The first panel's legend below every panel (never over data), and the file."""
     handles, labels = axes[0].get_legend_handles_labels()
@@ -382,13 +395,16 @@ def _write_png(figure, path: Path) -> None:
 def plot_sweep(study: Study, tok: str, sizes: Sequence[str], path: Path) -> None:
     figure, axes = plt.subplots(1, len(sizes), figsize=(4.4 * len(sizes), 3.8), squeeze=False)
     for axis, size in zip(axes[0], sizes, strict=True):
+        rates = []
         for v in PAPER:
             scored = {lr: x for lr, x in sorted(study.swept(tok, size, v).items()) if math.isfinite(x)}
+            rates += scored
             axis.plot(list(scored), list(scored.values()), marker="o", color=COLORS[v], label=LABELS[v])
             best = study.best(tok, size, v)
             if best in scored:
                 axis.scatter([best], [scored[best]], s=90, facecolors="none", edgecolors="black", zorder=3)
         _axes(axis, f"size {size.upper()} (seed 1; circle: best)", "peak learning rate", "validation bits/byte")
+        _ticks_at(axis, rates, lambda lr: f"{lr:g}")
     _save(figure, axes[0], path)
 
 
@@ -411,8 +427,10 @@ def plot_gaps(study: Study, tok: str, series: dict[str, list[tuple[str, int | No
     figure, axes = plt.subplots(1, len(SPLITS), figsize=(11, 4.2), squeeze=False)
     styles = ("-", "--", ":")
     for axis, split in zip(axes[0], SPLITS, strict=True):
+        plotted = []
         for (name, points), style in zip(series.items(), styles, strict=False):
             for label, xs, means, sds in _gap_series(study, tok, points, split, x):
+                plotted += xs
                 if xs:
                     text = f"{label} − learned" if label in PAPER else label
                     axis.errorbar(xs, means, yerr=sds, marker="o", capsize=4, linestyle=style,
@@ -420,6 +438,7 @@ def plot_gaps(study: Study, tok: str, series: dict[str, list[tuple[str, int | No
         axis.axhline(0, color="black", linewidth=0.8)
         xlabel = "non-embedding parameters" if x == "params" else "training tokens per non-embedding parameter"
         _axes(axis, SPLITS[split], xlabel, f"gap, {SPLITS[split].split(' (')[0]} (mean ± sd)")
+        _ticks_at(axis, plotted, _millions if x == "params" else (lambda n: f"{n:.2g}"))
     _save(figure, axes[0], path)
 
 
@@ -446,6 +465,10 @@ def plot_curves(study: Study, tok: str, sizes: Sequence[str], path: Path) -> Non
                 high = [m + s for m, s in zip(mean, sd, strict=True)]
                 axis.fill_between(xs, low, high, color=COLORS[v], alpha=0.2)
         _axes(axis, f"size {size.upper()} (longer runs dashed)", "training tokens", "validation bits/byte")
+        # 1-2-5 labels only: a curve's axis spans one or two decades, where minor labels overlap
+        axis.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        axis.xaxis.set_major_formatter(FuncFormatter(lambda x, _: _millions(x)))
+        axis.xaxis.set_minor_formatter(NullFormatter())
     _save(figure, axes[0], path)
 
 

@@ -216,8 +216,30 @@ def test_the_estimate_lists_every_planned_run_once(monkeypatch, capsys):
     scale = study.Scale(False)
     sweep = 3 * sum(map(len, scale.sweep.values()))
     lengths = 3 * 3 * sum(map(len, scale.lengths.values()))
-    assert len(names) == len(set(names)) == sweep + (27 - 9) + lengths + 2 * len(scale.codebooks) + 15
-    assert f"{len(names)} runs:" in stdout
+    assert len(names) >= sweep + (27 - 9) + lengths + 2 * len(scale.codebooks) + 15  # + rungs added at edges
+    assert len(names) == len(set(names)) and f"{len(names)} runs, " in stdout
+
+
+def test_the_estimate_runs_at_the_swept_rates_counts_each_runs_updates_and_skips_finished_runs(
+    tmp_path, monkeypatch, capsys
+):
+    """After a sweep, --estimate plans the later stages at its best rates (not a guess), a training-length
+    run at its own updates, and leaves out of the total what the runs file already holds."""
+    scale, out = study.Scale(False), tmp_path / "study"
+    rows = [{"name": study.name("bpe8k", size, v, lr, 1), "val_bpb": 2.0 - (lr == best)}
+            for size, lrs in scale.sweep.items() for v in study.PAPER for best in (lrs[1],) for lr in lrs]  # fmt: skip
+    rows.append({"name": study.name("bpe8k", "s", "gf2", scale.sweep["s"][1], 2, steps=1728), "val_bpb": 1.0})
+    (tmp_path / "study-runs.json").write_text(study.json.dumps({"title": "t", "runs": rows}))
+    monkeypatch.setattr(sys, "argv", ["study.py", "--estimate", "--out", str(out), "--adopt", "none"])
+    study.main()
+    lines = {line.split()[0]: line.split()[1:] for line in capsys.readouterr().out.splitlines() if "targets" in line}
+    # every later run of size S uses its sweep's best (the second rate), none the middle guess
+    later = [n for n in lines if n.startswith("bpe8k-s/") and "seed1" not in n]
+    assert later and all(f"-lr{scale.sweep['s'][1]:g}-" in n for n in later)
+    short, long = (lines[study.name("bpe8k", "s", "gf2", scale.sweep["s"][1], 3, steps=n)] for n in (432, 1728))
+    assert float(long[2]) == pytest.approx(4 * float(short[2]), rel=0.01)  # training FLOPs: 1,728 / 432 updates
+    assert lines[study.name("bpe8k", "s", "gf2", scale.sweep["s"][1], 2, steps=1728)][-1] == "finished"
+    assert long[-1] == "h"
 
 
 def test_the_gpu_plan_reads_token_shards_and_says_how_to_make_them(tmp_path, monkeypatch):
