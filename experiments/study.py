@@ -281,40 +281,48 @@ def tokens_per_param(configs: tuple[Path, ...]) -> float:
     return training_targets(config) / non_embedding_params(config["model"]["decoder"])
 
 
-def estimate(steps: list[tuple], flops_per_sec: float, finished: Collection[str] = ()) -> list[str]:
-    """One line per run (targets, training FLOPs, hours at ``flops_per_sec``, or "finished" for a run of
-    ``finished``: in the runs file, or to be adopted from an earlier one) and the total still to run."""
+def estimate(steps: list[tuple], flops_per_sec: float, finished: Collection[str] = (),
+             adopt: Collection[str] = ()) -> list[str]:  # fmt: skip
+    """One line per run (targets, training FLOPs, and hours at ``flops_per_sec``, or "finished" for a run in
+    the runs file, "adopt" for one to copy from an earlier runs file) and the total still to run."""
     from fixed_embed.experiment import build_model
 
-    lines, left, done = [], 0.0, 0
+    lines, left, counts = [], 0.0, {"finished": 0, "adopt": 0}
     for run_name, configs, flags in steps:
         config = merged_config(configs)
         config["model"]["decoder"] = widened(config["model"]["decoder"], flags)
         targets = training_targets(config, flags)
         flops = targets * build_model(config["model"]).decoder.flops_per_token(config["data"]["seq_len"])
-        if run_name in finished:
-            done += 1
-            when = "finished"
+        when = "finished" if run_name in finished else "adopt" if run_name in adopt else None
+        if when:
+            counts[when] += 1
         else:
             left += flops
-            when = f"{flops / flops_per_sec / 3600:.2f} h"
-        lines.append(f"{run_name:40s} {targets / 1e6:8.1f}M targets {flops:9.3g} FLOPs {when:>9s}")
+        lines.append(f"{run_name:40s} {targets / 1e6:8.1f}M targets {flops:9.3g} FLOPs "
+                     f"{when or f'{flops / flops_per_sec / 3600:.2f} h':>9s}")  # fmt: skip
+    to_run = len(steps) - sum(counts.values())
     lines.append(
-        f"{len(steps)} runs, {done} finished (in the runs file or adopted): {left:.3g} FLOPs to run, "
-        f"{left / flops_per_sec / 3600:.1f} h at {flops_per_sec:.3g} FLOP/s"
+        f"{len(steps)} runs ({counts['finished']} finished, {counts['adopt']} to adopt, {to_run} to run): "
+        f"{left:.3g} FLOPs, {left / flops_per_sec / 3600:.1f} h at {flops_per_sec:.3g} FLOP/s"
     )
     return lines
 
 
-def planned_rates(scale: Scale, rows: dict[str, dict]) -> dict[str, dict[str, float]]:
-    """The rates the later stages run at, for --estimate: each (size, variant)'s best where seed 1 has swept
-    it, else the middle of the size's sweep (a guess until the sweep has run)."""
+def fully_scored(scale: Scale, rows: dict[str, dict], rates: dict[tuple[str, str], list[float]]) -> dict:
+    """The (size, variant)s of ``rates`` whose every rate seed 1 has scored, with their rates."""
+    return {(size, v): lrs for (size, v), lrs in rates.items()
+            if all(score(rows, name(scale.tokenizer, size, v, lr, 1)) is not None for lr in lrs)}  # fmt: skip
+
+
+def planned_rates(scale: Scale, rows: dict[str, dict], rates: dict[tuple[str, str], list[float]]) -> tuple[dict, bool]:
+    """The rates the later stages run at, for --estimate, and whether any is a guess: each (size, variant)'s
+    best where seed 1 has scored every rate of its sweep, else the middle of the size's sweep."""
     best = {size: {v: lrs[len(lrs) // 2] for v in PAPER} for size, lrs in scale.sweep.items()}
-    finished = {key: lrs for key, lrs in swept(scale, rows).items() if lrs}
-    if finished:
-        for size, by_variant in best_lrs(scale, rows, finished)[0].items():
+    complete = fully_scored(scale, rows, rates)
+    if complete:
+        for size, by_variant in best_lrs(scale, rows, complete)[0].items():
             best[size].update(by_variant)
-    return best
+    return best, len(complete) < len(rates)
 
 
 def main() -> None:
@@ -350,11 +358,16 @@ def main() -> None:
         return {r["name"]: r for r in json.loads(path.read_text())["runs"]} if path.is_file() else {}
 
     planned: dict[str, tuple] = {}  # --estimate: every stage's runs, each once
+    adopted: dict[str, dict] = {}  # --estimate: the rows a launch would adopt before it trains anything
+
+    def known() -> dict[str, dict]:
+        return {**adopted, **rows()}
 
     def go(steps: list[tuple]) -> None:
         steps = [(n, configs, [*flags, *args.extra]) for n, configs, flags in steps]
         if args.estimate:
             planned.update((step[0], step) for step in steps if step[0] not in planned)
+            adopted.update((row["name"], row) for row in adoptable(adopt_from, steps, known()))
             return
         if adopt_from is not None and (copied := adopt(Path(f"{runs_file}.json"), adopt_from, steps, title)):
             print(f"study: {copied} runs of this plan adopted from {adopt_from} (same flags; not rerun)")
@@ -368,25 +381,28 @@ def main() -> None:
         logs, runs_file = f"{logs}-smoke", Path(logs + "-smoke") / "smoke-runs"
         run_all([(n, c, [*f, *SMOKE, *args.extra]) for n, c, f in steps], logs, "smoke", str(runs_file), jobs=1)
         return
+    guessed = False  # --estimate: a later stage's rate is a guess (its sweep is not fully scored)
     if not args.render:
-        # the rungs an earlier launch added at an edge are part of the sweep
-        ran = swept(scale, rows())
+        # The rungs an earlier launch added at an edge are part of the sweep: the later stages choose among
+        # them too (swept), so the sweep must extend from them, not from the plan's first rates alone.
+        ran = swept(scale, known())
         rates = {key: sorted({*lrs, *ran[key]}) for key, lrs in initial_rates(scale).items()}
         if "sweep" in args.stages:
             while True:  # extend each variant's rates until its best sits inside them
                 go(sweep_plan(scale, rates))
-                if args.estimate:
-                    break
-                best, more = best_lrs(scale, rows(), rates)
+                # --estimate: a rung is known only where the sweep is scored; a planned rung is not, so this ends
+                scored = fully_scored(scale, known(), rates) if args.estimate else rates
+                more = best_lrs(scale, known(), scored)[1] if scored else {}
                 if not more:
                     break
                 rates = {key: sorted({*lrs, *more.get(key, ())}) for key, lrs in rates.items()}
+            guessed = args.estimate and planned_rates(scale, known(), rates)[1]
         later = [s for s in args.stages if s != "sweep"]
         if later:
             if args.estimate:
-                best = planned_rates(scale, rows())
-                print("learning rate per size and variant (the sweep's best where seed 1 has run it, else the "
-                      "middle of the size's sweep):", best)  # fmt: skip
+                best, guessed = planned_rates(scale, known(), rates)
+                print("learning rate per size and variant (the sweep's best where seed 1 has scored all its rates, "
+                      "else the middle of the size's sweep):", best)  # fmt: skip
             else:
                 best, _ = best_lrs(scale, rows(), swept(scale, rows()))
                 print("best learning rate per size and variant (sweep, seed 1):", best)
@@ -395,12 +411,10 @@ def main() -> None:
                 probe(scale, rows(), best, Path(f"{out}-probe"))
     if args.estimate:
         rate = args.flops_per_sec or (GPU_RATE if args.gpu else CPU_RATE)
-        plan = list(planned.values())
-        finished = {*rows(), *(row["name"] for row in adoptable(adopt_from, plan))}
-        print("\n".join(estimate(plan, rate, finished)))
-        if "sweep" in args.stages and not all(swept(scale, rows()).values()):
-            print("(assumes each best rate is inside its sweep; a rung added at an edge is one more run, and the "
-                  "later stages then run at the best rates)")  # fmt: skip
+        print("\n".join(estimate(list(planned.values()), rate, finished=rows(), adopt=adopted)))
+        if guessed:
+            print("(assumes each guessed best rate is inside its sweep; a rung added at an edge is one more run, and "
+                  "the later stages then run at the best rates)")  # fmt: skip
     elif Path(f"{runs_file}.json").is_file():
         render(json.loads(Path(f"{runs_file}.json").read_text()), out, tune=scale.tune)
 

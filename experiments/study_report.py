@@ -374,7 +374,7 @@ def _ticks_at(axis, xs: Sequence[float], text) -> None:
 
 
 def _millions(x: float) -> str:
-    return f"{x / 1e6:.2g}M"
+    return f"{x / 1e6:.3g}M"
 
 
 def _save(figure, axes, path: Path, columns: int = 3) -> None:

@@ -205,19 +205,32 @@ def test_the_gpu_plan_smoke_runs_its_smallest_size_on_cpu(tmp_path, shared_data)
     assert (tmp_path / "smoke" / "default" / "checkpoints" / "step=00000002.ckpt").is_file()
 
 
-def test_the_estimate_lists_every_planned_run_once(monkeypatch, capsys):
-    monkeypatch.setattr(sys, "argv", ["experiments/study.py", "--estimate"])
+def _estimate(monkeypatch, capsys, *args: str) -> tuple[dict[str, list[str]], str]:
+    """``study.py --estimate ARGS``: each run's line (name -> the rest, split) and the closing total."""
+    monkeypatch.setattr(sys, "argv", ["experiments/study.py", "--estimate", *args])
     study.main()
     stdout = capsys.readouterr().out
-    names = [line.split()[0] for line in stdout.splitlines() if line.startswith("bpe8k-")]
+    runs = [line.split() for line in stdout.splitlines() if " targets " in line]
+    assert len(runs) == len({run[0] for run in runs})  # each run once
+    return {run[0]: run[1:] for run in runs}, next(line for line in stdout.splitlines() if " runs (" in line)
+
+
+def test_the_estimate_lists_every_planned_run_once(tmp_path, monkeypatch, capsys):
+    runs, total = _estimate(monkeypatch, capsys, "--out", str(tmp_path / "study"), "--adopt", "none")
     # the sweep (each size's rates x 3 variants, seed 1); 3 sizes x 3 variants x 3 seeds (seed 1 of the
     # estimate's best rates is in the sweep); the lengths x 3 variants x 3 seeds; the codebooks for seeds 2-3;
     # 5 controls x 3 seeds
     scale = study.Scale(False)
     sweep = 3 * sum(map(len, scale.sweep.values()))
     lengths = 3 * 3 * sum(map(len, scale.lengths.values()))
-    assert len(names) >= sweep + (27 - 9) + lengths + 2 * len(scale.codebooks) + 15  # + rungs added at edges
-    assert len(names) == len(set(names)) and f"{len(names)} runs, " in stdout
+    n = sweep + (27 - 9) + lengths + 2 * len(scale.codebooks) + 15
+    assert len(runs) == n and total.startswith(f"{n} runs (0 finished, 0 to adopt, {n} to run): ")
+
+
+def _sweep_rows(scale, best_at: int = 1) -> list[dict]:
+    """Seed 1 of every size's sweep, the ``best_at``-th rate of each the best."""
+    return [{"name": study.name("bpe8k", size, v, lr, 1), "val_bpb": 2.0 - (i == best_at)}
+            for size, lrs in scale.sweep.items() for v in study.PAPER for i, lr in enumerate(lrs)]  # fmt: skip
 
 
 def test_the_estimate_runs_at_the_swept_rates_counts_each_runs_updates_and_skips_finished_runs(
@@ -226,20 +239,41 @@ def test_the_estimate_runs_at_the_swept_rates_counts_each_runs_updates_and_skips
     """After a sweep, --estimate plans the later stages at its best rates (not a guess), a training-length
     run at its own updates, and leaves out of the total what the runs file already holds."""
     scale, out = study.Scale(False), tmp_path / "study"
-    rows = [{"name": study.name("bpe8k", size, v, lr, 1), "val_bpb": 2.0 - (lr == best)}
-            for size, lrs in scale.sweep.items() for v in study.PAPER for best in (lrs[1],) for lr in lrs]  # fmt: skip
-    rows.append({"name": study.name("bpe8k", "s", "gf2", scale.sweep["s"][1], 2, steps=1728), "val_bpb": 1.0})
+    s = scale.sweep["s"][1]
+    rows = [*_sweep_rows(scale), {"name": study.name("bpe8k", "s", "gf2", s, 2, steps=1728), "val_bpb": 1.0}]
     (tmp_path / "study-runs.json").write_text(study.json.dumps({"title": "t", "runs": rows}))
-    monkeypatch.setattr(sys, "argv", ["study.py", "--estimate", "--out", str(out), "--adopt", "none"])
-    study.main()
-    lines = {line.split()[0]: line.split()[1:] for line in capsys.readouterr().out.splitlines() if "targets" in line}
-    # every later run of size S uses its sweep's best (the second rate), none the middle guess
-    later = [n for n in lines if n.startswith("bpe8k-s/") and "seed1" not in n]
-    assert later and all(f"-lr{scale.sweep['s'][1]:g}-" in n for n in later)
-    short, long = (lines[study.name("bpe8k", "s", "gf2", scale.sweep["s"][1], 3, steps=n)] for n in (432, 1728))
+    runs, total = _estimate(monkeypatch, capsys, "--out", str(out), "--adopt", "none")
+    later = [n for n in runs if n.startswith("bpe8k-s/") and "seed1" not in n]
+    assert later and all(f"-lr{s:g}-" in n for n in later)  # the sweep's best, not the middle guess
+    short, long = (runs[study.name("bpe8k", "s", "gf2", s, 3, steps=n)] for n in (432, 1728))
     assert float(long[2]) == pytest.approx(4 * float(short[2]), rel=0.01)  # training FLOPs: 1,728 / 432 updates
-    assert lines[study.name("bpe8k", "s", "gf2", scale.sweep["s"][1], 2, steps=1728)][-1] == "finished"
-    assert long[-1] == "h"
+    assert runs[study.name("bpe8k", "s", "gf2", s, 2, steps=1728)][-1] == "finished" and long[-1] == "h"
+    finished = len(rows)
+    assert total.startswith(f"{len(runs)} runs ({finished} finished, 0 to adopt, {len(runs) - finished} to run)")
+
+
+def test_the_estimate_guesses_only_where_a_sweep_is_incomplete_and_counts_adoptable_runs(tmp_path, monkeypatch, capsys):
+    """A variant whose sweep lacks a score (a rate not run, a rate that logged nothing, a rung its best at an
+    edge asks for) keeps the guess; a swept one uses its best; runs an earlier runs file holds with the same
+    flags are to adopt, not to run."""
+    scale, out = study.Scale(False), tmp_path / "study"
+    rows = {r["name"]: r for r in _sweep_rows(scale) if not r["name"].startswith("bpe8k-s/gf2-")}
+    rows[study.name("bpe8k", "m", "learned", scale.sweep["m"][2], 1)]["val_bpb"] = None
+    low = scale.sweep["l"][0]
+    rows[study.name("bpe8k", "l", "binary16", low, 1)]["val_bpb"] = 0.5  # the best, at the sweep's edge
+    (tmp_path / "study-runs.json").write_text(study.json.dumps({"title": "t", "runs": list(rows.values())}))
+    earlier = tmp_path / "earlier-runs.json"
+    control = study.step(scale, "l", "learned", scale.sweep["l"][1], 2)  # L learned's swept best, seed 2
+    earlier.write_text(study.json.dumps({"runs": [{"name": control[0], "extra": control[2], "val_bpb": 1.0}]}))
+    runs, total = _estimate(monkeypatch, capsys, "--out", str(out), "--adopt", str(earlier))
+    guess = {size: lrs[len(lrs) // 2] for size, lrs in scale.sweep.items()}
+    assert study.name("bpe8k", "s", "learned", scale.sweep["s"][1], 2) in runs  # swept: its best
+    assert study.name("bpe8k", "s", "gf2", guess["s"], 2) in runs  # never swept
+    assert study.name("bpe8k", "m", "learned", guess["m"], 2) in runs  # a rate logged nothing
+    rung = study.LADDER[study.LADDER.index(low) - 1]  # the sweep would add it below the edge best ...
+    assert runs[study.name("bpe8k", "l", "binary16", rung, 1)][-1] == "h"
+    assert study.name("bpe8k", "l", "binary16", guess["l"], 2) in runs  # ... so its best is not known yet
+    assert runs[control[0]][-1] == "adopt" and " 1 to adopt, " in total
 
 
 def test_the_gpu_plan_reads_token_shards_and_says_how_to_make_them(tmp_path, monkeypatch):
