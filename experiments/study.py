@@ -11,8 +11,9 @@ stopped early has answered the first questions):
    The rate is chosen on validation bits/byte (9 held-out books); WikiText-2 bits/byte, which no choice
    reads, is the test split.
 2. ``sizes``: each variant at its own best rate at each size, every training seed.
-3. ``length``: at size S, the variants at 432, 1,024 and 1,728 updates (2, 4.7 and 8 tokens per
-   non-embedding parameter), and at M at 1,024 updates (L's tokens), at the size's best rates.
+3. ``length``: at M, the variants at 1,024 updates (L's tokens: size apart from training length, first),
+   and at size S at 432, 1,024 and 1,728 updates (2, 4.7 and 8 tokens per non-embedding parameter), at
+   the size's best rates.
 4. ``codebooks``: seed s > 1 of gf2 (every size) and random_full (M) with code_seed s, so the spread over
    seeds holds the codebook's.
 5. ``controls``: at size M and every seed: a binary16 model widened to the learned model's
@@ -93,7 +94,8 @@ class Scale:
         else:
             self.sweep = {"s": (1e-3, 2e-3, 3e-3, 5e-3, 1e-2), "m": (3e-4, 1e-3, 2e-3, 3e-3, 5e-3, 1e-2),
                           "l": (2e-3, 3e-3, 5e-3)}  # fmt: skip
-            self.lengths = {"s": (432, 1024, 1728), "m": (1024,)}
+            # M at L's tokens first: with S at L's tokens it separates size from length at equal tokens
+            self.lengths = {"m": (1024,), "s": (432, 1024, 1728)}
             self.codebooks = (("l", "gf2"), ("m", "random_full"), ("m", "gf2"), ("s", "gf2"))
 
     def configs(self, variant: str, size: str, tokenizer: str) -> tuple[Path, ...]:
