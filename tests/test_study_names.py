@@ -94,4 +94,4 @@ def test_a_runner_runs_as_a_file_as_the_makefile_runs_it():
     run = subprocess.run([sys.executable, str(ROOT / "experiments" / "study.py"), "--estimate"], capture_output=True,
                          text=True, cwd=ROOT / "docs", timeout=120)  # fmt: skip
     assert run.returncode == 0, run.stderr[-2000:]
-    assert " runs, " in run.stdout and " h at " in run.stdout
+    assert " runs (" in run.stdout and " h at " in run.stdout
