@@ -383,7 +383,6 @@ def main() -> None:
         logs, runs_file = f"{logs}-smoke", Path(logs + "-smoke") / "smoke-runs"
         run_all([(n, c, [*f, *SMOKE, *args.extra]) for n, c, f in steps], logs, "smoke", str(runs_file), jobs=1)
         return
-    guessed = False  # --estimate: a later stage's rate is a guess (its sweep is not fully scored)
     if not args.render:
         # The rungs an earlier launch added at an edge are part of the sweep: the later stages choose among
         # them too (swept), so the sweep must extend from them, not from the plan's first rates alone.
@@ -398,11 +397,10 @@ def main() -> None:
                 if not more:
                     break
                 rates = {key: sorted({*lrs, *more.get(key, ())}) for key, lrs in rates.items()}
-            guessed = args.estimate and planned_rates(scale, known(), rates)[1]
         later = [s for s in args.stages if s != "sweep"]
         if later:
             if args.estimate:
-                best, guessed = planned_rates(scale, known(), rates)
+                best, _ = planned_rates(scale, known(), rates)
                 print("learning rate per size and variant (the sweep's best where seed 1 has scored all its rates, "
                       "else the middle of the size's sweep):", best)  # fmt: skip
             else:
@@ -414,7 +412,7 @@ def main() -> None:
     if args.estimate:
         rate = args.flops_per_sec or (GPU_RATE if args.gpu else CPU_RATE)
         print("\n".join(estimate(list(planned.values()), rate, finished=rows(), adopt=adopted)))
-        if guessed:
+        if not args.render and planned_rates(scale, known(), rates)[1]:  # a later stage's rate is a guess
             print("(assumes each guessed best rate is inside its sweep; a rung added at an edge is one more run, and "
                   "the later stages then run at the best rates)")  # fmt: skip
     elif Path(f"{runs_file}.json").is_file():
