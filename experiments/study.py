@@ -38,181 +38,32 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import subprocess
 import sys
 from collections.abc import Collection
 from pathlib import Path
 
 from experiments.runs import ROOT, merged_config, run_all
-from experiments.study_plan import (
-    CONTROLS,
-    METRIC,
-    NAME,
-    PAPER,
-    SIZES,
-    WIDTH_FLAG,
-    non_embedding_params,
-    parse_name,
-    widened,
-)
+from experiments.study_estimate import CPU_RATE, GPU_RATE, estimate
+from experiments.study_plan import CONTROLS, PAPER
 from experiments.study_plan import run_name as name
 from experiments.study_report import render
+from experiments.study_stages import (
+    SMOKE,
+    Scale,
+    best_lrs,
+    fully_scored,
+    initial_rates,
+    later_plan,
+    planned_rates,
+    rate_at,
+    smoke_plan,
+    sweep_plan,
+    swept,
+)
 
-STUDY = ROOT / "experiments" / "study"
-# Peak rates the sweep may use: 1-2-3-5 steps, so a best rate is known to within a factor of ~1.6.
-LADDER = (1e-4, 2e-4, 3e-4, 5e-4, 1e-3, 2e-3, 3e-3, 5e-3, 1e-2, 2e-2, 3e-2)
-TOKENIZERS = {"bpe8k": (), "smollm2": (STUDY / "smollm2.yaml",)}
 STAGES = ("sweep", "sizes", "length", "codebooks", "controls", "probe", "smollm2")
 V2_RUNS = ROOT / "docs" / "results" / "study-v2-runs.json"
-# Training FLOP/s for --estimate. GPU: 40 % of an H200's 989 dense bf16 TFLOP/s (an assumption until
-# `make bench-gpu` measures the MFU). CPU: the two 1-thread fits of this machine together, measured
-# on the study's size-M runs: 1.93e13 FLOPs in 384 s of fit plus eval per run, two at a time.
-GPU_RATE = 0.4 * 989e12
-CPU_RATE = 1.0e11
-STEPS_FLAG = "--trainer.max_steps="
-
-
-class Scale:
-    """A plan's configs, and per size its sweep, its training lengths and its codebook variants.
-
-    CPU: every size is swept (seed 1) around the rate v2 found; S and M also train to L's token count
-    (1,024 updates), and S along a training-length axis (0.5, 2, 4.7 and 8 tokens per non-embedding
-    parameter); gf2 (every size) and random_full (M) draw another codebook for each further seed.
-    GPU: the sweep runs at S only, its best rate serves every size, and there is no length axis.
-    """
-
-    def __init__(self, gpu: bool) -> None:
-        self.folder = STUDY / "gpu" if gpu else STUDY
-        self.sizes = SIZES
-        self.tune = "s" if gpu else "m"  # where the controls run (and, on GPU, the only sweep)
-        self.tokenizer = "smollm2" if gpu else "bpe8k"
-        if gpu:
-            self.sweep: dict[str, tuple[float, ...]] = {"s": (3e-4, 1e-3, 3e-3)}
-            self.lengths: dict[str, tuple[int, ...]] = {}
-            self.codebooks: tuple[tuple[str, str], ...] = ()
-        else:
-            self.sweep = {"s": (1e-3, 2e-3, 3e-3, 5e-3, 1e-2), "m": (3e-4, 1e-3, 2e-3, 3e-3, 5e-3, 1e-2),
-                          "l": (2e-3, 3e-3, 5e-3)}  # fmt: skip
-            # M at L's tokens first: with S at L's tokens it separates size from length at equal tokens
-            self.lengths = {"m": (1024,), "s": (432, 1024, 1728)}
-            self.codebooks = (("l", "gf2"), ("m", "random_full"), ("m", "gf2"), ("s", "gf2"))
-
-    def configs(self, variant: str, size: str, tokenizer: str) -> tuple[Path, ...]:
-        scale = (self.folder / "base.yaml",) if self.folder != STUDY else ()
-        vocabulary = TOKENIZERS[tokenizer] if tokenizer != self.tokenizer else ()
-        return (STUDY / f"{variant}.yaml", *scale, self.folder / f"size-{size}.yaml", *vocabulary)
-
-
-def step(scale: Scale, size: str, variant: str, lr: float, seed: int, tokenizer: str | None = None,
-         steps: int | None = None, code: int | None = None) -> tuple:  # fmt: skip
-    """One run: its name, configs and flags. ``steps`` trains that many updates instead of the size's
-    (warm-up 10 %, four validations, as every size file has); ``code`` draws that codebook."""
-    tokenizer = tokenizer or scale.tokenizer
-    configs = scale.configs(variant, size, tokenizer)
-    flags = [f"--seed_everything={seed}", f"--model.optimizer.lr={lr:g}"]
-    decoder = merged_config(configs)["model"]["decoder"]
-    if variant == "matched":
-        flags.append(f"{WIDTH_FLAG}{matched_ffn(decoder)}")
-    if variant == "random_full":
-        flags.append(f"--model.interface.init_args.code_width={decoder['d_model']}")
-    if steps is not None:
-        if steps % 4:
-            raise ValueError(f"study: {steps} updates do not split into 4 validations; give a multiple of 4")
-        flags += [f"{STEPS_FLAG}{steps}", f"--trainer.val_check_interval={steps // 4}",
-                  f"--model.schedule.warmup_steps={round(steps / 10)}"]  # fmt: skip
-    if code is not None:
-        flags.append(f"--model.interface.init_args.code_seed={code}")
-    return name(tokenizer, size, variant, lr, seed, steps, code), configs, flags
-
-
-def matched_ffn(decoder: dict) -> int:
-    """The SwiGLU width at which a fixed-code model has the learned model's trainable parameters.
-
-    The learned table adds V x d; each unit of SwiGLU width adds 3 d per block, so the width grows
-    by V / (3 n_layers), rounded (the counts then agree to within 1.5 d x n_layers parameters).
-    """
-    return decoder["ffn_dim"] + round(decoder["vocab_size"] / (3 * decoder["n_layers"]))
-
-
-def sweep_plan(scale: Scale, rates: dict[tuple[str, str], list[float]]) -> list[tuple]:
-    """Seed 1 of every (size, variant) at each of its rates; the smallest size first (the cheapest)."""
-    return [step(scale, size, variant, lr, 1) for (size, variant), lrs in rates.items() for lr in lrs]
-
-
-def initial_rates(scale: Scale) -> dict[tuple[str, str], list[float]]:
-    return {(size, v): sorted(lrs) for size, lrs in scale.sweep.items() for v in PAPER}
-
-
-def best_lrs(scale: Scale, rows: dict[str, dict], rates: dict[tuple[str, str], list[float]]) -> tuple[dict, dict]:
-    """Each swept (size, variant)'s best rate among its ``rates`` (seed 1), and the rungs still to run.
-
-    A variant whose best rate is the lowest or highest it ran asks for the next rung of the ladder at
-    that size, so a best rate is never at the edge of what was tried (unless the ladder ends).
-    Returns ``({size: {variant: lr}}, {(size, variant): [lr, ...]})``.
-    """
-    best: dict[str, dict[str, float]] = {}
-    more: dict[tuple[str, str], list[float]] = {}
-    for (size, variant), lrs in rates.items():
-        scored = {lr: score(rows, name(scale.tokenizer, size, variant, lr, 1)) for lr in lrs}
-        scored = {lr: x for lr, x in scored.items() if x is not None}
-        if not scored:
-            raise SystemExit(f"study: no finished sweep run of {variant} at size {size} ({lrs}): run the sweep")
-        lr = best.setdefault(size, {})[variant] = min(scored, key=scored.get)
-        rung = LADDER.index(lr) if lr in LADDER else None
-        for edge, neighbour in ((min(lrs), -1), (max(lrs), 1)):
-            inside = rung is not None and 0 <= rung + neighbour < len(LADDER)
-            if inside and lr == edge and LADDER[rung + neighbour] not in lrs:
-                more.setdefault((size, variant), []).append(LADDER[rung + neighbour])
-    return best, more
-
-
-def score(rows: dict[str, dict], run_name: str) -> float | None:
-    """The run's validation bits/byte; None when it has not run (or logged none); inf when it diverged."""
-    row = rows.get(run_name)
-    if row is None or row.get(METRIC) is None:
-        return None
-    return row[METRIC] if math.isfinite(row[METRIC]) else math.inf
-
-
-def swept(scale: Scale, rows: dict[str, dict]) -> dict[tuple[str, str], list[float]]:
-    """The rates each (swept size, paper variant) finished with seed 1 at the size's own length and codebook."""
-    rates = {key: set() for key in initial_rates(scale)}
-    for n in rows:
-        if not NAME.match(n):  # a row of another plan in the file
-            continue
-        r = parse_name(n)
-        own = r["tok"] == scale.tokenizer and r["seed"] == 1 and r["steps"] is None and r["code"] is None
-        if own and (r["size"], r["variant"]) in rates:
-            rates[(r["size"], r["variant"])].add(r["lr"])
-    return {key: sorted(lrs) for key, lrs in rates.items()}
-
-
-def rate_at(scale: Scale, best: dict[str, dict[str, float]], size: str, variant: str) -> float:
-    """A paper variant's rate at ``size``: its own best there, or the tuning size's where it was not swept."""
-    return best.get(size, best[scale.tune if scale.tune in best else next(iter(best))])[variant]
-
-
-def later_plan(scale: Scale, stages: list[str], best: dict[str, dict[str, float]], seeds: list[int]) -> list[tuple]:
-    """Stages in priority order (a study stopped early has answered the first questions); seeds outermost
-    within a stage, so it has whole seeds."""
-    steps = []
-    if "sizes" in stages:
-        steps += [step(scale, size, v, rate_at(scale, best, size, v), seed) for seed in seeds for size in scale.sizes
-                  for v in PAPER]  # fmt: skip
-    if "length" in stages:
-        steps += [step(scale, size, v, rate_at(scale, best, size, v), seed, steps=n) for seed in seeds
-                  for size, lengths in scale.lengths.items() for n in lengths for v in PAPER]  # fmt: skip
-    if "codebooks" in stages:  # seed s > 1 draws codebook s: the spread over seeds holds the codebook's
-        steps += [step(scale, size, v, rate_at(scale, best, size, CONTROLS.get(v, v)), seed, code=seed)
-                  for seed in seeds if seed > 1 for size, v in scale.codebooks]  # fmt: skip
-    if "controls" in stages:
-        steps += [step(scale, scale.tune, c, rate_at(scale, best, scale.tune, like), seed) for seed in seeds
-                  for c, like in CONTROLS.items()]  # fmt: skip
-    if "smollm2" in stages and scale.tokenizer != "smollm2":
-        steps += [step(scale, scale.tune, v, rate_at(scale, best, scale.tune, v), seed, "smollm2") for seed in seeds
-                  for v in PAPER]  # fmt: skip
-    return steps
 
 
 def adoptable(source: Path | None, plan: list[tuple], have: Collection[str] = ()) -> list[dict]:
@@ -251,80 +102,6 @@ def probe(scale: Scale, done: dict[str, dict], best: dict[str, dict[str, float]]
     args = [sys.executable, "-m", "fixed_embed", "analyze", "probe", *checkpoints, "--labels", *order, "--seed", "1",
             "--data", str(ROOT.parent / "shared/data/gutenberg-prose/valid.jsonl"), "--out", str(out)]  # fmt: skip
     subprocess.run(args, check=True, cwd=ROOT)
-
-
-# --smoke: the plan's configs, shrunk to 2 updates of tiny batches on this machine's CPU and local data
-SMOKE = ["--trainer.accelerator=cpu", "--trainer.precision=32-true", "--trainer.max_steps=2",
-         "--trainer.val_check_interval=2", "--model.schedule.warmup_steps=1", "--data.batch_size=1",
-         "--data.seq_len=64", "--data.num_workers=0", "--data.val_sequences=9",
-         "--data.train=../shared/data/gutenberg-prose/train.jsonl"]  # fmt: skip
-
-
-def smoke_plan(scale: Scale) -> list[tuple]:
-    """The learned model at every size, and every other variant and control at the tuning size."""
-    steps = [step(scale, size, "learned", 1e-3, 1) for size in scale.sizes]
-    others = [v for v in (*PAPER, *CONTROLS) if v != "learned"]
-    return steps + [step(scale, scale.tune, v, 1e-3, 1) for v in others]
-
-
-def training_targets(config: dict, flags: list[str] = ()) -> int:
-    """Prediction targets a run trains on (one device: updates x accumulation x batch x seq_len); a
-    ``--trainer.max_steps`` among its ``flags`` (a training-length run's) sets its updates."""
-    trainer, data = config["trainer"], config["data"]
-    steps = trainer["max_steps"]
-    for flag in flags:
-        if flag.startswith(STEPS_FLAG):
-            steps = int(flag.removeprefix(STEPS_FLAG))
-    return steps * trainer.get("accumulate_grad_batches", 1) * data["batch_size"] * data["seq_len"]
-
-
-def tokens_per_param(configs: tuple[Path, ...]) -> float:
-    config = merged_config(configs)
-    return training_targets(config) / non_embedding_params(config["model"]["decoder"])
-
-
-def estimate(steps: list[tuple], flops_per_sec: float, finished: Collection[str] = (),
-             adopt: Collection[str] = ()) -> list[str]:  # fmt: skip
-    """One line per run (targets, training FLOPs, and hours at ``flops_per_sec``, or "finished" for a run in
-    the runs file, "adopt" for one to copy from an earlier runs file) and the total still to run."""
-    from fixed_embed.experiment import build_model
-
-    lines, left, counts = [], 0.0, {"finished": 0, "adopt": 0}
-    for run_name, configs, flags in steps:
-        config = merged_config(configs)
-        config["model"]["decoder"] = widened(config["model"]["decoder"], flags)
-        targets = training_targets(config, flags)
-        flops = targets * build_model(config["model"]).decoder.flops_per_token(config["data"]["seq_len"])
-        when = "finished" if run_name in finished else "adopt" if run_name in adopt else None
-        if when:
-            counts[when] += 1
-        else:
-            left += flops
-        lines.append(f"{run_name:40s} {targets / 1e6:8.1f}M targets {flops:9.3g} FLOPs "
-                     f"{when or f'{flops / flops_per_sec / 3600:.2f} h':>9s}")  # fmt: skip
-    to_run = len(steps) - sum(counts.values())
-    lines.append(
-        f"{len(steps)} runs ({counts['finished']} finished, {counts['adopt']} to adopt, {to_run} to run): "
-        f"{left:.3g} FLOPs, {left / flops_per_sec / 3600:.1f} h at {flops_per_sec:.3g} FLOP/s"
-    )
-    return lines
-
-
-def fully_scored(scale: Scale, rows: dict[str, dict], rates: dict[tuple[str, str], list[float]]) -> dict:
-    """The (size, variant)s of ``rates`` whose every rate seed 1 has scored, with their rates."""
-    return {(size, v): lrs for (size, v), lrs in rates.items()
-            if all(score(rows, name(scale.tokenizer, size, v, lr, 1)) is not None for lr in lrs)}  # fmt: skip
-
-
-def planned_rates(scale: Scale, rows: dict[str, dict], rates: dict[tuple[str, str], list[float]]) -> tuple[dict, bool]:
-    """The rates the later stages run at, for --estimate, and whether any is a guess: each (size, variant)'s
-    best where seed 1 has scored every rate of its sweep, else the middle of the size's sweep."""
-    best = {size: {v: lrs[len(lrs) // 2] for v in PAPER} for size, lrs in scale.sweep.items()}
-    complete = fully_scored(scale, rows, rates)
-    if complete:
-        for size, by_variant in best_lrs(scale, rows, complete)[0].items():
-            best[size].update(by_variant)
-    return best, len(complete) < len(rates)
 
 
 def main() -> None:

@@ -13,6 +13,16 @@ PAPER = ("learned", "binary16", "gf2")
 # control -> the paper variant whose best learning rate it trains at
 CONTROLS = {"matched": "binary16", "norm_matched": "learned", "random_full": "binary16",
             "lowrank_binary": "learned", "lowrank_normal": "learned"}  # fmt: skip
+LABELS = {
+    "learned": "learned table",
+    "binary16": "binary code (binary16)",
+    "gf2": "GF(2) recoding (gf2)",
+    "matched": "binary16, SwiGLU widened to learned's trainable params",
+    "norm_matched": "learned table, rows at the binary code's norm",
+    "random_full": "fixed random codes, d wide",
+    "lowrank_binary": "learned V x K code from the binary code (LR x10, no decay)",
+    "lowrank_normal": "learned V x K code from N(0, 0.71²) (LR x10, no decay)",
+}
 SIZES = ("s", "m", "l")  # smallest first: the report's tables and figures follow this order
 METRIC = "val_bpb"  # what the learning rate is chosen by, and the headline
 

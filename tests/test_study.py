@@ -1,12 +1,17 @@
 """The study (`make study`): its local-file benchmark tasks, its plan, its configs and its report."""
 
+import json
 import sys
 from pathlib import Path
 
 import pytest
 
 import experiments.study as study
-import experiments.study_report as study_report
+import experiments.study_stages as stages
+from experiments.runs import merged_config
+from experiments.study_estimate import tokens_per_param
+from experiments.study_plan import CONTROLS, PAPER, non_embedding_params, run_name
+from experiments.study_results import parse
 from fixed_embed.tasks import offline_data
 from tests.cli import run_cli
 
@@ -60,19 +65,19 @@ SIZES = ("s", "m", "l")
 
 
 def _configs(scale, variant="binary16", size="m"):
-    return study.merged_config(scale.configs(variant, size, scale.tokenizer))
+    return merged_config(scale.configs(variant, size, scale.tokenizer))
 
 
 @pytest.mark.parametrize("gpu", [False, True])
 def test_every_size_trains_the_same_tokens_per_parameter_and_the_sizes_span_8x(gpu):
-    scale = study.Scale(gpu)
+    scale = stages.Scale(gpu)
     ratio = 20.0 if gpu else 0.5
     params = {}
     for size in SIZES:
         configs = scale.configs("binary16", size, scale.tokenizer)
-        assert study.tokens_per_param(configs) == pytest.approx(ratio, rel=0.005)  # whole updates
-        config = study.merged_config(configs)
-        params[size] = study.non_embedding_params(config["model"]["decoder"])
+        assert tokens_per_param(configs) == pytest.approx(ratio, rel=0.005)  # whole updates
+        config = merged_config(configs)
+        params[size] = non_embedding_params(config["model"]["decoder"])
         assert config["model"]["schedule"]["warmup_steps"] == round(config["trainer"]["max_steps"] / 10)
     assert params["l"] / params["s"] >= 8
     if gpu:  # ~20M to ~300M
@@ -82,19 +87,19 @@ def test_every_size_trains_the_same_tokens_per_parameter_and_the_sizes_span_8x(g
 def test_the_non_embedding_count_is_the_models(shared_data):
     from fixed_embed.experiment import build_model
 
-    model = build_model(_configs(study.Scale(False))["model"])
+    model = build_model(_configs(stages.Scale(False))["model"])
     blocks = sum(p.numel() for n, p in model.decoder.named_parameters() if n.startswith(("layers", "norm")))
-    assert study.non_embedding_params(_configs(study.Scale(False))["model"]["decoder"]) == blocks
+    assert non_embedding_params(_configs(stages.Scale(False))["model"]["decoder"]) == blocks
 
 
 @pytest.mark.parametrize("gpu", [False, True])
 def test_the_matched_baseline_has_the_learned_models_trainable_parameters(gpu):
     from fixed_embed.experiment import build_model
 
-    scale = study.Scale(gpu)
-    name, configs, flags = study.step(scale, scale.tune, "matched", 1e-3, 1)
-    decoder = study.merged_config(configs)["model"]["decoder"]
-    matched = study.merged_config(configs)["model"]
+    scale = stages.Scale(gpu)
+    name, configs, flags = stages.step(scale, scale.tune, "matched", 1e-3, 1)
+    decoder = merged_config(configs)["model"]["decoder"]
+    matched = merged_config(configs)["model"]
     matched["decoder"]["ffn_dim"] = int(next(f for f in flags if "ffn_dim" in f).split("=")[1])
 
     def trainable(model):
@@ -106,26 +111,26 @@ def test_the_matched_baseline_has_the_learned_models_trainable_parameters(gpu):
 
 
 def test_the_plan_names_every_run_and_sets_its_seed_and_rate():
-    scale = study.Scale(False)
-    sweep = study.sweep_plan(scale, study.initial_rates(scale))
+    scale = stages.Scale(False)
+    sweep = stages.sweep_plan(scale, stages.initial_rates(scale))
     assert [n for n, _, _ in sweep][:3] == ["bpe8k-s/learned-lr0.001-seed1", "bpe8k-s/learned-lr0.002-seed1",
                                             "bpe8k-s/learned-lr0.003-seed1"]  # fmt: skip
     assert len(sweep) == 3 * sum(map(len, scale.sweep.values()))
     best = {size: {"learned": 3e-3, "binary16": 1e-3, "gf2": 2e-3} for size in ("s", "m")}
     best["l"] = {"learned": 5e-3, "binary16": 2e-3, "gf2": 2e-3}  # a size's own rates serve it
-    later = study.later_plan(scale, ["sizes", "length", "codebooks", "controls"], best, [1, 2])
+    later = stages.later_plan(scale, ["sizes", "length", "codebooks", "controls"], best, [1, 2])
     names = [n for n, _, _ in later]
-    assert len(names) == len(set(names)) == 2 * 9 + 2 * 3 * 4 + len(scale.codebooks) + 2 * len(study.CONTROLS)
+    assert len(names) == len(set(names)) == 2 * 9 + 2 * 3 * 4 + len(scale.codebooks) + 2 * len(CONTROLS)
     assert names[0] == "bpe8k-s/learned-lr0.003-seed1" and names[9].endswith("-seed2")  # whole seeds first
     assert "bpe8k-l/learned-lr0.005-seed2" in names and "bpe8k-s/gf2-lr0.002-seed1-steps1728" in names
     assert "bpe8k-m/binary16-lr0.001-seed2-steps1024" in names
     assert "bpe8k-l/gf2-lr0.002-seed2-code2" in names and "bpe8k-m/random_full-lr0.001-seed2-code2" in names
     assert not [n for n in names if "-code" in n and "-seed1" in n]  # seed 1 keeps the config's codebook
     for name, configs, flags in later:
-        meta = study_report.parse({"name": name})
+        meta = parse({"name": name})
         assert f"--seed_everything={meta['seed']}" in flags and f"--model.optimizer.lr={meta['lr']:g}" in flags
         assert configs[0].name == f"{meta['variant']}.yaml" and configs[1].name == f"size-{meta['size']}.yaml"
-        assert meta["lr"] == best[meta["size"]][study.CONTROLS.get(meta["variant"], meta["variant"])]
+        assert meta["lr"] == best[meta["size"]][CONTROLS.get(meta["variant"], meta["variant"])]
         if meta["steps"]:
             n = meta["steps"]
             assert {f"--trainer.max_steps={n}", f"--trainer.val_check_interval={n // 4}",
@@ -133,38 +138,38 @@ def test_the_plan_names_every_run_and_sets_its_seed_and_rate():
         code = [f for f in flags if "code_seed" in f]
         assert code == ([f"--model.interface.init_args.code_seed={meta['code']}"] if meta["code"] else [])
     with pytest.raises(ValueError, match="TOKENIZER-SIZE"):
-        study_report.parse({"name": "bpe8k/gf2-seed1"})
+        parse({"name": "bpe8k/gf2-seed1"})
     with pytest.raises(ValueError, match="multiple of 4"):
-        study.step(scale, "s", "learned", 1e-3, 1, steps=430)
+        stages.step(scale, "s", "learned", 1e-3, 1, steps=430)
 
 
 def test_a_best_rate_at_the_edge_of_the_sweep_asks_for_the_next_rung():
-    scale = study.Scale(False)
+    scale = stages.Scale(False)
     lrs = [1e-3, 2e-3, 3e-3]
     bpb = {"learned": [2.0, 1.9, 1.8], "binary16": [2.1, 2.0, 2.05], "gf2": [1.9, 2.0, 2.05]}
     rows = {
-        study.name("bpe8k", "m", v, lr, 1): {"val_bpb": x}
+        run_name("bpe8k", "m", v, lr, 1): {"val_bpb": x}
         for v, xs in bpb.items()
         for lr, x in zip(lrs, xs, strict=True)
     }
-    best, more = study.best_lrs(scale, rows, {("m", v): lrs for v in study.PAPER})
+    best, more = stages.best_lrs(scale, rows, {("m", v): lrs for v in PAPER})
     assert best == {"m": {"learned": 3e-3, "binary16": 2e-3, "gf2": 1e-3}}
     assert more == {("m", "learned"): [5e-3], ("m", "gf2"): [5e-4]}  # the ladder's neighbours, per variant
-    assert study.rate_at(scale, best, "s", "gf2") == 1e-3  # an unswept size borrows the tuning size's rate
+    assert stages.rate_at(scale, best, "s", "gf2") == 1e-3  # an unswept size borrows the tuning size's rate
 
 
 def test_every_study_config_composes_at_both_scales():
     """Every variant and control at the tuning size, and every GPU size, parses as one `fit` config."""
-    cpu, gpu = study.Scale(False), study.Scale(True)
-    steps = [study.step(cpu, cpu.tune, v, 1e-3, 1) for v in (*study.PAPER, *study.CONTROLS)]
-    steps += [study.step(gpu, size, "lowrank_normal", 1e-3, 1) for size in SIZES]
+    cpu, gpu = stages.Scale(False), stages.Scale(True)
+    steps = [stages.step(cpu, cpu.tune, v, 1e-3, 1) for v in (*PAPER, *CONTROLS)]
+    steps += [stages.step(gpu, size, "lowrank_normal", 1e-3, 1) for size in SIZES]
     for name, configs, flags in steps:
         args = [a for c in configs for a in ("--config", str(c))]
         result = run_cli("fit", *args, *flags, "--print_config")
         assert result.returncode == 0, (name, result.stderr[-1500:])
         config = result.config()
-        meta = study_report.parse({"name": name})
-        decoder = study.merged_config(configs)["model"]["decoder"]
+        meta = parse({"name": name})
+        decoder = merged_config(configs)["model"]["decoder"]
         assert config["model"]["decoder"]["d_model"] == decoder["d_model"]
         if meta["variant"].startswith("lowrank"):  # the control's own optimizer settings survive the merges
             assert config["model"]["optimizer"]["input_lr_scale"] == 10.0
@@ -172,35 +177,35 @@ def test_every_study_config_composes_at_both_scales():
 
 
 def test_the_best_rate_is_chosen_among_finished_runs_only():
-    scale = study.Scale(False)
+    scale = stages.Scale(False)
     rows = {
-        study.name("bpe8k", "m", v, lr, 1): {"val_bpb": x} for v in study.PAPER for lr, x in ((1e-3, 2.0), (3e-3, 1.9))
+        run_name("bpe8k", "m", v, lr, 1): {"val_bpb": x} for v in PAPER for lr, x in ((1e-3, 2.0), (3e-3, 1.9))
     }
-    rows[study.name("bpe8k", "m", "gf2", 1e-2, 1)] = {"val_bpb": 1.0}  # a rung only gf2 finished
-    rows[study.name("bpe8k", "m", "learned", 3e-3, 1)] = {"val_bpb": float("nan")}  # diverged
-    rows[study.name("bpe8k", "m", "gf2", 2e-3, 1, steps=1024)] = {"val_bpb": 0.5}  # another length: not the sweep
-    rows[study.name("bpe8k", "m", "gf2", 2e-3, 2, code=2)] = {"val_bpb": 0.5}  # another seed and codebook
-    swept = study.swept(scale, rows)
+    rows[run_name("bpe8k", "m", "gf2", 1e-2, 1)] = {"val_bpb": 1.0}  # a rung only gf2 finished
+    rows[run_name("bpe8k", "m", "learned", 3e-3, 1)] = {"val_bpb": float("nan")}  # diverged
+    rows[run_name("bpe8k", "m", "gf2", 2e-3, 1, steps=1024)] = {"val_bpb": 0.5}  # another length: not the sweep
+    rows[run_name("bpe8k", "m", "gf2", 2e-3, 2, code=2)] = {"val_bpb": 0.5}  # another seed and codebook
+    swept = stages.swept(scale, rows)
     assert swept[("m", "learned")] == swept[("m", "binary16")] == [1e-3, 3e-3] and swept[("m", "gf2")] == [
         1e-3,
         3e-3,
         1e-2,
     ]
     assert swept[("s", "learned")] == []
-    best, _ = study.best_lrs(scale, rows, {key: lrs for key, lrs in swept.items() if lrs})
+    best, _ = stages.best_lrs(scale, rows, {key: lrs for key, lrs in swept.items() if lrs})
     assert best == {"m": {"learned": 1e-3, "binary16": 3e-3, "gf2": 1e-2}}
     with pytest.raises(SystemExit, match="no finished sweep run of learned at size m"):
-        study.best_lrs(scale, {}, {("m", "learned"): [1e-3]})
+        stages.best_lrs(scale, {}, {("m", "learned"): [1e-3]})
 
 
 @pytest.mark.slow
 def test_the_gpu_plan_smoke_runs_its_smallest_size_on_cpu(tmp_path, shared_data):
     """`make study-gpu ARGS=--smoke` on one config: the GPU plan's size S, 2 updates on this CPU."""
-    name, configs, flags = study.smoke_plan(study.Scale(True))[0]
+    name, configs, flags = stages.smoke_plan(stages.Scale(True))[0]
     assert name == "smollm2-s/learned-lr0.001-seed1"
     args = [a for c in configs for a in ("--config", str(c))]
     logger = [f"--trainer.logger.init_args.save_dir={tmp_path}", "--trainer.logger.init_args.name=smoke"]
-    result = run_cli("fit", *args, *flags, *study.SMOKE, *logger)
+    result = run_cli("fit", *args, *flags, *stages.SMOKE, *logger)
     assert result.returncode == 0, result.stderr[-2000:]
     assert (tmp_path / "smoke" / "default" / "checkpoints" / "step=00000002.ckpt").is_file()
 
@@ -220,7 +225,7 @@ def test_the_estimate_lists_every_planned_run_once(tmp_path, monkeypatch, capsys
     # the sweep (each size's rates x 3 variants, seed 1); 3 sizes x 3 variants x 3 seeds (seed 1 of the
     # estimate's best rates is in the sweep); the lengths x 3 variants x 3 seeds; the codebooks for seeds 2-3;
     # 5 controls x 3 seeds
-    scale = study.Scale(False)
+    scale = stages.Scale(False)
     sweep = 3 * sum(map(len, scale.sweep.values()))
     lengths = 3 * 3 * sum(map(len, scale.lengths.values()))
     n = sweep + (27 - 9) + lengths + 2 * len(scale.codebooks) + 15
@@ -229,8 +234,8 @@ def test_the_estimate_lists_every_planned_run_once(tmp_path, monkeypatch, capsys
 
 def _sweep_rows(scale, best_at: int = 1) -> list[dict]:
     """Seed 1 of every size's sweep, the ``best_at``-th rate of each the best."""
-    return [{"name": study.name("bpe8k", size, v, lr, 1), "val_bpb": 2.0 - (i == best_at)}
-            for size, lrs in scale.sweep.items() for v in study.PAPER for i, lr in enumerate(lrs)]  # fmt: skip
+    return [{"name": run_name("bpe8k", size, v, lr, 1), "val_bpb": 2.0 - (i == best_at)}
+            for size, lrs in scale.sweep.items() for v in PAPER for i, lr in enumerate(lrs)]  # fmt: skip
 
 
 def test_the_estimate_runs_at_the_swept_rates_counts_each_runs_updates_and_skips_finished_runs(
@@ -238,16 +243,16 @@ def test_the_estimate_runs_at_the_swept_rates_counts_each_runs_updates_and_skips
 ):
     """After a sweep, --estimate plans the later stages at its best rates (not a guess), a training-length
     run at its own updates, and leaves out of the total what the runs file already holds."""
-    scale, out = study.Scale(False), tmp_path / "study"
+    scale, out = stages.Scale(False), tmp_path / "study"
     s = scale.sweep["s"][1]
-    rows = [*_sweep_rows(scale), {"name": study.name("bpe8k", "s", "gf2", s, 2, steps=1728), "val_bpb": 1.0}]
-    (tmp_path / "study-runs.json").write_text(study.json.dumps({"title": "t", "runs": rows}))
+    rows = [*_sweep_rows(scale), {"name": run_name("bpe8k", "s", "gf2", s, 2, steps=1728), "val_bpb": 1.0}]
+    (tmp_path / "study-runs.json").write_text(json.dumps({"title": "t", "runs": rows}))
     runs, total = _estimate(monkeypatch, capsys, "--out", str(out), "--adopt", "none")
     later = [n for n in runs if n.startswith("bpe8k-s/") and "seed1" not in n]
     assert later and all(f"-lr{s:g}-" in n for n in later)  # the sweep's best, not the middle guess
-    short, long = (runs[study.name("bpe8k", "s", "gf2", s, 3, steps=n)] for n in (432, 1728))
+    short, long = (runs[run_name("bpe8k", "s", "gf2", s, 3, steps=n)] for n in (432, 1728))
     assert float(long[2]) == pytest.approx(4 * float(short[2]), rel=0.01)  # training FLOPs: 1,728 / 432 updates
-    assert runs[study.name("bpe8k", "s", "gf2", s, 2, steps=1728)][-1] == "finished" and long[-1] == "h"
+    assert runs[run_name("bpe8k", "s", "gf2", s, 2, steps=1728)][-1] == "finished" and long[-1] == "h"
     finished = len(rows)
     assert total.startswith(f"{len(runs)} runs ({finished} finished, 0 to adopt, {len(runs) - finished} to run)")
 
@@ -256,29 +261,29 @@ def test_the_estimate_guesses_only_where_a_sweep_is_incomplete_and_counts_adopta
     """A variant whose sweep lacks a score (a rate not run, a rate that logged nothing, a rung its best at an
     edge asks for) keeps the guess; a swept one uses its best; runs an earlier runs file holds with the same
     flags are to adopt, not to run."""
-    scale, out = study.Scale(False), tmp_path / "study"
+    scale, out = stages.Scale(False), tmp_path / "study"
     rows = {r["name"]: r for r in _sweep_rows(scale) if not r["name"].startswith("bpe8k-s/gf2-")}
-    rows[study.name("bpe8k", "m", "learned", scale.sweep["m"][2], 1)]["val_bpb"] = None
+    rows[run_name("bpe8k", "m", "learned", scale.sweep["m"][2], 1)]["val_bpb"] = None
     low = scale.sweep["l"][0]
-    rows[study.name("bpe8k", "l", "binary16", low, 1)]["val_bpb"] = 0.5  # the best, at the sweep's edge
-    (tmp_path / "study-runs.json").write_text(study.json.dumps({"title": "t", "runs": list(rows.values())}))
+    rows[run_name("bpe8k", "l", "binary16", low, 1)]["val_bpb"] = 0.5  # the best, at the sweep's edge
+    (tmp_path / "study-runs.json").write_text(json.dumps({"title": "t", "runs": list(rows.values())}))
     earlier = tmp_path / "earlier-runs.json"
-    control = study.step(scale, "l", "learned", scale.sweep["l"][1], 2)  # L learned's swept best, seed 2
-    earlier.write_text(study.json.dumps({"runs": [{"name": control[0], "extra": control[2], "val_bpb": 1.0}]}))
+    control = stages.step(scale, "l", "learned", scale.sweep["l"][1], 2)  # L learned's swept best, seed 2
+    earlier.write_text(json.dumps({"runs": [{"name": control[0], "extra": control[2], "val_bpb": 1.0}]}))
     runs, total = _estimate(monkeypatch, capsys, "--out", str(out), "--adopt", str(earlier))
     guess = {size: lrs[len(lrs) // 2] for size, lrs in scale.sweep.items()}
-    assert study.name("bpe8k", "s", "learned", scale.sweep["s"][1], 2) in runs  # swept: its best
-    assert study.name("bpe8k", "s", "gf2", guess["s"], 2) in runs  # never swept
-    assert study.name("bpe8k", "m", "learned", guess["m"], 2) in runs  # a rate logged nothing
-    rung = study.LADDER[study.LADDER.index(low) - 1]  # the sweep would add it below the edge best ...
-    assert runs[study.name("bpe8k", "l", "binary16", rung, 1)][-1] == "h"
-    assert study.name("bpe8k", "l", "binary16", guess["l"], 2) in runs  # ... so its best is not known yet
+    assert run_name("bpe8k", "s", "learned", scale.sweep["s"][1], 2) in runs  # swept: its best
+    assert run_name("bpe8k", "s", "gf2", guess["s"], 2) in runs  # never swept
+    assert run_name("bpe8k", "m", "learned", guess["m"], 2) in runs  # a rate logged nothing
+    rung = stages.LADDER[stages.LADDER.index(low) - 1]  # the sweep would add it below the edge best ...
+    assert runs[run_name("bpe8k", "l", "binary16", rung, 1)][-1] == "h"
+    assert run_name("bpe8k", "l", "binary16", guess["l"], 2) in runs  # ... so its best is not known yet
     assert runs[control[0]][-1] == "adopt" and " 1 to adopt, " in total
 
 
 def test_the_gpu_plan_reads_token_shards_and_says_how_to_make_them(tmp_path, monkeypatch):
-    scale = study.Scale(True)
-    assert study.merged_config(scale.configs("gf2", "m", scale.tokenizer))["data"]["train"].startswith("shards/")
+    scale = stages.Scale(True)
+    assert merged_config(scale.configs("gf2", "m", scale.tokenizer))["data"]["train"].startswith("shards/")
     monkeypatch.setattr(study, "ROOT", tmp_path)
     with pytest.raises(SystemExit, match=r"shards/fineweb-edu-smollm2/.*make shards-fineweb"):
         study._check_gpu_data(scale, [])

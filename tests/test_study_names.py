@@ -1,4 +1,5 @@
-"""The study's run names: what the runner (study.py) writes, the report (study_report.py) reads back."""
+"""The study's run names: what the runner (study.py, its plan study_stages.py) writes, the report
+(study_report.py, its runs index study_results.py) reads back."""
 
 import json
 import subprocess
@@ -7,19 +8,19 @@ from pathlib import Path
 
 import pytest
 
-import experiments.study as study
 import experiments.study_plan as plan
-import experiments.study_report as study_report
+import experiments.study_results as results
+import experiments.study_stages as stages
 
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = (*plan.PAPER, *plan.CONTROLS)
 
 
-@pytest.mark.parametrize("tokenizer", sorted(study.TOKENIZERS))
+@pytest.mark.parametrize("tokenizer", sorted(stages.TOKENIZERS))
 def test_every_name_the_plan_can_write_parses_back_to_its_parts(tokenizer):
     for size in plan.SIZES:
         for variant in VARIANTS:
-            for lr in (*study.LADDER, 3e-5, 0.5, 1.0):
+            for lr in (*stages.LADDER, 3e-5, 0.5, 1.0):
                 assert float(f"{lr:g}") == lr  # the rate in the name is the rate trained (--model.optimizer.lr)
                 for seed in (1, 2, 3, 12):
                     for steps in (None, 4, 1728):
@@ -28,7 +29,7 @@ def test_every_name_the_plan_can_write_parses_back_to_its_parts(tokenizer):
                             parts = {"tok": tokenizer, "size": size, "variant": variant, "lr": lr, "seed": seed,
                                      "steps": steps, "code": code}  # fmt: skip
                             assert plan.parse_name(name) == parts, name
-                            assert study_report.parse({"name": name}) == parts
+                            assert results.parse({"name": name}) == parts
                             assert plan.run_name(*parts.values()) == name
 
 
@@ -40,18 +41,18 @@ def test_only_a_drawn_code_takes_a_code_seed():
 
 def test_the_runner_names_its_steps_with_the_shared_format():
     for gpu in (False, True):
-        scale = study.Scale(gpu)
-        name, _, flags = study.step(scale, "m", "matched", 3e-3, 2)
+        scale = stages.Scale(gpu)
+        name, _, flags = stages.step(scale, "m", "matched", 3e-3, 2)
         assert plan.parse_name(name) == {"tok": scale.tokenizer, "size": "m", "variant": "matched", "lr": 3e-3,
                                          "seed": 2, "steps": None, "code": None}  # fmt: skip
         assert "--model.optimizer.lr=0.003" in flags and "--seed_everything=2" in flags
         assert any(flag.startswith(plan.WIDTH_FLAG) for flag in flags)  # the report reads the width back
-        name, _, flags = study.step(scale, "s", "random_full", 1e-3, 3, steps=1024, code=3)
+        name, _, flags = stages.step(scale, "s", "random_full", 1e-3, 3, steps=1024, code=3)
         assert plan.parse_name(name) == {"tok": scale.tokenizer, "size": "s", "variant": "random_full", "lr": 1e-3,
                                          "seed": 3, "steps": 1024, "code": 3}  # fmt: skip
         assert "--trainer.max_steps=1024" in flags and "--model.interface.init_args.code_seed=3" in flags
-    assert study.name is plan.run_name and study.PAPER is study_report.PAPER is plan.PAPER
-    assert study.CONTROLS is study_report.CONTROLS is plan.CONTROLS
+    assert stages.name is plan.run_name and stages.PAPER is results.PAPER is plan.PAPER
+    assert stages.CONTROLS is results.CONTROLS is plan.CONTROLS
 
 
 @pytest.mark.parametrize("runs", ["study-v2-runs.json", "study-v3-runs.json"])
@@ -77,13 +78,13 @@ def test_names_outside_the_format_are_refused(name):
 
 
 def test_the_swept_rates_are_read_with_the_parser():
-    scale = study.Scale(False)
+    scale = stages.Scale(False)
     rows = {plan.run_name("bpe8k", "m", v, lr, 1): {} for v in plan.PAPER for lr in (3e-4, 1e-3)}
     rows[plan.run_name("bpe8k", "m", "learned", 3e-3, 1)] = {}  # a rung one variant ran
     rows[plan.run_name("bpe8k", "m", "gf2", 1e-2, 2)] = {}  # seed 2: not the sweep
     rows[plan.run_name("bpe8k", "s", "gf2", 1e-2, 1, steps=1024)] = {}  # another length: not the sweep
     rows["tiny/gf2"] = {}  # a row of another plan in the same file
-    swept = study.swept(scale, rows)
+    swept = stages.swept(scale, rows)
     assert swept[("m", "learned")] == [3e-4, 1e-3, 3e-3] and swept[("m", "gf2")] == [3e-4, 1e-3]
     assert swept[("s", "gf2")] == [] and set(swept) == {(s, v) for s in scale.sweep for v in plan.PAPER}
 

@@ -1,4 +1,5 @@
-"""The study's report (study_report.py) and its statistics (study_stats.py), from runs files alone."""
+"""The study's report (study_report.py, its runs index study_results.py) and its statistics (study_stats.py), from
+runs files alone."""
 
 import json
 import math
@@ -9,7 +10,8 @@ import pytest
 from scipy import stats
 
 import experiments.study_report as report
-from experiments.study_plan import parse_name
+from experiments.study_plan import PAPER, parse_name
+from experiments.study_results import TEST, WORD_PPL, Study
 from experiments.study_stats import Paired, holm, paired, slope_fit
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,9 +27,9 @@ def _row(name, val, test, word_ppl_only=False):
     if steps:
         extra.append(f"--trainer.max_steps={steps}")
     n = steps or OWN[size]
-    scores = {report.WORD_PPL: {"value": math.exp(test / RATIO)}}
+    scores = {WORD_PPL: {"value": math.exp(test / RATIO)}}
     if not word_ppl_only:
-        scores[report.TEST] = {"value": test}
+        scores[TEST] = {"value": test}
     return {"name": name, "config": f"experiments/study/{variant}.yaml + experiments/study/size-{size}.yaml",
             "commit": "0123456789abcdef", "extra": extra, "val_bpb": val, "val_loss": val * 2.6, "wall_seconds": 60.0,
             "trainable_params": 1, "tokens_seen": TOKENS[size] * n // OWN[size], "scores": scores,
@@ -42,7 +44,7 @@ def _study_rows():
     gap = {"s": 0.3, "m": 0.2, "l": 0.1}
     best = {"s": 3e-3, "m": 3e-3, "l": 2e-3}
     for size in ("s", "m", "l"):
-        for v in report.PAPER:  # seed 1 at a worse rate: the sweep's other rung
+        for v in PAPER:  # seed 1 at a worse rate: the sweep's other rung
             rows.append(_row(f"bpe8k-{size}/{v}-lr0.01-seed1", 3.0, 4.0))
         for seed in (1, 2, 3):
             noise = (seed - 2) / 100
@@ -107,22 +109,22 @@ def test_the_report_compares_each_size_at_its_own_rates_and_folds_the_codebooks(
 
 def test_a_run_outside_the_sweep_is_compared_at_the_rate_with_the_most_seeds(tmp_path):
     rows = [
-        _row(f"bpe8k-m/{v}-lr0.001-seed{s}", 2.0 + (v != "learned") * 0.1, 3.0) for v in report.PAPER for s in (1, 2)
+        _row(f"bpe8k-m/{v}-lr0.001-seed{s}", 2.0 + (v != "learned") * 0.1, 3.0) for v in PAPER for s in (1, 2)
     ]
-    rows += [_row(f"bpe8k-m/{v}-lr0.003-seed1", 2.5, 3.5) for v in report.PAPER]
-    study = report.Study(rows)
+    rows += [_row(f"bpe8k-m/{v}-lr0.003-seed1", 2.5, 3.5) for v in PAPER]
+    study = Study(rows)
     assert study.best("bpe8k", "m", "learned") == 1e-3  # seed 1 chooses, among the swept rates
     rows = [r for r in rows if "lr0.003" not in r["name"]]
-    study = report.Study(rows)
+    study = Study(rows)
     assert study.best("bpe8k", "m", "learned") is None and study.rate("bpe8k", "m", "learned") == 1e-3
     assert study.gap("bpe8k", "m", "learned", "gf2", "val").diffs == pytest.approx((0.1, 0.1))
 
 
 def test_test_bits_per_byte_from_another_text_is_refused():
     rows = [_row("bpe8k-m/learned-lr0.001-seed1", 2.0, 3.0), _row("bpe8k-m/gf2-lr0.001-seed1", 2.0, 3.0)]
-    rows[1]["scores"][report.TEST]["value"] *= 1.01
+    rows[1]["scores"][TEST]["value"] *= 1.01
     with pytest.raises(ValueError, match="test text changed"):
-        report.Study(rows)
+        Study(rows)
 
 
 def test_paired_statistics_equal_scipys():
@@ -185,12 +187,12 @@ def test_each_cell_is_compared_at_its_variants_best_rate_not_at_its_most_seeded(
         ]
         rows.append(_row(f"bpe8k-m/matched-lr0.001-seed{seed}", 1.0, 2.0))
     rows += [_row("bpe8k-m/gf2-lr0.001-seed4", 1.0, 2.0)]  # a fourth seed at another rate: not compared
-    study = report.Study(rows)
+    study = Study(rows)
     assert study.rate("bpe8k", "m", "learned") == 3e-3 and study.rate("bpe8k", "m", "matched") == 3e-3
     assert study.gap("bpe8k", "m", "learned", "matched", "val").mean == pytest.approx(0.15)
     # a length run at S is compared at S's rate, though it ran at two
-    rows += [_row(f"bpe8k-s/{v}-lr0.01-seed{s}-steps432", 9.0, 9.0) for v in report.PAPER for s in (1, 2, 3, 4)]
-    study = report.Study(rows)
+    rows += [_row(f"bpe8k-s/{v}-lr0.01-seed{s}-steps432", 9.0, 9.0) for v in PAPER for s in (1, 2, 3, 4)]
+    study = Study(rows)
     assert study.gap("bpe8k", "s", "learned", "binary16", "val", 432).mean == pytest.approx(0.3)
 
 

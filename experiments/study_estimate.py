@@ -1,0 +1,59 @@
+"""``study.py --estimate``: each planned run's training targets and FLOPs, and the compute still to run."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from pathlib import Path
+
+from experiments.runs import merged_config
+from experiments.study_plan import non_embedding_params, widened
+from experiments.study_stages import STEPS_FLAG
+
+# Training FLOP/s for --estimate. GPU: 40 % of an H200's 989 dense bf16 TFLOP/s (an assumption until
+# `make bench-gpu` measures the MFU). CPU: the two 1-thread fits of this machine together, measured
+# on the study's size-M runs: 1.93e13 FLOPs in 384 s of fit plus eval per run, two at a time.
+GPU_RATE = 0.4 * 989e12
+CPU_RATE = 1.0e11
+
+
+def training_targets(config: dict, flags: list[str] = ()) -> int:
+    """Prediction targets a run trains on (one device: updates x accumulation x batch x seq_len); a
+    ``--trainer.max_steps`` among its ``flags`` (a training-length run's) sets its updates."""
+    trainer, data = config["trainer"], config["data"]
+    steps = trainer["max_steps"]
+    for flag in flags:
+        if flag.startswith(STEPS_FLAG):
+            steps = int(flag.removeprefix(STEPS_FLAG))
+    return steps * trainer.get("accumulate_grad_batches", 1) * data["batch_size"] * data["seq_len"]
+
+
+def tokens_per_param(configs: tuple[Path, ...]) -> float:
+    config = merged_config(configs)
+    return training_targets(config) / non_embedding_params(config["model"]["decoder"])
+
+
+def estimate(steps: list[tuple], flops_per_sec: float, finished: Collection[str] = (),
+             adopt: Collection[str] = ()) -> list[str]:  # fmt: skip
+    """One line per run (targets, training FLOPs, and hours at ``flops_per_sec``, or "finished" for a run in
+    the runs file, "adopt" for one to copy from an earlier runs file) and the total still to run."""
+    from fixed_embed.experiment import build_model
+
+    lines, left, counts = [], 0.0, {"finished": 0, "adopt": 0}
+    for run_name, configs, flags in steps:
+        config = merged_config(configs)
+        config["model"]["decoder"] = widened(config["model"]["decoder"], flags)
+        targets = training_targets(config, flags)
+        flops = targets * build_model(config["model"]).decoder.flops_per_token(config["data"]["seq_len"])
+        when = "finished" if run_name in finished else "adopt" if run_name in adopt else None
+        if when:
+            counts[when] += 1
+        else:
+            left += flops
+        lines.append(f"{run_name:40s} {targets / 1e6:8.1f}M targets {flops:9.3g} FLOPs "
+                     f"{when or f'{flops / flops_per_sec / 3600:.2f} h':>9s}")  # fmt: skip
+    to_run = len(steps) - sum(counts.values())
+    lines.append(
+        f"{len(steps)} runs ({counts['finished']} finished, {counts['adopt']} to adopt, {to_run} to run): "
+        f"{left:.3g} FLOPs, {left / flops_per_sec / 3600:.1f} h at {flops_per_sec:.3g} FLOP/s"
+    )
+    return lines

@@ -1,0 +1,150 @@
+"""The study's runs file, indexed for its report: a run's configs, its value on each split, the rate a
+variant is compared at and its runs there (study_report.py draws the tables and figures from it).
+
+Two splits: **val** (validation bits/byte over the 9 held-out books) chooses every learning rate;
+**test** (WikiText-2 bits/byte, out of domain) is read by no choice. Differences between variants are
+paired by training seed (the same seed: the same data order and, for the two fixed codes, the same
+initial weights). Where a codebook was drawn per seed (``-codeC`` runs), a variant's seeds use them, so
+its spread holds the codebook's variance.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from functools import cache
+
+from experiments.runs import ROOT, merged_config
+from experiments.study_plan import CONTROLS, METRIC, PAPER, SIZES, non_embedding_params, parse_name, widened
+from experiments.study_stats import Paired, paired
+
+TEST = "wikitext2_local|bits_per_byte|0"
+WORD_PPL = "wikitext2_local|word_perplexity|0"
+SPLITS = {"val": "validation bits/byte (books; chooses the rates)", "test": "WikiText-2 bits/byte (no choice reads it)"}
+GAPS = (("learned", "binary16"), ("learned", "gf2"), ("binary16", "gf2"))  # (a, b): b - a
+Cell = dict[int, dict]  # seed -> row
+
+
+def parse(row: dict) -> dict:
+    """The tokenizer, size, variant, rate, seed, updates and codebook in the row's name."""
+    return parse_name(row["name"])
+
+
+def _finite(value: float | None) -> float:
+    """A diverged run (NaN, inf or nothing logged) ranks last."""
+    return value if value is not None and math.isfinite(value) else math.inf
+
+
+def _config(row: dict) -> dict:
+    return _merged(row["config"])
+
+
+@cache  # a render reads each run's configs for every table and figure it appears in; nothing mutates them
+def _merged(configs: str) -> dict:
+    return merged_config([ROOT / c for c in configs.split(" + ")])
+
+
+def non_embedding(row: dict) -> int:
+    return non_embedding_params(widened(_config(row)["model"]["decoder"], row["extra"]))
+
+
+def updates(row: dict) -> int:
+    """The updates a run trained: its name's ``-stepsN``, else its size file's."""
+    return parse(row)["steps"] or _config(row)["trainer"]["max_steps"]
+
+
+def wikitext_ratio(rows: list[dict]) -> float | None:
+    """WikiText-2 bits/byte per nat of word perplexity: words / (bytes ln 2) of the fixed test text.
+
+    Rows scored before the suite logged bits/byte (study v2's) carry the word perplexity only; the ratio
+    of the rows that log both converts them exactly (the same text for every run, so one constant)."""
+    ratios = [r["scores"][TEST]["value"] / math.log(r["scores"][WORD_PPL]["value"]) for r in rows
+              if TEST in r.get("scores", {}) and WORD_PPL in r["scores"]]  # fmt: skip
+    ratios = [x for x in ratios if math.isfinite(x)]  # a diverged run scores inf or NaN
+    if not ratios:
+        return None
+    if max(ratios) - min(ratios) > 1e-9 * max(ratios):
+        raise ValueError(f"WikiText-2 bits/byte over ln(word ppl) differs across runs ({min(ratios)}..{max(ratios)})"
+                         ": the test text changed between runs, so they cannot be compared")  # fmt: skip
+    return statistics.mean(ratios)
+
+
+class Study:
+    """The runs, indexed by (tokenizer, size, variant, steps) -> {lr: {seed: {code: row}}}."""
+
+    def __init__(self, rows: list[dict], tune: str = "m") -> None:
+        self.rows, self.tune = rows, tune
+        self.ratio = wikitext_ratio(rows)
+        self.index: dict[tuple, dict[float, dict[int, dict[int | None, dict]]]] = {}
+        for row in rows:
+            m = parse(row)
+            by_lr = self.index.setdefault((m["tok"], m["size"], m["variant"], m["steps"]), {})
+            by_lr.setdefault(m["lr"], {}).setdefault(m["seed"], {})[m["code"]] = row
+
+    def value(self, row: dict, split: str) -> float:
+        if split == "val":
+            return _finite(row.get(METRIC))
+        scores = row.get("scores", {})
+        if TEST in scores:
+            return scores[TEST]["value"]
+        if WORD_PPL in scores and self.ratio is not None:
+            return self.ratio * math.log(scores[WORD_PPL]["value"])
+        return math.nan
+
+    def sizes(self, tok: str) -> list[str]:
+        found = {key[1] for key in self.index if key[0] == tok}
+        return [s for s in SIZES if s in found]
+
+    def swept(self, tok: str, size: str, variant: str) -> dict[float, float]:
+        """Seed 1's validation bits/byte per rate at the size's own length and codebook."""
+        by_lr = self.index.get((tok, size, variant, None), {})
+        return {lr: _finite(seeds[1][None].get(METRIC)) for lr, seeds in by_lr.items() if None in seeds.get(1, {})}
+
+    def best(self, tok: str, size: str, variant: str) -> float | None:
+        scored = self.swept(tok, size, variant)
+        return min(scored, key=scored.get) if len(scored) > 1 else None
+
+    def rate(self, tok: str, size: str, variant: str, steps: int | None = None) -> float | None:
+        """The rate a variant is compared at: its best of the size's sweep (a control: its paper variant's),
+        as the study chose it; for a run outside the plan, the rate with the most seeds."""
+        by_lr = self.index.get((tok, size, variant, steps), {})
+        chosen = self.best(tok, size, CONTROLS.get(variant, variant))
+        if chosen in by_lr:
+            return chosen
+        return max(by_lr, key=lambda lr: (len(by_lr[lr]), -lr)) if by_lr else None
+
+    def cell(self, tok: str, size: str, variant: str, steps: int | None = None, fold: bool = True) -> Cell:
+        """Seed -> row at the compared rate; with ``fold``, seed s uses codebook s where it was drawn."""
+        lr = self.rate(tok, size, variant, steps)
+        seeds = self.index.get((tok, size, variant, steps), {}).get(lr, {})
+        own = {s: codes[s] for s, codes in seeds.items() if fold and s > 1 and s in codes}  # seed 1: the config's
+        return {s: own.get(s, codes.get(None)) for s, codes in sorted(seeds.items()) if s in own or None in codes}
+
+    def values(self, cell: Cell, split: str) -> dict[int, float]:
+        return {s: self.value(row, split) for s, row in cell.items()}
+
+    def gap(self, tok: str, size: str, a: str, b: str, split: str, steps: int | None = None) -> Paired:
+        return paired(self.values(self.cell(tok, size, a, steps), split),
+                      self.values(self.cell(tok, size, b, steps), split))  # fmt: skip
+
+    def lengths(self, tok: str, size: str) -> list[int | None]:
+        """The training lengths any paper variant ran at ``size``, shortest first (None: the size's own); a
+        variant that has not run one shows "--" there."""
+        found = {steps for t, s, v, steps in self.index if (t, s) == (tok, size) and v in PAPER}
+        return sorted(found, key=lambda n: self.tokens(tok, size, n))
+
+    def tokens(self, tok: str, size: str, steps: int | None) -> int:
+        return self.first(tok, size, steps)["tokens_seen"]
+
+    def first(self, tok: str, size: str, steps: int | None) -> dict:
+        """A run of a paper variant at ``size`` and ``steps`` (for what they share: parameters, tokens)."""
+        return next(row for v in PAPER for row in self.cell(tok, size, v, steps).values())
+
+
+def validation_set(row: dict) -> str:
+    """What the study validated on, from the run's configs."""
+    data = _config(row).get("data", {})
+    blocks = f"{data.get('val_sequences')} blocks of {data.get('seq_len')} targets"
+    if data.get("val_per_document"):
+        return f"{blocks} spread over every held-out document, the same for every run"
+    return f"{blocks}, the same for every run"
