@@ -148,9 +148,7 @@ def test_a_best_rate_at_the_edge_of_the_sweep_asks_for_the_next_rung():
     lrs = [1e-3, 2e-3, 3e-3]
     bpb = {"learned": [2.0, 1.9, 1.8], "binary16": [2.1, 2.0, 2.05], "gf2": [1.9, 2.0, 2.05]}
     rows = {
-        run_name("bpe8k", "m", v, lr, 1): {"val_bpb": x}
-        for v, xs in bpb.items()
-        for lr, x in zip(lrs, xs, strict=True)
+        run_name("bpe8k", "m", v, lr, 1): {"val_bpb": x} for v, xs in bpb.items() for lr, x in zip(lrs, xs, strict=True)
     }
     best, more = stages.best_lrs(scale, rows, {("m", v): lrs for v in PAPER})
     assert best == {"m": {"learned": 3e-3, "binary16": 2e-3, "gf2": 1e-3}}
@@ -178,9 +176,7 @@ def test_every_study_config_composes_at_both_scales():
 
 def test_the_best_rate_is_chosen_among_finished_runs_only():
     scale = stages.Scale(False)
-    rows = {
-        run_name("bpe8k", "m", v, lr, 1): {"val_bpb": x} for v in PAPER for lr, x in ((1e-3, 2.0), (3e-3, 1.9))
-    }
+    rows = {run_name("bpe8k", "m", v, lr, 1): {"val_bpb": x} for v in PAPER for lr, x in ((1e-3, 2.0), (3e-3, 1.9))}
     rows[run_name("bpe8k", "m", "gf2", 1e-2, 1)] = {"val_bpb": 1.0}  # a rung only gf2 finished
     rows[run_name("bpe8k", "m", "learned", 3e-3, 1)] = {"val_bpb": float("nan")}  # diverged
     rows[run_name("bpe8k", "m", "gf2", 2e-3, 1, steps=1024)] = {"val_bpb": 0.5}  # another length: not the sweep

@@ -108,9 +108,7 @@ def test_the_report_compares_each_size_at_its_own_rates_and_folds_the_codebooks(
 
 
 def test_a_run_outside_the_sweep_is_compared_at_the_rate_with_the_most_seeds(tmp_path):
-    rows = [
-        _row(f"bpe8k-m/{v}-lr0.001-seed{s}", 2.0 + (v != "learned") * 0.1, 3.0) for v in PAPER for s in (1, 2)
-    ]
+    rows = [_row(f"bpe8k-m/{v}-lr0.001-seed{s}", 2.0 + (v != "learned") * 0.1, 3.0) for v in PAPER for s in (1, 2)]
     rows += [_row(f"bpe8k-m/{v}-lr0.003-seed1", 2.5, 3.5) for v in PAPER]
     study = Study(rows)
     assert study.best("bpe8k", "m", "learned") == 1e-3  # seed 1 chooses, among the swept rates
