@@ -160,8 +160,5 @@ def random_injection(n: int, width: int, seed: int) -> list[int]:
 
 def decode_bits(bits: torch.Tensor) -> torch.Tensor:
     """Inverse of :func:`bits_of`: little-endian 0/1 bits (last dim) back to integers."""
-    width = bits.shape[-1]
-    weights = torch.ones((), dtype=torch.int64, device=bits.device) << torch.arange(
-        width, device=bits.device, dtype=torch.int64
-    )
+    weights = 1 << torch.arange(bits.shape[-1], device=bits.device, dtype=torch.int64)
     return (bits.to(torch.int64) * weights).sum(-1)

@@ -3,40 +3,27 @@
 Scores are computed the way lm-eval's own ``hf`` model computes them, so our numbers sit in the
 same table as the SmolLM2 references:
 
-- ``loglikelihood``: lm-eval's ``TemplateLM`` splits context / continuation (trailing spaces move
-  to the continuation; the whole string is tokenized, then split at the context's length) and an
-  empty context is replaced by the end-of-text token; we score ``(context + continuation)[-(L+1):][:-1]``
-  and read the continuation's log-probabilities and whether greedy decoding reproduces it.
+- ``loglikelihood``: lm-eval's ``TemplateLM`` splits context / continuation (an empty context is
+  replaced by the end-of-text token); we score ``(context + continuation)[-(L+1):][:-1]`` and read
+  the continuation's log-probabilities and whether greedy decoding reproduces it.
 - ``loglikelihood_rolling``: lm-eval's disjoint rolling windows of the model's context length L,
-  the first conditioned on end-of-text (WikiText word perplexity).
+  the first conditioned on end-of-text (WikiText word perplexity). For the fixed codes, a target
+  conditioned on end-of-text alone (token 0, the zero vector) is scored at exactly log(1/V):
+  docs/design.md, "Token 0 is the all-zero code".
 - ``generate_until``: greedy decoding, stopped at any ``until`` string or ``max_gen_toks``.
-
-The first target of a document's first rolling window, and the first continuation token of an
-empty-context request, are conditioned on end-of-text (``prefix_token_id``) alone. That is token
-0 in SmolLM2 and in this project's BPE, and token 0's fixed code is the zero vector (binary16:
-bits of 0; GF(2): A 0 = 0 with ``offset`` 0). With nothing else to attend to, every block adds
-zero and the head sees zero: the logits are uniform and that target is scored at exactly
-log(1/V), for any weights. A learned table (or a code that moves token 0 off the origin) is not
-held to this. docs/design.md ("Token 0 is the all-zero code") and the notes under ``table.md``
-say so where the scores are read.
 
 Requests are sorted by length (longest first, so an out-of-memory error shows at once), batched
 and right-padded: with causal attention, padding after a sequence cannot change its logits, so no
 mask is needed. Contexts longer than L are truncated from the left. bf16 autocast on GPUs that
-support it, fp32 otherwise.
-
-lm-eval's command line has no plugin discovery for models; ``fixed-embed lm-eval ARGS`` is its CLI
-with this model registered (``--model fixed_embed --model_args checkpoint=PATH``).
-
-Progress bars, lm-eval's and the two here, are tqdm bars without an explicit ``file``: under the
-``fixed-embed`` command (``eval``, in-loop benchmarks) :mod:`fixed_embed.console` sends them, like
-the notices of lm-eval and of the libraries it imports, to the log file rather than the console.
+support it, fp32 otherwise. Progress bars are tqdm's without an explicit ``file``, so that
+:mod:`fixed_embed.console` can send them to the log file under the ``fixed-embed`` command.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import nullcontext
+from itertools import groupby
 from typing import Any
 
 import torch
@@ -71,6 +58,7 @@ class FixedEmbedLM(TemplateLM):
     max_length: context length L (default: the model's max_seq_len).
     max_gen_toks: default generation budget for ``generate_until``.
     eos_token: the end-of-text token, also the prefix of empty contexts and rolling windows.
+    module, tokenizer_object: a live model and its tokenizer instead of ``checkpoint``.
     distributed: split the requests over the ranks of the initialised process group (lm-eval pads
         each rank to the same number of requests and gathers the results on rank 0).
     interrupt: polled before each batch; when it returns true, :class:`EvaluationInterrupted` is
@@ -254,23 +242,15 @@ class FixedEmbedLM(TemplateLM):
         order = sorted(range(len(jobs)), key=lambda i: (-len(jobs[i][0]), i))
         outputs: list[str] = [""] * len(jobs)
         progress = tqdm(total=len(jobs), disable=disable_tqdm or self.rank != 0, desc="generate_until")
-        start = 0
-        while start < len(order):
-            if self.world_size == 1:
-                self._check_interrupt()
-            length = len(jobs[order[start]][0])
-            group = [order[start]]
-            while (
-                start + len(group) < len(order)
-                and len(group) < self.batch_size
-                and len(jobs[order[start + len(group)]][0]) == length
-            ):
-                group.append(order[start + len(group)])
-            for index, text in zip(group, self._greedy([jobs[i] for i in group]), strict=True):
-                outputs[index] = text
-                self.cache_hook.add_partial("generate_until", requests[index].args, text)
-            progress.update(len(group))
-            start += len(group)
+        for _, same_length in groupby(order, key=lambda i: len(jobs[i][0])):
+            same_length = list(same_length)
+            for group in (same_length[i : i + self.batch_size] for i in range(0, len(same_length), self.batch_size)):
+                if self.world_size == 1:
+                    self._check_interrupt()
+                for index, text in zip(group, self._greedy([jobs[i] for i in group]), strict=True):
+                    outputs[index] = text
+                    self.cache_hook.add_partial("generate_until", requests[index].args, text)
+                progress.update(len(group))
         progress.close()
         return outputs
 

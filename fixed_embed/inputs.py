@@ -22,12 +22,13 @@ HEAD_BYTES = 1 << 20  # what a check reads of each file at most
 
 def check_corpus(spec: str | os.PathLike | None, what: str, text_field: str = "text") -> None:
     """Refuse a local corpus (file, folder or glob; a hub id passes) that cannot be read as documents."""
-    if spec is None or _token_shards(spec):
-        return  # token shards: their index is read (and checked) when the data module opens them
-    from fixed_embed.data.sources import DocumentSource, resolve_files
-
-    if not DocumentSource(str(spec)).is_local:
+    if spec is None:
         return
+    from fixed_embed.data.sources import DocumentSource, resolve_files
+    from fixed_embed.data.token_shards import shard_folder
+
+    if shard_folder(spec) is not None or not DocumentSource(str(spec)).is_local:
+        return  # token shards: their index is read (and checked) when the data module opens them
     try:
         files = resolve_files(str(spec))
     except FileNotFoundError as error:
@@ -62,12 +63,6 @@ def check_corpus(spec: str | os.PathLike | None, what: str, text_field: str = "t
             _check_records(file, text, at_end, what, text_field)
     if empty == len(files):
         raise DataError(f"{what}: {spec}: every file is empty ({len(files)} file(s)); point data at documents")
-
-
-def _token_shards(spec: str | os.PathLike) -> bool:
-    from fixed_embed.data.token_shards import shard_folder
-
-    return shard_folder(spec) is not None
 
 
 def _check_records(file: str, text: str, at_end: bool, what: str, text_field: str) -> None:

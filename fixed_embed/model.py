@@ -11,8 +11,7 @@ Design choices (each matches the paper's backbone unless marked "ours"):
   ``F.scaled_dot_product_attention`` so GPUs get flash / memory-efficient kernels.
 * RoPE in the Hugging Face Llama layout (rotate the two halves of each head), so an export to
   ``LlamaForCausalLM`` is exact; rotated in float32 from fp32 tables (also under bf16); theta
-  configurable, 10,000 by default (ours: the paper does
-  not state it).
+  10,000 by default (ours: the paper does not state it).
 * SwiGLU MLP: down(silu(gate(x)) * up(x)), intermediate size ``ffn_dim``.
 * No biases anywhere. Untied, trainable output head V x d (tying only with LearnedInput,
   off by default: the paper's models are untied).
@@ -20,8 +19,6 @@ Design choices (each matches the paper's backbone unless marked "ours"):
   init_std = 0.02; the two residual output projections (attention ``o``, MLP ``down``)
   scaled by 1/sqrt(2 n_layers) as in GPT-2 / OLMo so the residual stream's variance does
   not grow with depth; norm gains 1. The interface initialises itself.
-* Costs: every module reports ``flops_per_token(seq_len)`` -- 6 x (matmul parameters) per
-  token, plus 12 d T for attention scores per layer; fixed input codes cost 0.
 """
 
 from __future__ import annotations
@@ -200,12 +197,9 @@ class Block(nn.Module):
 
 
 class OutputHead(nn.Linear):
-    """The V x d output projection (no bias). ``head(h)`` gives logits; ``head(h, targets, chunk_tokens)``
-    the mean cross-entropy without materialising the full logits (:func:`fixed_embed.loss.linear_cross_entropy`).
-
-    The loss is computed inside the head's own ``forward`` so that FSDP2's hooks on this module gather
-    its weight first (and reduce its gradient after backward), as for the logits.
-    """
+    """The V x d output projection: ``head(h)`` gives logits, ``head(h, targets, chunk_tokens)`` the mean
+    cross-entropy (:func:`fixed_embed.loss.linear_cross_entropy`), inside the head's own ``forward`` so
+    that FSDP2's hooks gather its weight first (and reduce its gradient after backward)."""
 
     def forward(
         self, x: torch.Tensor, targets: torch.Tensor | None = None, chunk_tokens: int | None = None
@@ -215,14 +209,12 @@ class OutputHead(nn.Linear):
         return linear_cross_entropy(x, self.weight, targets, chunk_tokens)
 
     def flops_per_token(self) -> int:
-        """Training FLOPs per token of the V x d projection (also when tied: the matmul still runs)."""
+        """Also when tied: the matmul still runs."""
         return _matmul_flops(self)
 
 
 class Decoder(nn.Module):
-    """interface -> n_layers pre-norm blocks -> RMSNorm -> untied head. ``forward(ids) -> logits``;
-    ``loss(ids, targets, chunk_tokens)`` -> mean cross-entropy, chunk by chunk (no full logits).
-    """
+    """interface -> n_layers pre-norm blocks -> RMSNorm -> head: ``forward(ids) -> logits``."""
 
     def __init__(self, config: DecoderConfig, interface: InputInterface) -> None:
         super().__init__()
@@ -266,7 +258,7 @@ class Decoder(nn.Module):
         return self.head(self.hidden(ids), targets, chunk_tokens)
 
     def hidden(self, ids: torch.Tensor) -> torch.Tensor:
-        """The final-normed hidden states ``[B, T, d]``: what the head maps to logits."""
+        """The final-normed hidden states ``[B, T, d]``."""
         x = self.embed(ids)
         for layer in self.layers:
             if self.activation_checkpointing and torch.is_grad_enabled():
@@ -276,11 +268,8 @@ class Decoder(nn.Module):
         return self.norm(x)
 
     def loss(self, ids: torch.Tensor, targets: torch.Tensor, chunk_tokens: int | None = None) -> torch.Tensor:
-        """Mean next-token cross-entropy of ``ids[B, T]`` against ``targets[B, T]``, computed
-        ``chunk_tokens`` positions at a time (0 or ``None``: from the full fp32 logits, as before).
-
-        Through ``forward``, i.e. the module call: FSDP2's root hooks (gathering the input interface)
-        and any other forward hooks run as for the logits."""
+        """Mean next-token cross-entropy, ``chunk_tokens`` positions at a time (0 or ``None``: from the
+        full fp32 logits). Through the module call, so FSDP2's root hooks run as for the logits."""
         return self(ids, targets, chunk_tokens)
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["PEAK_FLOPS", "dtype_name", "matmul_dtype", "peak_flops", "training_matmul_dtype"]
+__all__ = ["PEAK_FLOPS", "dtype_name", "peak_flops", "training_matmul_dtype"]
 
 # chip -> {dtype name: FLOP/s}. Matched against torch.cuda.get_device_name(), most specific first.
 PEAK_FLOPS: dict[str, dict[str, float]] = {
@@ -24,28 +24,6 @@ PEAK_FLOPS: dict[str, dict[str, float]] = {
     "a100": {"bf16": 312.0e12, "fp16": 312.0e12, "tf32": 156.0e12, "fp32": 19.5e12},
     "l40s": {"bf16": 362.05e12, "fp16": 362.05e12, "tf32": 183.0e12, "fp32": 91.6e12},
 }
-
-
-def matmul_dtype(precision: str, param_dtype: str | torch.dtype | None = None) -> str:
-    """The dtype the matmuls run in under a Lightning ``precision`` setting.
-
-    ``param_dtype``: FSDP2's compute dtype of the parameters (``model.parallel.param_dtype`` under
-    a sharded strategy), which decides under a 32-bit ``precision`` (``experiments/strategies/fsdp.yaml``:
-    ``32-true`` with ``param_dtype: bfloat16`` runs its matmuls in bf16). Autocast
-    (``*-mixed``) and true half precision win over it.
-    """
-    precision = str(precision)
-    if precision.startswith("bf16"):
-        return "bf16"
-    if precision.startswith("16"):
-        return "fp16"
-    if precision.startswith("64"):
-        return "fp64"  # no tensor-core peak listed: no MFU
-    if precision.startswith("32"):
-        if param_dtype is not None:
-            return dtype_name(getattr(torch, param_dtype) if isinstance(param_dtype, str) else param_dtype)
-        return dtype_name(torch.float32)
-    raise ValueError(f"no matmul dtype known for precision {precision!r}")
 
 
 def dtype_name(dtype: torch.dtype) -> str:

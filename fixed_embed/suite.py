@@ -32,6 +32,7 @@ __all__ = [
     "default_eval_dir",
     "markdown_table",
     "refuse_existing_results",
+    "run_label",
     "run_suite",
     "write_results",
 ]
@@ -104,14 +105,9 @@ def columns_for(suite: str | None, tasks: Sequence[str] = (), fewshot: int = 0) 
 
 
 def run_suite(
-    lm: Any,
-    columns: Sequence[Column],
-    limit: int | float | None = None,
-    include_path: Iterable[str | os.PathLike] = (),
-    batch_size: int | None = None,
-    log_samples: bool = False,
+    lm: Any, columns: Sequence[Column], limit: int | float | None = None, include_path: Iterable[str | os.PathLike] = ()
 ) -> dict[str, Any]:
-    """Evaluate ``lm`` (an lm-eval LM instance, or a registered model name) on the columns' tasks.
+    """Evaluate ``lm`` (an lm-eval LM instance) on the columns' tasks.
 
     Returns ``{"scores": {column key: {"value", "stderr"}}, "columns": [...], "lm_eval": {...}}``.
     Raises ``ValueError`` naming any task lm-eval does not know.
@@ -124,24 +120,33 @@ def run_suite(
     expanded: list[Column] = []
     for shots in sorted({c.fewshot for c in columns}):
         group = [c for c in columns if c.fewshot == shots]
-        kwargs = {"batch_size": batch_size} if batch_size is not None and isinstance(lm, str) else {}
         out = lm_eval.simple_evaluate(
             model=lm,
             tasks=sorted({c.task for c in group}),
             num_fewshot=shots,
             limit=limit,
             task_manager=manager,
-            log_samples=log_samples,
-            **kwargs,
+            log_samples=False,
         )
         if out is None:  # a non-zero rank of a distributed evaluation
             continue
-        raw[f"{shots}-shot"] = _json_safe(out)
+        raw[f"{shots}-shot"] = json.loads(json.dumps(out, default=repr))
         for column in group:
-            for metric in _metrics(out["results"].get(column.task, {}), column.metric):
-                resolved = Column(column.task, metric, shots, column.label if column.metric != "*" else "",
-                                  column.percent if column.metric != "*" else "perplexity" not in metric)  # fmt: skip
-                scores[resolved.key] = _score(out["results"][column.task], metric)
+            results = out["results"].get(column.task, {})
+            reported = [k.split(",")[0] for k in results if "," in k and "_stderr" not in k]
+            if column.metric != "*" and column.metric not in reported:
+                raise ValueError(f"lm-eval reported no {column.metric!r} (reported: {reported})")
+            for metric in reported if column.metric == "*" else [column.metric]:
+                resolved = (
+                    column
+                    if column.metric != "*"
+                    else Column(column.task, metric, shots, percent="perplexity" not in metric)
+                )
+                stderr = results.get(f"{metric}_stderr,none")
+                scores[resolved.key] = {
+                    "value": float(results[f"{metric},none"]),
+                    "stderr": float(stderr) if isinstance(stderr, (int, float)) else None,
+                }
                 expanded.append(resolved)
     return {"columns": [asdict(c) for c in expanded], "scores": scores, "lm_eval": raw}
 
@@ -160,23 +165,11 @@ def check_tasks(tasks: Iterable[str], include_path: Iterable[str | os.PathLike] 
     return manager
 
 
-def _metrics(task_results: dict[str, Any], metric: str) -> list[str]:
-    names = [k.split(",")[0] for k in task_results if "," in k and "_stderr" not in k]
-    if metric == "*":
-        return names
-    if metric not in names:
-        raise ValueError(f"lm-eval reported no {metric!r} (reported: {names})")
-    return [metric]
-
-
-def _score(task_results: dict[str, Any], metric: str) -> dict[str, float | None]:
-    value = task_results[f"{metric},none"]
-    stderr = task_results.get(f"{metric}_stderr,none")
-    return {"value": float(value), "stderr": float(stderr) if isinstance(stderr, (int, float)) else None}
-
-
-def _json_safe(value: Any) -> Any:
-    return json.loads(json.dumps(value, default=lambda o: repr(o)))
+def run_label(checkpoint: str | os.PathLike) -> str:
+    """``tiny/gf2/version_0/last.ckpt`` for ``.../logs/tiny/gf2/version_0/checkpoints/last.ckpt``."""
+    path = Path(os.path.abspath(Path(checkpoint).expanduser()))
+    parents = [p for p in path.parent.parts[1:] if p not in ("checkpoints", "ckpt")][-3:]
+    return "/".join([*parents, path.name])
 
 
 def default_eval_dir(
@@ -198,16 +191,15 @@ def default_eval_dir(
     if hub and not Path(spec).expanduser().exists():
         label, identity = spec, spec
     else:
-        path = Path(os.path.abspath(Path(spec).expanduser()))
-        parents = [p for p in path.parent.parts[1:] if p not in ("checkpoints", "ckpt")][-3:]
-        label, identity = "-".join([*parents, path.stem if path.suffix == ".ckpt" else path.name]), str(path)
+        label, identity = (
+            run_label(spec).removesuffix(".ckpt").replace("/", "-"),
+            os.path.abspath(Path(spec).expanduser()),
+        )
     what = suite if suite is not None else "+".join(tasks) + (f"-{fewshot}shot" if fewshot else "")
     if limit is not None:
         what += f"-limit{limit:g}"
     digest = hashlib.sha256(f"{identity}|{what}".encode()).hexdigest()[:8]
-    name = f"{label}-{what}"
-    if len(name) > 120:
-        name = name[:120]
+    name = f"{label}-{what}"[:120]
     return Path(root) / (re.sub(r"[^A-Za-z0-9._+-]+", "_", name) + f"-{digest}")
 
 

@@ -1,5 +1,6 @@
 """Input interfaces: codes, tiling, invertibility, costs, errors, token 0."""
 
+import importlib
 import math
 import re
 from pathlib import Path
@@ -91,12 +92,37 @@ def test_gf2_checkpoints_hold_only_the_matrix_and_refuse_another():
     assert torch.equal(iface.decode(iface.bits(torch.arange(300))), torch.arange(300))
 
 
-def test_class_paths_name_the_package_whichever_file_defines_the_class():
-    classes = [getattr(interfaces, n) for n in interfaces.__all__]
-    classes = [c for c in classes if isinstance(c, type) and issubclass(c, InputInterface) and c is not InputInterface]
-    assert len(classes) == 7
+def interface_classes() -> list[type]:
+    """Every InputInterface subclass the package defines, in whichever of its files."""
+    found, todo = [], [InputInterface]
+    while todo:
+        for cls in todo.pop().__subclasses__():
+            if cls.__module__.startswith("fixed_embed.interfaces") and cls not in found:
+                found.append(cls)
+                todo.append(cls)
+    return found
+
+
+def test_every_interface_is_built_by_its_config_name_and_keeps_the_contract():
+    classes = interface_classes()
+    assert {BinaryCodeInput, GF2CodeInput, LearnedInput} <= set(classes)
+    ids = torch.tensor([[0, 1, 299, 7]])
     for cls in classes:
-        assert cls(300, 16).spec()["class_path"] == f"fixed_embed.interfaces.{cls.__name__}"
+        original = cls(300, 16)
+        spec = original.spec()
+        # configs and checkpoints name the package, whichever file defines the class
+        assert spec["class_path"] == f"fixed_embed.interfaces.{cls.__name__}"
+        module, _, name = spec["class_path"].rpartition(".")
+        built = getattr(importlib.import_module(module), name)(300, 16, **spec["init_args"])
+        out = built(ids)
+        assert out.shape == (1, 4, 16) and out.dtype == torch.float32, cls
+        assert torch.allclose(built.expected_norm(ids), out.norm(dim=-1), atol=1e-6), cls
+        assert torch.allclose(built.table()[ids], out), cls
+        assert built.fixed == (built.trainable_parameters == 0), cls
+        if built.fixed:  # the options alone define a fixed code: the spec rebuilds the same one
+            assert torch.equal(original(ids), out), cls
+        with pytest.raises(ValueError, match="token ids must lie"):
+            built(torch.tensor([[300]]))
     # every class path the experiments and docs name still resolves
     root = Path(__file__).resolve().parents[1]
     texts = [p.read_text() for folder in ("experiments", "docs") for p in (root / folder).rglob("*.y*ml")]

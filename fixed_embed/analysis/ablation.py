@@ -27,28 +27,22 @@ def _loss(decoder: Decoder, blocks: torch.Tensor, batch_size: int) -> float:
     return total / count
 
 
-def _ablate(mode: str):
-    def hook(module, args, output):
-        x = args[0]
-        if mode == "zero":
-            return x
-        delta = output - x
-        return x + delta.mean(dim=(0, 1), keepdim=True)
-
-    return hook
-
-
 def layer_ablation(decoder: Decoder, blocks: torch.Tensor, mode: str = "zero", batch_size: int = 8) -> dict:
     """The intact loss and, per block, the loss with that block ablated; a JSON-ready dict."""
     if mode not in ("zero", "mean"):
         raise ValueError(f"mode must be 'zero' or 'mean', got {mode!r}")
+
+    def ablate(module, args, output):
+        x = args[0]
+        return x if mode == "zero" else x + (output - x).mean(dim=(0, 1), keepdim=True)
+
     was_training = decoder.training
     decoder.eval()
     try:
         base = _loss(decoder, blocks, batch_size)
         rows = []
         for i, block in enumerate(decoder.layers):
-            handle = block.register_forward_hook(_ablate(mode))
+            handle = block.register_forward_hook(ablate)
             try:
                 loss = _loss(decoder, blocks, batch_size)
             finally:

@@ -72,20 +72,12 @@ def probe_sample(
         raise ValueError(f"need 0 < train_fraction < 1 and >= 2 blocks, got {train_fraction}, {len(blocks)}")
     ids = blocks[:, :-1].flatten()
     targets = bits_of(ids, code_width(vocab_size)).float()
-    return ids, targets, _splits(ids, len(blocks), blocks.shape[1] - 1, vocab_size, train_fraction)
-
-
-def _splits(
-    ids: torch.Tensor, n_blocks: int, positions: int, vocab_size: int, train_fraction: float
-) -> dict[str, torch.Tensor]:
-    """Training masks: ``position`` the first ``train_fraction`` of the blocks; ``type`` every token
-    whose type is not in the seeded held-out quarter of the vocabulary (``TYPE_SEED``)."""
-    cut = max(1, int(n_blocks * train_fraction)) * positions
-    by_position = torch.arange(len(ids)) < cut
+    # position: the first train_fraction of the blocks; type: tokens outside the held-out quarter of types
+    cut = max(1, int(len(blocks) * train_fraction)) * (blocks.shape[1] - 1)
     held_types = torch.randperm(vocab_size, generator=torch.Generator().manual_seed(TYPE_SEED))
     held = torch.zeros(vocab_size, dtype=torch.bool)
     held[held_types[: vocab_size // 4]] = True
-    return {"position": by_position, "type": ~held[ids]}
+    return ids, targets, {"position": torch.arange(len(ids)) < cut, "type": ~held[ids]}
 
 
 def _scores(predicted: torch.Tensor, targets: torch.Tensor) -> dict[str, float]:

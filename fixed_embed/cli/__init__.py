@@ -19,6 +19,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from collections.abc import Iterator
 
 from fixed_embed import console
 from fixed_embed.errors import UserError, environment_error
@@ -83,7 +84,7 @@ def main(argv: list[str] | None = None, configure_console: bool | None = None) -
     except Exception as error:
         # Lightning's clean-up after a failed run can raise again (e.g. "Please call
         # iter(combined_loader) first"), hiding the user's error in the exception's context.
-        user_error = _user_error_in(error, UserError)
+        user_error = next((cause for cause in _chain(error) if isinstance(cause, UserError)), None)
         refused = (environment_error(error) or _named_path_error(error, argv)) if user_error is None else None
         if refused is not None and not debug:  # no space, too large, name too long, permission: not a bug
             console.forget_unwritten()
@@ -103,17 +104,23 @@ def main(argv: list[str] | None = None, configure_console: bool | None = None) -
         return 130
 
 
-def _named_path_error(error: BaseException | None, argv: list[str]) -> OSError | None:
-    """An OSError (not found, not a folder, is a folder, exists) on a path of the command line, or under one."""
-    named = [os.path.abspath(a.split("=", 1)[-1]) for a in argv[1:] if a.split("=", 1)[-1]]
+def _chain(error: BaseException | None) -> Iterator[BaseException]:
+    """``error``, then each exception it was raised from or during."""
     seen = set()
     while error is not None and id(error) not in seen:
-        if isinstance(error, OSError) and isinstance(error.filename, (str, os.PathLike)):
-            target = os.path.abspath(error.filename)
-            if any(target == p or target.startswith(p + os.sep) or p.startswith(target + os.sep) for p in named):
-                return error
+        yield error
         seen.add(id(error))
         error = error.__cause__ or error.__context__
+
+
+def _named_path_error(error: BaseException, argv: list[str]) -> OSError | None:
+    """An OSError (not found, not a folder, is a folder, exists) on a path of the command line, or under one."""
+    named = [os.path.abspath(a.split("=", 1)[-1]) for a in argv[1:] if a.split("=", 1)[-1]]
+    for cause in _chain(error):
+        if isinstance(cause, OSError) and isinstance(cause.filename, (str, os.PathLike)):
+            target = os.path.abspath(cause.filename)
+            if any(target == p or target.startswith(p + os.sep) or p.startswith(target + os.sep) for p in named):
+                return cause
     return None
 
 
@@ -124,14 +131,3 @@ def _message(error: BaseException) -> str:
         return text
     last = text.strip().splitlines()[-1]
     return last.split(": ", 1)[1] if last.startswith(f"{type(error).__module__}.{type(error).__name__}: ") else last
-
-
-def _user_error_in(error: BaseException | None, kind: type) -> BaseException | None:
-    """``error`` or the first exception it was raised from or during that is a ``kind``."""
-    seen = set()
-    while error is not None and id(error) not in seen:
-        if isinstance(error, kind):
-            return error
-        seen.add(id(error))
-        error = error.__cause__ or error.__context__
-    return None

@@ -18,6 +18,7 @@ from fixed_embed.suite import (
     default_eval_dir,
     markdown_table,
     refuse_existing_results,
+    run_label,
     run_suite,
     write_results,
 )
@@ -75,16 +76,9 @@ def run(argv: list[str]) -> int:
         from fixed_embed.evaluation import FixedEmbedLM
 
         lm = FixedEmbedLM(args.checkpoint, args.tokenizer, batch_size=args.batch_size, device=args.device)
-        name = args.name or f"{type(lm.module.interface).__name__} {_run_label(args.checkpoint)}"
+        name = args.name or f"{type(lm.module.interface).__name__} {run_label(args.checkpoint)}"
     results = run_suite(lm, columns, limit=limit, include_path=args.include_path)
     path = write_results(results, name, out)
     Console().print(Markdown(markdown_table([{"model": name, **results}])))
     print(f"results: {path}\ntable:   {out / 'table.md'}")
     return 0
-
-
-def _run_label(checkpoint: str) -> str:
-    """``tiny/gf2/version_0/last.ckpt`` for ``.../logs/tiny/gf2/version_0/checkpoints/last.ckpt``."""
-    path = Path(checkpoint)
-    parents = [p for p in path.absolute().parent.parts[1:] if p not in ("checkpoints", "ckpt")][-3:]
-    return "/".join([*parents, path.name])

@@ -1,8 +1,8 @@
 """``fixed-embed prefetch``: download what a run on an offline compute node needs, on a login node.
 
-The benchmark tasks' data (the paper suite by default, i.e. every task ``eval --suite paper`` and
-the paper config's in-loop benchmark use) into the Hugging Face datasets cache, and the tokenizer
-(``HuggingFaceTB/SmolLM2-135M`` by default) into the hub cache. Run it where there is internet,
+The tokenizer (``HuggingFaceTB/SmolLM2-135M`` by default) into the hub cache, and the benchmark
+tasks' data (the paper suite by default, i.e. every task ``eval --suite paper`` and the paper
+config's in-loop benchmark use) into the Hugging Face datasets cache. Run it where there is internet,
 with the same ``HF_HOME`` (or ``HF_DATASETS_CACHE``) as the compute nodes; then set
 ``HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1`` there.
 """
@@ -10,7 +10,6 @@ with the same ``HF_HOME`` (or ``HF_DATASETS_CACHE``) as the compute nodes; then 
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 PAPER_TOKENIZER = "HuggingFaceTB/SmolLM2-135M"
 
@@ -23,6 +22,8 @@ def run(argv: list[str]) -> int:
     parser.add_argument("--tokenizer", default=PAPER_TOKENIZER, help="tokenizer to cache ('none': skip)")
     args = parser.parse_args(argv[1:])
     # Lazy: lm-eval imports torch (seconds); --help and usage errors answer without it.
+    from fixed_embed.data.tokenizer import load_tokenizer
+    from fixed_embed.inputs import check_task_folders
     from fixed_embed.suite import SUITES, check_tasks
     from fixed_embed.task_data import prefetch_tasks
 
@@ -32,20 +33,11 @@ def run(argv: list[str]) -> int:
         tasks = [c.task for c in SUITES[args.suite]]
     else:
         parser.error(f"unknown suite {args.suite!r}; known: {sorted(SUITES)}")
-    from fixed_embed.inputs import check_task_folders
-
     check_task_folders(args.include_path)
-    local = Path(args.tokenizer).exists() or args.tokenizer.endswith(".json") or args.tokenizer.count("/") != 1
-    if args.tokenizer.lower() != "none" and local:  # a local tokenizer that does not load: before any download
-        from fixed_embed.data.tokenizer import load_tokenizer
-
+    if args.tokenizer.lower() != "none":  # first: a local tokenizer that does not load is refused before any download
         load_tokenizer(args.tokenizer)
+        print(f"cached tokenizer: {args.tokenizer}")
     manager = check_tasks(tasks, args.include_path)
     for task in prefetch_tasks(tasks, manager):
         print(f"cached task data: {task}")
-    if args.tokenizer.lower() != "none":
-        from fixed_embed.data.tokenizer import load_tokenizer
-
-        load_tokenizer(args.tokenizer)
-        print(f"cached tokenizer: {args.tokenizer}")
     return 0

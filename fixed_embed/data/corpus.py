@@ -4,13 +4,13 @@ Documents are (1) the language-reference topics behind ``help()`` (``pydoc_data.
 (2) for each standard-library module, its module, class and function docstrings concatenated,
 read with ``ast`` (nothing is imported or executed). Files are visited in sorted order, so the
 corpus is deterministic for a given Python version; it is written once to a cache folder as
-``train.jsonl`` / ``valid.jsonl`` (a hash-based 5 % hold-out) and reused afterwards.
+``train.jsonl`` / ``valid.jsonl`` (5 % held out by the hash hold-out of the streaming path, on the
+document id) and reused afterwards.
 """
 
 from __future__ import annotations
 
 import ast
-import hashlib
 import json
 import os
 import sys
@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from fixed_embed.atomic import atomic_path
+from fixed_embed.data.sharding import is_held_out
 
 __all__ = ["cache_root", "default_corpus", "shared_data_root"]
 
@@ -63,10 +64,6 @@ def _documents() -> Iterator[tuple[str, str]]:
             yield f"module:{path.relative_to(stdlib).as_posix()}", "\n\n".join(docs)
 
 
-def _is_valid(doc_id: str) -> bool:
-    return int(hashlib.sha256(doc_id.encode()).hexdigest()[:8], 16) % 1000 < VALID_PER_MILLE
-
-
 def default_corpus() -> Path:
     """The folder holding ``train.jsonl`` and ``valid.jsonl``, built on first use."""
     folder = cache_root() / f"default-corpus-py{sys.version_info.major}.{sys.version_info.minor}"
@@ -81,5 +78,7 @@ def default_corpus() -> Path:
         open(valid_tmp, "w") as valid,
     ):
         for doc_id, text in _documents():
-            (valid if _is_valid(doc_id) else train).write(json.dumps({"id": doc_id, "text": text}) + "\n")
+            (valid if is_held_out(doc_id, VALID_PER_MILLE) else train).write(
+                json.dumps({"id": doc_id, "text": text}) + "\n"
+            )
     return folder

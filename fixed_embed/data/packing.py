@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from fixed_embed.data.reader_state import PackingStats, ReaderState, check_fingerprint, restore_state, state_to_dict
+from fixed_embed.data.reader_state import PackingStats, ReaderState, restore_state, state_to_dict
 from fixed_embed.data.sharding import document_cycle, is_held_out, reader_plan, virtual_shard_count, virtual_shard_of
 from fixed_embed.data.sources import DocumentSource
 from fixed_embed.data.tokenizer import load_tokenizer
@@ -113,7 +113,6 @@ class PackedBlocks(IterableDataset):
         return state_to_dict(self._state or ReaderState(), fingerprint, reader, readers, self.seq_len + 1)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        check_fingerprint(state, json.dumps(self.config_fingerprint(), sort_keys=True))
         self._pending_state = state  # applied by the next __iter__, which knows the reader and the source
 
     @property
@@ -127,7 +126,7 @@ class PackedBlocks(IterableDataset):
         ds = self.source.open()
         source_shards = ds.num_shards
         saved, self._pending_state = self._pending_state, None
-        state = self._state = restore_state(saved, reader, readers, source_shards, self.seed, self.source.path)
+        state = self._state = restore_state(saved, reader, source_shards, self.seed, self.source.path)
         virtual = virtual_shard_count(self.num_shards, readers)
         plan = reader_plan(source_shards, virtual, reader, readers)
         tokenizer = load_tokenizer(self.tokenizer_spec)

@@ -152,14 +152,6 @@ def _shard_file(split: str, v: int) -> str:
     return f"{split}-{v:05d}.bin"
 
 
-def _ours(name: str) -> bool:
-    return (
-        name in (INDEX, PLAN, TOKENIZER_FILE)
-        or name.endswith(".bin")
-        or (name.startswith("part-") and name.endswith(".json"))
-    )
-
-
 def _prepare(out: Path, plan: dict[str, Any], overwrite: bool) -> set[int]:
     """Make ``out`` ready; return the shards already finished by an interrupted run of the same ``plan``."""
     if out.is_dir() and (out / INDEX).exists() and not overwrite:
@@ -167,17 +159,15 @@ def _prepare(out: Path, plan: dict[str, Any], overwrite: bool) -> set[int]:
             f"pretokenize: {out} already holds token shards ({INDEX}); pass --overwrite to replace them, "
             "or choose another --out"
         )
-    saved = None
-    if (out / PLAN).is_file():
-        try:
-            saved = json.loads((out / PLAN).read_text())
-        except ValueError:
-            saved = None
-    if overwrite:
-        if out.is_dir():
-            for path in out.iterdir():
-                if path.is_file() and _ours(path.name):
-                    path.unlink()
+    try:
+        saved = json.loads((out / PLAN).read_text())
+    except (OSError, ValueError):
+        saved = None
+    if overwrite and out.is_dir():
+        for path in out.iterdir():
+            ours = path.name in (INDEX, PLAN, TOKENIZER_FILE) or path.suffix == ".bin" or path.match("part-*.json")
+            if path.is_file() and ours:
+                path.unlink()
     elif saved is not None and saved != plan:
         changed = sorted(k for k in set(saved) | set(plan) if saved.get(k) != plan.get(k))
         raise ConfigError(

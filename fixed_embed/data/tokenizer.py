@@ -48,7 +48,8 @@ def load_tokenizer(spec: str | os.PathLike) -> Tokenizer:
                 f"{path} is not a valid tokenizers JSON ({str(error).splitlines()[0][:200]}); "
                 f"re-create it (fixed-embed tokenizer) or point to another: {ACCEPTED}"
             ) from error
-    if _looks_local(str(spec)):
+    if str(spec).endswith(".json") or str(spec).startswith((".", "/", "~")) or str(spec).count("/") != 1:
+        # not a hub id (owner/name): a local path that does not exist
         raise MissingFileError(f"tokenizer file or folder not found: {spec}; give {ACCEPTED}")
     try:
         return Tokenizer.from_pretrained(str(spec))
@@ -68,22 +69,12 @@ def resolve_tokenizer(
     *,
     overwrite: bool = True,
 ) -> str:
-    """The tokenizer to use: ``spec`` when one is given (a hub id, ``tokenizer.json`` or folder, for
-    :func:`load_tokenizer`), else the ``tokenizer.json`` of the byte-level BPE of ``vocab_size`` on
-    ``train_source``, trained once and cached by corpus (:func:`bpe_for_source`).
-
-    ``TextDataModule`` (``data.tokenizer``) and ``fixed-embed tokenizer`` (always a BPE) both resolve
-    through here. ``train_source`` may be a callable: it is called only when the BPE is needed.
-    """
+    """``spec`` when one is given, else the cached BPE of ``vocab_size`` on ``train_source``
+    (:func:`bpe_for_source`); a callable ``train_source`` is called only when the BPE is needed."""
     if spec is not None:
         return spec
     source = train_source() if callable(train_source) else train_source
     return str(bpe_for_source(source, vocab_size, out_dir, overwrite=overwrite))
-
-
-def _looks_local(spec: str) -> bool:
-    """A hub id is ``owner/name``; anything else that does not exist is a missing local path."""
-    return spec.endswith(".json") or spec.startswith((".", "/", "~")) or spec.count("/") != 1
 
 
 def special_token_id(tokenizer: Tokenizer, token: str) -> int:
@@ -116,8 +107,8 @@ def bpe_for_source(
     """The ``tokenizer.json`` of a byte-level BPE of ``vocab_size`` on ``source``, trained once.
 
     Without ``out_dir`` it lives in the cache, in a folder keyed by the corpus fingerprint and the
-    size (``bpe_cache_dir``), so different corpora never share one. ``fixed-embed tokenizer`` and
-    ``TextDataModule`` (``tokenizer: null``) both call this, so they build and find the same file.
+    size (``bpe_cache_dir``), so ``fixed-embed tokenizer`` and ``TextDataModule`` (``tokenizer: null``)
+    find the same file and different corpora never share one.
     """
     fingerprint = repr(source.fingerprint())
     out = Path(out_dir) if out_dir is not None else bpe_cache_dir(fingerprint, vocab_size)
@@ -152,7 +143,11 @@ def train_bpe(
     stamp = out / "fingerprint.json"
     target = out / "tokenizer.json"
     if target.is_file():
-        stored = _read_stamp(stamp)
+        try:
+            stored = json.loads(stamp.read_text())
+        except (OSError, ValueError):
+            stored = {}
+        stored = stored if isinstance(stored, dict) else {}
         digest = _sha256(target)
         if stored.get("key") == key and stored.get("tokenizer_sha256", digest) == digest:
             return target
@@ -199,14 +194,6 @@ def train_bpe(
     record = {"key": key, "vocab_size": got, "source": corpus or fingerprint, "tokenizer_sha256": digest}
     atomic_write_text(stamp, json.dumps({**record, "fingerprint": fingerprint}))
     return target
-
-
-def _read_stamp(stamp: Path) -> dict:
-    try:
-        stored = json.loads(stamp.read_text())
-    except (OSError, ValueError):
-        return {}
-    return stored if isinstance(stored, dict) else {}
 
 
 def _sha256(path: Path) -> str:

@@ -1,18 +1,4 @@
-"""Controls the paper leaves open; each separates one property of the fixed codes.
-
-* :class:`PermutedCodeInput` -- a random injective id -> K-bit code assignment (not linear over
-  GF(2)): "which assignment" beyond the GF(2) family.
-* :class:`RandomCodeInput` -- fixed random *continuous* codes (Gaussian or uniform), K-dim tiled
-  or full d, optionally norm-matched to the binary codes: fixed, but not binary.
-* :class:`LowRankLearnedInput` -- a *trainable* K-dim vector per token, tiled like the binary codes
-  (initialised at the binary code by default): the codes' geometry, but learned.
-* :class:`NormMatchedLearnedInput` -- a full learned table whose rows are rescaled to the binary
-  codes' norms: learned, but with the fixed codes' input scale.
-
-``bipolar=True`` on :class:`~fixed_embed.interfaces.BinaryCodeInput` and
-:class:`~fixed_embed.interfaces.GF2CodeInput` (-1/+1 codes: centred, norm sqrt(d), token 0 off the
-origin) is the fifth.
-"""
+"""Controls the paper leaves open, each separating one property of the fixed codes (listed in ``__init__``)."""
 
 from __future__ import annotations
 

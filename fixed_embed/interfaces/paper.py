@@ -110,11 +110,8 @@ class BinaryCodeInput(InputInterface):
 
     def table(self) -> torch.Tensor:
         """The V x d matrix this interface computes, materialised (for export only)."""
-        return self.forward(torch.arange(self.vocab_size, device=self._device()))
-
-    def _device(self) -> torch.device:
-        buffer = next(self.buffers(), None)
-        return buffer.device if buffer is not None else torch.device("cpu")
+        device = next(self.buffers(), torch.empty(0)).device
+        return self.forward(torch.arange(self.vocab_size, device=device))
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, code_width={self.code_width}" + (", bipolar" if self.bipolar else "")
@@ -150,7 +147,7 @@ class GF2CodeInput(BinaryCodeInput):
         self.code_seed = code_seed
         self.matrix = [list(map(int, r)) for r in matrix] if matrix is not None else None
         gf2_inverse(self._defined_rows(), width)  # raises for a wrongly sized or singular matrix
-        self._offset = _offset_mask(offset, width)
+        self.offset = _offset_mask(offset, width)  # the K-bit offset b as an integer mask
         self.register_buffer("code_matrix", torch.empty(width, width, dtype=torch.uint8), persistent=True)
         self.register_buffer("rows", torch.empty(width, dtype=torch.int64), persistent=False)
         self.reset_parameters()
@@ -180,23 +177,18 @@ class GF2CodeInput(BinaryCodeInput):
         self._verify_stored(state_dict, prefix, "code_matrix", expected, source)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
-    @property
-    def offset(self) -> int:
-        """The K-bit offset b as an integer mask."""
-        return self._offset
-
     def encode(self, ids: torch.Tensor) -> torch.Tensor:
-        return gf2_apply(self.rows, ids) ^ self._offset
+        return gf2_apply(self.rows, ids) ^ self.offset
 
     def decode_codes(self, codes: torch.Tensor) -> torch.Tensor:
         # Only decoding (tests, analysis) needs A^-1: derived from the rows in use, not kept.
         inverse = gf2_inverse(self.rows.tolist(), self.code_width)
         inverse_rows = torch.tensor(inverse, dtype=torch.int64, device=self.rows.device)
-        return gf2_apply(inverse_rows, codes.to(torch.int64) ^ self._offset)
+        return gf2_apply(inverse_rows, codes.to(torch.int64) ^ self.offset)
 
     def extra_repr(self) -> str:
         source = f"code_seed={self.code_seed}" if self.matrix is None else "explicit matrix"
-        return f"{super().extra_repr()}, {source}, offset={self._offset:#x}"
+        return f"{super().extra_repr()}, {source}, offset={self.offset:#x}"
 
 
 def _offset_mask(offset: int | Sequence[int], width: int) -> int:
