@@ -16,7 +16,6 @@ lives with the data (:mod:`fixed_embed.data.loader_state`).
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Mapping
@@ -228,17 +227,6 @@ class ResumePlan:
     complete: bool = False
 
 
-def _reader_states(state: Any) -> list[dict[str, Any]]:
-    """Every ``PackedBlocks`` reader state inside a loader state, whatever the loader's layout."""
-    if isinstance(state, Mapping):
-        if "fingerprint" in state and "reader" in state:
-            return [dict(state)]
-        return [found for value in state.values() for found in _reader_states(value)]
-    if isinstance(state, (list, tuple)):
-        return [found for value in state for found in _reader_states(value)]
-    return []
-
-
 def plan_resume(
     checkpoint: Mapping[str, Any],
     path: Path,
@@ -254,9 +242,6 @@ def plan_resume(
     ``max_steps``: the run's length in updates (None: unknown). Raises :class:`CheckpointError` with
     every refusal; the plan's lines otherwise.
     """
-    from fixed_embed.data.loader_state import LOADER_STATES
-    from fixed_embed.lightning_internals import COMBINED_LOADER, fit_loop_state
-
     step = checkpoint.get("global_step")
     step = step if isinstance(step, int) else 0
     plan = ResumePlan(path, step, max_steps)
@@ -268,7 +253,7 @@ def plan_resume(
         refusals.append(str(error))
     if why := parameter_groups_change(saved.get("optimizer"), model.optimizer_config, model):
         refusals.append(why)
-    refusals += _data_refusals(checkpoint, datamodule, world_size, LOADER_STATES, COMBINED_LOADER, fit_loop_state)
+    refusals += datamodule.resume_refusals(checkpoint, world_size)
     if max_steps is not None and max_steps > 0 and step > max_steps:
         refusals.append(
             f"refusing to resume: {path} is at update {step}, beyond the run's length of {max_steps} updates "
@@ -286,124 +271,3 @@ def plan_resume(
         )
     plan.complete = max_steps is not None and max_steps > 0 and step == max_steps
     return plan
-
-
-def _data_refusals(checkpoint, datamodule, world_size, loader_states_key, combined, fit_loop_state) -> list[str]:
-    refusals = []
-    saved_data = checkpoint.get("datamodule_hyper_parameters") or {}
-    now = datamodule.hparams
-    # The tokenizer: the one the checkpoint carries against the one configured now (loaded now: a bad
-    # data.tokenizer is refused here too).
-    saved_state = next((s for s in checkpoint.values() if isinstance(s, Mapping) and "tokenizer_json" in s), None)
-    if saved_state is not None:
-        from tokenizers import Tokenizer
-
-        if Tokenizer.from_str(saved_state["tokenizer_json"]).get_vocab() != datamodule.tokenizer().get_vocab():
-            refusals.append(
-                f"refusing to resume: the checkpoint was trained with tokenizer {saved_state.get('tokenizer')!r}, "
-                f"whose vocabulary differs from data.tokenizer {datamodule.tokenizer_path()!r}: resuming would feed "
-                "the model other ids. Resume with the run's own tokenizer, or start a new run (--run NAME)"
-            )
-    slot = fit_loop_state(checkpoint)
-    loader_state = None if slot is None else slot.get(combined)
-    state = checkpoint.get(loader_states_key) or loader_state
-    readers, positions, shards = _reader_states(state), _shard_positions(state), datamodule.train_shards()
-    if positions:
-        return refusals + _shard_refusals(positions[0], datamodule, shards)
-    if readers and shards is not None:
-        refusals.append(
-            "refusing to resume: the checkpoint's data position is a text stream's (data.train was text files or "
-            f"a hub id), and data.train is now the token shards {shards.folder}; resume with the run's own "
-            "data.train, or start a new run (--run NAME)"
-        )
-        return refusals
-    if not readers:
-        return refusals
-    # The stream's settings, as its saved fingerprint has them.
-    then = json.loads(readers[0]["fingerprint"])
-    current = {
-        "seq_len": datamodule.seq_len,
-        "num_shards": now.get("num_shards"),
-        "shuffle_buffer": now.get("shuffle_buffer"),
-        "seed": datamodule.seed,
-        "holdout_per_mille": now.get("holdout_per_mille"),
-        "tokenize_batch": now.get("tokenize_batch"),
-        "source": _source_fingerprint(datamodule),
-    }
-    diffs = [
-        f"{key}: checkpoint {then[key]!r}, now {value!r}"
-        for key, value in current.items()
-        if key in then and value is not None and then[key] != value
-    ]
-    if diffs:
-        refusals.append(
-            f"refusing to resume: the checkpoint's data stream was made with other data settings ({'; '.join(diffs)}); "
-            "resume with the run's own data settings, or start a new run (--run NAME)"
-        )
-    saved_workers, workers = saved_data.get("num_workers"), now.get("num_workers")
-    if saved_workers is not None and saved_workers != workers:
-        refusals.append(
-            f"refusing to resume: the checkpoint's data position was saved by {saved_workers} loader worker(s) per "
-            f"device and data.num_workers is {workers} now (each worker reads its own share of the data); resume "
-            f"with data.num_workers {saved_workers}, or start a new run (--run NAME). Token shards (fixed-embed "
-            "pretokenize, data.train: SHARDS/) resume at any number of workers and ranks"
-        )
-    saved_readers = readers[0]["reader"][1]
-    saved_world = (
-        len(checkpoint[loader_states_key])
-        if checkpoint.get(loader_states_key)
-        else (saved_readers // max(1, saved_workers or 0))
-    )
-    if world_size is not None and saved_world != world_size:
-        refusals.append(
-            f"refusing to resume: the checkpoint holds the data position of {saved_world} ranks but this run has "
-            f"{world_size}; resume on the same number of nodes x devices"
-        )
-    return refusals
-
-
-def _shard_positions(state: Any) -> list[dict[str, Any]]:
-    """Every token-shard loader position inside a loader state (:mod:`fixed_embed.data.block_order`)."""
-    from fixed_embed.data.block_order import GLOBAL_POSITION
-
-    if isinstance(state, Mapping):
-        if GLOBAL_POSITION in state:
-            return [dict(state)]
-        return [found for value in state.values() for found in _shard_positions(value)]
-    if isinstance(state, (list, tuple)):
-        return [found for value in state for found in _shard_positions(value)]
-    return []
-
-
-def _shard_refusals(position: Mapping[str, Any], datamodule: Any, shards: Any) -> list[str]:
-    """A token-shard position resumes at any world size, but only over the same shards, blocks and order."""
-    if shards is None:
-        return [
-            "refusing to resume: the checkpoint's data position is in token shards, and data.train is now text "
-            f"({datamodule.hparams.get('train')!r}); resume with the run's own token shards (data.train: SHARDS/), "
-            "or start a new run (--run NAME)"
-        ]
-    then = json.loads(position.get("fingerprint") or "{}")
-    now = {**shards.fingerprint(), "seq_len": datamodule.seq_len, "seed": datamodule.seed}
-    names = {"token_shards_index_sha256": "the shards' index", "split": "split", "tokens": "tokens"}
-    diffs = [
-        f"{names.get(key, key)}: checkpoint {then[key]!r}, now {value!r}"
-        for key, value in now.items()
-        if key in then and then[key] != value
-    ]
-    if not diffs:
-        return []
-    return [
-        f"refusing to resume: the checkpoint's token-shard position was made with other data ({'; '.join(diffs)}); "
-        f"resume with the run's own shards and data settings, or start a new run (--run NAME)"
-    ]
-
-
-def _source_fingerprint(datamodule: Any) -> Any:
-    """The training source's fingerprint as the data module builds it (files and sizes, or the hub id)."""
-    from fixed_embed.errors import MissingFileError
-
-    try:
-        return datamodule._train_source().fingerprint()
-    except FileNotFoundError as error:
-        raise MissingFileError(f"data.train: {error}") from error

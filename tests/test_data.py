@@ -2,6 +2,7 @@
 
 import json
 import random
+import re
 import subprocess
 import sys
 
@@ -192,14 +193,33 @@ def test_loader_resumes_exactly_after_two_resumes(corpus, tokenizer, workers):
     assert all(torch.equal(a, b) for a, b in zip(reference, out, strict=True))
 
 
-def test_resume_with_other_data_config_is_refused(corpus, tokenizer):
-    ds = stream(corpus, tokenizer)
-    it = iter(ds)
-    next(it)
-    state = ds.state_dict()
-    other = stream(corpus, tokenizer, seq_len=32)
-    with pytest.raises(ValueError, match=r"refusing to resume: .*other data settings \(seq_len"):
-        other.load_state_dict(state)
+def test_resume_refusals_name_what_changed(corpus, tokenizer, tmp_path):
+    """The data module's one resume check: the stream's settings, the readers (ranks, workers), the tokenizer."""
+    from fixed_embed.data.loader_state import LOADER_STATES
+
+    def data(**kw):
+        return TextDataModule(**{"train": str(corpus / "*.jsonl"), "tokenizer": tokenizer, "seq_len": 16, **kw})
+
+    states = []
+    for rank in range(2):
+        ds = data().train_source.training_stream(rank, 2)
+        next(iter(ds))
+        states.append([ds.state_dict()])
+    checkpoint = {LOADER_STATES: states, "datamodule_hyper_parameters": {"num_workers": 0},
+                  "TextDataModule": data().state_dict()}  # fmt: skip
+    assert data().resume_refusals(checkpoint, 2) == []
+    (why,) = data(seq_len=32).resume_refusals(checkpoint, 2)
+    assert re.search(r"refusing to resume: .*other data settings \(seq_len: checkpoint 16, now 32\)", why)
+    (why,) = data().resume_refusals(checkpoint, 4)
+    assert "the data position of 2 ranks but this run has 4" in why
+    (why,) = data(num_workers=2).resume_refusals(checkpoint, 2)
+    assert "saved by 0 loader worker(s) per device and data.num_workers is 2" in why
+    texts = [json.loads(line)["text"] for p in sorted(corpus.glob("*.jsonl")) for line in p.read_text().splitlines()]
+    other = str(train_bpe(texts, 280, tmp_path / "other", "other"))
+    refusals = data(tokenizer=other).resume_refusals(checkpoint, 2)
+    assert f"whose vocabulary differs from data.tokenizer {other!r}" in refusals[0]
+    with pytest.raises(ValueError, match="vocabulary differs"):  # validate and test: at load
+        data(tokenizer=other).load_state_dict(checkpoint["TextDataModule"])
 
 
 def test_datamodule_vocab_and_validation(corpus, tokenizer):

@@ -163,16 +163,6 @@ def test_a_reader_resumes_exactly_mid_file(files, fake_tokenizer, readers, reade
     assert len(out) == n and all(torch.equal(a, b) for a, b in zip(reference, out, strict=True))
 
 
-def test_resume_with_another_reader_count_is_refused(files, fake_tokenizer):
-    stream = blocks_of(local(files), 0, 2)
-    next(iter(stream))
-    state = stream.state_dict()
-    other = blocks_of(local(files), 0, 4)
-    other.load_state_dict(state)
-    with pytest.raises(ValueError, match=r"refusing to resume: .*reader 0 of 2 but this is reader 0 of 4"):
-        next(iter(other))
-
-
 def test_a_state_from_before_per_file_sharding_resumes_a_single_file_source(files, fake_tokenizer):
     def make(path):
         return blocks_of(DocumentSource(str(path)), num_shards=4, shuffle_buffer=3, tokenize_batch=5)
@@ -309,7 +299,7 @@ def test_a_damaged_validation_cache_is_rebuilt(corpus, cache, damage):
     assert torch.equal(again, built)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the rebuilt entry is sound
-        assert torch.equal(BlockCache.load(_dm(corpus)._validation_cache(*_dm(corpus)._valid_source())), built)
+        assert torch.equal(BlockCache.load(_dm(corpus).train_source.validation_cache(held_out=True)), built)
 
 
 class _Strategy:

@@ -171,12 +171,14 @@ def test_loader_workers_deal_whole_batches_in_the_order_the_loader_returns_them(
     assert all(torch.equal(x, y) for x, y in zip(round_robin, reference, strict=True))
 
 
-def test_a_token_shard_position_goes_to_every_rank_and_a_stream_position_is_refused(shards):
+def test_a_token_shard_position_goes_to_every_rank_and_the_data_module_refuses_at_load(shards, corpus):
     def checkpoint(states):
         return {LOADER_STATES: states, "loops": {"fit_loop": {"state_dict": {"combined_loader": None}}}}
 
-    def trainer(world, rank):
-        return SimpleNamespace(world_size=world, global_rank=rank, state=SimpleNamespace(fn="fit"))
+    def trainer(world, rank, datamodule=None):
+        return SimpleNamespace(
+            world_size=world, global_rank=rank, state=SimpleNamespace(fn="fit"), datamodule=datamodule
+        )
 
     position = [{block_order.GLOBAL_POSITION: 12, "fingerprint": "{}"}]
     for world in (1, 3, 4):
@@ -184,20 +186,17 @@ def test_a_token_shard_position_goes_to_every_rank_and_a_stream_position_is_refu
             ckpt = checkpoint([position, position])
             take_own_loader_state(ckpt, trainer(world, rank))
             assert ckpt["loops"]["fit_loop"]["state_dict"]["combined_loader"] == position
+    stream = [{"reader": [1, 2], "fingerprint": "{}"}]
+    ckpt = checkpoint([[{"reader": [0, 2], "fingerprint": "{}"}], stream])
+    take_own_loader_state(ckpt, trainer(2, 1))
+    assert ckpt["loops"]["fit_loop"]["state_dict"]["combined_loader"] == stream  # a text stream: its rank's
+    sharded = TextDataModule(train=str(shards), seq_len=SEQ, holdout_per_mille=100)
     with pytest.raises(CheckpointError, match="differ"):
-        take_own_loader_state(checkpoint([position, [{block_order.GLOBAL_POSITION: 14}]]), trainer(2, 0))
-    stream = [{"reader": [0, 2]}]
+        take_own_loader_state(checkpoint([position, [{block_order.GLOBAL_POSITION: 14}]]), trainer(2, 0, sharded))
+    data, tok = corpus
+    text = TextDataModule(train=str(data), tokenizer=str(tok), seq_len=SEQ)
     with pytest.raises(CheckpointError, match=r"2 ranks but this run has 4.*token shards \(fixed-embed pretokenize"):
-        take_own_loader_state(checkpoint([stream, stream]), trainer(4, 0))
-
-
-def test_a_text_stream_state_is_not_resumed_from_token_shards(shards):
-    loader = TokenBlockLoader(RankBatches(TokenShards(shards), SEQ, 2, seed=0))
-    with pytest.raises(CheckpointError, match="text stream's"):
-        loader.load_state_dict({"reader": [0, 1]})
-    other = TokenBlockLoader(RankBatches(TokenShards(shards), SEQ + 1, 2, seed=0)).state_dict()
-    with pytest.raises(CheckpointError, match=r"other data settings .*seq_len"):
-        loader.load_state_dict(other)
+        take_own_loader_state(checkpoint([stream, stream]), trainer(4, 0, text))
 
 
 # -- the TextDataModule source --------------------------------------------------------------------------
@@ -241,7 +240,7 @@ def test_bad_shards_are_refused_naming_the_file(shards, tmp_path, corpus):
     bad = _copy(shards, tmp_path)
     (bad / INDEX).unlink()
     with pytest.raises(DataError, match=r"no index token_shards.json: an unfinished `fixed-embed pretokenize`"):
-        TextDataModule(train=str(bad)).train_shards()
+        TextDataModule(train=str(bad)).check_inputs()
     bad = _copy(shards, tmp_path / "b")
     with open(bad / "train-00001.bin", "r+b") as f:
         f.truncate(100)
@@ -336,15 +335,14 @@ def test_an_fsdp2_run_resumed_on_one_process_reshards_and_reads_every_block_once
 def test_the_resume_plan_refuses_other_shard_data_and_a_switch_between_text_and_shards(corpus, shards):
     """Before any work (the plan reads the checkpoint only): a shard position resumes at any world size, but
     not over other blocks (seq_len, seed, other shards) and not into a text stream, nor a text one into shards."""
-    from fixed_embed.lightning_internals import COMBINED_LOADER, fit_loop_state
-    from fixed_embed.resume import _data_refusals
+    from fixed_embed.lightning_internals import COMBINED_LOADER
 
     data, tok = corpus
 
     def refusals(position, **options):
         checkpoint = {"loops": {"fit_loop": {"state_dict": {COMBINED_LOADER: [position]}}}}
         dm = TextDataModule(**{"train": str(shards), "seq_len": 16, "holdout_per_mille": 100, **options})
-        return _data_refusals(checkpoint, dm, 2, LOADER_STATES, COMBINED_LOADER, fit_loop_state)
+        return dm.resume_refusals(checkpoint, 2)
 
     order = RankBatches(TokenShards(shards), 16, 4, 0, 0, 1)
     position = TokenBlockLoader(order).state_dict()

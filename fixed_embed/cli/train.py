@@ -29,7 +29,6 @@ from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
 
 from fixed_embed import rank_watch, run_lock
-from fixed_embed import resume as _resume
 from fixed_embed.config import CONFIG_FILE_FLAGS, DEFAULT_RUN, _config_values, expand_config_args
 from fixed_embed.data import TextDataModule
 from fixed_embed.errors import ConfigError, RunWriteError, environment_error
@@ -157,24 +156,9 @@ def _preflight(config: Any) -> None:
     """A fresh start's inputs, checked before any work: the data module's settings, data files, tokenizer."""
     _, datamodule = _built(config, model=False)
     hp = datamodule.hparams
-    from fixed_embed.errors import MissingFileError
-
     check_corpus(hp.train, "data.train", hp.text_field)
     check_corpus(hp.valid, "data.valid", hp.text_field)
-    from fixed_embed.data.token_shards import shard_folder
-
-    if shard_folder(hp.train) is not None or shard_folder(hp.valid) is not None:
-        datamodule.train_shards()  # token shards: their index (and its tokenizer) read now
-        return
-    if hp.train is not None:
-        _resume._source_fingerprint(datamodule)
-    if hp.tokenizer is not None:
-        datamodule.tokenizer()
-    if hp.valid is not None:
-        try:
-            datamodule._valid_source()[0].fingerprint()
-        except FileNotFoundError as error:
-            raise MissingFileError(f"data.valid: {error}") from error
+    datamodule.check_inputs()
 
 
 def _built(config: Any, model: bool = True) -> tuple[Any, TextDataModule]:

@@ -24,19 +24,13 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from fixed_embed.data.reader_state import check_fingerprint
 from fixed_embed.data.token_shards import TokenShards
-from fixed_embed.errors import CheckpointError, DataError
+from fixed_embed.errors import DataError
 
-__all__ = ["GLOBAL_POSITION", "GlobalBlockOrder", "RankBatches", "TokenBlockLoader", "is_global_position"]
+__all__ = ["GLOBAL_POSITION", "GlobalBlockOrder", "RankBatches", "TokenBlockLoader"]
 
-# The key of the loader state that makes it world-independent (fixed_embed.data.loader_state reads it).
+# The key of the loader state that makes it world-independent (fixed_embed.data.loader_state looks for it).
 GLOBAL_POSITION = "global_blocks_consumed"
-
-
-def is_global_position(state: Any) -> bool:
-    """Whether a rank's saved loader state (Lightning's list of loader states) is a global block position."""
-    return isinstance(state, list) and bool(state) and all(isinstance(s, dict) and GLOBAL_POSITION in s for s in state)
 
 
 class GlobalBlockOrder:
@@ -148,11 +142,5 @@ class TokenBlockLoader(DataLoader):
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if GLOBAL_POSITION not in state:
-            raise CheckpointError(
-                "refusing to resume: the checkpoint's data position is a text stream's (data.train was text files "
-                f"or a hub id), and data.train is now the token shards {self.dataset.shards.folder}; resume with "
-                "the run's own data.train, or start a new run (--run NAME)"
-            )
-        check_fingerprint(state, json.dumps(self.dataset.config_fingerprint(), sort_keys=True))
+        # the data module's resume check has refused another stream's position (TokenShardSource)
         self._consumed = self.dataset.start = int(state[GLOBAL_POSITION])

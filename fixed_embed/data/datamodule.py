@@ -1,39 +1,39 @@
-"""TextDataModule: streamed, packed, sharded, exactly resumable training data and a fixed validation set."""
+"""TextDataModule: training data and a fixed validation set from one of its sources, exactly resumable.
+
+A source is one class in one file, registered in :data:`SOURCES`; the first whose ``claims(path)`` is
+true reads ``data.train`` (``role`` "train") or ``data.valid``. It is built as ``Source(datamodule, role)``
+and gives ``default_tokenizer()`` (for ``data.tokenizer: null``), ``check_inputs()`` (before any work),
+``check()`` (at setup), ``train_loader(rank, world, length, pin_memory)``, ``position_refusals(checkpoint,
+world_size)`` (its saved position's resume check) and ``validation_blocks(held_out)``. Sources:
+:mod:`fixed_embed.data.shard_source`, :mod:`fixed_embed.data.text_stream`.
+"""
 
 from __future__ import annotations
 
-import dataclasses
-import itertools
 import os
 from collections.abc import Iterator
 from typing import Any
 
 import lightning as L
-import numpy as np
 import torch
-from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+from lightning.pytorch.utilities import rank_zero_info
 from tokenizers import Tokenizer
 from torch.utils.data import DataLoader, IterableDataset
-from torchdata.stateful_dataloader import StatefulDataLoader
 
-from fixed_embed.data.block_cache import BlockCache
-from fixed_embed.data.block_order import RankBatches, TokenBlockLoader
-from fixed_embed.data.corpus import default_corpus
-from fixed_embed.data.packing import PackedBlocks
-from fixed_embed.data.sharding import virtual_shard_count
-from fixed_embed.data.sources import DocumentSource
-from fixed_embed.data.token_shards import TokenShards, shard_folder
-from fixed_embed.data.tokenizer import EOS, load_tokenizer, resolve_tokenizer, special_token_id, tokenizer_fingerprint
-from fixed_embed.data.validation import bytes_per_target, spread_blocks, spread_document_blocks
-from fixed_embed.errors import ConfigError, DataError
+from fixed_embed.data.shard_source import TokenShardSource
+from fixed_embed.data.text_stream import TextStreamSource
+from fixed_embed.data.tokenizer import EOS, load_tokenizer, special_token_id
+from fixed_embed.data.validation import bytes_per_target
+from fixed_embed.errors import CheckpointError, ConfigError
 
-__all__ = ["TextDataModule"]
+__all__ = ["SOURCES", "TextDataModule", "source_for"]
 
-# The validation stream's virtual shards: a constant, so the validation set never depends on
-# data.num_shards or the world; changing it changes the blocks, and val/loss stops comparing across runs.
-_VALIDATION_SHARDS = 64
-# Bump when packing changes the blocks it makes from the same data: cached validation sets are then rebuilt.
-_VALIDATION_LAYOUT = 3  # 3: val_per_document (spread_blocks)
+
+SOURCES = (TokenShardSource, TextStreamSource)
+
+
+def source_for(path: str | None) -> type:
+    return next(source for source in SOURCES if source.claims(path))
 
 
 class _RankSlice(IterableDataset):
@@ -152,9 +152,10 @@ class TextDataModule(L.LightningDataModule):
         self.val_bytes_per_target: float | None = None  # of the blocks validation uses, for bits per byte
         self._tokenizer_path: str | None = None
         self._loaded_tokenizer = None
-        self._shards: dict[tuple[str, str], TokenShards] = {}
+        self.train_source = source_for(train)(self, "train")
+        self.valid_source = None if valid is None else source_for(valid)(self, "valid")
 
-    # -- sources and tokenizer ----------------------------------------------------------------
+    # -- tokenizer ------------------------------------------------------------------------------------
 
     @property
     def seed(self) -> int:
@@ -163,67 +164,10 @@ class TextDataModule(L.LightningDataModule):
             return self.hparams.seed
         return int(os.environ.get("PL_GLOBAL_SEED", 0))
 
-    def _train_source(self, reordered: bool = True) -> DocumentSource:
-        """The training documents; ``reordered``: as training reads them (passages, seeded order),
-        else as the files hold them (for the tokenizer and the hash hold-out)."""
-        hp = self.hparams
-        path = hp.train if hp.train is not None else str(default_corpus() / "train.jsonl")
-        source = DocumentSource(path, hp.train_split, hp.hub_name, hp.text_field)
-        if not reordered:
-            return source
-        order = self.seed if hp.shuffle_documents else None
-        return dataclasses.replace(source, passage_chars=hp.passage_chars, shuffle_seed=order)
-
-    def _valid_source(self) -> tuple[DocumentSource, str]:
-        """The validation documents and whether they are a hold-out of ``train`` ("held_out") or not."""
-        hp = self.hparams
-        if hp.valid is not None:
-            return DocumentSource(hp.valid, hp.valid_split, hp.hub_name, hp.text_field), "train"
-        if hp.train is None:
-            return DocumentSource(str(default_corpus() / "valid.jsonl"), text_field="text"), "train"
-        return self._train_source(reordered=False), "held_out"
-
-    def _token_shards(self, path: str | None, split: str) -> TokenShards | None:
-        """``path``'s ``split`` when it is a token-shard folder (checked against the index), else ``None``."""
-        folder = shard_folder(path)
-        if folder is None:
-            return None
-        if (str(folder), split) not in self._shards:
-            self._shards[str(folder), split] = TokenShards(folder, split)
-        return self._shards[str(folder), split]
-
-    def train_shards(self) -> TokenShards | None:
-        """The training token shards when ``data.train`` is a token-shard folder."""
-        return self._token_shards(self.hparams.train, "train")
-
-    def _valid_shards(self) -> TokenShards | None:
-        """Validation from token shards: a token-shard ``valid`` (its training split), or the held-out shards
-        of a token-shard ``train`` when ``valid`` is unset."""
-        hp = self.hparams
-        if hp.valid is not None:
-            return self._token_shards(hp.valid, "train")
-        return self._token_shards(hp.train, "held_out")
-
-    def _check_shards(self) -> None:
-        """Token shards must have been written with this tokenizer and hold-out (refused in one line otherwise)."""
-        fingerprint = None
-        for shards in (self.train_shards(), self._valid_shards()):
-            if shards is None:
-                continue
-            fingerprint = fingerprint or tokenizer_fingerprint(self.tokenizer())
-            shards.check_tokenizer(fingerprint, self.tokenizer_path(), self._eos_id())
-            if shards is self.train_shards():
-                shards.check_holdout(self.hparams.holdout_per_mille)
-
     def tokenizer_path(self) -> str:
-        """The tokenizer to use, training (once, cached) the default BPE when none is configured."""
-        if self._tokenizer_path is None and self.hparams.tokenizer is None and (shards := self.train_shards()):
-            self._tokenizer_path = str(shards.tokenizer_file)  # the shards carry the tokenizer they were made with
+        """``data.tokenizer``, else the training source's own (a BPE trained once and cached, or the shards')."""
         if self._tokenizer_path is None:
-            hp = self.hparams
-            self._tokenizer_path = resolve_tokenizer(
-                hp.tokenizer, lambda: self._train_source(reordered=False), hp.tokenizer_vocab_size
-            )
+            self._tokenizer_path = self.hparams.tokenizer or self.train_source.default_tokenizer()
         return self._tokenizer_path
 
     def tokenizer(self) -> Tokenizer:
@@ -234,6 +178,19 @@ class TextDataModule(L.LightningDataModule):
 
     def vocab_size(self) -> int:
         return self.tokenizer().get_vocab_size()
+
+    def eos_id(self) -> int:
+        return special_token_id(self.tokenizer(), EOS)
+
+    def _sources(self) -> list:
+        return [self.train_source] + ([self.valid_source] if self.valid_source is not None else [])
+
+    def check_inputs(self) -> None:
+        """The configured files, shards and tokenizer exist and read, before any work (the CLI's preflight)."""
+        for source in self._sources():
+            source.check_inputs()
+        if self.hparams.tokenizer is not None:
+            self.tokenizer()
 
     def _check_vocab(self) -> None:
         module = self.trainer.lightning_module if self.trainer else None
@@ -249,166 +206,37 @@ class TextDataModule(L.LightningDataModule):
                 f"({self.tokenizer_path()}); set model.decoder.vocab_size: {tokenizer_vocab}"
             )
 
-    def _eos_id(self) -> int:
-        return special_token_id(self.tokenizer(), EOS)
-
-    def _stream(self, source: DocumentSource, **kwargs) -> PackedBlocks:
-        hp = self.hparams
-        options = {"num_shards": hp.num_shards, "seed": self.seed, "tokenize_batch": hp.tokenize_batch, **kwargs}
-        return PackedBlocks(
-            source,
-            self.tokenizer_path(),
-            self.seq_len,
-            eos_id=self._eos_id(),
-            holdout_per_mille=hp.holdout_per_mille,
-            **options,
-        )
-
     # -- Lightning hooks ------------------------------------------------------------------------
 
     def _rank_world(self) -> tuple[int, int]:
         trainer = self.trainer
         return (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
 
-    def _pin_memory(self) -> bool:
-        """Page-locked batches on CUDA: the host-to-device copy then runs asynchronously, off the step's path."""
-        trainer = self.trainer
-        return trainer is not None and trainer.strategy.root_device.type == "cuda"
-
     def setup(self, stage: str) -> None:
         self._check_vocab()
-        self._check_shards()
+        for source in self._sources():
+            source.check()
 
-    def train_dataloader(self) -> StatefulDataLoader | TokenBlockLoader:
+    def train_dataloader(self) -> DataLoader:
         rank, world = self._rank_world()
         trainer = self.trainer
         length = None
         if trainer is not None and trainer.max_steps and trainer.max_steps > 0:
             length = trainer.max_steps * trainer.accumulate_grad_batches * self.batch_size
-        if (token_shards := self.train_shards()) is not None:
-            return self._shard_loader(token_shards, rank, world, length)
-        readers, shards = world * max(1, self.num_workers), self.hparams.num_shards
-        virtual = virtual_shard_count(shards, readers)
-        if virtual != shards:
-            rank_zero_info(
-                f"data: {readers} readers ({world} ranks x {max(1, self.num_workers)} workers), one virtual shard "
-                f"each{'' if shards is None else f' (more readers than num_shards {shards})'}: the training "
-                "blocks depend on the number of readers"
-            )
-        elif virtual % readers:
-            rank_zero_info(
-                f"data: {virtual} virtual shards over {readers} readers: readers own {virtual // readers} or "
-                f"{virtual // readers + 1} of them (a num_shards that {readers} divides gives equal shares)"
-            )
-        dataset = self._stream(
-            self._train_source(),
-            shuffle_buffer=self.hparams.shuffle_buffer,
-            rank=rank,
-            world_size=world,
-            length=length or 2**62,
-        )
-        return StatefulDataLoader(
-            dataset,
-            batch_size=self.batch_size,
-            num_workers=self.num_workers,
-            persistent_workers=self.num_workers > 0,
-            drop_last=True,
-            pin_memory=self._pin_memory(),
-        )
-
-    def _shard_loader(self, shards: TokenShards, rank: int, world: int, length: int | None) -> TokenBlockLoader:
-        self._check_shards()
-        batches = None if length is None else -(-length // self.batch_size)
-        dataset = RankBatches(shards, self.seq_len, self.batch_size, self.seed, rank, world, length=batches or 2**62)
-        rank_zero_info(
-            f"data: token shards {shards.folder}: {dataset.order.blocks:,} blocks of {self.seq_len + 1} tokens "
-            f"({shards.total:,} tokens, {shards.documents:,} documents) in a global order (seed {self.seed}), "
-            f"{world} ranks x {self.batch_size} per global batch; resumable at any world size"
-        )
-        return TokenBlockLoader(dataset, num_workers=self.num_workers, pin_memory=self._pin_memory())
+        # Page-locked batches on CUDA: the host-to-device copy then runs asynchronously, off the step's path.
+        pin_memory = trainer is not None and trainer.strategy.root_device.type == "cuda"
+        return self.train_source.train_loader(rank, world, length, pin_memory)
 
     def validation_blocks(self) -> torch.Tensor:
-        """All ``val_sequences`` validation blocks (identical for every variant, run and rank).
-
-        Built once and cached on disk (``$FIXED_EMBED_CACHE/validation``), keyed by everything they
-        depend on: the source (files, sizes, modification times; or the hub id, config and split),
-        the tokenizer's content, seq_len, val_sequences, the hold-out, the special ids. Every later
-        call and start loads the file; an unreadable one is rebuilt. No collective: under a trainer
-        ``val_dataloader`` calls this on global rank 0 only and broadcasts the result.
-        """
-        if self._val_blocks is None and (shards := self._valid_shards()) is not None:
-            self._val_blocks = self._shard_validation_blocks(shards)  # memory-mapped: no cache needed
+        """All ``val_sequences`` validation blocks (identical for every variant, run and rank): all of
+        ``data.valid``, else the hold-out of ``data.train``. No collective: under a trainer
+        ``val_dataloader`` calls this on global rank 0 only and broadcasts the result."""
         if self._val_blocks is None:
-            source, keep = self._valid_source()
-            cache = self._validation_cache(source, keep)
-            blocks, seconds = cache.get(lambda: self._build_validation_blocks(source, keep), width=self.seq_len + 1)
-            if seconds is None:
-                rank_zero_info(f"validation: {len(blocks)} blocks from cache {cache.path}")
+            if self.valid_source is not None:
+                self._val_blocks = self.valid_source.validation_blocks(held_out=False)
             else:
-                rank_zero_info(f"validation: built {len(blocks)} blocks in {seconds:.1f} s, cached at {cache.path}")
-            self._val_blocks = blocks
+                self._val_blocks = self.train_source.validation_blocks(held_out=True)
         return self._val_blocks
-
-    def _validation_cache(self, source: DocumentSource, keep: str) -> BlockCache:
-        hp = self.hparams
-        key = {
-            "layout": _VALIDATION_LAYOUT,
-            "source": source.content_stamp(),
-            "keep": keep,
-            "tokenizer": self.tokenizer().to_str(),  # hashed with the rest: its content, not its name
-            "seq_len": self.seq_len,
-            "val_sequences": hp.val_sequences,
-            "val_per_document": hp.val_per_document,
-            "holdout_per_mille": hp.holdout_per_mille,
-            "eos_id": self._eos_id(),
-            "bos_id": None,  # documents have no BOS; kept in the key so the caches on disk keep matching
-            "num_shards": _VALIDATION_SHARDS,
-        }
-        return BlockCache(key, "validation")  # under cache_root()
-
-    def _build_validation_blocks(self, source: DocumentSource, keep: str) -> torch.Tensor:
-        if self.hparams.val_per_document:  # spread_blocks warns of short documents and names what it refuses
-            return spread_blocks(
-                source, self.tokenizer(), self.seq_len, self.hparams.val_sequences, self._eos_id(),
-                holdout=(self.hparams.holdout_per_mille, keep),
-            )  # fmt: skip
-        stream = self._stream(source, shuffle_buffer=0, epochs=1, keep=keep, num_shards=_VALIDATION_SHARDS)
-        try:
-            blocks = list(itertools.islice(stream, self.hparams.val_sequences))
-        except DataError as error:  # the packer's words are about training readers; say what this is
-            per_mille = self.hparams.holdout_per_mille
-            held_out = f" ({per_mille} per mille held out of data.train)" if keep == "held_out" else ""
-            raise DataError(
-                f"validation: the documents of {source.path}{held_out} give no block of {self.seq_len + 1} tokens "
-                f"when packed in {_VALIDATION_SHARDS} fixed shards: set data.valid to more text, raise "
-                f"data.holdout_per_mille, set data.val_per_document: true, or lower data.seq_len ({error})"
-            ) from error
-        if len(blocks) < self.hparams.val_sequences:
-            rank_zero_warn(
-                f"validation data {source.path} holds only {len(blocks)} blocks of {self.seq_len + 1} tokens; "
-                f"asked for {self.hparams.val_sequences}"
-            )
-        if not blocks:
-            raise ValueError(f"no validation block of {self.seq_len + 1} tokens could be made from {source.path}")
-        return torch.stack(blocks)
-
-    def _shard_validation_blocks(self, shards: TokenShards) -> torch.Tensor:
-        """The first ``val_sequences`` blocks of the shards' stream, or (``val_per_document``) an equal share
-        from every document, each packed alone -- the blocks the text path makes from the same documents."""
-        total, width = self.hparams.val_sequences, self.seq_len + 1
-        where = f"{shards.folder} ({shards.split})"
-        if self.hparams.val_per_document:
-            documents = (shards.tokens(a, b) for a, b in shards.document_spans().tolist())
-            return spread_document_blocks(documents, width, total, where)
-        n = min(total, shards.block_count(width))
-        if n == 0:
-            raise DataError(
-                f"no validation block of {width} tokens could be made from {where} ({shards.total} tokens, "
-                f"{shards.documents} documents): set data.valid, or pretokenize with a larger --holdout-per-mille"
-            )
-        if n < total:
-            rank_zero_warn(f"validation data {where} holds only {n} blocks of {width} tokens; asked for {total}")
-        return torch.from_numpy(shards.blocks(np.arange(n), width))
 
     def _shared_validation_blocks(self) -> torch.Tensor:
         """The validation blocks on every rank: global rank 0 loads (or builds) them, the others receive them.
@@ -448,11 +276,27 @@ class TextDataModule(L.LightningDataModule):
         return {"tokenizer": self.tokenizer_path(), "tokenizer_json": self.tokenizer().to_str()}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        saved = state_dict.get("tokenizer_json")
-        if saved is None:
-            return
-        if Tokenizer.from_str(saved).get_vocab() != self.tokenizer().get_vocab():
-            raise ValueError(
-                f"the checkpoint was trained with tokenizer {state_dict.get('tokenizer')!r}, whose vocabulary "
-                f"differs from data.tokenizer {self.tokenizer_path()!r}: resuming would feed the model other ids"
-            )
+        # validate and test take no data position: this is their check (a fit's: resume_refusals)
+        if why := self._tokenizer_refusal(state_dict):
+            raise CheckpointError(why)
+
+    def _tokenizer_refusal(self, saved: dict[str, Any]) -> str | None:
+        if "tokenizer_json" not in saved:
+            return None
+        if Tokenizer.from_str(saved["tokenizer_json"]).get_vocab() == self.tokenizer().get_vocab():
+            return None
+        return (
+            f"refusing to resume: the checkpoint was trained with tokenizer {saved.get('tokenizer')!r}, whose "
+            f"vocabulary differs from data.tokenizer {self.tokenizer_path()!r}: resuming would feed the model other "
+            "ids. Resume with the run's own tokenizer, or start a new run (--run NAME)"
+        )
+
+    def resume_refusals(self, checkpoint: dict[str, Any], world_size: int | None) -> list[str]:
+        """Every reason this data cannot resume ``checkpoint`` on ``world_size`` ranks (``None``: not known yet):
+        the tokenizer, and the training source's saved position. The one check of the data's resume state,
+        made by the resume plan before launch and by :func:`~fixed_embed.data.loader_state.take_own_loader_state`
+        at load."""
+        refusals = []
+        if why := self._tokenizer_refusal(checkpoint.get(type(self).__qualname__) or {}):
+            refusals.append(why)
+        return refusals + self.train_source.position_refusals(checkpoint, world_size)

@@ -1,30 +1,34 @@
-"""Every rank's data position in a checkpoint: gathered when saving, each rank's own taken back when resuming.
+"""The data position in a checkpoint: every rank's gathered when saving, found and compared when resuming,
+and each rank's own handed back.
 
-Lightning saves the training loader's state (the data position) inside its fit loop's state, from
-global rank 0 only, so every rank would resume rank 0's stream. Every rank's state is kept in the
-checkpoint under ``loader_states_per_rank`` instead (a key existing checkpoints hold: never renamed),
-and on load each rank puts its own where Lightning restores the loader's from.
-
-The state is the loop's to save and restore, and only a LightningModule's (or a callback's)
-checkpoint hooks see the whole checkpoint -- a LightningDataModule's ``state_dict`` sees only its own
-entry -- so :class:`fixed_embed.module.LanguageModel` calls these two from its hooks.
-
-A text stream's position belongs to its reader (rank x worker), so a resume on another number of
-ranks is refused. A token-shard position (:mod:`fixed_embed.data.block_order`) is global, the same
-on every rank: a resume on any number of ranks hands it to each of them.
+Lightning saves the training loader's state inside its fit loop's state, from global rank 0 only;
+every rank's is kept under ``loader_states_per_rank`` instead (a key checkpoints hold: never renamed).
+Only a LightningModule's checkpoint hooks see the whole checkpoint, so
+:class:`fixed_embed.module.LanguageModel` calls :func:`gather_loader_states` and
+:func:`take_own_loader_state`. Whether a position resumes is the data module's call
+(``TextDataModule.resume_refusals``), made at load here and before launch by the resume plan.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 
-from fixed_embed.data.block_order import GLOBAL_POSITION, is_global_position
+from fixed_embed.data.block_order import GLOBAL_POSITION
 from fixed_embed.errors import CheckpointError
 from fixed_embed.lightning_internals import COMBINED_LOADER, fit_loop_state
 
-__all__ = ["LOADER_STATES", "gather_loader_states", "take_own_loader_state"]
+__all__ = [
+    "LOADER_STATES",
+    "find_states",
+    "fingerprint_refusal",
+    "gather_loader_states",
+    "saved_loader_state",
+    "take_own_loader_state",
+]
 
 LOADER_STATES = "loader_states_per_rank"
 
@@ -37,25 +41,49 @@ def gather_loader_states(checkpoint: dict[str, Any], world_size: int) -> None:
     checkpoint[LOADER_STATES] = states
 
 
+def saved_loader_state(checkpoint: Mapping[str, Any]) -> Any:
+    """The loader states a checkpoint holds: every rank's (a fit of several ranks), else Lightning's one."""
+    slot = fit_loop_state(checkpoint)
+    return checkpoint.get(LOADER_STATES) or (None if slot is None else slot.get(COMBINED_LOADER))
+
+
+def find_states(state: Any, key: str) -> list[dict[str, Any]]:
+    """Every mapping holding ``key`` inside a loader state, whatever the loader's layout (workers nest them)."""
+    if isinstance(state, Mapping):
+        if key in state:
+            return [dict(state)]
+        return [found for value in state.values() for found in find_states(value, key)]
+    if isinstance(state, (list, tuple)):
+        return [found for value in state for found in find_states(value, key)]
+    return []
+
+
+def fingerprint_refusal(saved: str, expected: Mapping[str, Any]) -> str | None:
+    """Why a position saved with stream settings ``saved`` (JSON) cannot resume a stream of ``expected``, naming
+    each difference; ``None`` when they agree."""
+    then, now = json.loads(saved), json.loads(json.dumps(expected))  # as saved: tuples become lists
+    changed = "; ".join(
+        f"{key}: checkpoint {then.get(key)!r}, now {now.get(key)!r}"
+        for key in sorted(set(then) | set(now))
+        if then.get(key) != now.get(key)
+    )
+    if not changed:
+        return None
+    return (
+        f"refusing to resume: the checkpoint's data stream was made with other data settings ({changed}); "
+        "resume with the run's own data settings, or start a new run (--run NAME)"
+    )
+
+
 def take_own_loader_state(checkpoint: dict[str, Any], trainer: Any) -> None:
-    """This rank's loader state where Lightning restores it from; refuses another number of ranks, unless
-    the position is a token-shard one (global: every rank takes the same)."""
-    states, slot = checkpoint.get(LOADER_STATES), fit_loop_state(checkpoint)
-    if states is None or slot is None or trainer is None or trainer.state.fn != "fit":
+    """Refuse what the data module refuses, then put this rank's loader state where Lightning restores it from:
+    a token-shard position is global (every rank takes the same), a text stream's is its rank's."""
+    slot = fit_loop_state(checkpoint)
+    if slot is None or trainer is None or trainer.state.fn != "fit":
         return  # validate/test need no data position (one rank's checkpoint: Lightning's own slot)
-    if states and all(is_global_position(state) for state in states):
-        positions = {tuple(s[GLOBAL_POSITION] for s in state) for state in states}
-        if len(positions) != 1:
-            raise CheckpointError(
-                f"refusing to resume: the ranks' token-shard positions in the checkpoint differ ({sorted(positions)})"
-            )
-        slot[COMBINED_LOADER] = states[0]  # the same global position, whatever the world size now
-        return
-    if len(states) != trainer.world_size:
-        raise CheckpointError(
-            f"refusing to resume: the checkpoint holds the data position of {len(states)} ranks but this run has "
-            f"{trainer.world_size}; resume on the same number of nodes x devices. A text stream's position belongs "
-            "to its readers; to continue on another world size, train from token shards (fixed-embed pretokenize, "
-            "data.train: SHARDS/), whose position is global"
-        )
-    slot[COMBINED_LOADER] = states[trainer.global_rank]
+    refusals = getattr(getattr(trainer, "datamodule", None), "resume_refusals", None)
+    if refusals is not None and (found := refusals(checkpoint, trainer.world_size)):
+        raise CheckpointError(" | ".join(found))
+    states = checkpoint.get(LOADER_STATES)
+    if states is not None:
+        slot[COMBINED_LOADER] = states[0 if find_states(states, GLOBAL_POSITION) else trainer.global_rank]

@@ -5,14 +5,14 @@ the document and block reached within it, every carry, the shuffle buffer and it
 exact, so a resumed stream continues with the first block not yet delivered -- across any number of
 resumes. :func:`state_to_dict` writes it as plain ints, lists and tensors (what torchdata's
 ``StatefulDataLoader`` carries into the Lightning checkpoint); :func:`restore_state` reads it back,
-refusing a state written by another reader or for another source. Checkpoints hold these keys as
-they are, so a key may be added (read with a default) but never renamed or dropped.
+refusing a state of another number of source shards (whether the stream and its readers are the
+ones that saved it is the data module's check, ``TextDataModule.resume_refusals``). Checkpoints hold
+these keys as they are, so a key may be added (read with a default) but never renamed or dropped.
 """
 
 from __future__ import annotations
 
 import copy
-import json
 import random
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,7 +21,7 @@ import torch
 
 from fixed_embed.errors import CheckpointError
 
-__all__ = ["PackingStats", "ReaderState", "check_fingerprint", "restore_state", "state_to_dict"]
+__all__ = ["PackingStats", "ReaderState", "restore_state", "state_to_dict"]
 
 # Version of the saved reader state; states without it (one global document index) resume only
 # from a single-file source, where both layouts agree.
@@ -81,37 +81,14 @@ def state_to_dict(state: ReaderState, fingerprint: str, reader: int, readers: in
     }
 
 
-def check_fingerprint(saved: dict[str, Any], expected: str) -> None:
-    """Refuse a saved state whose stream settings differ from ``expected`` (JSON), naming each difference."""
-    if saved["fingerprint"] == expected:
-        return
-    then, now = json.loads(saved["fingerprint"]), json.loads(expected)
-    changed = "; ".join(
-        f"{key}: checkpoint {then.get(key)!r}, now {now.get(key)!r}"
-        for key in sorted(set(then) | set(now))
-        if then.get(key) != now.get(key)
-    )
-    raise CheckpointError(
-        f"refusing to resume: the checkpoint's data stream was made with other data settings ({changed}); "
-        "resume with the run's own data settings, or start a new run (--run NAME)"
-    )
-
-
 def restore_state(
-    saved: dict[str, Any] | None, reader: int, readers: int, source_shards: int, seed: int, source_path: str
+    saved: dict[str, Any] | None, reader: int, source_shards: int, seed: int, source_path: str
 ) -> ReaderState:
     """The state to start from: a fresh one (RNG seeded by ``seed`` and the reader) or ``saved``'s."""
     if saved is None:
         state = ReaderState(source_shards=source_shards)
         state.rng_state = random.Random(f"{seed}/{reader}").getstate()
         return state
-    if saved["reader"] != [reader, readers]:
-        raise CheckpointError(
-            f"refusing to resume: the checkpoint was written by reader {saved['reader'][0]} of "
-            f"{saved['reader'][1]} but this is reader {reader} of {readers} (nodes, devices or num_workers "
-            "changed); resume with the same world and data.num_workers. A text stream's position belongs to its "
-            "readers; token shards (fixed-embed pretokenize, data.train: SHARDS/) resume at any world size"
-        )
     if saved.get("layout") is None and source_shards != 1:
         raise CheckpointError(
             "refusing to resume: the checkpoint's data state predates per-file sharding and can only be "

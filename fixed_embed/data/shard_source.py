@@ -1,0 +1,112 @@
+"""The token-shard source: a ``fixed-embed pretokenize`` folder, read memory-mapped in a global seeded order.
+
+Its training position is global (:mod:`fixed_embed.data.block_order`), so a resume may change the
+world and the loader workers; it carries its own tokenizer and refuses any other.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+
+from fixed_embed.data.block_order import GLOBAL_POSITION, RankBatches, TokenBlockLoader
+from fixed_embed.data.loader_state import find_states, fingerprint_refusal, saved_loader_state
+from fixed_embed.data.token_shards import TokenShards, shard_folder
+from fixed_embed.data.tokenizer import tokenizer_fingerprint
+from fixed_embed.data.validation import spread_document_blocks
+from fixed_embed.errors import DataError
+
+if TYPE_CHECKING:
+    from fixed_embed.data.datamodule import TextDataModule
+
+__all__ = ["TokenShardSource"]
+
+
+class TokenShardSource:
+    """``data.train`` (``role`` "train") or ``data.valid`` ("valid") as a token-shard folder."""
+
+    @staticmethod
+    def claims(path: str | None) -> bool:
+        return shard_folder(path) is not None
+
+    def __init__(self, data: TextDataModule, role: str) -> None:
+        self.data, self.role = data, role
+        self.folder = shard_folder(data.hparams[role])
+        self._splits: dict[str, TokenShards] = {}
+
+    def shards(self, split: str = "train") -> TokenShards:
+        """One split of the folder, checked against its index on first use."""
+        if split not in self._splits:
+            self._splits[split] = TokenShards(self.folder, split)
+        return self._splits[split]
+
+    def default_tokenizer(self) -> str:
+        return str(self.shards().tokenizer_file)  # the shards carry the tokenizer they were made with
+
+    def check_inputs(self) -> None:
+        self.shards()
+
+    def check(self) -> None:
+        """The shards must have been written with this tokenizer (and, for training, this hold-out)."""
+        data = self.data
+        self.shards().check_tokenizer(tokenizer_fingerprint(data.tokenizer()), data.tokenizer_path(), data.eos_id())
+        if self.role == "train":
+            self.shards().check_holdout(data.hparams.holdout_per_mille)
+
+    def order(self, rank: int = 0, world: int = 1, batches: int | None = None) -> RankBatches:
+        data = self.data
+        return RankBatches(self.shards(), data.seq_len, data.batch_size, data.seed, rank, world, length=batches)
+
+    # -- training -----------------------------------------------------------------------------------------
+
+    def train_loader(self, rank: int, world: int, length: int | None, pin_memory: bool) -> TokenBlockLoader:
+        batches = None if length is None else -(-length // self.data.batch_size)
+        dataset, shards, seed = self.order(rank, world, batches or 2**62), self.shards(), self.data.seed
+        rank_zero_info(
+            f"data: token shards {shards.folder}: {dataset.order.blocks:,} blocks of {self.data.seq_len + 1} tokens "
+            f"({shards.total:,} tokens, {shards.documents:,} documents) in a global order (seed {seed}), "
+            f"{world} ranks x {self.data.batch_size} per global batch; resumable at any world size"
+        )
+        return TokenBlockLoader(dataset, num_workers=self.data.num_workers, pin_memory=pin_memory)
+
+    def position_refusals(self, checkpoint: dict[str, Any], world_size: int | None) -> list[str]:
+        """A token-shard position resumes at any world size, but only over the same shards, blocks and order."""
+        state = saved_loader_state(checkpoint)
+        positions = find_states(state, GLOBAL_POSITION)
+        if not positions:
+            if not find_states(state, "reader"):
+                return []
+            return [
+                "refusing to resume: the checkpoint's data position is a text stream's (data.train was text files or "
+                f"a hub id), and data.train is now the token shards {self.folder}; resume with the run's own "
+                "data.train, or start a new run (--run NAME)"
+            ]
+        if len(consumed := sorted({position[GLOBAL_POSITION] for position in positions})) > 1:
+            return [f"refusing to resume: the ranks' token-shard positions in the checkpoint differ ({consumed})"]
+        why = fingerprint_refusal(positions[0].get("fingerprint") or "{}", self.order().config_fingerprint())
+        return [why] if why else []
+
+    # -- validation ---------------------------------------------------------------------------------------
+
+    def validation_blocks(self, held_out: bool) -> torch.Tensor:
+        """The first ``val_sequences`` blocks of the split's stream, or (``val_per_document``) an equal share
+        from every document, each packed alone -- the blocks the text source makes from the same documents.
+        Memory-mapped: no cache needed."""
+        shards = self.shards("held_out" if held_out else "train")
+        total, width = self.data.hparams.val_sequences, self.data.seq_len + 1
+        where = f"{shards.folder} ({shards.split})"
+        if self.data.hparams.val_per_document:
+            documents = (shards.tokens(a, b) for a, b in shards.document_spans().tolist())
+            return spread_document_blocks(documents, width, total, where)
+        n = min(total, shards.block_count(width))
+        if n == 0:
+            raise DataError(
+                f"no validation block of {width} tokens could be made from {where} ({shards.total} tokens, "
+                f"{shards.documents} documents): set data.valid, or pretokenize with a larger --holdout-per-mille"
+            )
+        if n < total:
+            rank_zero_warn(f"validation data {where} holds only {n} blocks of {width} tokens; asked for {total}")
+        return torch.from_numpy(shards.blocks(np.arange(n), width))
