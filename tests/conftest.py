@@ -90,13 +90,29 @@ def _processes_only_in_slow_tests(request, monkeypatch):
     monkeypatch.setattr(sys.modules["torch.multiprocessing.spawn"], "start_processes", refuse_ranks)
 
 
+# The rehearsal: six two-rank launches in a row, as long as the other multi-rank tests together.
+_OWN_GROUP = {"test_rehearsal.py"}
+
+
+def _start_order(item: pytest.Item) -> int:
+    """0 for a group of its own, 1 for any other process-starting test, 2 for an in-process one."""
+    if item.path.name in _OWN_GROUP:
+        return 0
+    return 1 if "slow" in item.keywords else 2
+
+
 def pytest_collection_modifyitems(config, items):
-    # Two ranks at once on 2 cores: under pytest-xdist (`make test`) one worker runs all of these, one at a
-    # time, so no two multi-rank runs compete for the cores (or a timing check) while in-process tests go on.
+    # Two ranks at once on 2 cores: under pytest-xdist (`make test`) one worker runs these one at a time,
+    # so no two multi-rank tests compete for the cores, while the other runs the rehearsal's launches
+    # (which wait for no other rank's time) and then the in-process tests.
     for item in items:
         if "multi_rank" in item.keywords:
             item.add_marker(pytest.mark.slow)
-            item.add_marker(pytest.mark.xdist_group("multi_rank"))
+            own = item.path.name in _OWN_GROUP
+            item.add_marker(pytest.mark.xdist_group(item.path.stem if own else "multi_rank"))
+    # xdist hands out the multi-rank group first (its largest), then single tests in this order: the long ones
+    # first, the short in-process ones last, so that both workers run out of work at about the same time.
+    items.sort(key=_start_order)
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -79,6 +80,8 @@ class FailOnRank(L.Callback):
 
     def on_train_batch_start(self, trainer, *args) -> None:
         if trainer.global_rank == self.rank and trainer.global_step == self.step:
+            # CLOCK_MONOTONIC is one clock for every process of the machine: the test times rank 0's end from here
+            print(f"failing at monotonic {time.monotonic():.3f}", file=sys.stderr, flush=True)
             raise RuntimeError(f"injected failure on rank {self.rank} at step {self.step}")
 
     def on_exception(self, trainer, module, exception) -> None:
