@@ -21,7 +21,6 @@ state, and the most disk the policy can hold for the whole run.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -32,11 +31,9 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from fixed_embed.lightning_internals import save_through
+from fixed_embed.run_folder import STEP_FILENAME, step_of
 
 __all__ = ["CheckpointPolicy", "checkpoint_bytes", "save_now"]
-
-_STEP = re.compile(r"step=(\d+)")
-
 
 class CheckpointPolicy(ModelCheckpoint):
     """Args:
@@ -63,7 +60,7 @@ class CheckpointPolicy(ModelCheckpoint):
             )
         super().__init__(
             dirpath=dirpath,
-            filename="step={step:08d}",
+            filename=STEP_FILENAME,
             auto_insert_metric_name=False,
             monitor="step",
             mode="max",
@@ -109,8 +106,8 @@ class CheckpointPolicy(ModelCheckpoint):
         rank_zero_info(f"checkpoint at update {trainer.global_step}: {filepath}")
 
     def _remove_checkpoint(self, trainer: L.Trainer, filepath: str) -> None:
-        match = _STEP.search(Path(filepath).name)
-        if self.keep_every and match and int(match.group(1)) % self.keep_every == 0:
+        step = step_of(filepath)
+        if self.keep_every and step is not None and step % self.keep_every == 0:
             return  # permanent: out of the rolling top-k, but never deleted
         super()._remove_checkpoint(trainer, filepath)
 

@@ -81,7 +81,7 @@ def run(name: str, config: Configs, logs: str, extra: list[str], threads: int | 
     from fixed_embed.config import DEFAULT_RUN
     from fixed_embed.errors import CheckpointError
     from fixed_embed.experiment import build_model
-    from fixed_embed.resume import choose_checkpoint
+    from fixed_embed.resume_plan import choose_checkpoint
 
     configs = [config] if isinstance(config, Path) else list(config)
     env = {**os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {})}
@@ -93,7 +93,7 @@ def run(name: str, config: Configs, logs: str, extra: list[str], threads: int | 
     # The code the run starts from, and whether a checkpoint of an earlier attempt is resumed (its wall time
     # and tokens/s then cover this attempt only).
     commit, dirty = _git_commit(), _code_changed()
-    try:  # what fit's --ckpt_path last resumes (one rule: fixed_embed.resume.choose_checkpoint)
+    try:  # what fit's --ckpt_path last resumes (one rule: fixed_embed.resume_plan.choose_checkpoint)
         resumed = choose_checkpoint(run_dir / "checkpoints")[0] is not None
     except CheckpointError:  # a stale last.ckpt: there is a run, and the fit says why it refuses it
         resumed = True

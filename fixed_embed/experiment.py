@@ -4,12 +4,13 @@
 ``fixed-embed fit`` (LightningCLI) would, on the meta device by default, so the paper's 1.7B model
 is counted in seconds. :func:`parameter_reports` and :func:`training_memory` are what
 ``fixed-embed params`` prints; the experiment runners and two benchmarks (``input_layer``,
-``gpu``) use :func:`build_model` too.
+``gpu``) use :func:`build_model` too. :func:`run_length` is the number of updates a fit trains for.
 """
 
 from __future__ import annotations
 
 import inspect
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +27,20 @@ from fixed_embed.accounting import (
 )
 from fixed_embed.config import load_experiment
 from fixed_embed.data import TextDataModule
+from fixed_embed.errors import ConfigError
 from fixed_embed.interfaces import LearnedInput
 from fixed_embed.module import LanguageModel
+from fixed_embed.recipe import steps_for_budget
 
-__all__ = ["LEARNED_CLASS_PATH", "build_model", "memory_plan", "parameter_reports", "training_memory"]
+__all__ = [
+    "LEARNED_CLASS_PATH",
+    "build_model",
+    "memory_plan",
+    "parameter_reports",
+    "run_length",
+    "trainer_world_size",
+    "training_memory",
+]
 
 LEARNED_CLASS_PATH = f"{LearnedInput.__module__}.{LearnedInput.__qualname__}"
 
@@ -41,6 +52,45 @@ def build_model(model_config: dict[str, Any], device: str | torch.device = "meta
     cfg = parser.parse_object({"model": model_config})
     with torch.device(device):
         return parser.instantiate_classes(cfg).model
+
+
+def trainer_world_size(trainer: Mapping[str, Any]) -> int | None:
+    """Nodes x devices of a ``trainer:`` config, as the Trainer will count them (None: not known from the config)."""
+    devices, nodes = trainer.get("devices", "auto"), trainer.get("num_nodes") or 1
+    if isinstance(devices, str) and devices.strip().isdigit():
+        devices = int(devices)
+    if isinstance(devices, (list, tuple)):
+        devices = len(devices)
+    if devices == "auto":  # as Lightning counts it: every CUDA device, or one process on the CPU
+        from lightning.pytorch.accelerators import CUDAAccelerator
+
+        on_cpu = str(trainer.get("accelerator", "auto")) == "cpu"
+        devices = (0 if on_cpu else CUDAAccelerator.auto_device_count()) or 1
+    return devices * nodes if isinstance(devices, int) and devices > 0 else None
+
+
+def run_length(config: Mapping[str, Any]) -> tuple[int, str]:
+    """The updates a fit of ``config`` trains for, and the line that says how: ``trainer.max_steps`` when set,
+    else ``model.token_budget`` over the prediction targets of one update at this launch's world size."""
+    trainer, data = config["trainer"], config["data"]
+    if (max_steps := trainer.get("max_steps")) is not None and max_steps > 0:
+        return max_steps, f"Training length: trainer.max_steps = {max_steps} updates (explicit)"
+    budget = config["model"].get("token_budget")
+    if budget is None:
+        raise ConfigError("set model.token_budget (prediction tokens) or trainer.max_steps to bound training")
+    world = trainer_world_size(trainer)
+    if world is None:
+        raise ConfigError(
+            f"model.token_budget needs the number of devices, and trainer.devices is {trainer.get('devices')!r}: "
+            "set trainer.devices to a number, or trainer.max_steps"
+        )
+    micro_batch, seq_len = data["batch_size"], data["seq_len"]
+    accumulation = trainer.get("accumulate_grad_batches") or 1
+    steps = steps_for_budget(budget, world, micro_batch, accumulation, seq_len)
+    return steps, (
+        f"Training length: token budget {budget:,} / ({world} devices x {micro_batch} x {accumulation} accumulation "
+        f"x {seq_len} ctx = {world * micro_batch * accumulation * seq_len:,} targets per update) = {steps:,} updates"
+    )
 
 
 def parameter_reports(config_path: str | Path) -> tuple[str, ParameterReport, ParameterReport]:
@@ -92,10 +142,7 @@ def _run_settings(config_path: str | Path, world_size: int | None) -> dict[str, 
     defaults = inspect.signature(TextDataModule).parameters
     micro_batch = data.get("batch_size", defaults["batch_size"].default)
     seq_len = data.get("seq_len", defaults["seq_len"].default)
-    if world_size is None:
-        devices, nodes = trainer.get("devices", 1), trainer.get("num_nodes", 1) or 1
-        devices = len(devices) if isinstance(devices, list) else devices
-        world_size = (devices if isinstance(devices, int) and devices > 0 else 1) * nodes
+    world_size = world_size or trainer_world_size({"devices": 1, **trainer}) or 1
     strategy = trainer.get("strategy", "auto")
     name = strategy.get("class_path", "") if isinstance(strategy, dict) else str(strategy)
     sharded = any(key in name.lower() for key in ("fsdp", "modelparallel"))

@@ -14,8 +14,6 @@ Lightning internals still used:
 - ``ModelCheckpoint._last_global_step_saved``, ``._monitor_candidates``, ``._save_topk_checkpoint``,
   ``._save_last_checkpoint``: :func:`save_through`, a save now (preemption, the run's last update)
   under the callback's own names, retention and ``last`` link.
-- ``trainer.fit_loop.epoch_loop.max_steps`` (write; the loop is the private ``_TrainingEpochLoop``):
-  :func:`set_max_steps`, the length a token budget resolves to.
 - ``_TrainingEpochLoop._should_accumulate`` (called): :func:`ends_update`, FSDP2's gradient sync on an
   update's last micro-batch only.
 - ``_TrainingEpochLoop._broadcast_sigterm_tensor`` (shadowed): :func:`skip_sigterm_broadcast`, no
@@ -29,9 +27,8 @@ Lightning internals still used:
   :mod:`fixed_embed.data.loader_state`.
 - Overridden protected methods (:data:`LIGHTNING_OVERRIDES`): ``ModelCheckpoint._save_checkpoint``,
   ``._remove_checkpoint``, ``._should_remove_checkpoint``, ``._link_checkpoint``
-  (``callbacks/checkpointing.py``); ``LightningCLI._parse_ckpt_path`` (``fixed_embed/cli/train.py``);
-  ``RichProgressBar._initialize_train_progress_bar_id``, calling ``._add_task``, ``._update``,
-  ``._update_metrics`` (``callbacks/progress.py``).
+  (``callbacks/checkpointing.py``); ``RichProgressBar._initialize_train_progress_bar_id``, calling
+  ``._add_task``, ``._update``, ``._update_metrics`` (``callbacks/progress.py``).
 
 Other libraries: torch's ``LRScheduler._last_lr`` (write, :func:`set_scheduler_last_lr`); tqdm's
 ``tqdm.__init__`` (wrapped, :func:`route_tqdm`); the class of an existing ``logging.Logger``
@@ -42,7 +39,9 @@ internals used elsewhere (sharded-checkpoint reading in ``fsdp.py``, the c10d st
 Replaced by public API: ``LightningModule._trainer`` (:func:`attached_trainer` uses the public
 ``trainer`` property), ``ModelCheckpoint._every_n_train_steps`` inside ``CheckpointPolicy`` (its own
 ``every_n_steps``), ``ModelParallelStrategy._save_distributed_checkpoint`` in ``FSDP2Strategy`` (its
-own ``save_distributed_checkpoint``).
+own ``save_distributed_checkpoint``), ``fit_loop.epoch_loop.max_steps`` (the CLI's ``instantiate_trainer``
+gives the Trainer the length a token budget resolves to), ``LightningCLI._parse_ckpt_path`` (the CLI's
+``parse_arguments`` holds the checkpoint path back from it).
 
 This module imports neither Lightning nor torch: :mod:`fixed_embed.console` uses it before any
 library is imported.
@@ -68,7 +67,6 @@ __all__ = [
     "route_tqdm",
     "save_through",
     "set_data_parallel_size",
-    "set_max_steps",
     "set_scheduler_last_lr",
     "skip_sigterm_broadcast",
     "take_over_logger",
@@ -108,8 +106,6 @@ LIGHTNING_INTERNALS: tuple[Internal, ...] = (
     Internal(_CHECKPOINT, "_monitor_candidates", "method", _TRAINER, used_by="save_through"),
     Internal(_CHECKPOINT, "_save_topk_checkpoint", "method", _CANDIDATES, used_by="save_through"),
     Internal(_CHECKPOINT, "_save_last_checkpoint", "method", _CANDIDATES, used_by="save_through"),
-    Internal(_FIT_LOOP, "epoch_loop", "instance", used_by="set_max_steps"),
-    Internal(_EPOCH_LOOP, "max_steps", "instance", used_by="set_max_steps"),
     Internal(
         _EPOCH_LOOP, "_should_accumulate", "method", ("self",), called_in="update_lr_schedulers", used_by="ends_update"
     ),
@@ -142,8 +138,6 @@ LIGHTNING_OVERRIDES: tuple[Internal, ...] = (
              called_in="_update_best_and_save", used_by="callbacks/checkpointing.py: the resumed-from one may go"),
     Internal(_CHECKPOINT, "_link_checkpoint", "method", ("trainer", "filepath", "linkpath"),
              called_in="_save_last_checkpoint", used_by="callbacks/checkpointing.py: last swapped atomically"),
-    Internal("lightning.pytorch.cli.LightningCLI", "_parse_ckpt_path", "method", ("self",), called_in="__init__",
-             used_by="fixed_embed/cli/train.py: the config given now wins over the checkpoint's"),
     Internal(_RICH_BAR, "_initialize_train_progress_bar_id", "method", ("self",), called_in="on_train_batch_end",
              used_by="callbacks/progress.py: the bar counts updates"),
     Internal(_RICH_BAR, "_add_task", "method", ("self", "total_batches", "description", "visible"),
@@ -226,15 +220,6 @@ def skip_sigterm_broadcast(trainer: Any) -> Callable[[], None]:
     loop = trainer.fit_loop.epoch_loop
     loop._broadcast_sigterm_tensor = lambda: None  # an instance attribute, over the class's method
     return lambda: loop.__dict__.pop("_broadcast_sigterm_tensor", None)
-
-
-def set_max_steps(trainer: Any, steps: int) -> None:
-    """Set the training length after the trainer was built.
-
-    Why private: ``Trainer.max_steps`` is read-only and fixed at ``Trainer(max_steps=...)``, but a
-    token budget resolves to steps only at set-up, once the data module's batch and the world size are known.
-    """
-    trainer.fit_loop.epoch_loop.max_steps = steps
 
 
 def set_data_parallel_size(strategy: Any, size: int) -> None:

@@ -18,7 +18,7 @@ from typing import Any, Literal
 import lightning as L
 import torch
 from lightning.pytorch.strategies import ModelParallelStrategy
-from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+from lightning.pytorch.utilities import rank_zero_warn
 from torchmetrics.aggregation import MeanMetric
 
 from fixed_embed import resume
@@ -26,11 +26,11 @@ from fixed_embed.accounting import IGNORE_MEMORY_ENV, memory_warning
 from fixed_embed.data.loader_state import gather_loader_states
 from fixed_embed.errors import ConfigError
 from fixed_embed.interfaces import BinaryCodeInput, InputInterface
-from fixed_embed.lightning_internals import attached_trainer, ends_update, set_max_steps
+from fixed_embed.lightning_internals import attached_trainer, ends_update
 from fixed_embed.loss import DEFAULT_LOSS_CHUNK_TOKENS
 from fixed_embed.model import Decoder, DecoderConfig
 from fixed_embed.parallel import ParallelConfig, apply_parallelism, eager_evaluation
-from fixed_embed.recipe import AdamWConfig, ScheduleConfig, build_adamw, lr_at, steps_for_budget
+from fixed_embed.recipe import AdamWConfig, ScheduleConfig, build_adamw, lr_at
 
 __all__ = ["LanguageModel"]
 
@@ -45,7 +45,8 @@ class LanguageModel(L.LightningModule):
         interface: the input interface class (and its options), built as ``interface(vocab_size, d_model)``.
         optimizer: AdamW settings.
         schedule: warm-up and cosine floor.
-        token_budget: prediction tokens to train on; sets ``max_steps`` unless the trainer has one.
+        token_budget: prediction tokens to train on: ``fixed-embed fit`` sets ``trainer.max_steps`` from it
+            unless given (:func:`fixed_embed.experiment.run_length`).
         on_nonfinite: on a non-finite loss or gradient, ``stop`` raises naming the step (before
             the update); ``skip`` drops that update and counts it in ``train/skipped_updates``.
         max_skipped_updates: with ``skip``, stop (as ``stop`` would) once this many consecutive
@@ -106,6 +107,9 @@ class LanguageModel(L.LightningModule):
         self._fresh_groups: list[dict[str, Any]] = []
         self._parallelized = False
         self._eager: contextlib.ExitStack | None = None  # open during validation/test with compile on
+        # A resume decided before launch (fixed-embed fit's fixed_embed.resume_plan.ResumePlan): it printed
+        # what the config changes, so loading the checkpoint does not say it again.
+        self.resume_plan: Any = None
 
     @property
     def interface(self) -> InputInterface:
@@ -240,32 +244,15 @@ class LanguageModel(L.LightningModule):
 
     def setup(self, stage: str) -> None:
         if stage == "fit":
-            self._resolve_max_steps()
+            if not self.trainer.max_steps > 0:
+                raise ConfigError(
+                    "set trainer.max_steps to bound training (fixed-embed fit sets it from model.token_budget)"
+                )
             if problem := memory_warning(self, self.trainer):  # CUDA only: None on CPU
                 if os.environ.get(IGNORE_MEMORY_ENV, "") not in ("", "0"):
                     rank_zero_warn(f"{problem} (starting anyway: {IGNORE_MEMORY_ENV} is set)")
                 else:
                     raise ConfigError(f"refusing to start: {problem}")
-
-    def _resolve_max_steps(self) -> None:
-        trainer = self.trainer
-        if trainer.max_steps is not None and trainer.max_steps > 0:
-            rank_zero_info(f"Training length: trainer.max_steps = {trainer.max_steps} updates (explicit)")
-            return
-        if self.token_budget is None:
-            raise ValueError("set model.token_budget (prediction tokens) or trainer.max_steps to bound training")
-        datamodule = trainer.datamodule
-        micro_batch, seq_len = datamodule.batch_size, datamodule.seq_len
-        steps = steps_for_budget(
-            self.token_budget, trainer.world_size, micro_batch, trainer.accumulate_grad_batches, seq_len
-        )
-        set_max_steps(trainer, steps)
-        per_update = trainer.world_size * micro_batch * trainer.accumulate_grad_batches * seq_len
-        rank_zero_info(
-            f"Training length: token budget {self.token_budget:,} / ({trainer.world_size} devices x {micro_batch} "
-            f"x {trainer.accumulate_grad_batches} accumulation x {seq_len} ctx = {per_update:,} targets per update) "
-            f"= {steps:,} updates"
-        )
 
     def configure_optimizers(self) -> dict[str, Any]:
         optimizer = build_adamw(self, self.optimizer_config)
@@ -290,7 +277,7 @@ class LanguageModel(L.LightningModule):
             gather_loader_states(checkpoint, trainer.world_size)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        resume.check_resume(checkpoint, self)
+        resume.check_resume(checkpoint, self, say_changes=self.resume_plan is None)
         self.tokens_seen = checkpoint.get("tokens_seen", 0)
         self.skipped_updates = checkpoint.get("skipped_updates", 0)
 
