@@ -127,9 +127,8 @@ def _seeded_words(seed: int, label: str):
 def random_invertible_gf2(width: int, seed: int) -> list[int]:
     """A uniformly random invertible ``width x width`` matrix over GF(2), as row masks, fixed by ``seed``.
 
-    Rejection sampling: draw K random rows, keep the matrix if its rank is K (about 29 % of
-    draws for large K), otherwise draw again. The stream is SHA-256 based, so the result is
-    the same on every machine, OS, Python and torch version.
+    Rejection sampling from the platform-stable stream: draw K random rows, keep the matrix if its
+    rank is K (about 29 % of draws for large K), otherwise draw again.
     """
     if width < 1:
         raise ValueError(f"matrix width must be >= 1, got {width}")

@@ -256,13 +256,6 @@ class FixedEmbedLM(TemplateLM):
 
     # -- the model --------------------------------------------------------------------------
 
-    def _autocast(self):
-        device = self.device
-        use_bf16 = self.dtype == "bfloat16" or (
-            self.dtype == "auto" and device.type == "cuda" and torch.cuda.is_bf16_supported()
-        )
-        return torch.autocast(device.type, dtype=torch.bfloat16) if use_bf16 else nullcontext()
-
     @torch.inference_mode()
     def _logits(self, inputs: list[list[int]]) -> torch.Tensor:
         """Logits for right-padded ``inputs``: [B, longest, V]."""
@@ -270,11 +263,15 @@ class FixedEmbedLM(TemplateLM):
         batch = torch.full((len(inputs), longest), self.eot_token_id, dtype=torch.long)
         for row, tokens in enumerate(inputs):
             batch[row, : len(tokens)] = torch.tensor(tokens)
+        device = self.device
+        bf16 = self.dtype == "bfloat16" or (
+            self.dtype == "auto" and device.type == "cuda" and torch.cuda.is_bf16_supported()
+        )
         was_training = self.module.training
         self.module.eval()
         try:
-            with self._autocast():
-                return self.module(batch.to(self.device))
+            with torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else nullcontext():
+                return self.module(batch.to(device))
         finally:
             self.module.train(was_training)
 

@@ -17,18 +17,13 @@ from typing import Any
 import torch
 from jsonargparse import ArgumentParser
 
-from fixed_embed.accounting import (
-    GPU_KINDS,
-    MemoryEstimate,
-    ParameterReport,
-    cheapest_fit,
-    model_memory_estimate,
-    parameter_report,
-)
+from fixed_embed.accounting import ParameterReport, parameter_report
 from fixed_embed.config import load_experiment
 from fixed_embed.data import TextDataModule
 from fixed_embed.errors import ConfigError
+from fixed_embed.fsdp import shards_parameters
 from fixed_embed.interfaces import LearnedInput
+from fixed_embed.memory import GPU_KINDS, MemoryEstimate, cheapest_fit, model_memory_estimate
 from fixed_embed.module import LanguageModel
 from fixed_embed.recipe import steps_for_budget
 
@@ -113,8 +108,8 @@ def training_memory(config_path: str | Path, world_size: int | None = None) -> M
 
 
 def memory_plan(config_path: str | Path, world_size: int | None = None) -> list[dict[str, Any]]:
-    """Per GPU kind (:data:`fixed_embed.accounting.GPU_KINDS`) and strategy (DDP, FSDP2), whether the
-    experiment fits and, if not, the cheapest change that does (:func:`fixed_embed.accounting.cheapest_fit`).
+    """Per GPU kind (:data:`fixed_embed.memory.GPU_KINDS`) and strategy (DDP, FSDP2), whether the
+    experiment fits and, if not, the cheapest change that does (:func:`fixed_embed.memory.cheapest_fit`).
 
     The configured strategy keeps the config's precision; the other one gets what its strategy
     file pairs it with (DDP: ``bf16-mixed``, the paper's; FSDP2: ``experiments/strategies/fsdp.yaml``'s
@@ -128,8 +123,7 @@ def memory_plan(config_path: str | Path, world_size: int | None = None) -> list[
         estimate = model_memory_estimate(run["model"], run["micro_batch"], run["seq_len"], **settings)
         for gpu, device_bytes in GPU_KINDS.items():
             fits = estimate.fits(device_bytes)
-            option = None if fits else cheapest_fit(
-                run["model"], run["micro_batch"], run["seq_len"], device_bytes=device_bytes, **settings)  # fmt: skip
+            option = None if fits else cheapest_fit(run["model"], estimate, precision, device_bytes)
             rows.append({"gpu": gpu, "device_bytes": device_bytes, "strategy": strategy, "configured": sharded ==
                          run["sharded"], "estimate": estimate, "fits": fits, "option": option})  # fmt: skip
     return rows
@@ -143,9 +137,7 @@ def _run_settings(config_path: str | Path, world_size: int | None) -> dict[str, 
     micro_batch = data.get("batch_size", defaults["batch_size"].default)
     seq_len = data.get("seq_len", defaults["seq_len"].default)
     world_size = world_size or trainer_world_size({"devices": 1, **trainer}) or 1
-    strategy = trainer.get("strategy", "auto")
-    name = strategy.get("class_path", "") if isinstance(strategy, dict) else str(strategy)
-    sharded = any(key in name.lower() for key in ("fsdp", "modelparallel"))
+    sharded = shards_parameters(trainer.get("strategy", "auto"))
     precision = trainer.get("precision", "32-true")
     accumulate = trainer.get("accumulate_grad_batches", 1) or 1
     return {"model": model, "micro_batch": micro_batch, "seq_len": seq_len, "precision": precision,

@@ -21,6 +21,7 @@ index with an unpickler that admits only torch.distributed.checkpoint's own meta
 
 from __future__ import annotations
 
+import importlib
 import io
 import os
 import pickle
@@ -32,12 +33,19 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from lightning.pytorch.strategies import ModelParallelStrategy
+from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy, StrategyRegistry
 
 from fixed_embed.errors import CheckpointError
 from fixed_embed.lightning_internals import set_data_parallel_size
 
-__all__ = ["FSDP2Strategy", "UnsafeCheckpointError", "consolidate", "is_sharded_checkpoint", "load_weights_only"]
+__all__ = [
+    "FSDP2Strategy",
+    "UnsafeCheckpointError",
+    "consolidate",
+    "is_sharded_checkpoint",
+    "load_weights_only",
+    "shards_parameters",
+]
 
 _SHARDS_PREFIX = ".shards-"
 _META = "meta.pt"  # Lightning's metadata file inside a distributed checkpoint
@@ -135,6 +143,18 @@ def _read_shards(folder: Path) -> dict[str, Any]:
 def is_sharded_checkpoint(path: str | os.PathLike) -> bool:
     path = Path(path)
     return path.is_dir() and (path / _META).is_file() and (path / ".metadata").is_file()
+
+
+def shards_parameters(strategy: Any) -> bool:
+    """Whether a run's strategy shards the model over its ranks (Lightning's FSDP, FSDP2): a Strategy, or
+    a config's ``trainer.strategy`` (a registry name such as ``fsdp``, or ``{class_path: ...}``)."""
+    if isinstance(strategy, dict):
+        module, _, name = strategy.get("class_path", "").rpartition(".")
+        strategy = getattr(importlib.import_module(module or "lightning.pytorch.strategies"), name, None)
+    elif isinstance(strategy, str):
+        strategy = StrategyRegistry[strategy]["strategy"] if strategy in StrategyRegistry else None
+    kind = strategy if isinstance(strategy, type) else type(strategy)
+    return issubclass(kind, (FSDPStrategy, ModelParallelStrategy))
 
 
 class FSDP2Strategy(ModelParallelStrategy):

@@ -34,7 +34,7 @@ Other libraries: torch's ``LRScheduler._last_lr`` (write, :func:`set_scheduler_l
 ``tqdm.__init__`` (wrapped, :func:`route_tqdm`); the class of an existing ``logging.Logger``
 (swapped, :func:`take_over_logger`); and, listed in :data:`TORCH_INTERNALS` only, the torch
 internals used elsewhere (sharded-checkpoint reading in ``fsdp.py``, the c10d store in
-``rank_watch.py``, ``_non_persistent_buffers_set`` in ``accounting.py`` and ``loading.py``).
+``rank_watch.py``).
 
 Replaced by public API: ``LightningModule._trainer`` (:func:`attached_trainer` uses the public
 ``trainer`` property), ``ModelCheckpoint._every_n_train_steps`` inside ``CheckpointPolicy`` (its own
@@ -160,8 +160,6 @@ TORCH_INTERNALS: tuple[Internal, ...] = (
              used_by="fixed_embed/fsdp.py"),
     Internal("torch.distributed.distributed_c10d", "_get_default_store", "method", (),
              used_by="fixed_embed/rank_watch.py"),
-    Internal("torch.nn.Module", "_non_persistent_buffers_set", "instance",
-             used_by="fixed_embed/accounting.py, fixed_embed/loading.py"),
 )  # fmt: skip
 
 

@@ -36,10 +36,7 @@ DEFAULT_LOSS_CHUNK_TOKENS = 4096
 def linear_cross_entropy(
     hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk_tokens: int | None = None
 ) -> torch.Tensor:
-    """Mean cross-entropy of ``hidden[..., d] @ weight[V, d].T`` against ``targets[...]`` (fp32 scalar).
-
-    ``chunk_tokens`` rows at a time (0 or ``None``: all at once, the plain ``F.cross_entropy`` path).
-    """
+    """Mean cross-entropy of ``hidden[..., d] @ weight[V, d].T`` against ``targets[...]`` (fp32 scalar)."""
     if chunk_tokens is not None and chunk_tokens < 0:
         raise ValueError(f"chunk_tokens must be >= 0 (0 or None: unchunked), got {chunk_tokens}")
     h, t = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 import math
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from functools import partial
@@ -22,12 +21,12 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torchmetrics.aggregation import MeanMetric
 
 from fixed_embed import resume
-from fixed_embed.accounting import IGNORE_MEMORY_ENV, memory_warning
 from fixed_embed.data.loader_state import gather_loader_states
 from fixed_embed.errors import ConfigError
 from fixed_embed.interfaces import BinaryCodeInput, InputInterface
 from fixed_embed.lightning_internals import attached_trainer, ends_update
 from fixed_embed.loss import DEFAULT_LOSS_CHUNK_TOKENS
+from fixed_embed.memory import refuse_unless_it_fits
 from fixed_embed.model import Decoder, DecoderConfig
 from fixed_embed.parallel import ParallelConfig, apply_parallelism, eager_evaluation
 from fixed_embed.recipe import AdamWConfig, ScheduleConfig, build_adamw, lr_at
@@ -248,11 +247,7 @@ class LanguageModel(L.LightningModule):
                 raise ConfigError(
                     "set trainer.max_steps to bound training (fixed-embed fit sets it from model.token_budget)"
                 )
-            if problem := memory_warning(self, self.trainer):  # CUDA only: None on CPU
-                if os.environ.get(IGNORE_MEMORY_ENV, "") not in ("", "0"):
-                    rank_zero_warn(f"{problem} (starting anyway: {IGNORE_MEMORY_ENV} is set)")
-                else:
-                    raise ConfigError(f"refusing to start: {problem}")
+            refuse_unless_it_fits(self, self.trainer)  # CUDA only: nothing to compare with on CPU
 
     def configure_optimizers(self) -> dict[str, Any]:
         optimizer = build_adamw(self, self.optimizer_config)

@@ -1,24 +1,12 @@
 """How the decoder is made to run fast and fit: activation checkpointing, compile, FSDP2 -- in that order.
 
 One place fixes the order of wrapping (as in torchtitan), applied once from
-``LanguageModel.configure_model``:
-
-1. **Activation checkpointing** per block (``Decoder.activation_checkpointing``): each block's
-   forward is recomputed in backward; the block itself is not wrapped, so parameter names and
-   checkpoints do not change.
-2. **Regional compile**: ``block.compile()`` compiles each block's forward *in place* -- one graph
-   reused by all identical blocks, much faster to compile than the whole model, and again no
-   ``_orig_mod.`` prefix in the state dict. Off by default (CPU runs gain nothing).
-3. **FSDP2** (``fully_shard``) under Lightning's ``ModelParallelStrategy``: each block, then the
-   head with the final norm, then the root (the input interface and whatever is left), sharded
-   over the data-parallel mesh, with bf16 parameters for compute and fp32 master weights and
-   gradient reduction (``MixedPrecisionPolicy``). The root keeps torch's default (its parameters
-   stay gathered from forward to backward: they are used first in forward and last in backward).
-   ``shard_group_size`` makes the mesh two-dimensional (hybrid sharding, HSDP): shard within groups
-   of that many ranks (a node), replicate across groups. During gradient accumulation the
-   reduce-scatter runs on an update's last micro-batch only (``LanguageModel.on_train_batch_start``).
-   Tied input/output weights are refused under FSDP2 (one parameter cannot belong to two FSDP
-   groups). Under DDP only steps 1 and 2 apply.
+``LanguageModel.configure_model``. Checkpointing recomputes each block in backward without wrapping
+it, and ``block.compile()`` compiles each block's forward in place (one graph reused by all
+identical blocks, much faster to compile than the whole model): neither changes parameter names or
+checkpoints. FSDP2 (``fully_shard``, under Lightning's ``ModelParallelStrategy``) shards each block,
+then the head with the final norm, then the root (the input interface and whatever is left). Under
+DDP only the first two apply.
 """
 
 from __future__ import annotations

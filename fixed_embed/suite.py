@@ -107,11 +107,8 @@ def columns_for(suite: str | None, tasks: Sequence[str] = (), fewshot: int = 0) 
 def run_suite(
     lm: Any, columns: Sequence[Column], limit: int | float | None = None, include_path: Iterable[str | os.PathLike] = ()
 ) -> dict[str, Any]:
-    """Evaluate ``lm`` (an lm-eval LM instance) on the columns' tasks.
-
-    Returns ``{"scores": {column key: {"value", "stderr"}}, "columns": [...], "lm_eval": {...}}``.
-    Raises ``ValueError`` naming any task lm-eval does not know.
-    """
+    """``{"scores": {column key: {"value", "stderr"}}, "columns": [...], "lm_eval": {...}}`` of the lm-eval
+    LM ``lm`` on the columns' tasks; ``ValueError`` naming any task lm-eval does not know."""
     import lm_eval
 
     manager = check_tasks({c.task for c in columns}, include_path)
@@ -214,10 +211,7 @@ def refuse_existing_results(out_dir: str | os.PathLike, overwrite: bool = False)
 
 
 def write_results(results: dict[str, Any], model: str, out_dir: str | os.PathLike) -> Path:
-    """``out_dir/results.json`` (atomically) and ``out_dir/table.md`` (the table, then ``TABLE_NOTES``).
-
-    Returns the JSON path.
-    """
+    """``out_dir/results.json`` (atomically; its path is returned) and ``out_dir/table.md`` (+ ``TABLE_NOTES``)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = atomic_write_text(out / "results.json", json.dumps({"model": model, **results}, indent=2) + "\n")

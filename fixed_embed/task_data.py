@@ -16,13 +16,6 @@ from fixed_embed.errors import DataError
 
 __all__ = ["check_task_data", "prefetch_tasks"]
 
-WAY_OUT = (
-    "run `fixed-embed prefetch --tasks {tasks}` on a machine with internet access that shares this one's "
-    "Hugging Face cache (HF_HOME / HF_DATASETS_CACHE), or point the tasks at local files (BenchmarkCallback "
-    "include_path: a task YAML with dataset_path: json and dataset_kwargs.data_files), or set the callback's "
-    "enabled: false"
-)
-
 
 def _build(task: str, manager: Any) -> None:
     from lm_eval.tasks import get_task_dict
@@ -43,7 +36,10 @@ def check_task_data(tasks: Iterable[str], manager: Any) -> None:
         detail = "; ".join(f"{task}: {why}" for task, why in failed.items())
         raise DataError(
             f"benchmark task data cannot be loaded here ({detail}). The in-loop benchmark would fail at its first "
-            "evaluation; " + WAY_OUT.format(tasks=",".join(failed))
+            f"evaluation; run `fixed-embed prefetch --tasks {','.join(failed)}` on a machine with internet access "
+            "that shares this one's Hugging Face cache (HF_HOME / HF_DATASETS_CACHE), or point the tasks at local "
+            "files (BenchmarkCallback include_path: a task YAML with dataset_path: json and "
+            "dataset_kwargs.data_files), or set the callback's enabled: false"
         )
 
 

@@ -1,12 +1,6 @@
-"""Analyses of trained models: where token identity lives across depth, and what each block is worth.
-
-- :mod:`.probe`: linear probes that recover each token's id bits from every layer's hidden state.
-- :mod:`.ablation`: the loss increase when one block at a time is removed (zero) or replaced by
-  its mean contribution.
-- :mod:`.blocks`: held-out text packed into token blocks with a checkpoint's tokenizer.
-
-Each returns plain dicts (JSON-ready) and has a plot; ``fixed-embed analyze`` writes both.
-"""
+"""Analyses of trained models: where token identity lives across depth (:mod:`.probe`), and what each
+block is worth (:mod:`.ablation`), on held-out token blocks (:mod:`.blocks`). ``fixed-embed analyze``
+writes each one's JSON-ready dict and its plot."""
 
 from fixed_embed.analysis.ablation import layer_ablation
 from fixed_embed.analysis.blocks import text_blocks

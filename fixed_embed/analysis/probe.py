@@ -61,13 +61,9 @@ def _fit_probe(x: torch.Tensor, y: torch.Tensor, steps: int, lr: float) -> torch
 def probe_sample(
     blocks: torch.Tensor, vocab_size: int, train_fraction: float = 0.75
 ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
-    """The probe's samples: one per input position of ``blocks`` (``[N, T + 1]``, the last column is
-    only a target), in the order :func:`_states` flattens them.
-
-    Returns the token ids ``[N * T]``, their K-bit targets ``[N * T, K]`` (float 0/1) and the
-    training mask of each split (``{"position": ..., "type": ...}``; a split's test samples are the
-    rest), so the probe and :func:`majority_baseline` score exactly the same tokens.
-    """
+    """The probe's samples, one per input position of ``blocks[N, T + 1]`` in :func:`_states`' order: the
+    ids ``[N * T]``, their K-bit targets ``[N * T, K]`` (float 0/1) and each split's training mask (its
+    test samples are the rest), so the probe and :func:`majority_baseline` score the same tokens."""
     if not 0 < train_fraction < 1 or len(blocks) < 2:
         raise ValueError(f"need 0 < train_fraction < 1 and >= 2 blocks, got {train_fraction}, {len(blocks)}")
     ids = blocks[:, :-1].flatten()
@@ -87,10 +83,7 @@ def _scores(predicted: torch.Tensor, targets: torch.Tensor) -> dict[str, float]:
 
 def majority_baseline(blocks: torch.Tensor, vocab_size: int, train_fraction: float = 0.75) -> dict:
     """Per split, the bit and id accuracy of guessing every bit's most frequent value on the split's
-    training targets (ties: 0), scored on its test targets: the floor the probe's accuracies beat.
-
-    Uses :func:`probe_sample`, i.e. the probe's own samples and splits; it needs no model.
-    """
+    training targets (ties: 0), scored on its test targets: the floor the probe's accuracies beat."""
     _, targets, splits = probe_sample(blocks, vocab_size, train_fraction)
     return _majority(targets, splits)
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-
-from fixed_embed.errors import MissingFileError
 
 
 def run(argv: list[str]) -> int:
@@ -35,24 +35,19 @@ def run(argv: list[str]) -> int:
     args = parser.parse_args(argv[1:])
     # Lazy: datasets and numpy take seconds; --help and usage errors answer without them.
     from fixed_embed.data.pretokenize import pretokenize, summary_line
-    from fixed_embed.data.sources import DocumentSource, resolve_files
+    from fixed_embed.data.sources import DocumentSource
     from fixed_embed.inputs import check_corpus, check_output
 
     check_corpus(args.data, "--data", args.text_field)  # before any shard is written
     check_output(args.out, "--out")
     source = DocumentSource(args.data, split=args.split, name=args.hub_name, text_field=args.text_field)
-    if source.is_local:
-        try:
-            resolve_files(args.data)
-        except FileNotFoundError as error:
-            raise MissingFileError(f"--data: {error}") from error
     previous = signal.signal(signal.SIGTERM, _interrupt)  # a scheduler's stop ends it as Ctrl-C does
     try:
-        with _Bar(enabled=not args.no_progress) as bar:
+        with _progress_bar(enabled=not args.no_progress) as progress:
             result = pretokenize(
                 source, args.tokenizer, args.out, shards=args.shards, workers=args.workers,
                 holdout_per_mille=args.holdout_per_mille, tokenize_batch=args.tokenize_batch,
-                overwrite=args.overwrite, progress=bar.update,
+                overwrite=args.overwrite, progress=progress,
             )  # fmt: skip
     except KeyboardInterrupt as stop:
         why = stop.args[0] if stop.args else "Ctrl-C"
@@ -67,39 +62,29 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
-class _Bar:
+@contextmanager
+def _progress_bar(enabled: bool) -> Iterator[Callable[[dict[str, int]], None] | None]:
     """A rich progress bar over the source's bytes (when known) with documents, tokens and tokens/s."""
+    if not enabled or os.environ.get("TERM") == "dumb":
+        yield None
+        return
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled and os.environ.get("TERM") != "dumb"
-        self.documents = self.tokens = 0
-        self.progress = self.task = None
+    counts = {"documents": 0, "tokens": 0}
+    with Progress(
+        TextColumn("pretokenize"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+        TextColumn("{task.fields[documents]:,} docs, {task.fields[tokens]:,} tokens, {task.fields[rate]}"),
+        TimeElapsedColumn(), transient=True,
+    ) as progress:  # fmt: skip
+        task = progress.add_task("", total=None, rate="", **counts)
 
-    def __enter__(self) -> _Bar:
-        if self.enabled:
-            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+        def update(change: dict[str, int]) -> None:
+            if "total_bytes" in change:
+                progress.update(task, total=change["total_bytes"])
+                return
+            for key in counts:
+                counts[key] += change.get(key, 0)
+            rate = f"{counts['tokens'] / (progress.tasks[0].elapsed or 1e-9):,.0f} tokens/s"
+            progress.update(task, advance=change.get("text_bytes", 0), rate=rate, **counts)
 
-            self.progress = Progress(
-                TextColumn("pretokenize"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
-                TextColumn("{task.fields[documents]:,} docs, {task.fields[tokens]:,} tokens, {task.fields[rate]}"),
-                TimeElapsedColumn(), transient=True,
-            )  # fmt: skip
-            self.progress.start()
-            self.task = self.progress.add_task("", total=None, documents=0, tokens=0, rate="")
-        return self
-
-    def update(self, change: dict[str, int]) -> None:
-        if self.progress is None:
-            return
-        if "total_bytes" in change:
-            self.progress.update(self.task, total=change["total_bytes"])
-            return
-        self.documents += change.get("documents", 0)
-        self.tokens += change.get("tokens", 0)
-        elapsed = self.progress.tasks[0].elapsed or 1e-9
-        self.progress.update(self.task, advance=change.get("text_bytes", 0), documents=self.documents,
-                             tokens=self.tokens, rate=f"{self.tokens / elapsed:,.0f} tokens/s")  # fmt: skip
-
-    def __exit__(self, *exc) -> None:
-        if self.progress is not None:
-            self.progress.stop()
+        yield update

@@ -84,9 +84,9 @@ def pretokenize(
     written, in this process (also for the work of ``workers`` processes) and with ``{"total_bytes": N}``
     first when the source size is known.
     """
-    for name, value, least in (("shards", shards, 1), ("workers", workers, 1), ("tokenize_batch", tokenize_batch, 1)):
-        if not isinstance(value, int) or value < least:
-            raise ConfigError(f"pretokenize: --{name.replace('_', '-')} must be an integer >= {least}, got {value!r}")
+    for name, value in (("shards", shards), ("workers", workers), ("tokenize_batch", tokenize_batch)):
+        if not isinstance(value, int) or value < 1:
+            raise ConfigError(f"pretokenize: --{name.replace('_', '-')} must be an integer >= 1, got {value!r}")
     if not 0 <= holdout_per_mille <= 1000:
         raise ConfigError(f"pretokenize: --holdout-per-mille must be in [0, 1000], got {holdout_per_mille}")
     start = time.perf_counter()
