@@ -7,7 +7,7 @@ Modes: ``eager``, ``compile`` (regional, per block), ``ac`` (activation checkpoi
 and ``compile+ac``. MFU = model FLOPs per token (the model's own report, 6N + 12 L d T) x tokens/s
 / dense peak (H200/H100: 989 TFLOP/s bf16). Each row is printed, and the JSON (``--out``)
 rewritten, as soon as it finishes; a row that runs out of memory is reported as such and the next
-one runs. Next to each peak: the estimate of :func:`fixed_embed.accounting.memory_estimate`
+one runs. Next to each peak: the estimate of :func:`fixed_embed.memory.memory_estimate`
 (allocated peak) for that row. Sized to finish in under 5 minutes on one H100/H200 (``make bench-gpu``).
 
 ``--tiny --device cpu`` runs the same code on the tiny config, as a smoke test.
@@ -33,9 +33,9 @@ MODES = {"eager": (False, False), "compile": (True, False), "ac": (False, True),
 
 
 def run(variant: str, mode: str, args: argparse.Namespace) -> dict:
-    from fixed_embed.accounting import memory_estimate
     from fixed_embed.config import load_experiment
     from fixed_embed.experiment import build_model
+    from fixed_embed.memory import memory_estimate
     from fixed_embed.parallel import ParallelConfig, apply_parallelism
     from fixed_embed.peak_flops import peak_flops
     from fixed_embed.recipe import AdamWConfig, build_adamw

@@ -8,9 +8,10 @@ subprocess; after the model and the batch are built, the process's peak RSS is r
 that baseline is reported. ``unchunked`` is ``model.loss_chunk_tokens=0`` (``F.cross_entropy`` over
 the full fp32 [B, T, V] logits, the path :mod:`fixed_embed.loss` replaces); ``chunked`` the default
 chunk (``--chunk``). Full fp32 logits alone are B T V x 4 bytes = 3.0 GiB here. Each row also gives
-:func:`fixed_embed.accounting.memory_estimate`'s ``step_growth`` for the same step (gradients,
-activations, loss, backward transient: fp32 on CPU) and its error against the measured growth;
-``--calibrate`` measures several shapes for that comparison (docs/benchmarks.md).
+:func:`fixed_embed.memory.memory_estimate`'s growth for the same step (its allocated peak less the
+weights and AdamW moments, which a forward + backward does not add: gradients, activations, loss,
+backward transient; fp32 on CPU) and its error against the measured growth; ``--calibrate``
+measures several shapes for that comparison (docs/benchmarks.md).
 
     python benchmarks/memory.py [--modes unchunked chunked] [--chunk 4096] [--target-gib 3.4] [--out rows.json]
 """
@@ -78,17 +79,18 @@ def measure(mode: str, args: argparse.Namespace) -> dict:
     # without the reset: a lower bound if building the model peaked above the baseline
     peak = _hwm_bytes() if exact else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     growth = peak - (baseline if exact else before)
-    from fixed_embed.accounting import memory_estimate
+    from fixed_embed.memory import memory_estimate
 
     # what the estimate says one forward + backward adds over the built model (fp32 on CPU)
     estimate = memory_estimate(model.decoder, args.batch, args.seq, mode="float32", loss_chunk_tokens=chunk)
+    step_growth = estimate.allocated - estimate.weights - estimate.optimizer
     return {
         "mode": mode,
         "loss_chunk_tokens": chunk,
         "shape": f"V {args.vocab} T {args.seq} B {args.batch} d {args.d_model} L {args.layers} F {args.ffn}",
         "peak_growth_gib": growth / GIB,
-        "estimate_gib": estimate.step_growth / GIB,
-        "error": estimate.step_growth / growth - 1 if growth > 0 else None,
+        "estimate_gib": step_growth / GIB,
+        "error": step_growth / growth - 1 if growth > 0 else None,
         "baseline_gib": baseline / GIB,
         "seconds": seconds,
         "loss": float(loss),

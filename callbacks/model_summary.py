@@ -14,7 +14,8 @@ from lightning.pytorch.callbacks import ModelSummary
 from rich.console import Console
 from rich.table import Table
 
-from fixed_embed.accounting import module_costs, optimizer_state_bytes
+from fixed_embed.accounting import module_costs
+from fixed_embed.memory import optimizer_state_bytes
 
 __all__ = ["ParameterSummary", "summary_table"]
 

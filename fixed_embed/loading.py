@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer
 
+from fixed_embed.accounting import derived_buffers
 from fixed_embed.data.tokenizer import load_tokenizer
 from fixed_embed.errors import CheckpointError, MissingFileError
 from fixed_embed.fsdp import UnsafeCheckpointError, consolidate, is_sharded_checkpoint, load_weights_only
@@ -68,9 +69,8 @@ def load_checkpoint(
             f"{str(error)[:200]}); pass a checkpoint written by fixed-embed fit"
         ) from error
     model.to_empty(device=device)
-    for module in model.modules():
-        if module._non_persistent_buffers_set:  # derived buffers (RoPE tables, GF(2) rows): rebuilt, not stored
-            module.reset_parameters()
+    for owner in dict.fromkeys(name.rpartition(".")[0] for name in derived_buffers(model)):
+        model.get_submodule(owner).reset_parameters()  # derived buffers are rebuilt, not stored
     try:
         model.load_state_dict(checkpoint["state_dict"], strict=True)
     except RuntimeError as error:

@@ -10,8 +10,8 @@ import pytest
 import torch
 import yaml
 
-from fixed_embed.accounting import activation_mode, memory_estimate, memory_warning, training_memory_estimate
 from fixed_embed.interfaces import GF2CodeInput, LearnedInput
+from fixed_embed.memory import activation_mode, memory_estimate, memory_warning, training_memory_estimate
 from fixed_embed.model import Decoder, DecoderConfig
 from fixed_embed.module import LanguageModel
 from tests.cli import run_cli
@@ -141,11 +141,9 @@ def test_params_command_prints_the_memory_estimate(tmp_path):
     assert (est.micro_batch, est.seq_len, est.world_size, est.sharded, est.mode) == (8, 2048, 2, False, "mixed")
     assert est.weights == 4 * 1_711_376_384 and est.loss_chunk_tokens == 4096
     assert est.logits_full == 8 * 2048 * 12 * 49152
-    base = yaml.safe_load((paper / "base.yaml").read_text())
-    strategy = yaml.safe_load((ROOT / "experiments" / "strategies" / "fsdp.yaml").read_text())
+    strategy = ROOT / "experiments" / "strategies" / "fsdp.yaml"
     fsdp = tmp_path / "fsdp.yaml"
-    fsdp.write_text(yaml.safe_dump({**base, "trainer": {**base["trainer"], **strategy["trainer"], "devices": 8},
-                                    "model": {**base["model"], **strategy["model"]}}))  # fmt: skip
+    fsdp.write_text(yaml.safe_dump({"__base__": [str(paper / "base.yaml"), str(strategy)], "trainer": {"devices": 8}}))
     sharded = training_memory(str(fsdp))
     assert (sharded.world_size, sharded.sharded, sharded.mode) == (8, True, "bfloat16")
     assert sharded.weights == -(-4 * 1_711_376_384 // 8)  # base.yaml's interface: the default binary code

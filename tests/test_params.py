@@ -33,11 +33,12 @@ def test_command_prints_exact_numbers():
 
 
 def test_earlier_setting_v65536_d1024(tmp_path):
-    base = yaml.safe_load((PAPER / "base.yaml").read_text())
-    base["model"]["decoder"].update(vocab_size=65536, d_model=1024, n_heads=16, ffn_dim=4096)
+    decoder = {"vocab_size": 65536, "d_model": 1024, "n_heads": 16, "ffn_dim": 4096}
+    interface = {"class_path": "fixed_embed.interfaces.BinaryCodeInput"}
     config = tmp_path / "small.yaml"
-    config.write_text(yaml.safe_dump({**base, "model": {**base["model"], "interface": {
-        "class_path": "fixed_embed.interfaces.BinaryCodeInput"}}}))  # fmt: skip
+    config.write_text(
+        yaml.safe_dump({"__base__": str(PAPER / "base.yaml"), "model": {"decoder": decoder, "interface": interface}})
+    )
     _, report, control = parameter_reports(str(config))
     assert control.total - report.total == 67_108_864
 
@@ -87,7 +88,9 @@ def test_model_summary_callback_table_shows_trainable_frozen_and_fixed():
     assert "GF2CodeInput" in text and "2 x Block" in text
     norm_row = next(line for line in text.splitlines() if " norm " in line)
     assert norm_row.split("│")[3].strip() == "0" and norm_row.split("│")[4].strip() == "32"  # trainable, frozen
-    assert "81" in next(line for line in text.splitlines() if "interface" in line)  # 9 x 9 GF(2) matrix
+    interface_row = next(line for line in text.splitlines() if " interface " in line)
+    # trainable, frozen, fixed state: the GF(2) code has no parameters, only its 9 x 9 matrix (V 300: 9 bits)
+    assert [cell.strip() for cell in interface_row.split("│")[3:6]] == ["0", "0", "81"]
 
 
 @pytest.mark.parametrize(

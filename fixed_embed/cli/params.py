@@ -1,5 +1,5 @@
 """``fixed-embed params CONFIG``: exact parameter counts of an experiment, on the meta device, and an
-estimate of its per-GPU training memory (:func:`fixed_embed.accounting.memory_estimate`)."""
+estimate of its per-GPU training memory (:func:`fixed_embed.memory.memory_estimate`)."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ def run(argv: list[str]) -> int:
     parser.add_argument("--world-size", type=int, help="GPUs in all (default: trainer.devices x trainer.num_nodes)")
     args = parser.parse_args(argv[1:])
     # Lazy: torch + Lightning take seconds to import; --help and usage errors answer without them.
-    from fixed_embed.accounting import USABLE_FRACTION, optimizer_state_bytes
     from fixed_embed.config import load_experiment
     from fixed_embed.errors import ConfigError
     from fixed_embed.experiment import memory_plan, parameter_reports, training_memory
+    from fixed_embed.memory import USABLE_FRACTION, optimizer_state_bytes
 
     load_experiment(args.config)  # a missing or unreadable file: one line
     try:
@@ -49,7 +49,7 @@ def run(argv: list[str]) -> int:
         f"per-GPU training memory estimate: micro-batch {estimate.micro_batch} x ctx {estimate.seq_len}, "
         f"{estimate.world_size} GPU(s), {'FSDP' if estimate.sharded else 'replicated (DDP)'}, {estimate.mode}"
     )
-    memory_table = Table(title=title, caption="formulas: fixed_embed.accounting.memory_estimate")
+    memory_table = Table(title=title, caption="formulas: fixed_embed.memory.memory_estimate")
     memory_table.add_column("memory")
     memory_table.add_column("GiB", justify="right")
     for name, value in estimate.rows():
