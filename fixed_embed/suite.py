@@ -178,12 +178,8 @@ def default_eval_dir(
     hub: bool = False,
     root: str | os.PathLike = Path("logs") / "eval",
 ) -> Path:
-    """``root/<model label>-<suite or tasks>[-limitN]-<hash>``: one folder per model and evaluation.
-
-    The label keeps a checkpoint's run folders (``tiny-gf2-version_0-last`` for
-    ``logs/tiny/gf2/version_0/checkpoints/last.ckpt``); the hash, of the checkpoint's absolute
-    path (or the hub id), keeps two runs with the same tail apart.
-    """
+    """``root/<run label>-<suite or tasks>[-limitN]-<hash>``: one folder per model and evaluation; the
+    hash, of the checkpoint's absolute path (or the hub id), keeps two runs with the same label apart."""
     spec = str(model)
     if hub and not Path(spec).expanduser().exists():
         label, identity = spec, spec

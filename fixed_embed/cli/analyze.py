@@ -28,7 +28,6 @@ def run(argv: list[str]) -> int:
     args = parser.parse_args(argv[1:])
     if args.labels and len(args.labels) != len(args.checkpoints):
         parser.error(f"{len(args.labels)} labels for {len(args.checkpoints)} checkpoints")
-    # Lazy: torch + Lightning take seconds to import; --help and usage errors answer without them.
     from fixed_embed.analysis import identity_probe, layer_ablation, text_blocks
     from fixed_embed.analysis.ablation import plot_ablation
     from fixed_embed.analysis.probe import plot_probe
@@ -37,7 +36,6 @@ def run(argv: list[str]) -> int:
 
     check_corpus(args.data, "--data")
     check_output(args.out, "--out")
-
     results = {}
     for i, path in enumerate(args.checkpoints):
         model, tokenizer = load_checkpoint(path, device=args.device)

@@ -10,12 +10,10 @@ def run(argv: list[str]) -> int:
     parser.add_argument("folder", help="a sharded checkpoint (e.g. .../checkpoints/last.ckpt written under FSDP2)")
     parser.add_argument("out", help="the single-file checkpoint to write (weights + hyper-parameters)")
     args = parser.parse_args(argv[1:])
-    # Lazy: torch + Lightning take seconds to import; --help and usage errors answer without them.
     from fixed_embed.fsdp import consolidate
     from fixed_embed.inputs import check_output
 
     check_output(args.out, "OUT")
-
     checkpoint = consolidate(args.folder, args.out)
     n = sum(t.numel() for t in checkpoint["state_dict"].values())
     print(f"wrote {args.out}: {n:,} weights at step {checkpoint.get('global_step')} (optimizer state left out)")

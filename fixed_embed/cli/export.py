@@ -13,7 +13,6 @@ def run(argv: list[str]) -> int:
     parser.add_argument("--tokenizer", help="override the tokenizer stored in the checkpoint")
     parser.add_argument("--overwrite", action="store_true", help="replace an earlier export in OUT")
     args = parser.parse_args(argv[1:])
-    # Lazy: torch + Lightning take seconds to import; --help and usage errors answer without them.
     import torch
 
     from fixed_embed.export import check_export_dir, export_llama

@@ -21,18 +21,16 @@ def run(argv: list[str]) -> int:
     parser.add_argument("--include-path", action="append", default=[], help="folder of extra task YAMLs")
     parser.add_argument("--tokenizer", default=PAPER_TOKENIZER, help="tokenizer to cache ('none': skip)")
     args = parser.parse_args(argv[1:])
-    # Lazy: lm-eval imports torch (seconds); --help and usage errors answer without it.
     from fixed_embed.data.tokenizer import load_tokenizer
     from fixed_embed.inputs import check_task_folders
-    from fixed_embed.suite import SUITES, check_tasks
+    from fixed_embed.suite import check_tasks, columns_for
     from fixed_embed.task_data import prefetch_tasks
 
-    if args.tasks:
-        tasks = [t for t in args.tasks.split(",") if t]
-    elif args.suite in SUITES:
-        tasks = [c.task for c in SUITES[args.suite]]
-    else:
-        parser.error(f"unknown suite {args.suite!r}; known: {sorted(SUITES)}")
+    named = [t for t in (args.tasks or "").split(",") if t]
+    try:
+        tasks = [column.task for column in columns_for(None if args.tasks else args.suite, named)]
+    except ValueError as error:
+        parser.error(str(error))
     check_task_folders(args.include_path)
     if args.tokenizer.lower() != "none":  # first: a local tokenizer that does not load is refused before any download
         load_tokenizer(args.tokenizer)

@@ -33,7 +33,6 @@ def run(argv: list[str]) -> int:
     parser.add_argument("--overwrite", action="store_true", help="replace token shards already in --out")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (the final line only)")
     args = parser.parse_args(argv[1:])
-    # Lazy: datasets and numpy take seconds; --help and usage errors answer without them.
     from fixed_embed.data.pretokenize import pretokenize, summary_line
     from fixed_embed.data.sources import DocumentSource
     from fixed_embed.inputs import check_corpus, check_output

@@ -7,6 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
+from fixed_embed.inputs import check_output
 from fixed_embed.suite import TABLE_NOTES, markdown_table
 
 
@@ -26,12 +27,9 @@ def run(argv: list[str]) -> int:
         if not isinstance(data["columns"], list) or not isinstance(data["scores"], dict):
             parser.error(f"{path} is not a fixed-embed eval results file (columns must be a list, scores a mapping)")
         loaded.append(data)
-    if args.output:
-        from fixed_embed.inputs import check_output
-
-        check_output(args.output, "--output")
     table = markdown_table(loaded) + TABLE_NOTES
     if args.output:
+        check_output(args.output, "--output")
         Path(args.output).write_text(table)
     print(table, end="")
     return 0

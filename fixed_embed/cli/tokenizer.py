@@ -22,7 +22,6 @@ def run(argv: list[str]) -> int:
     args = parser.parse_args(argv[1:])
     if args.out is not None and args.out.exists() and not args.out.is_dir():
         raise ConfigError(f"--out {args.out} is a file; --out names the folder to hold tokenizer.json")
-    # Lazy: fixed_embed.data imports torch + Lightning (seconds); --help and usage errors answer without them.
     from fixed_embed.data.corpus import default_corpus
     from fixed_embed.data.sources import DocumentSource
     from fixed_embed.data.tokenizer import resolve_tokenizer

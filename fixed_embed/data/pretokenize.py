@@ -1,19 +1,10 @@
 """Write token shards: text documents (a hub id, local txt/jsonl/parquet files, folders, globs) -> flat id arrays.
 
-The documents are dealt to ``shards`` output shards by the streaming path's own arithmetic
-(:mod:`fixed_embed.data.sharding`: shard ``v`` is virtual shard ``v`` of ``shards``), so the
-output depends on the source, the tokenizer, ``shards`` and the hold-out, never on ``workers``.
-Each kept document is written as its ids + ``<|endoftext|>`` to ``train-NNNNN.bin``, or, when the
-hash hold-out (:func:`fixed_embed.data.sharding.is_held_out`, the rule streaming uses) picks it, to
-``held_out-NNNNN.bin``; empty documents are skipped and counted.
-
-``workers`` processes each take a consecutive run of the shards and read only the source shards
-(files) those lie in, once. Every shard file is written atomically (:mod:`fixed_embed.atomic`)
-and, with its counts (``part-NNNNN.json``), as soon as its last source shard is read; the index
-``token_shards.json`` (:mod:`fixed_embed.data.token_shards`) comes last. An interrupted run, started
-again with the same arguments, keeps the finished shards and redoes the rest (``pretokenize.json``
-records the arguments); a folder holding finished shards, another run's, or other files is never
-overwritten without ``overwrite``.
+Shard ``v`` holds virtual shard ``v`` of the streaming path's arithmetic (:mod:`fixed_embed.data.sharding`),
+so the output never depends on ``workers``; each kept document is its ids + ``<|endoftext|>``, in
+``train-NNNNN.bin`` or, when the hash hold-out picks it, ``held_out-NNNNN.bin``. Each finished shard
+is written atomically with its counts (``part-NNNNN.json``), so a rerun with the same arguments
+(``pretokenize.json``) keeps it; the index ``token_shards.json`` comes last. docs/data.md, "Writing".
 """
 
 from __future__ import annotations
