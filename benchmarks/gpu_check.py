@@ -45,7 +45,7 @@ CALLBACKS = [
     {"class_path": "callbacks.progress.UpdateProgressBar"},
     {"class_path": "callbacks.preemption.PreemptionCheckpoint"},
     {"class_path": "callbacks.gradients.GradientMonitor", "init_args": {"every_n_steps": 1}},
-    {"class_path": "callbacks.throughput.ThroughputMonitor", "init_args": {"every_n_steps": 2, "skip_first_steps": 2}},
+    {"class_path": "callbacks.throughput.SpeedMonitor", "init_args": {"every_n_steps": 2, "skip_first_steps": 2}},
     {"class_path": "callbacks.benchmarks.BenchmarkCallback",
      "init_args": {"tasks": ["fixed_embed_word_order"], "every_n_steps": 4, "limit": 20, "batch_size": 8,
                    "at_train_end": False}},

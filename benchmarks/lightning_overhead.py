@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = ("learned", "binary16", "gf2")
 
 
-MONITORS = ("GradientMonitor", "InputNormMonitor", "ThroughputMonitor")
+MONITORS = ("GradientMonitor", "InputNormMonitor", "SpeedMonitor")
 HOOKS = ("on_train_batch_start", "on_train_batch_end", "on_before_optimizer_step", "_capture")
 
 

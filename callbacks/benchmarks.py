@@ -40,7 +40,6 @@ from callbacks.checkpointing import save_now
 from callbacks.preemption import PreemptionCheckpoint
 from callbacks.update_boundary import UpdateCallback, due
 from fixed_embed.data.tokenizer import load_tokenizer
-from fixed_embed.lightning_internals import checkpoint_every_n_train_steps
 from fixed_embed.parallel import eager_evaluation
 
 __all__ = ["BenchmarkCallback"]
@@ -176,7 +175,7 @@ class BenchmarkCallback(UpdateCallback):
 
 def _checkpoint_due(trainer: L.Trainer) -> bool:
     """Whether the trainer's checkpoint callback saves at this update (it runs after the other callbacks)."""
-    return due(trainer.global_step, checkpoint_every_n_train_steps(trainer.checkpoint_callback))
+    return due(trainer.global_step, getattr(trainer.checkpoint_callback, "every_n_steps", 0))
 
 
 def _rng_state() -> dict[str, Any]:

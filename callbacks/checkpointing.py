@@ -1,18 +1,18 @@
 """CheckpointPolicy: bounded, requeue-safe checkpoints -- a few recent ones, a few permanent ones, ``last`` a link.
 
 At paper scale one checkpoint (fp32 weights + AdamW moments) is ~21 GB; keeping one every 1,000 of
-381,470 updates would need ~8 TB. The policy, in Lightning's own ``ModelCheckpoint``:
+381,470 updates would need ~8 TB. The policy, a Lightning ``Checkpoint`` that saves through
+``trainer.save_checkpoint``:
 
-- after every update n with ``n % every_n_steps == 0`` (Lightning's ``every_n_train_steps`` counts
-  as :mod:`callbacks.update_boundary` does) a checkpoint ``step=00001000.ckpt`` is written
-  (atomically: the trainer's ``AtomicCheckpointIO``, or the FSDP strategy's swapped folder), and
-  one line says so on the console;
-- the ``keep_last`` most recent are kept (top-k on the step), older ones are deleted, except
+- after every update n with ``n % every_n_steps == 0`` (:mod:`callbacks.update_boundary`) a
+  checkpoint ``step=00001000.ckpt`` is written (atomically: the trainer's ``AtomicCheckpointIO``,
+  or the FSDP strategy's swapped folder), and one line says so on the console;
+- the ``keep_last`` most recent are kept, older ones are deleted (the one a run resumed from too), except
 - those at a multiple of ``keep_every`` updates, which are never deleted (the permanent record);
-- ``last.ckpt`` is a symlink to the newest, swapped atomically: what ``--ckpt_path last`` resumes,
-  never a second copy;
-- the last update of the run is always saved (in ``on_train_batch_end``, before any end-of-run
-  evaluation starts), and :func:`save_now` saves at once (preemption) through the same names.
+- ``last.ckpt`` is a symlink to the newest, swapped atomically (:func:`fixed_embed.atomic.atomic_symlink`):
+  what ``--ckpt_path last`` resumes (:func:`fixed_embed.resume.choose_checkpoint`), never a second copy;
+- the last update of the run is always saved (when it ends, before any end-of-run evaluation
+  starts), and :func:`save_now` saves at once (preemption) through the same names.
 
 At fit start it prints the size of one checkpoint, computed from the real model and optimizer
 state, and the most disk the policy can hold for the whole run.
@@ -20,22 +20,22 @@ state, and the most disk the policy can hold for the whole run.
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
-from typing import Any
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import Checkpoint
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
-from fixed_embed.lightning_internals import save_through
-from fixed_embed.run_folder import STEP_FILENAME, step_of
+from callbacks.update_boundary import UpdateCallback
+from fixed_embed.atomic import atomic_symlink
+from fixed_embed.run_folder import STEP_FILENAME, step_checkpoints, step_of
 
 __all__ = ["CheckpointPolicy", "checkpoint_bytes", "save_now"]
 
-class CheckpointPolicy(ModelCheckpoint):
+
+class CheckpointPolicy(UpdateCallback, Checkpoint):
     """Args:
     every_n_steps: save every N optimizer updates.
     keep_last: how many of the most recent checkpoints to keep (>= 1).
@@ -58,20 +58,14 @@ class CheckpointPolicy(ModelCheckpoint):
             raise ValueError(
                 f"keep_every ({keep_every}) must be a positive multiple of every_n_steps ({every_n_steps})"
             )
-        super().__init__(
-            dirpath=dirpath,
-            filename=STEP_FILENAME,
-            auto_insert_metric_name=False,
-            monitor="step",
-            mode="max",
-            save_top_k=keep_last,
-            every_n_train_steps=every_n_steps,
-            save_last="link",
-            save_weights_only=save_weights_only,
-            save_on_train_epoch_end=False,
-            enable_version_counter=False,
-        )
-        self.every_n_steps, self.keep_last, self.keep_every = every_n_steps, keep_last, keep_every
+        super().__init__(every_n_steps)
+        self.keep_last, self.keep_every = keep_last, keep_every
+        self.dirpath, self.save_weights_only = dirpath, save_weights_only
+        self._saved_step = -1
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if self.dirpath is None:
+            self.dirpath = trainer.strategy.broadcast(str(_run_folder(trainer) / "checkpoints"))
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         size = checkpoint_bytes(pl_module, with_optimizer=not self.save_weights_only)
@@ -92,57 +86,56 @@ class CheckpointPolicy(ModelCheckpoint):
                     "lower keep_last or raise keep_every"
                 )
 
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: Any, **kwargs: Any) -> None:
-        super().on_train_batch_end(trainer, pl_module, *args, **kwargs)
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._saved_step = trainer.global_step  # a resumed run's update is on disk already
+
+    def on_update_end(self, trainer: L.Trainer, pl_module: L.LightningModule, update: int) -> None:
         # The run's last update is saved here, before any end-of-run evaluation (on_train_end).
-        if trainer.max_steps > 0 and trainer.global_step >= trainer.max_steps:
-            save_now(trainer)
+        if not trainer.fast_dev_run and (self.due(update) or 0 < trainer.max_steps <= update):
+            self.save(trainer)
 
-    # The four protected methods below override ModelCheckpoint's (listed in
-    # fixed_embed.lightning_internals.LIGHTNING_OVERRIDES, checked by tests/test_lightning_internals.py).
-
-    def _save_checkpoint(self, trainer: L.Trainer, filepath: str) -> None:
-        super()._save_checkpoint(trainer, filepath)
-        rank_zero_info(f"checkpoint at update {trainer.global_step}: {filepath}")
-
-    def _remove_checkpoint(self, trainer: L.Trainer, filepath: str) -> None:
-        step = step_of(filepath)
-        if self.keep_every and step is not None and step % self.keep_every == 0:
-            return  # permanent: out of the rolling top-k, but never deleted
-        super()._remove_checkpoint(trainer, filepath)
-
-    def _should_remove_checkpoint(self, trainer: L.Trainer, previous: str, current: str) -> bool:
-        # Lightning never deletes the checkpoint a run resumed from; with a relaunch per preemption
-        # that would leak one checkpoint per launch. A newer one has just been written: it may go.
-        return previous != current and Path(self.dirpath).absolute() in Path(previous).absolute().parents
-
-    @staticmethod
-    def _link_checkpoint(trainer: L.Trainer, filepath: str, linkpath: str) -> None:
-        # Lightning removes the old link before making the new one; a kill in between would leave no
-        # `last`. Make the link under a temporary name and rename it over the old one (atomic).
-        if trainer.is_global_zero and os.path.abspath(filepath) != os.path.abspath(linkpath):
-            tmp = f"{linkpath}.tmp-{os.getpid()}"
-            if os.path.lexists(tmp):
-                os.remove(tmp)
-            os.symlink(os.path.relpath(filepath, os.path.dirname(linkpath)), tmp)
-            if os.path.isdir(linkpath) and not os.path.islink(linkpath):
-                shutil.rmtree(linkpath)
-            os.replace(tmp, linkpath)
-        trainer.strategy.barrier()
+    def save(self, trainer: L.Trainer) -> Path:
+        """Save this update as ``step=N.ckpt`` (unless saved already), link ``last.ckpt`` to it, delete the
+        expired ones; returns ``last.ckpt``. Every rank must call it (the save is collective)."""
+        folder, step = Path(self.dirpath), trainer.global_step
+        if step == self._saved_step:
+            return folder / "last.ckpt"
+        path = folder / f"{STEP_FILENAME.format(step=step)}.ckpt"
+        trainer.save_checkpoint(path, weights_only=self.save_weights_only)
+        self._saved_step = step
+        rank_zero_info(f"checkpoint at update {step}: {path}")
+        if trainer.is_global_zero:
+            atomic_symlink(path.name, folder / "last.ckpt")
+            # Newer ones than this update belong to another history and are left alone.
+            older = [p for p in step_checkpoints(folder) if step_of(p) <= step][: -self.keep_last]
+            for expired in older:
+                if not (self.keep_every and step_of(expired) % self.keep_every == 0):
+                    trainer.strategy.remove_checkpoint(expired)
+        trainer.strategy.barrier("checkpoint_linked")
+        return folder / "last.ckpt"
 
 
 def save_now(trainer: L.Trainer) -> Path:
-    """Save the current state through the trainer's ModelCheckpoint (its names, its ``last``); return ``last``.
+    """Save the current state at once; return the path that resumes it.
 
-    Saves nothing if that callback already saved this update. Every rank must call it (the save is collective).
+    Through the trainer's :class:`CheckpointPolicy` (its names, its ``last``; nothing if it saved this
+    update already), or else as ``last.ckpt`` in the checkpoint callback's folder. Every rank must call it.
     """
     callback = trainer.checkpoint_callback
-    if not isinstance(callback, ModelCheckpoint):
-        path = Path(trainer.default_root_dir) / "checkpoints" / "last.ckpt"
-        trainer.save_checkpoint(path)
-        return path
-    save_through(callback, trainer)
-    return Path(callback.last_model_path or callback.best_model_path)
+    if isinstance(callback, CheckpointPolicy):
+        return callback.save(trainer)
+    path = Path(getattr(callback, "dirpath", None) or Path(trainer.default_root_dir) / "checkpoints") / "last.ckpt"
+    trainer.save_checkpoint(path)
+    return path
+
+
+def _run_folder(trainer: L.Trainer) -> Path:
+    """Where Lightning's ``ModelCheckpoint`` puts ``checkpoints/``: the first logger's run folder, or the root."""
+    if not trainer.loggers:
+        return Path(trainer.default_root_dir)
+    logger = trainer.loggers[0]
+    version = logger.version if isinstance(logger.version, str) else f"version_{logger.version}"
+    return Path(logger.save_dir or trainer.default_root_dir, str(logger.name), version)
 
 
 def checkpoint_bytes(module: torch.nn.Module, with_optimizer: bool = True) -> int:

@@ -1,12 +1,13 @@
 """UpdateProgressBar: the console of a fit -- a bar counting optimizer updates, one line per validation.
 
-Lightning's ``RichProgressBar`` counts micro-batches of an epoch (``Epoch 0/-2 ... 12/12`` for a
-step-bounded run with accumulation 2); here the training bar counts *updates*: its total is
-``trainer.max_steps`` (the training length, also when the token budget set it) and its counter
-``trainer.global_step``, so a resumed run starts where it stopped. Its metrics (``train/loss``) are
-read once per update, not per micro-batch: each read is a host sync. After each validation one line
-gives its metrics. At set-up it opens the run's log file (``<run folder>/console.log``, see
-:mod:`fixed_embed.console`), which takes what the console leaves out.
+Lightning's bars count micro-batches of an epoch (``Epoch 0/-2 ... 12/12`` for a step-bounded run
+with accumulation 2); here the training bar counts *updates*: its total is ``trainer.max_steps``
+(the training length, also when the token budget set it) and its counter ``trainer.global_step``,
+so a resumed run starts where it stopped. Its metrics (``train/loss``) are read once per update, not
+per micro-batch: each read is a host sync. A validation or test pass has a bar of its own while it
+runs; after each validation of a fit one line gives its metrics. At set-up it opens the run's log
+file (``<run folder>/console.log``, see :mod:`fixed_embed.console`), which takes what the console
+leaves out. Drawn with ``rich`` directly, through Lightning's public ``ProgressBar`` base.
 """
 
 from __future__ import annotations
@@ -14,9 +15,19 @@ from __future__ import annotations
 from typing import Any
 
 import lightning as L
-from lightning.pytorch.callbacks import RichProgressBar
+from lightning.pytorch.callbacks import ProgressBar
 from lightning.pytorch.utilities import rank_zero_info
-from rich.progress import ProgressColumn, Task
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    Task,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.text import Text
 
 from fixed_embed import console
@@ -27,70 +38,122 @@ DESCRIPTION = "update"
 
 
 class _RateColumn(ProgressColumn):
-    """Updates (or validation batches) per second."""
+    """Updates (or evaluation batches) per second."""
 
     def render(self, task: Task) -> Text:
         return Text(f"{task.speed or 0:.2f}/s", style="dim underline")
 
 
-class UpdateProgressBar(RichProgressBar):
-    """Args: those of Lightning's ``RichProgressBar`` (``refresh_rate``, ``leave``, ``theme``, ``console_kwargs``)."""
+class UpdateProgressBar(ProgressBar):
+    """Args: refresh_per_second: how often the bar is redrawn (0: no bar; the validation lines stay)."""
+
+    def __init__(self, refresh_per_second: float = 4) -> None:
+        super().__init__()
+        self.refresh_per_second = refresh_per_second
+        self.enabled = True
+        self.progress: Progress | None = None
+        self.train_task: TaskID | None = None
+        self.eval_task: TaskID | None = None
+        self._metrics_step = -1  # the update whose metrics the bar shows
+
+    def disable(self) -> None:
+        self.enabled = False
+
+    def enable(self) -> None:
+        self.enabled = True
+
+    @property
+    def train_progress_bar(self) -> Task:
+        assert self.progress is not None
+        return next(task for task in self.progress.tasks if task.id == self.train_task)
+
+    def _add_task(self, description: str, total: float | None, completed: int = 0) -> TaskID | None:
+        if not self.enabled or self.refresh_per_second <= 0:
+            return None
+        if self.progress is None:
+            self.progress = Progress(
+                TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                TimeRemainingColumn(), _RateColumn(), TextColumn("{task.fields[metrics]}", style="italic"),
+                refresh_per_second=self.refresh_per_second,
+            )  # fmt: skip
+            self.progress.start()
+        return self.progress.add_task(description, total=total, completed=completed, metrics="")
+
+    def _stop(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+        self.progress = self.train_task = self.eval_task = None
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        super().setup(trainer, pl_module, stage)
+        super().setup(trainer, pl_module, stage)  # disables the bar on every rank but global zero
         console.attach_run_folder(trainer.log_dir or trainer.default_root_dir, trainer.global_rank)
 
-    _metrics_step = -1  # the update whose metrics the bar shows
-
-    def configure_columns(self, trainer: L.Trainer) -> list:
-        return [*super().configure_columns(trainer)[:-1], _RateColumn()]
-
-    @staticmethod
-    def _total(trainer: L.Trainer) -> float:
-        return trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else float("inf")
-
-    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        total = trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else None
+        self.train_task = self._add_task(DESCRIPTION, total, trainer.global_step)
         self._metrics_step = trainer.global_step  # metrics first read when the next update ends
-        if self.is_disabled:
-            return
-        if self.progress is not None:
-            if self.train_progress_bar_id is None:
-                self._initialize_train_progress_bar_id()
-            else:  # a later epoch: the same bar goes on
-                self.progress.update(self.train_progress_bar_id, total=self._total(trainer), visible=True)
-        self.refresh()
-
-    def _initialize_train_progress_bar_id(self) -> None:
-        trainer = self.trainer
-        self.train_progress_bar_id = self._add_task(self._total(trainer), DESCRIPTION)
-        self._update(self.train_progress_bar_id, trainer.global_step)
 
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        if not self.is_disabled and self.train_progress_bar_id is None:
-            self._initialize_train_progress_bar_id()
-        self._update(self.train_progress_bar_id, trainer.global_step)
+        if self.progress is None or self.train_task is None:
+            return
+        self.progress.update(self.train_task, completed=trainer.global_step)
         if trainer.global_step != self._metrics_step:
-            # Reading the bar's metrics turns the logged loss tensor into a number, a host sync: once
-            # per update, never on the micro-batches of an accumulation (the device runs ahead).
+            # Reading the metrics turns the logged loss tensor into a number, a host sync: once per
+            # update, never on the micro-batches of an accumulation (the device runs ahead).
             self._metrics_step = trainer.global_step
-            self._update_metrics(trainer, pl_module)
-        self.refresh()
+            text = " ".join(f"{k}: {v:.3g}" for k, v in self.get_metrics(trainer, pl_module).items())
+            self.progress.update(self.train_task, metrics=text)
 
     def get_metrics(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, Any]:
         metrics = super().get_metrics(trainer, pl_module)
         metrics.pop("v_num", None)  # the run's name, truncated: not a metric
         # The module logs train/loss without prog_bar (Lightning would .item() it after every
-        # micro-batch); it is read here, when an update ends (on_train_batch_end below).
+        # micro-batch); it is read here, when an update ends (on_train_batch_end above).
         if trainer.training and (loss := trainer.callback_metrics.get("train/loss")) is not None:
             metrics["train/loss"] = float(loss)
         return metrics
 
+    def _start_eval(self, trainer: L.Trainer, description: str, batches: list[int | float]) -> None:
+        if not trainer.sanity_checking:
+            total = sum(batches)
+            self.eval_task = self._add_task(description, total if total != float("inf") else None)
+
+    def _advance_eval(self) -> None:
+        if self.progress is not None and self.eval_task is not None:
+            self.progress.advance(self.eval_task)
+
+    def _end_eval(self) -> None:
+        if self.progress is not None and self.eval_task is not None:
+            self.progress.remove_task(self.eval_task)
+            self.eval_task = None
+
+    def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._start_eval(trainer, "validation", trainer.num_val_batches)
+
+    def on_test_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._start_eval(trainer, "test", trainer.num_test_batches)
+
+    def on_validation_batch_end(self, *args: Any, **kwargs: Any) -> None:
+        self._advance_eval()
+
+    def on_test_batch_end(self, *args: Any, **kwargs: Any) -> None:
+        self._advance_eval()
+
+    def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._end_eval()
+
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        super().on_validation_end(trainer, pl_module)
+        self._end_eval()
         if trainer.state.fn != "fit" or trainer.sanity_checking:
             return
         metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val")}
         text = ", ".join(f"{k} {v:.4g}" for k, v in sorted(metrics.items())) or "no metrics"
         rank_zero_info(f"validation at update {trainer.global_step}: {text}")
+
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self._stop()
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        self._stop()

@@ -1,4 +1,4 @@
-"""ThroughputMonitor: how fast are we? Tokens/s, samples/s, MFU, peak memory, time spent waiting for data.
+"""SpeedMonitor: how fast are we? Tokens/s, samples/s, MFU, peak memory, time spent waiting for data.
 
 Measured over windows of ``every_n_steps`` optimizer updates: a window closes after each update n
 with ``n % every_n_steps == 0`` (the convention of :mod:`callbacks.update_boundary`; logged at step
@@ -38,10 +38,10 @@ from callbacks.update_boundary import UpdateCallback
 from fixed_embed.lightning_internals import FetchTimer
 from fixed_embed.peak_flops import peak_flops, training_matmul_dtype
 
-__all__ = ["ThroughputMonitor"]
+__all__ = ["SpeedMonitor"]
 
 
-class ThroughputMonitor(UpdateCallback):
+class SpeedMonitor(UpdateCallback):
     """Args:
     every_n_steps: window length, in optimizer updates.
     skip_first_steps: updates of each launch excluded before the first window.
@@ -51,7 +51,7 @@ class ThroughputMonitor(UpdateCallback):
     def __init__(self, every_n_steps: int = 10, skip_first_steps: int = 3, enabled: bool = True) -> None:
         super().__init__(every_n_steps, enabled)
         if skip_first_steps < 0:
-            raise ValueError(f"ThroughputMonitor: skip_first_steps must be >= 0, got {skip_first_steps}")
+            raise ValueError(f"SpeedMonitor: skip_first_steps must be >= 0, got {skip_first_steps}")
         self.skip_first_steps = skip_first_steps
         self.last_metrics: dict[str, float] = {}
         self._first_update_logged = False

@@ -10,11 +10,9 @@ the same way, and handles ``enabled`` and ``every_n_steps`` once:
 ``n % N == 0`` (:func:`due`): with N = 10, after updates 10, 20, 30, ...
 
 - *after* update n (:meth:`UpdateCallback.on_update_end`, from the ``on_train_batch_end`` of its
-  last micro-batch, :class:`UpdateBoundary`): checkpoints
-  (:class:`callbacks.checkpointing.CheckpointPolicy`: Lightning's ``every_n_train_steps`` counts the
-  same way), throughput windows, input norms and code checks, in-loop benchmarks, preemption stops
-  (any update), and validation (``trainer.val_check_interval``, which ``fixed-embed fit`` converts
-  to micro-batches);
+  last micro-batch): checkpoints (:class:`callbacks.checkpointing.CheckpointPolicy`), throughput
+  windows, input norms and code checks, in-loop benchmarks, preemption stops (any update), and
+  validation (``trainer.val_check_interval``, which ``fixed-embed fit`` converts to micro-batches);
 - *during* update n, for what must be seen before the step is applied (:func:`update_in_flight`,
   n = ``global_step + 1``): gradient norms (:meth:`UpdateCallback.on_before_update_step`, from
   ``on_before_optimizer_step``), the input interface's output (the update's first forward, armed in
@@ -22,9 +20,10 @@ the same way, and handles ``enabled`` and ``every_n_steps`` once:
 
 Metrics of update n are logged at step ``n - 1``, where Lightning logs that update's ``train/loss``.
 
-Why ``global_step`` and not ``batch_idx % accumulate_grad_batches``: the batch index restarts with
-each epoch, Lightning also steps on an epoch's last, short accumulation, and a resumed run starts
-mid-way; the optimizer's own count is the boundary.
+Which micro-batch ends an update is Lightning's own decision, read once per micro-batch
+(:func:`fixed_embed.lightning_internals.ends_update`, also what the module's FSDP2 gradient sync
+follows): not ``batch_idx % accumulate_grad_batches``, since the batch index restarts with each
+epoch, Lightning also steps on an epoch's last, short accumulation, and a resumed run starts mid-way.
 """
 
 from __future__ import annotations
@@ -34,7 +33,9 @@ from typing import Any
 import lightning as L
 import torch
 
-__all__ = ["UpdateBoundary", "UpdateCallback", "due", "update_in_flight"]
+from fixed_embed.lightning_internals import ends_update
+
+__all__ = ["UpdateCallback", "due", "update_in_flight"]
 
 
 def due(update: int, every_n_steps: int) -> bool:
@@ -45,25 +46,6 @@ def due(update: int, every_n_steps: int) -> bool:
 def update_in_flight(trainer: L.Trainer) -> int:
     """The update the current micro-batch contributes to (its optimizer step not taken yet)."""
     return trainer.global_step + 1
-
-
-class UpdateBoundary:
-    """Tells, in ``on_train_batch_end``, whether this micro-batch completed an optimizer update.
-
-    Call :meth:`start` from ``on_train_batch_start`` and :meth:`end` from ``on_train_batch_end``.
-    """
-
-    def __init__(self) -> None:
-        self._before: int | None = None
-
-    def start(self, trainer: L.Trainer) -> None:
-        self._before = trainer.global_step
-
-    def end(self, trainer: L.Trainer) -> int | None:
-        """The update n this micro-batch completed, or None (mid-accumulation, or :meth:`start` not called)."""
-        before, self._before = self._before, None
-        step = trainer.global_step
-        return step if before is not None and step != before else None
 
 
 class UpdateCallback(L.Callback):
@@ -89,7 +71,7 @@ class UpdateCallback(L.Callback):
             )
         self.every_n_steps = every_n_steps
         self.enabled = enabled
-        self._boundary = UpdateBoundary()
+        self._ends_update = False  # whether the micro-batch in flight ends its update
         self._started: int | None = None  # the update whose first micro-batch was seen last
 
     def due(self, update: int) -> bool:
@@ -120,7 +102,7 @@ class UpdateCallback(L.Callback):
     ) -> None:
         if not self.enabled:
             return
-        self._boundary.start(trainer)
+        self._ends_update = ends_update(trainer)
         update = update_in_flight(trainer)
         if update != self._started:
             self._started = update
@@ -138,7 +120,7 @@ class UpdateCallback(L.Callback):
     ) -> None:
         if not self.enabled:
             return
-        update = self._boundary.end(trainer)
+        ends, self._ends_update = self._ends_update, False
         self.on_micro_batch_end(trainer, pl_module, batch)
-        if update is not None:
-            self.on_update_end(trainer, pl_module, update)
+        if ends:
+            self.on_update_end(trainer, pl_module, trainer.global_step)

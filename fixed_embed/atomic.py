@@ -1,21 +1,31 @@
-"""Atomic file writes: a reader, or the next launch after a kill, sees the old file or the new one, never half.
+"""Atomic writes: a reader, or the next launch after a kill, sees the old file, link or folder or the new one.
 
-Every file the project writes that a later process reads (checkpoints, caches, tokenizers, results,
-runs files) goes through here: the bytes go to a temporary name in the target's own folder (same
-filesystem, so the rename cannot degrade to a copy), are flushed and fsynced, and ``os.replace``
-puts them in place -- atomic on POSIX. A failure removes the temporary file and leaves the target as
-it was.
+Every file, link and folder the project writes that a later process reads (checkpoints and their
+``last`` link, sharded checkpoints, caches, tokenizers, exports, results, runs files) goes through
+here: the new content goes to a temporary name in the target's own folder (same filesystem, so the
+rename cannot degrade to a copy), files are fsynced, and ``os.replace`` puts it in place -- atomic
+on POSIX. A failure removes the temporary and leaves the target as it was.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
-__all__ = ["atomic_path", "atomic_write", "atomic_write_text", "process_running", "remove_orphans", "temporary_name"]
+__all__ = [
+    "atomic_folder",
+    "atomic_path",
+    "atomic_symlink",
+    "atomic_write",
+    "atomic_write_text",
+    "process_running",
+    "remove_orphans",
+    "temporary_name",
+]
 
 
 def temporary_name(path: str | os.PathLike) -> Path:
@@ -52,6 +62,44 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     with atomic_write(path) as file:
         file.write(text)
     return Path(path)
+
+
+def atomic_symlink(target: str | os.PathLike, link: str | os.PathLike) -> None:
+    """Make ``link`` a symlink to ``target`` (relative to the link's folder) in one step, replacing what was there.
+
+    A remove-then-link would leave no ``link`` if the process were killed in between: the new link is
+    made under a temporary name and renamed over the old one (a real folder of that name is removed first).
+    """
+    link = Path(link)
+    tmp = temporary_name(link)
+    tmp.unlink(missing_ok=True)
+    try:
+        os.symlink(target, tmp)
+        if link.is_dir() and not link.is_symlink():
+            shutil.rmtree(link)
+        os.replace(tmp, link)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+@contextmanager
+def atomic_folder(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a new, empty temporary folder to fill; on success it takes ``path``'s place (an earlier folder
+    there is replaced as a whole); on an exception it is removed and ``path`` is untouched."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp, old = temporary_name(path), path.with_name(f".{path.name}.old-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        yield tmp
+        if path.exists():
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(path, old)
+        os.replace(tmp, path)
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def remove_orphans(folder: str | os.PathLike) -> list[Path]:

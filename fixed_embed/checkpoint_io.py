@@ -9,31 +9,22 @@ from typing import Any
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
+from fixed_embed.atomic import atomic_write, remove_orphans
+
 __all__ = ["AtomicCheckpointIO"]
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """Write to a temporary file in the same folder, fsync, then ``os.replace`` onto the target.
+    """Lightning's ``torch.save`` checkpoints, written through :func:`fixed_embed.atomic.atomic_write`.
 
-    ``os.replace`` is atomic on POSIX: at any instant the path holds either the previous
-    complete checkpoint or the new complete one, even under SIGKILL mid-save. A temporary file
-    orphaned by such a kill is removed by the next save of the same checkpoint name (only one
-    process -- global rank 0 -- writes a given path).
+    At any instant the path holds either the previous complete checkpoint or the new complete one,
+    even under SIGKILL mid-save. A temporary file orphaned by such a kill is removed by the next save.
     """
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str | os.PathLike, storage_options: Any = None) -> None:
         if storage_options is not None:
             raise TypeError(f"AtomicCheckpointIO takes no storage_options, got {storage_options!r}")
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        for orphan in path.parent.glob(f".{path.name}.tmp-*"):
-            orphan.unlink(missing_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        try:
-            with open(tmp, "wb") as f:
-                torch.save(checkpoint, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
+        if Path(path).parent.is_dir():
+            remove_orphans(Path(path).parent)
+        with atomic_write(path, "wb") as file:
+            torch.save(checkpoint, file)

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 
 import torch
 from safetensors.torch import save_file
 from tokenizers import Tokenizer
 
-from fixed_embed.atomic import temporary_name
+from fixed_embed.atomic import atomic_folder
 from fixed_embed.data.tokenizer import EOS, special_token_id
 from fixed_embed.errors import ConfigError
 from fixed_embed.module import LanguageModel
@@ -102,11 +101,7 @@ def export_llama(
         bos_token_id=eos, eos_token_id=eos, torch_dtype=dtype,
     )  # fmt: skip
     state = {k: v.to("cpu", dtype).contiguous() for k, v in llama_state_dict(model).items()}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temporary_name(out)  # the hidden sibling an atomic file write uses, here a folder
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    try:
+    with atomic_folder(out) as tmp:
         hf_config.save_pretrained(tmp)
         save_file(state, tmp / "model.safetensors", metadata={"format": "pt"})
         fast = transformers.PreTrainedTokenizerFast(
@@ -117,13 +112,4 @@ def export_llama(
         (tmp / MARKER).write_text(
             json.dumps({"interface": model.decoder.interface.spec(), "decoder": config.to_dict()}, indent=2) + "\n"
         )
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    old = out.parent / f".{out.name}.old-{os.getpid()}"
-    if out.exists():  # empty, or an earlier export with overwrite (check_export_dir)
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(out, old)
-    os.replace(tmp, out)
-    shutil.rmtree(old, ignore_errors=True)
     return out

@@ -8,8 +8,9 @@ wide) -- the sharding itself is applied by ``LanguageModel.configure_model``
 A sharded checkpoint is a folder written by every rank (torch.distributed.checkpoint) plus
 Lightning's ``meta.pt``. Writing it in place would leave a half-new, half-old folder if the job
 were killed mid-save, so each save goes to a fresh hidden folder ``.shards-<step>-<id>`` and the
-checkpoint's name (``last.ckpt``, ``step=1000.ckpt``) is a symlink swapped onto it with an atomic
-``os.replace`` once every rank has finished: the name always points at a complete checkpoint.
+checkpoint's name (``last.ckpt``, ``step=1000.ckpt``) is a symlink swapped onto it
+(:func:`fixed_embed.atomic.atomic_symlink`) once every rank has finished: the name always points
+at a complete checkpoint.
 Folders no name points to any more (replaced, or orphaned by a kill) are removed at the next save.
 
 :func:`consolidate` turns such a folder into one ordinary checkpoint file (weights and
@@ -28,6 +29,7 @@ import pickle
 import re
 import shutil
 import time
+import warnings
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -35,6 +37,7 @@ from typing import Any
 import torch
 from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy, StrategyRegistry
 
+from fixed_embed.atomic import atomic_symlink, atomic_write
 from fixed_embed.errors import CheckpointError
 from fixed_embed.lightning_internals import set_data_parallel_size
 
@@ -94,12 +97,9 @@ class _MetadataUnpickler(pickle.Unpickler):
 
 
 def _read_shards(folder: Path) -> dict[str, Any]:
-    """Every item of a torch.distributed.checkpoint folder, like ``dcp_to_torch_save`` but running none of its code."""
-    # Two torch-private names (no public weights-only reader exists): listed in lightning_internals.TORCH_INTERNALS.
-    from torch.distributed.checkpoint import CheckpointException, FileSystemReader
-    from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
-    from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
-    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
+    """The weights in a torch.distributed.checkpoint folder, like ``dcp_to_torch_save`` but running none of its code."""
+    from torch.distributed.checkpoint import CheckpointException, DefaultLoadPlanner, FileSystemReader, load
+    from torch.distributed.checkpoint.metadata import Metadata, StorageMeta, TensorStorageMetadata
 
     with open(folder / ".metadata", "rb") as f:  # read (and refused) here, before DCP would pickle.load it
         try:
@@ -117,7 +117,7 @@ def _read_shards(folder: Path) -> dict[str, Any]:
             metadata.storage_meta.load_id = self.load_id
             return metadata
 
-    class Planner(_EmptyStateDictLoadPlanner):
+    class Planner(DefaultLoadPlanner):
         def load_bytes(self, read_item: Any, value: io.BytesIO) -> None:
             # torch's planner torch.load()s this unrestricted: hand it a re-save of the
             # weights-only result, so what it unpickles is our own plain data
@@ -130,14 +130,21 @@ def _read_shards(folder: Path) -> dict[str, Any]:
             safe.seek(0)
             super().load_bytes(read_item, safe)
 
-    state: dict[str, Any] = {}
+    # Every item (each one read weights-only), flat under DCP's own keys; tensors are read into these.
+    flat = {
+        key: torch.empty(item.size, dtype=item.properties.dtype) if isinstance(item, TensorStorageMetadata) else None
+        for key, item in metadata.state_dict_metadata.items()
+    }
     try:
-        _load_state_dict(state, storage_reader=Reader(folder), planner=Planner(), no_dist=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "assuming the intent is to load in a single process"
+            load(flat, storage_reader=Reader(folder), planner=Planner(flatten_state_dict=False), no_dist=True)
     except (Exception, CheckpointException):  # the latter is a BaseException
         if refused:
             raise refused[0] from None
         raise
-    return state
+    paths = metadata.planner_data or {}  # each flat key's path in the saved nested dict
+    return {paths[key][1]: value for key, value in flat.items() if paths.get(key, ())[:1] == ("state_dict",)}
 
 
 def is_sharded_checkpoint(path: str | os.PathLike) -> bool:
@@ -193,11 +200,7 @@ class FSDP2Strategy(ModelParallelStrategy):
         super().save_checkpoint(checkpoint, target, storage_options)
         self.barrier("fsdp2_checkpoint_written")
         if self.global_rank == 0:
-            link = path.parent / f"{name}.link"
-            os.symlink(name, link)
-            if path.exists() and not path.is_symlink():  # a plain file or folder from elsewhere
-                shutil.rmtree(path) if path.is_dir() else path.unlink()
-            os.replace(link, path)  # atomic: the name now points at the complete new folder
+            atomic_symlink(name, path)  # the name now points at the complete new folder
             _remove_unreferenced_shards(path.parent)
         self.barrier("fsdp2_checkpoint_linked")
 
@@ -227,10 +230,8 @@ def consolidate(folder: str | os.PathLike, out: str | os.PathLike | None = None)
     if not is_sharded_checkpoint(folder):
         raise CheckpointError(f"{folder} is not a sharded checkpoint folder (needs {_META} and .metadata)")
     metadata = load_weights_only(folder / _META, folder / _META)
-    state = _read_shards(folder)
-    checkpoint = {**metadata, "state_dict": state["state_dict"]}
+    checkpoint = {**metadata, "state_dict": _read_shards(folder)}
     if out is not None:
-        from fixed_embed.checkpoint_io import AtomicCheckpointIO
-
-        AtomicCheckpointIO().save_checkpoint(checkpoint, out)
+        with atomic_write(out, "wb") as file:
+            torch.save(checkpoint, file)
     return checkpoint

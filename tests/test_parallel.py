@@ -53,15 +53,17 @@ def test_fsdp_sharded_checkpoint_resumes_exactly_then_consolidates_for_eval_and_
 
 
 def test_an_orphaned_shard_folder_never_shadows_last(tmp_path):
-    from lightning.pytorch.callbacks import ModelCheckpoint
-
-    # A save killed mid-write leaves a hidden folder; "last" lookups must not see it.
     from fixed_embed.fsdp import _SHARDS_PREFIX
+    from fixed_embed.resume_plan import choose_checkpoint
 
-    (tmp_path / f"{_SHARDS_PREFIX}7-123").mkdir()
-    (tmp_path / "last.ckpt").write_text("")
-    found = ModelCheckpoint(dirpath=tmp_path)._find_last_checkpoints(trainer=None)
-    assert {Path(p).name for p in found} == {"last.ckpt"}
+    # A save killed mid-write leaves a hidden folder, newer than last; "last" must not see it.
+    torch.save({"global_step": 3}, tmp_path / "step=00000003.ckpt")
+    os.symlink("step=00000003.ckpt", tmp_path / "last.ckpt")
+    orphan = tmp_path / f"{_SHARDS_PREFIX}7-123"
+    orphan.mkdir()
+    torch.save({"global_step": 7}, orphan / "meta.pt")
+    path, checkpoint, notes = choose_checkpoint(tmp_path)
+    assert path == tmp_path / "step=00000003.ckpt" and checkpoint["global_step"] == 3 and notes == []
 
 
 @pytest.mark.multi_rank

@@ -1,6 +1,7 @@
 """UpdateCallback: one hook per optimizer update, the interval and ``enabled`` handled once."""
 
 from types import SimpleNamespace
+from unittest import mock
 
 import pytest
 import torch
@@ -9,7 +10,7 @@ from callbacks.benchmarks import BenchmarkCallback
 from callbacks.gradients import GradientMonitor
 from callbacks.input_norm import InputNormMonitor
 from callbacks.preemption import PreemptionCheckpoint
-from callbacks.throughput import ThroughputMonitor
+from callbacks.throughput import SpeedMonitor
 from callbacks.update_boundary import UpdateCallback
 from tests.helpers import fit_tiny
 
@@ -42,13 +43,16 @@ class Recorder(UpdateCallback):
 
 def drive(callback, micro_batches, accumulate, start_step=0):
     """Lightning's per-micro-batch call order, on a fake trainer: start, (the step), end."""
-    trainer, batch = SimpleNamespace(global_step=start_step), torch.zeros(2, 5, dtype=torch.long)
-    for i in range(micro_batches):
-        callback.on_train_batch_start(trainer, None, batch, i)
-        if (i + 1) % accumulate == 0:
-            callback.on_before_optimizer_step(trainer, None, None)
-            trainer.global_step += 1
-        callback.on_train_batch_end(trainer, None, {}, batch, i)
+    trainer, batch = SimpleNamespace(global_step=start_step, batch_idx=0), torch.zeros(2, 5, dtype=torch.long)
+    ends = lambda trainer: (trainer.batch_idx + 1) % accumulate == 0  # noqa: E731 -- Lightning's decision
+    with mock.patch("callbacks.update_boundary.ends_update", ends):
+        for i in range(micro_batches):
+            trainer.batch_idx = i
+            callback.on_train_batch_start(trainer, None, batch, i)
+            if ends(trainer):
+                callback.on_before_optimizer_step(trainer, None, None)
+                trainer.global_step += 1
+            callback.on_train_batch_end(trainer, None, {}, batch, i)
     return trainer
 
 
@@ -90,7 +94,7 @@ def test_a_disabled_update_callback_never_fires():
     [
         (lambda n: GradientMonitor(every_n_steps=n), 1),
         (lambda n: InputNormMonitor(every_n_steps=n), 1),
-        (lambda n: ThroughputMonitor(every_n_steps=n), 1),
+        (lambda n: SpeedMonitor(every_n_steps=n), 1),
         (lambda n: BenchmarkCallback(every_n_steps=n), 0),  # 0: only at the end of training
     ],
 )
@@ -102,7 +106,7 @@ def test_every_interval_is_validated_in_one_place(make, lowest):
 
 
 def test_every_monitor_is_an_update_callback():
-    for callback in (GradientMonitor(), InputNormMonitor(), ThroughputMonitor(), BenchmarkCallback(),
+    for callback in (GradientMonitor(), InputNormMonitor(), SpeedMonitor(), BenchmarkCallback(),
                      PreemptionCheckpoint()):  # fmt: skip
         assert isinstance(callback, UpdateCallback)
         for hook in ("on_train_batch_start", "on_train_batch_end", "on_before_optimizer_step"):
