@@ -57,7 +57,7 @@ def test_an_orphaned_shard_folder_never_shadows_last(tmp_path):
     from fixed_embed.resume_plan import choose_checkpoint
 
     # A save killed mid-write leaves a hidden folder, newer than last; "last" must not see it.
-    torch.save({"global_step": 3}, tmp_path / "step=00000003.ckpt")
+    torch.save({"global_step": 3, "hyper_parameters": {}}, tmp_path / "step=00000003.ckpt")
     os.symlink("step=00000003.ckpt", tmp_path / "last.ckpt")
     orphan = tmp_path / f"{_SHARDS_PREFIX}7-123"
     orphan.mkdir()
