@@ -77,7 +77,8 @@ def _uses_base(path: str) -> bool:
     return isinstance(data, dict) and BASE_KEY in data
 
 
-def _config_values(args: list[str], flags: tuple[str, ...] = ("--config", "-c")) -> list[str]:
+def config_values(args: list[str], flags: tuple[str, ...] = ("--config", "-c")) -> list[str]:
+    """The values given to ``flags`` in ``args`` (``--flag VALUE`` and ``--flag=VALUE``)."""
     values = [args[i + 1] for i, a in enumerate(args[:-1]) if a in flags]
     return values + [a.split("=", 1)[1] for a in args if a.split("=", 1)[0] in flags and "=" in a]
 
@@ -89,7 +90,7 @@ CONFIG_FILE_FLAGS = ("--config", "-c", "--data", "--model", "--trainer")
 def expand_config_args(args: list[str]) -> list[str]:
     """Replace each ``--config FILE`` that uses ``__base__`` by the merged YAML, for LightningCLI."""
     out: list[str] = []
-    for value in _config_values(args, CONFIG_FILE_FLAGS):
+    for value in config_values(args, CONFIG_FILE_FLAGS):
         if Path(value).is_file():
             with contextlib.suppress(yaml.YAMLError):  # jsonargparse reports those itself, naming the tag or line
                 load_experiment(value)  # unreadable, empty, not text, not a mapping: one line naming the file

@@ -106,9 +106,9 @@ class LanguageModel(L.LightningModule):
         self._fresh_groups: list[dict[str, Any]] = []
         self._parallelized = False
         self._eager: contextlib.ExitStack | None = None  # open during validation/test with compile on
-        # A resume decided before launch (fixed-embed fit's fixed_embed.resume_plan.ResumePlan): it printed
-        # what the config changes, so loading the checkpoint does not say it again.
-        self.resume_plan: Any = None
+        # Set by whoever planned the resume before launch (fixed_embed.resume_plan.plan_fit, in fixed-embed fit)
+        # and printed what the config changes: loading the checkpoint then does not say it again.
+        self.resume_planned = False
 
     @property
     def interface(self) -> InputInterface:
@@ -186,18 +186,7 @@ class LanguageModel(L.LightningModule):
         loss, n_targets = self._loss(block)
         self.val_loss.update(loss.detach(), weight=n_targets)
 
-    # Evaluation runs the compiled blocks eagerly: no recompiles of the training graph (parallel.eager_evaluation).
-    def on_validation_start(self) -> None:
-        self._enter_eager()
-
-    def on_validation_end(self) -> None:
-        self._exit_eager()
-
-    def on_test_start(self) -> None:
-        self._enter_eager()
-
-    def on_test_end(self) -> None:
-        self._exit_eager()
+    test_step = validation_step
 
     def _enter_eager(self) -> None:
         if self.parallel_config.compile and self._eager is None:
@@ -209,6 +198,10 @@ class LanguageModel(L.LightningModule):
             self._eager.close()
             self._eager = None
 
+    # Evaluation runs the compiled blocks eagerly: no recompiles of the training graph (parallel.eager_evaluation).
+    on_validation_start = on_test_start = _enter_eager
+    on_validation_end = on_test_end = _exit_eager
+
     def on_validation_epoch_end(self) -> None:
         mean = self.val_loss.compute()
         self.val_loss.reset()
@@ -218,9 +211,6 @@ class LanguageModel(L.LightningModule):
         if per_target := getattr(self.trainer.datamodule, "val_bytes_per_target", None):
             # tokenizer-free: total nats / ln 2 over the UTF-8 bytes the targets stand for
             self.log("val/bits_per_byte", mean / (math.log(2) * per_target), sync_dist=True)
-
-    def test_step(self, block: torch.Tensor, batch_idx: int) -> None:
-        self.validation_step(block, batch_idx)
 
     def on_test_epoch_end(self) -> None:
         mean = self.val_loss.compute()
@@ -272,7 +262,7 @@ class LanguageModel(L.LightningModule):
             gather_loader_states(checkpoint, trainer.world_size)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        resume.check_resume(checkpoint, self, say_changes=self.resume_plan is None)
+        resume.check_resume(checkpoint, self, say_changes=not self.resume_planned)
         self.tokens_seen = checkpoint.get("tokens_seen", 0)
         self.skipped_updates = checkpoint.get("skipped_updates", 0)
 

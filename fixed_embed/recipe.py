@@ -40,16 +40,11 @@ class AdamWConfig:
         weight_decay: decoupled weight decay of the decay group (ours: the paper does not state it).
             Matrices decay; vectors (RMSNorm gains) never do.
         decay_input: whether the input interface's trainable parameters (the learned V x d table,
-            the low-rank and norm-matched controls' tables) get ``weight_decay`` like every other
-            matrix. ``False`` puts them all in the no-decay group. Fixed codes have no trainable
-            parameters, so for them the setting changes nothing. Decay pulls a learned table
-            towards zero, and so pulls ``LowRankLearnedInput(init=binary)`` away from its binary
-            start. With tied embeddings the shared matrix is the input table and follows this
-            setting. Default ``True``: it is the behaviour every run of this project so far was
-            trained with (all of ``docs/results/``), so results stay comparable and existing
-            checkpoints resume with the same parameter groups; the paper does not say whether its
-            table was decayed. A resume cannot change it for an interface with trainable
-            parameters (it moves them between AdamW's groups): such a resume is refused.
+            the controls' tables; fixed codes have none) get ``weight_decay`` like every other
+            matrix; ``False`` puts them in the no-decay group. Decay pulls a table towards zero (and
+            ``LowRankLearnedInput(init=binary)`` away from its binary start); tied embeddings follow
+            this setting. Default ``True``: what every run in ``docs/results/`` trained with; the
+            paper does not say. A resume cannot change it for trainable input parameters (refused).
         input_lr_scale: multiplies the learning rate (peak and schedule) of the input interface's
             trainable parameters; 1 (default): one rate for every parameter. Otherwise they form a
             third AdamW group. For a table that should move far from its start within a short run
@@ -64,11 +59,8 @@ class AdamWConfig:
     betas: tuple[float, float] = (0.9, 0.95)
     eps: float = 1e-8
     weight_decay: float = 0.1
-    #: whether the input interface's trainable parameters decay (see the class docstring).
     decay_input: bool = True
-    #: the input interface's learning rate, as a multiple of ``lr`` (see the class docstring).
     input_lr_scale: float = 1.0
-    #: "auto": the fused kernel on CUDA, foreach elsewhere.
     implementation: str = "auto"
 
     def __post_init__(self) -> None:

@@ -28,7 +28,7 @@ from fixed_embed.errors import CheckpointError
 from fixed_embed.lightning_internals import attached_trainer, set_scheduler_last_lr
 from fixed_embed.recipe import parameter_groups_change
 
-__all__ = ["changed", "check_resume", "local_shard", "reapply_config", "refuse_incompatible", "refuse_poisoned"]
+__all__ = ["changed", "check_resume", "local_shard", "model_refusals", "reapply_config", "refuse_poisoned"]
 
 # What a resume may not change: the function the weights compute and the token -> input mapping.
 # init_std only matters at initialisation; max_seq_len only sizes the RoPE tables.
@@ -65,17 +65,18 @@ def check_resume(checkpoint: dict[str, Any], module: Any, say_changes: bool = Tr
     """Refuse what a resume cannot change, hand this rank its data position, print what the config changes
     (unless ``say_changes`` is false: a resume plan printed them before any work)."""
     saved = checkpoint.get("hyper_parameters") or {}
-    refuse_incompatible(saved, module.hparams)
     trainer = attached_trainer(module)
-    fitting = trainer is not None and trainer.state.fn == "fit"
-    if fitting and (why := parameter_groups_change(saved.get("optimizer"), module.optimizer_config, module)):
-        raise CheckpointError(why)
+    if refusals := model_refusals(saved, module, fitting=trainer is not None and trainer.state.fn == "fit"):
+        raise CheckpointError(" | ".join(refusals))
     take_own_loader_state(checkpoint, trainer)
     for line in changed(saved, module.hparams) if say_changes else []:
         rank_zero_info(f"resume: {line}")
 
 
-def refuse_incompatible(saved: Mapping[str, Any], now: Mapping[str, Any]) -> None:
+def model_refusals(saved: Mapping[str, Any], module: Any, fitting: bool) -> list[str]:
+    """Why the checkpoint's model hyper-parameters (``saved``) cannot resume as ``module``: another interface
+    or backbone shape, and (``fitting``) parameter groups the checkpoint's optimizer state cannot follow."""
+    now = module.hparams
     problems = []
     if "interface" in saved and saved["interface"] != now.get("interface"):
         problems.append(f"model.interface: checkpoint {saved['interface']}, config {now.get('interface')}")
@@ -83,12 +84,16 @@ def refuse_incompatible(saved: Mapping[str, Any], now: Mapping[str, Any]) -> Non
         current = (now.get("decoder") or {}).get(key)
         if key not in _RESUMABLE_DECODER_CHANGES and value != current:
             problems.append(f"model.decoder.{key}: checkpoint {value!r}, config {current!r}")
+    refusals = []
     if problems:
-        raise CheckpointError(
+        refusals.append(
             "refusing to resume: the checkpoint's model differs from the config's in what a resume cannot change: "
             + "; ".join(problems)
             + ". Resume with the run's own config, or start a new run (--run NAME) without --ckpt_path."
         )
+    if fitting and (why := parameter_groups_change(saved.get("optimizer"), module.optimizer_config, module)):
+        refusals.append(why)
+    return refusals
 
 
 def changed(saved: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:

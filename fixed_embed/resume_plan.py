@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,26 +18,14 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from fixed_embed.errors import CheckpointError, ConfigError
 from fixed_embed.fsdp import UnsafeCheckpointError, load_weights_only
-from fixed_embed.recipe import parameter_groups_change
-from fixed_embed.resume import changed, refuse_incompatible
+from fixed_embed.resume import changed, model_refusals
 from fixed_embed.run_folder import step_checkpoints, step_of
 
-__all__ = ["ResumePlan", "RunComplete", "choose_checkpoint", "plan_fit", "plan_resume", "read_checkpoint"]
+__all__ = ["RunComplete", "choose_checkpoint", "plan_fit", "read_checkpoint"]
 
 
 class RunComplete(Exception):
     """The checkpoint to resume is at the run's length: nothing to train (the message says so, and what is left)."""
-
-
-@dataclass
-class ResumePlan:
-    """What a resume does, decided before any work: printed line by line; ``complete``: nothing to train."""
-
-    path: Path
-    step: int
-    max_steps: int | None
-    lines: list[str] = field(default_factory=list)
-    complete: bool = False
 
 
 def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
@@ -108,58 +95,12 @@ def choose_checkpoint(folder: Path) -> tuple[Path | None, dict[str, Any] | None,
     return newest, read_checkpoint(newest), []
 
 
-def plan_resume(
-    checkpoint: Mapping[str, Any],
-    path: Path,
-    model: Any,
-    datamodule: Any,
-    world_size: int | None,
-    max_steps: int | None,
-) -> ResumePlan:
-    """Refuse what the checkpoint cannot resume under the config given now; say what it changes.
-
-    ``model``: the config's ``LanguageModel`` (built on the meta device); ``datamodule``: its
-    ``TextDataModule`` (not set up); ``world_size``: nodes x devices (None: not known before launch);
-    ``max_steps``: the run's length in updates (None: unknown). Raises :class:`CheckpointError` with
-    every refusal; the plan's lines otherwise.
-    """
-    step = checkpoint.get("global_step")
-    step = step if isinstance(step, int) else 0
-    plan = ResumePlan(path, step, max_steps)
-    saved = checkpoint.get("hyper_parameters") or {}
-    refusals: list[str] = []
-    try:
-        refuse_incompatible(saved, model.hparams)
-    except CheckpointError as error:
-        refusals.append(str(error))
-    if why := parameter_groups_change(saved.get("optimizer"), model.optimizer_config, model):
-        refusals.append(why)
-    refusals += datamodule.resume_refusals(checkpoint, world_size)
-    if max_steps is not None and max_steps > 0 and step > max_steps:
-        refusals.append(
-            f"refusing to resume: {path} is at update {step}, beyond the run's length of {max_steps} updates "
-            f"(trainer.max_steps or model.token_budget): nothing would be trained. Raise --trainer.max_steps above "
-            f"{step} to train on, or evaluate the checkpoint (fixed-embed eval {path})"
-        )
-    if refusals:
-        raise CheckpointError("\n".join(refusals) if len(refusals) == 1 else " | ".join(refusals))
-    plan.lines += [f"resume: {line}" for line in changed(saved, model.hparams)]
-    saved_data, data_now = checkpoint.get("datamodule_hyper_parameters") or {}, datamodule.hparams
-    if "batch_size" in saved_data and saved_data["batch_size"] != data_now.get("batch_size"):
-        plan.lines.append(
-            f"resume: data.batch_size: {saved_data['batch_size']!r} in the checkpoint -> "
-            f"{data_now.get('batch_size')!r} now (sequences per device per micro-batch: the global batch changes)"
-        )
-    plan.complete = max_steps is not None and max_steps > 0 and step == max_steps
-    return plan
-
-
-def plan_fit(config: Any, checkpoints: Path | None, max_steps: int) -> tuple[str | None, ResumePlan | None]:
-    """The checkpoint a fit resumes (the ``ckpt_path`` to give Lightning) and its plan, printed; no plan: a
-    fresh start (or Lightning's own ``last`` without a run folder). Every refusal is raised here;
-    :class:`RunComplete` when there is nothing to train.
+def plan_fit(config: Any, checkpoints: Path | None, max_steps: int) -> tuple[str | None, int | None]:
+    """The checkpoint a fit resumes (the ``ckpt_path`` to give Lightning) and its update, after printing what
+    the resume changes; no update: a fresh start (or, without a run folder, Lightning's own ``last``).
 
     ``config``: the ``fit`` command's parsed config; ``checkpoints``: the run folder's (None without one).
+    Raises every refusal at once (:class:`CheckpointError`), and :class:`RunComplete` when nothing is left.
     """
     ckpt_path = config.ckpt_path
     if ckpt_path in ("last", None) and checkpoints is not None:
@@ -185,47 +126,53 @@ def plan_fit(config: Any, checkpoints: Path | None, max_steps: int) -> tuple[str
     from fixed_embed.experiment import build_model, trainer_world_size
 
     model, datamodule = build_model(config.model.as_dict()), TextDataModule(**config.data.as_dict())
-    plan = plan_resume(checkpoint, path, model, datamodule, trainer_world_size(config.trainer), max_steps)
-    where = f" into {checkpoints.parent}" if checkpoints is not None and ckpt_path != "last" else ""
-    rank_zero_info(f"resuming {path} at update {plan.step} of {plan.max_steps}{where}")
-    for line in plan.lines:
-        rank_zero_info(line)
-    if plan.complete:
-        raise RunComplete(_complete_message(plan, config.trainer.callbacks or [], checkpoints))
-    return str(path), plan
-
-
-def _complete_message(plan: ResumePlan, callbacks: list, checkpoints: Path | None) -> str:
-    """That the run is complete, and the command that writes its final benchmark if an interruption lost it."""
-    lines = [
-        f"run complete: {plan.path} is at update {plan.step}, the run's length ({plan.max_steps} updates): nothing "
-        f"to train (raise --trainer.max_steps to train on)"
-    ]
-    bench = _final_benchmark(callbacks)
-    folder = checkpoints.parent / "benchmarks" / f"step_{plan.step:08d}" if checkpoints is not None else None
-    if bench is not None and folder is not None and not (folder / "results.json").is_file():
-        command = ["fixed-embed", "eval", str(plan.path), "--tasks", ",".join(bench.get("tasks") or
-                   ["fixed_embed_word_order"])]  # fmt: skip
-        if bench.get("limit") is not None:
-            command += ["--limit", str(bench["limit"])]
-        if bench.get("num_fewshot"):
-            command += ["--num-fewshot", str(bench["num_fewshot"])]
-        for include in bench.get("include_path") or []:
-            command += ["--include-path", str(include)]
-        command += ["--output", str(folder)]
-        lines.append(
-            f"the final benchmark at update {plan.step} did not run (interrupted); get it with: "
-            + " ".join(shlex.quote(c) for c in command)
+    step, saved = checkpoint["global_step"], checkpoint["hyper_parameters"]
+    refusals = model_refusals(saved, model, fitting=True)
+    refusals += datamodule.resume_refusals(checkpoint, trainer_world_size(config.trainer))
+    if step > max_steps:
+        refusals.append(
+            f"refusing to resume: {path} is at update {step}, beyond the run's length of {max_steps} updates "
+            f"(trainer.max_steps or model.token_budget): nothing would be trained. Raise --trainer.max_steps above "
+            f"{step} to train on, or evaluate the checkpoint (fixed-embed eval {path})"
         )
-    return "\n".join(lines)
+    if refusals:
+        raise CheckpointError(" | ".join(refusals))
+    where = f" into {checkpoints.parent}" if checkpoints is not None and ckpt_path != "last" else ""
+    rank_zero_info(f"resuming {path} at update {step} of {max_steps}{where}")
+    for line in changed(saved, model.hparams):
+        rank_zero_info(f"resume: {line}")
+    then, now = (checkpoint.get("datamodule_hyper_parameters") or {}).get("batch_size"), datamodule.hparams.batch_size
+    if then is not None and then != now:
+        rank_zero_info(
+            f"resume: data.batch_size: {then!r} in the checkpoint -> {now!r} now (sequences per device per "
+            "micro-batch: the global batch changes)"
+        )
+    if step == max_steps:
+        raise RunComplete(_complete_message(path, step, config.trainer.callbacks or [], checkpoints))
+    return str(path), step
 
 
-def _final_benchmark(callbacks: list) -> dict | None:
-    """The init_args of the config's enabled end-of-run BenchmarkCallback, if any."""
+def _complete_message(path: Path, step: int, callbacks: list, checkpoints: Path | None) -> str:
+    """That the run is complete, and the command that writes its final benchmark if an interruption lost it."""
+    message = (
+        f"run complete: {path} is at update {step}, the run's length: nothing to train (raise --trainer.max_steps "
+        "to train on)"
+    )
+    folder = checkpoints.parent / "benchmarks" / f"step_{step:08d}" if checkpoints is not None else None
+    if folder is None or (folder / "results.json").is_file():
+        return message
     for callback in callbacks:
         spec = callback if isinstance(callback, dict) else callback.as_dict()
-        if str(spec.get("class_path", "")).endswith("BenchmarkCallback"):
-            args = spec.get("init_args") or {}
-            if args.get("enabled", True) and args.get("at_train_end", True):
-                return args
-    return None
+        args = spec.get("init_args") or {}
+        at_end = args.get("enabled", True) and args.get("at_train_end", True)
+        if at_end and str(spec.get("class_path")).endswith("BenchmarkCallback"):
+            command = ["fixed-embed", "eval", str(path), "--tasks", ",".join(args.get("tasks") or
+                       ["fixed_embed_word_order"])]  # fmt: skip
+            command += ["--limit", str(args["limit"])] if args.get("limit") is not None else []
+            command += ["--num-fewshot", str(args["num_fewshot"])] if args.get("num_fewshot") else []
+            command += [arg for include in args.get("include_path") or [] for arg in ("--include-path", str(include))]
+            command += ["--output", str(folder)]
+            return f"{message}\nthe final benchmark at update {step} did not run (interrupted); get it with: " + (
+                shlex.join(command)
+            )
+    return message

@@ -1,19 +1,11 @@
 """``fixed-embed fit|validate|test``: LightningCLI over LanguageModel and TextDataModule.
 
-What this shell adds to LightningCLI, all decided before any work starts:
-
-- **One folder per run, relaunch-safe** (:mod:`fixed_embed.run_folder`): ``--run NAME`` (default
-  ``default``) names the run; ``--ckpt_path last`` resumes its newest checkpoint when it has one
-  and starts it fresh when it has none, printing which; a fresh start into a folder that already
-  holds checkpoints is refused (two runs never write into each other).
-- **The config given now wins on resume** (:mod:`fixed_embed.resume_plan`): LightningCLI would
-  replace the ``model:`` config by the checkpoint's hyper-parameters; here the config is kept, what
-  cannot change is refused and what changed is printed.
-- **The run length** (:func:`fixed_embed.experiment.run_length`): ``model.token_budget`` becomes the
-  Trainer's ``max_steps`` at this launch's world size.
-- **Intervals in optimizer updates.** ``trainer.val_check_interval`` counts updates, like every
-  other interval of the experiment configs (Lightning counts micro-batches: it is multiplied by
-  ``accumulate_grad_batches`` here).
+What this shell adds to LightningCLI, all decided before any work starts: one folder per run,
+relaunch-safe (:mod:`fixed_embed.run_folder`); a resume plan in which the config given now wins over
+the checkpoint's hyper-parameters (:mod:`fixed_embed.resume_plan`); the run length from
+``model.token_budget`` (:func:`fixed_embed.experiment.run_length`); ``trainer.val_check_interval`` in
+optimizer updates, like every other interval (Lightning counts micro-batches). And one boundary
+(:func:`run`): locks released on every way out, a refused write, a lost rank and Ctrl-C in one line.
 """
 
 from __future__ import annotations
@@ -27,7 +19,7 @@ from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
 
 from fixed_embed import rank_watch, run_lock
-from fixed_embed.config import CONFIG_FILE_FLAGS, DEFAULT_RUN, _config_values, expand_config_args
+from fixed_embed.config import CONFIG_FILE_FLAGS, DEFAULT_RUN, config_values, expand_config_args
 from fixed_embed.data import TextDataModule
 from fixed_embed.errors import ConfigError, RunWriteError, environment_error
 from fixed_embed.experiment import run_length
@@ -50,7 +42,7 @@ class FixedEmbedCLI(LightningCLI):
         self._trainers = trainers if trainers is not None else []
         self._ckpt_path: str | None = None
         self._max_steps: int | None = None
-        self._plan = None
+        self._resumed_step: int | None = None
         super().__init__(
             LanguageModel,
             TextDataModule,
@@ -93,8 +85,8 @@ class FixedEmbedCLI(LightningCLI):
             self._max_steps, how = run_length(config)
             rank_zero_info(how)
             checkpoints = folder / "checkpoints" if folder is not None else None
-            self._ckpt_path, self._plan = plan_fit(config, checkpoints, self._max_steps)
-            if self._plan is None:
+            self._ckpt_path, self._resumed_step = plan_fit(config, checkpoints, self._max_steps)
+            if self._resumed_step is None:
                 _preflight(config)
         else:  # validate, test: the checkpoint and the data, before any work
             if config.ckpt_path not in (None, "last", "best"):
@@ -116,9 +108,9 @@ class FixedEmbedCLI(LightningCLI):
         self._trainers.append(trainer)
         if isinstance(trainer.val_check_interval, int) and trainer.accumulate_grad_batches > 1:
             trainer.val_check_interval *= trainer.accumulate_grad_batches  # updates -> Lightning's micro-batches
-        if self._plan is not None:
-            self.model.resume_plan = self._plan
-            purge_curve_after(trainer, self._plan.step)
+        if self._resumed_step is not None:
+            self.model.resume_planned = True
+            purge_curve_after(trainer, self._resumed_step)
 
 
 def _preflight(config: Any) -> None:
@@ -142,8 +134,7 @@ def _check_seq_len(config: Any) -> None:
 
 
 def run(argv: list[str]) -> int:
-    """The command, within its boundary: locks released on every way out; a refused write, a lost rank
-    and Ctrl-C said in one line (bugs keep their traceback)."""
+    """The command within its boundary (bugs keep their traceback)."""
     locks: list[run_lock.RunLock] = []
     trainers: list[Any] = []
     try:
@@ -155,7 +146,7 @@ def run(argv: list[str]) -> int:
         if isinstance(stop.__context__, KeyboardInterrupt):  # Lightning's Ctrl-C handler: sys.exit(1)
             _say_interrupted(trainers)
         elif stop.code == 2 and (
-            files := [f for f in _config_values(argv, CONFIG_FILE_FLAGS) if Path(f).is_file()]
+            files := [f for f in config_values(argv, CONFIG_FILE_FLAGS) if Path(f).is_file()]
         ):  # a usage error: which files it came from
             print(f"fixed-embed {argv[0]}: (the config files given: {', '.join(files)})", file=sys.stderr)
         raise
