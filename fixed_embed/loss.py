@@ -14,11 +14,8 @@ the ``[N, d]`` gradient of the hidden states and an fp32 ``[V, d]`` accumulator;
 Equal to the plain path: the same mean over all targets, the same dtypes (logits in the compute
 dtype -- the autocast dtype if autocast is on -- upcast to fp32; the logits' gradient cast back to the
 compute dtype before the two matmuls); only the head weight's gradient is summed over chunks in
-fp32. ``chunk_tokens`` 0 or ``None`` runs the plain path unchanged.
-
-FSDP2: call this from the head module's own ``forward`` (:class:`fixed_embed.model.OutputHead`),
-where FSDP has gathered the weight; reading a sharded module's ``weight`` elsewhere would bypass the
-all-gather.
+fp32. ``chunk_tokens`` 0 or ``None`` runs the plain path unchanged. Under FSDP2 it must run inside
+the head's own ``forward`` (:class:`fixed_embed.model.OutputHead`), where the weight is gathered.
 """
 
 from __future__ import annotations

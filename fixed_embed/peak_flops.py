@@ -37,16 +37,9 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 
 def training_matmul_dtype(trainer: Any, module: Any) -> str:
-    """The dtype a ``Trainer``'s training matmuls actually run in, read from what runs.
-
-    1. The precision plugin's forward context: under autocast (``bf16-mixed``, ``16-mixed``) its
-       autocast dtype, on the module's device type.
-    2. Under a sharded strategy (FSDP2 through ``ModelParallelStrategy``, applied by
-       ``LanguageModel.configure_model``): the module's ``parallel_config.param_dtype``, the
-       dtype FSDP2 all-gathers the parameters in for compute.
-    3. Otherwise the dtype of the module's Linear weights (``bf16-true`` converts them; ``32-true``
-       leaves them fp32: tf32 when torch may use it).
-    """
+    """The dtype a ``Trainer``'s training matmuls run in, read from what runs: the precision plugin's
+    autocast dtype (``*-mixed``); else, sharded, the dtype FSDP2 gathers parameters in for compute
+    (``parallel_config.param_dtype``); else the Linear weights' dtype (``bf16-true`` converts them)."""
     from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
 
     device_type = module.device.type if hasattr(module, "device") else "cpu"

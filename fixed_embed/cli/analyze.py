@@ -41,11 +41,9 @@ def run(argv: list[str]) -> int:
         model, tokenizer = load_checkpoint(path, device=args.device)
         blocks = text_blocks(tokenizer, args.blocks, model.config.max_seq_len, args.data)
         label = args.labels[i] if args.labels else f"{type(model.interface).__name__} ({Path(path).name})"
-        if args.analysis == "probe":
-            results[label] = identity_probe(model.decoder, blocks)
-        else:
-            results[label] = layer_ablation(model.decoder, blocks, args.mode)
-        results[label]["checkpoint"] = str(path)
+        probe = args.analysis == "probe"
+        result = identity_probe(model.decoder, blocks) if probe else layer_ablation(model.decoder, blocks, args.mode)
+        results[label] = {**result, "checkpoint": str(path)}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / f"{args.analysis}.json", json.dumps(results, indent=2) + "\n")
