@@ -40,14 +40,14 @@ def training_matmul_dtype(trainer: Any, module: Any) -> str:
     """The dtype a ``Trainer``'s training matmuls run in, read from what runs: the precision plugin's
     autocast dtype (``*-mixed``); else, sharded, the dtype FSDP2 gathers parameters in for compute
     (``parallel_config.param_dtype``); else the Linear weights' dtype (``bf16-true`` converts them)."""
-    from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy
+    from fixed_embed.fsdp import shards_parameters
 
     device_type = module.device.type if hasattr(module, "device") else "cpu"
     with trainer.precision_plugin.forward_context():
         if torch.is_autocast_enabled(device_type):
             return dtype_name(torch.get_autocast_dtype(device_type))
     parallel = getattr(module, "parallel_config", None)
-    if isinstance(trainer.strategy, (ModelParallelStrategy, FSDPStrategy)) and parallel is not None:
+    if shards_parameters(trainer.strategy) and parallel is not None:
         return dtype_name(getattr(torch, parallel.param_dtype))
     weight = next((m.weight for m in module.modules() if isinstance(m, torch.nn.Linear)), None)
     return dtype_name(weight.dtype if weight is not None else torch.float32)
