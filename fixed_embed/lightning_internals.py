@@ -1,41 +1,9 @@
-"""Every use of a library's private API, in one place: what is touched, why, and why no public hook serves.
+"""Every use of a library's private API, each a function saying why no public way serves.
 
-Lightning 2.6.6 (pinned in ``pyproject.toml``) offers no public way to do the things below. Each one
-is a function here, called from its call sites. ``tests/test_lightning_internals.py`` checks every
-name, signature and call this module relies on (:data:`LIGHTNING_INTERNALS`, :data:`TORCH_INTERNALS`),
-in-process and without training, so a library upgrade fails there by name instead of in a run.
-
-Lightning internals still used:
-
-- ``_TrainingEpochLoop._should_accumulate`` (called): :func:`ends_update`, the one answer to "does this
-  micro-batch end an update" (every ``callbacks.update_boundary.UpdateCallback``, FSDP2's gradient sync).
-- ``_TrainingEpochLoop._broadcast_sigterm_tensor`` (shadowed): :func:`skip_sigterm_broadcast`, no
-  collective and host sync per micro-batch under :class:`callbacks.preemption.PreemptionCheckpoint`.
-- ``ModelParallelStrategy._data_parallel_size`` (write): :func:`set_data_parallel_size`, FSDP2 over
-  every rank.
-- The profiler action ``[_TrainingEpochLoop].train_dataloader_next`` around the loop's ``next()``:
-  :class:`FetchTimer`, the data wait of ``callbacks/throughput.py``.
-- The checkpoint layout ``checkpoint["loops"]["fit_loop"]["state_dict"]["combined_loader"]`` (the
-  training loader's state, saved from global rank 0 only): :func:`fit_loop_state`, used by
-  :mod:`fixed_embed.data.loader_state`.
-
-Other libraries: torch's ``LRScheduler._last_lr`` (write, :func:`set_scheduler_last_lr`); tqdm's
-``tqdm.__init__`` (wrapped, :func:`route_tqdm`); the class of an existing ``logging.Logger``
-(swapped, :func:`take_over_logger`); and, listed in :data:`TORCH_INTERNALS` only, the c10d store
-that ``rank_watch.py`` uses.
-
-Replaced by public API: ``LightningModule._trainer`` (:func:`attached_trainer` uses the public
-``trainer`` property), ``ModelCheckpoint``'s protected methods (``CheckpointPolicy`` is a plain
-``Checkpoint`` that calls ``trainer.save_checkpoint``), ``RichProgressBar``'s (``UpdateProgressBar``
-draws with ``rich`` itself), torch's ``_load_state_dict`` and ``_EmptyStateDictLoadPlanner`` (``fsdp.py``
-reads shards with the public ``load``), ``ModelParallelStrategy._save_distributed_checkpoint`` in ``FSDP2Strategy`` (its
-own ``save_distributed_checkpoint``), ``fit_loop.epoch_loop.max_steps`` (the CLI's ``instantiate_trainer``
-gives the Trainer the length a token budget resolves to), ``LightningCLI._parse_ckpt_path`` (the CLI's
-``parse_arguments`` holds the checkpoint path back from it); torch's ``Module._non_persistent_buffers_set``
-(:func:`fixed_embed.accounting.derived_buffers`: the buffers a state dict leaves out).
-
-This module imports neither Lightning nor torch: :mod:`fixed_embed.console` uses it before any
-library is imported.
+Lightning is pinned (``pyproject.toml``); ``tests/test_lightning_internals.py`` checks every name,
+signature and call in :data:`LIGHTNING_INTERNALS` and :data:`TORCH_INTERNALS`, so an upgrade fails
+there by name (docs/design.md, "Lightning internals"). Imports neither Lightning nor torch:
+:mod:`fixed_embed.console` uses it before any library is imported.
 """
 
 from __future__ import annotations
@@ -45,30 +13,13 @@ import logging
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-__all__ = [
-    "LIGHTNING_INTERNALS",
-    "TORCH_INTERNALS",
-    "FetchTimer",
-    "Internal",
-    "attached_trainer",
-    "ends_update",
-    "fit_loop_state",
-    "route_tqdm",
-    "set_data_parallel_size",
-    "set_scheduler_last_lr",
-    "skip_sigterm_broadcast",
-    "take_over_logger",
-]
-
 
 class Internal(NamedTuple):
-    """One private name relied on: ``name`` on ``owner`` (a dotted class or module), and how.
+    """A private ``name`` on ``owner`` (a dotted class or module), relied on as ``kind``.
 
-    ``kind``: ``attribute`` (of the class or module), ``instance`` (set on instances, in
-    ``__init__``), ``method`` (called or overridden with exactly the parameters ``params``; a last
-    ``...`` allows more), or ``text`` (no attribute: ``name`` must appear in ``called_in``'s source).
-    ``called_in``: functions of the library (dotted, or a name on ``owner``) whose source must name
-    ``name`` -- an override that nothing calls any more would silently do nothing.
+    ``kind``: ``attribute``, ``instance`` (set in ``__init__``), ``method`` (with exactly ``params``;
+    a last ``...`` allows more) or ``text`` (``name`` appears in ``called_in``'s source).
+    ``called_in``: library functions whose source must name it (an override nothing calls does nothing).
     """
 
     owner: str
@@ -106,11 +57,8 @@ TORCH_INTERNALS: tuple[Internal, ...] = (
 )  # fmt: skip
 
 
-# -- Lightning ---------------------------------------------------------------------------------------
-
-
 def attached_trainer(module: Any) -> Any:
-    """The module's trainer, or None outside one. Public API: the ``trainer`` property raises when unattached."""
+    """The module's trainer, or None outside one (the public ``trainer`` property raises)."""
     try:
         return module.trainer
     except RuntimeError:
@@ -120,9 +68,8 @@ def attached_trainer(module: Any) -> Any:
 def ends_update(trainer: Any) -> bool:
     """Whether the micro-batch now starting ends its optimizer update (read from ``on_train_batch_start``).
 
-    Why private: Lightning's own decision (the accumulation count, an epoch's last batch, a stream that
-    ran out) is ``_TrainingEpochLoop._should_accumulate``; a copy of it would drift from the step Lightning
-    actually takes, and FSDP2 would step on gradients never reduce-scattered.
+    Why private: Lightning decides in ``_should_accumulate`` (accumulation count, an epoch's last batch,
+    a stream that ran out); a copy would drift from the step taken, and FSDP2 would step unreduced.
     """
     return not trainer.fit_loop.epoch_loop._should_accumulate()
 
@@ -130,11 +77,9 @@ def ends_update(trainer: Any) -> bool:
 def skip_sigterm_broadcast(trainer: Any) -> Callable[[], None]:
     """Stop Lightning's per-micro-batch SIGTERM broadcast; returns the function that restores it.
 
-    Why private: with more than one rank Lightning broadcasts a flag from rank 0 before every micro-batch
-    and reads it back (``.item()``: a collective and a host sync each time). The flag is set only by
-    Lightning's own SIGTERM handler, which :class:`callbacks.preemption.PreemptionCheckpoint` replaces
-    (its stop travels through the rank watch and a vote once per update), so the broadcast always says 0.
-    No public switch turns it off.
+    Why private: with several ranks it costs a collective and a host sync per micro-batch, and says 0
+    once :class:`callbacks.preemption.PreemptionCheckpoint` replaced the handler that sets it; no
+    public switch turns it off.
     """
     loop = trainer.fit_loop.epoch_loop
     loop._broadcast_sigterm_tensor = lambda: None  # an instance attribute, over the class's method
@@ -142,10 +87,10 @@ def skip_sigterm_broadcast(trainer: Any) -> Callable[[], None]:
 
 
 def set_data_parallel_size(strategy: Any, size: int) -> None:
-    """The data-parallel width of a ``ModelParallelStrategy``'s device mesh, before ``setup_environment`` builds it.
+    """The data-parallel width of a ``ModelParallelStrategy``'s mesh, before ``setup_environment`` builds it.
 
-    Why private: the constructor takes ``data_parallel_size``, but the world size it must equal is
-    known only once the launcher set ``num_nodes`` x ``num_processes``; ``"auto"`` means one node wide.
+    Why private: the constructor's ``data_parallel_size`` must equal a world size known only once the
+    launcher set ``num_nodes`` x ``num_processes`` (``"auto"`` means one node wide).
     """
     strategy._data_parallel_size = size
 
@@ -154,19 +99,12 @@ _FETCH_ACTION = ".train_dataloader_next"
 
 
 class FetchTimer:
-    """Calls ``on_start`` / ``on_stop`` around each fetch of a training batch.
+    """Calls ``on_start`` / ``on_stop`` around each fetch of a training batch, wrapping the profiler.
 
-    Why not timestamps in the callback hooks: Lightning runs, per micro-batch, ``next()`` on the
-    dataloader, then every callback's ``on_train_batch_start``, the step, every callback's
-    ``on_train_batch_end`` (``ModelCheckpoint`` last), the module's hook, validation and logging.
-    "From this callback's ``on_train_batch_end`` to the next ``on_train_batch_start``" therefore
-    includes every later callback (checkpoint writes, in-loop benchmarks) and the loop's own work;
-    no callback hook runs right before the fetch. The fetch itself is bracketed by the trainer's
-    profiler -- ``profiler.start/stop("[_TrainingEpochLoop].train_dataloader_next")``, the default
-    ``PassThroughProfiler`` included -- so this timer wraps the trainer's profiler object (its
-    ``start``/``stop``, delegating to the originals: a configured profiler still sees every action)
-    for the duration of the fit. Exactly the time in ``next()`` is data wait; nothing else is.
-    Why private: the action's name is the loop's, not an API.
+    Why not the callback hooks: no hook runs right before the fetch, and the time from one
+    ``on_train_batch_end`` to the next start includes later callbacks and the loop's own work. The
+    trainer's profiler (the default one too) brackets exactly ``next()``; the wrap delegates, so a
+    configured profiler still sees every action. Why private: the action's name is the loop's.
     """
 
     def __init__(self, profiler: Any, on_start: Callable[[], None], on_stop: Callable[[], None]) -> None:
@@ -193,22 +131,18 @@ COMBINED_LOADER = "combined_loader"  # the fit loop's key for the training loade
 
 
 def fit_loop_state(checkpoint: dict[str, Any]) -> dict[str, Any] | None:
-    """The fit loop's own state in a checkpoint, which holds the training loader's under :data:`COMBINED_LOADER`.
+    """The fit loop's state in a checkpoint; the training loader's is under :data:`COMBINED_LOADER`.
 
-    Why private: Lightning saves (and restores) the loader's state inside its loop's state, written
-    from global rank 0 only; no hook hands a rank its own. The layout is Lightning's checkpoint format.
+    Why private: Lightning keeps the loader's state inside its loop's (from rank 0 only); no hook
+    hands a rank its own.
     """
     return checkpoint.get("loops", {}).get("fit_loop", {}).get("state_dict")
-
-
-# -- other libraries ---------------------------------------------------------------------------------
 
 
 def set_scheduler_last_lr(scheduler: Any, lrs: list[float]) -> None:
     """Make ``scheduler.get_last_lr()`` (and its saved state) say ``lrs``, the LRs just set on its optimizer.
 
-    Why private: torch's ``get_last_lr()`` has no setter; only ``step()`` sets it, and a step would
-    advance the schedule.
+    Why private: only ``step()`` sets it, and a step would advance the schedule.
     """
     scheduler._last_lr = lrs
 
@@ -216,8 +150,7 @@ def set_scheduler_last_lr(scheduler: Any, lrs: list[float]) -> None:
 def route_tqdm(stream: Any) -> None:
     """tqdm bars created without a ``file`` (lm-eval's, datasets', the evaluation's own) write to ``stream``.
 
-    Why a patch: tqdm has no process-wide default for ``file`` (it is ``sys.stderr`` at each bar's
-    creation), and the bars are made inside other libraries. Idempotent.
+    Why a patch: tqdm has no process-wide default ``file``, and other libraries make the bars. Idempotent.
     """
     try:
         from tqdm import std
@@ -240,8 +173,7 @@ def route_tqdm(stream: Any) -> None:
 def take_over_logger(logger: logging.Logger, cls: type[logging.Logger]) -> None:
     """Make the existing ``logger`` an instance of ``cls`` (a ``logging.Logger`` subclass adding no state).
 
-    Why: Lightning, transformers, datasets, ... configure their logger when imported (a stderr
-    handler, ``propagate = False``), after :func:`fixed_embed.console.setup`. ``logging`` has no hook
-    for that, and ``logging.setLoggerClass`` affects only loggers created later, not ones that exist.
+    Why: libraries configure their logger when imported, after :func:`fixed_embed.console.setup`, and
+    ``logging.setLoggerClass`` affects only loggers created later.
     """
     logger.__class__ = cls
