@@ -1,15 +1,9 @@
-"""Token-identity codes: bit widths, little-endian bit codes and GF(2) recodings.
+"""Token-identity codes: bit widths, little-endian bit codes and GF(2) recodings, in integer algebra only
+(bit-identical on every device).
 
-Everything here is pure integer algebra on Python ints or integer tensors, so the
-same code runs on CPU, CUDA and the meta device and gives bit-identical results.
-
-Conventions
------------
-* A token id ``i`` is written as ``K = code_width(V)`` bits, **little-endian**:
-  element 0 is the least significant bit.
-* A K x K matrix over GF(2) is stored as ``K`` row masks (Python ints): bit ``c`` of
-  ``rows[r]`` is the entry ``A[r, c]``. Applying it to a code ``x`` (also an int
-  whose bit ``c`` is element ``c``) gives ``y`` with bit ``r`` = parity(rows[r] & x).
+A token id is written as ``K = code_width(V)`` bits, little-endian (element 0 is the least significant
+bit). A K x K matrix A over GF(2) is stored as K row masks (Python ints): bit ``c`` of ``rows[r]`` is
+``A[r, c]``, and A x has bit ``r`` = parity(rows[r] & x).
 """
 
 from __future__ import annotations
@@ -19,25 +13,9 @@ from collections.abc import Sequence
 
 import torch
 
-__all__ = [
-    "bits_of",
-    "code_width",
-    "decode_bits",
-    "gf2_apply",
-    "gf2_inverse",
-    "gf2_rank",
-    "matrix_from_rows",
-    "parity",
-    "random_injection",
-    "random_invertible_gf2",
-    "rows_from_matrix",
-]
-
 
 def code_width(vocab_size: int) -> int:
     """K = ceil(log2 V): the fewest bits that give every id of a V-token vocabulary its own code."""
-    if not isinstance(vocab_size, int) or vocab_size < 2:
-        raise ValueError(f"vocab_size must be an integer >= 2, got {vocab_size!r}")
     return (vocab_size - 1).bit_length()
 
 
@@ -61,9 +39,9 @@ def gf2_apply(rows: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
     return decode_bits(parity(masked))
 
 
-def rows_from_matrix(matrix: Sequence[Sequence[int]] | torch.Tensor) -> list[int]:
+def rows_from_matrix(matrix: Sequence[Sequence[int]]) -> list[int]:
     """Row masks of a K x K 0/1 matrix; raises ValueError for a non-square or non-binary matrix."""
-    rows = [[int(v) for v in row] for row in (matrix.tolist() if isinstance(matrix, torch.Tensor) else matrix)]
+    rows = [[int(v) for v in row] for row in matrix]
     k = len(rows)
     if k == 0 or any(len(r) != k for r in rows):
         shape = f"{k} x {sorted({len(r) for r in rows})}"
@@ -111,11 +89,8 @@ def gf2_inverse(rows: Sequence[int], width: int) -> list[int]:
 
 
 def _seeded_words(seed: int, label: str):
-    """An endless, platform-independent stream of 64-bit words: SHA-256 in counter mode.
-
-    Deliberately not torch's or NumPy's RNG: their streams are allowed to change across
-    versions and devices, and a code assignment must never change under a user.
-    """
+    """An endless stream of 64-bit words, SHA-256 in counter mode: unlike torch's or NumPy's RNG it never
+    changes across versions and devices, and neither may a code assignment."""
     counter = 0
     while True:
         digest = hashlib.sha256(f"fixed-embed/{label}/seed={seed}/block={counter}".encode()).digest()
@@ -125,13 +100,8 @@ def _seeded_words(seed: int, label: str):
 
 
 def random_invertible_gf2(width: int, seed: int) -> list[int]:
-    """A uniformly random invertible ``width x width`` matrix over GF(2), as row masks, fixed by ``seed``.
-
-    Rejection sampling from the platform-stable stream: draw K random rows, keep the matrix if its
-    rank is K (about 29 % of draws for large K), otherwise draw again.
-    """
-    if width < 1:
-        raise ValueError(f"matrix width must be >= 1, got {width}")
+    """A uniformly random invertible ``width x width`` matrix over GF(2), as row masks, fixed by ``seed``:
+    K random rows are drawn until they have rank K (about 29 % of draws for large K)."""
     words = _seeded_words(seed, f"gf2-matrix/K={width}")
     mask = (1 << width) - 1
     for _ in range(10_000):
@@ -142,13 +112,8 @@ def random_invertible_gf2(width: int, seed: int) -> list[int]:
 
 
 def random_injection(n: int, width: int, seed: int) -> list[int]:
-    """``n`` distinct ``width``-bit codes in random order, fixed by ``seed``: a random id -> code assignment.
-
-    The first ``n`` entries of a Fisher-Yates shuffle of ``range(2**width)`` driven by the same
-    platform-stable SHA-256 stream (modulo bias below 2**-40 for width <= 24).
-    """
-    if not 1 <= width <= 24 or not 1 <= n <= 2**width:
-        raise ValueError(f"need 1 <= width <= 24 and 1 <= n <= 2**width, got n={n}, width={width}")
+    """``n`` distinct ``width``-bit codes in random order, fixed by ``seed``: the first ``n`` of a
+    Fisher-Yates shuffle of ``range(2**width)`` (modulo bias below 2**-40 for width <= 24)."""
     words = _seeded_words(seed, f"injection/K={width}")
     codes = list(range(2**width))
     for i in range(n):  # a partial shuffle: only the first n places are needed

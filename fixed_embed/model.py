@@ -1,24 +1,12 @@
-"""Llama-style decoder-only transformer fed by a pluggable input interface.
+"""Llama-style decoder-only transformer fed by a pluggable input interface: the paper's backbone, with
+our own choices (RoPE theta, initialisation) listed in docs/design.md, "The recipe".
 
-Design choices (each matches the paper's backbone unless marked "ours"):
-
-* Input: any :class:`~fixed_embed.interfaces.InputInterface` -- a learned table or a fixed
-  code. The decoder never assumes the input is trainable, normalised or non-zero.
-* Pre-norm blocks: x + Attn(RMSNorm(x)), then x + SwiGLU(RMSNorm(x)); a final RMSNorm.
-  RMSNorm has a learnable gain and computes in float32; for x = 0 it returns exactly 0
-  (finite gradient), which the all-zero code of token 0 relies on.
-* Attention: causal multi-head (optionally grouped-query, ``n_kv_heads``) through
-  ``F.scaled_dot_product_attention`` so GPUs get flash / memory-efficient kernels.
-* RoPE in the Hugging Face Llama layout (rotate the two halves of each head), so an export to
-  ``LlamaForCausalLM`` is exact; rotated in float32 from fp32 tables (also under bf16); theta
-  10,000 by default (ours: the paper does not state it).
-* SwiGLU MLP: down(silu(gate(x)) * up(x)), intermediate size ``ffn_dim``.
-* No biases anywhere. Untied, trainable output head V x d (tying only with LearnedInput,
-  off by default: the paper's models are untied).
-* Initialisation (ours; the paper does not state one): every linear N(0, init_std^2) with
-  init_std = 0.02; the two residual output projections (attention ``o``, MLP ``down``)
-  scaled by 1/sqrt(2 n_layers) as in GPT-2 / OLMo so the residual stream's variance does
-  not grow with depth; norm gains 1. The interface initialises itself.
+* Input: any :class:`~fixed_embed.interfaces.InputInterface`; the decoder never assumes it is trainable,
+  normalised or non-zero (RMSNorm, in float32, returns exactly 0 for x = 0, with a finite gradient).
+* Pre-norm blocks x + Attn(RMSNorm(x)), x + SwiGLU(RMSNorm(x)), a final RMSNorm; no biases; an untied
+  V x d head (tying only with LearnedInput). Attention through ``F.scaled_dot_product_attention``
+  (flash kernels on GPUs), optionally grouped-query (``n_kv_heads``).
+* RoPE in the Hugging Face Llama layout, so an export to ``LlamaForCausalLM`` is exact.
 """
 
 from __future__ import annotations
@@ -33,8 +21,6 @@ from torch.utils.checkpoint import checkpoint
 
 from fixed_embed.interfaces import InputInterface, LearnedInput
 from fixed_embed.loss import linear_cross_entropy
-
-__all__ = ["Attention", "Block", "Decoder", "DecoderConfig", "OutputHead", "RMSNorm", "RotaryEmbedding", "SwiGLU"]
 
 
 @dataclass
@@ -105,11 +91,7 @@ class RMSNorm(nn.Module):
 
 
 class RotaryEmbedding(nn.Module):
-    """cos/sin tables for rotary position embeddings (Hugging Face Llama layout).
-
-    Frequencies f_i = theta^(-2i/h) for i < h/2; position p rotates the pair
-    (x_i, x_{i+h/2}) by the angle p f_i.
-    """
+    """RoPE cos/sin tables: position p rotates the pair (x_i, x_{i+h/2}) by p theta^(-2i/h)."""
 
     def __init__(self, head_dim: int, max_seq_len: int, theta: float = 10000.0) -> None:
         super().__init__()
@@ -128,8 +110,7 @@ class RotaryEmbedding(nn.Module):
         self.sin.copy_(angles.sin())
 
     def _apply(self, fn, recurse=True):  # nn.Module._apply
-        # ``module.to(torch.bfloat16)`` (bf16-true) would round the tables to bf16: keep them fp32,
-        # recomputed rather than upcast from the rounded values.
+        # bf16-true (``module.to(torch.bfloat16)``) would round the tables: recompute them in fp32.
         super()._apply(fn, recurse)
         if self.cos.dtype != torch.float32:
             self.cos, self.sin = self.cos.float(), self.sin.float()
@@ -137,10 +118,8 @@ class RotaryEmbedding(nn.Module):
         return self
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Rotate ``x[B, H, T, h]`` by its position (0 .. T-1), in float32 (as torchtitan), cast back
-        to ``x``'s dtype: a bf16 ``x`` is rounded once, after the rotation, not in each product."""
-        t = x.shape[-2]
-        cos, sin = self.cos[:t], self.sin[:t]
+        """Rotate ``x[B, H, T, h]`` in float32 (as torchtitan): a bf16 ``x`` is rounded once, at the end."""
+        cos, sin = self.cos[: x.shape[-2]], self.sin[: x.shape[-2]]
         x1, x2 = x.float().chunk(2, dim=-1)
         return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
 
@@ -197,9 +176,8 @@ class Block(nn.Module):
 
 
 class OutputHead(nn.Linear):
-    """The V x d output projection: ``head(h)`` gives logits, ``head(h, targets, chunk_tokens)`` the mean
-    cross-entropy (:func:`fixed_embed.loss.linear_cross_entropy`), inside the head's own ``forward`` so
-    that FSDP2's hooks gather its weight first (and reduce its gradient after backward)."""
+    """``head(h)``: logits; ``head(h, targets, chunk_tokens)``: the mean cross-entropy, in the head's own
+    ``forward`` so that FSDP2's hooks gather its weight first (:func:`fixed_embed.loss.linear_cross_entropy`)."""
 
     def forward(
         self, x: torch.Tensor, targets: torch.Tensor | None = None, chunk_tokens: int | None = None

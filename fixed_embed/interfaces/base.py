@@ -9,8 +9,6 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["InputInterface"]
-
 _PACKAGE = __name__.rpartition(".")[0]  # fixed_embed.interfaces
 
 

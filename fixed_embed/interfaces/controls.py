@@ -13,8 +13,6 @@ from fixed_embed.interfaces.base import InputInterface
 from fixed_embed.interfaces.paper import BinaryCodeInput, LearnedInput
 from fixed_embed.interfaces.tiling import binary_code_norm, tile, tiled_norm
 
-__all__ = ["LowRankLearnedInput", "NormMatchedLearnedInput", "PermutedCodeInput", "RandomCodeInput"]
-
 
 class PermutedCodeInput(BinaryCodeInput):
     """The binary interface with a random injective id -> K-bit code assignment, fixed by ``code_seed``.

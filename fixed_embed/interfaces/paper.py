@@ -20,8 +20,6 @@ from fixed_embed.codes import code_width as minimal_code_width
 from fixed_embed.interfaces.base import InputInterface
 from fixed_embed.interfaces.tiling import tile, tiled_norm
 
-__all__ = ["BinaryCodeInput", "GF2CodeInput", "LearnedInput"]
-
 
 class LearnedInput(InputInterface):
     """A trainable V x d embedding table, initialised N(0, init_std^2)."""

@@ -8,8 +8,6 @@ import torch
 
 from fixed_embed.codes import bits_of, code_width
 
-__all__ = ["binary_code_norm", "tile", "tiled_norm"]
-
 
 def tile(x: torch.Tensor, d_model: int) -> torch.Tensor:
     """Repeat the last dimension (K) until it is ``d_model`` long; the last copy is truncated."""
