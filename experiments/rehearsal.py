@@ -57,6 +57,8 @@ def launch(args: list[str], interrupt_after: str | None = None) -> tuple[int, st
 def scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+    if not folder.is_dir():  # its launch failed: reported by its own check
+        return {}
     events = EventAccumulator(str(folder), size_guidance={"scalars": 0})
     events.Reload()
     return {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
@@ -96,11 +98,11 @@ def rehearse(strategy: str, logs: Path) -> list[tuple[str, bool, str]]:
     return checks
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--strategies", default="ddp,fsdp")
     parser.add_argument("--logs", default=str(ROOT / "logs" / "rehearsal"), help="wiped first")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     logs = Path(args.logs)
     shutil.rmtree(logs, ignore_errors=True)
     start = time.monotonic()
