@@ -1,31 +1,23 @@
 """The console of the ``fixed-embed`` commands: what a user sees, and a log file for everything else.
 
-:func:`setup` runs once per process, from the command-line entry, before the command is imported:
-
-- **Console** (stderr, as before): the records of this project's own code (``fixed_embed/``,
-  ``callbacks/``) at INFO and above -- the training length, the checkpoint plan, ``resuming ...``,
-  one line per validation, checkpoint and benchmark -- and errors of any library; the rich
-  parameter table and progress bar (``callbacks/``) print themselves. A warning raised in this
-  project's code is one ``UserWarning: ...`` line.
-- **Log file**: every record at INFO and above (Lightning's notices and tips, lm-eval's task
-  notices, datasets, ...), every warning with its file and line, and the final state of every
-  tqdm progress bar drawn without an explicit ``file`` (lm-eval's and the evaluation's own, also
-  in-loop benchmarks). Records are kept in memory until the run folder is known --
-  :func:`attach_run_folder`, called by :class:`callbacks.progress.UpdateProgressBar` at set-up --
-  and then written to ``<run folder>/console.log`` (rank r > 0: ``console.rank<r>.log``), appended
-  by every launch under a header line. A command that never attaches one (``eval``, ``params``,
-  ...) writes what it recorded, if anything, to ``logs/<command>.log`` when its process exits.
-- **Dropped**: the third-party warnings known to be harmless (:data:`HARMLESS_WARNINGS`), each
-  matched by its exact text and the module that raises it -- never by category, so a new
-  warning from the same library still reaches the log file.
-
-``--debug`` (``FIXED_EMBED_DEBUG=1``) puts every record and progress bar on the console again.
-``fixed-embed lm-eval`` is lm-eval's own command line and keeps lm-eval's own output.
+:func:`setup` runs once per process, from the command-line entry, before the command is imported.
+The console (stderr) shows the records of this project's own code (``fixed_embed/``, ``callbacks/``)
+at INFO and above and any library's errors; a warning raised in this project's code is one
+``UserWarning: ...`` line. Every record at INFO and above, every warning with its file and line, and
+the final state of every tqdm bar drawn without an explicit ``file`` go to the log file: kept in
+memory until :func:`attach_run_folder` (called by :class:`callbacks.progress.UpdateProgressBar` at
+set-up) names ``<run folder>/console.log`` (rank r > 0: ``console.rank<r>.log``), appended by every
+launch under a header line; a command that never attaches one writes to ``logs/<command>.log`` at
+exit. :data:`HARMLESS_WARNINGS` are dropped, each by its exact text and module (never by category,
+so a new warning of the same library still reaches the log file). ``--debug``
+(``FIXED_EMBED_DEBUG=1``) puts everything on the console again; ``fixed-embed lm-eval`` keeps
+lm-eval's own output.
 """
 
 from __future__ import annotations
 
 import atexit
+import functools
 import logging
 import os
 import re
@@ -37,10 +29,6 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from fixed_embed.lightning_internals import route_tqdm, take_over_logger
-
-__all__ = ["HARMLESS_WARNINGS", "LOG_NAME", "attach_run_folder", "setup"]
-
-LOG_NAME = "console.log"
 
 # (module that raises it, category, exact message as a regex): each dropped, nothing else.
 HARMLESS_WARNINGS: tuple[tuple[str, type[Warning], str], ...] = (
@@ -77,30 +65,34 @@ class _RunLog(logging.Handler):
 
     def __init__(self) -> None:
         super().__init__(logging.INFO)
-        self.setFormatter(_FileFormatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
+        self.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
         self.path: Path | None = None
         self._file: TextIO | None = None
-        self._buffer: list[str] = []
-        self._dropped = 0
+        self.forget()
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        return f"{text} ({record.pathname}:{record.lineno})" if record.name == "py.warnings" else text
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            self._write(self.format(record))
+            if self._file is not None:
+                self._file.write(self.format(record) + "\n")
+                self._file.flush()
+            elif len(self._buffer) < _BUFFER_LIMIT:
+                self._buffer.append(self.format(record))
+            else:
+                self._dropped += 1
         except Exception:
             self.handleError(record)
 
-    def _write(self, line: str) -> None:
-        if self._file is not None:
-            self._file.write(line + "\n")
-            self._file.flush()
-        elif len(self._buffer) < _BUFFER_LIMIT:
-            self._buffer.append(line)
-        else:
-            self._dropped += 1
+    def forget(self) -> None:
+        """Drop what was recorded but not yet written."""
+        self._buffer: list[str] = []
+        self._dropped = 0
 
     def open(self, path: Path) -> None:
-        self.acquire()
-        try:
+        with self.lock:
             if self.path == path:
                 return
             if self._file is not None:
@@ -109,14 +101,11 @@ class _RunLog(logging.Handler):
             self._file, self.path = path.open("a", encoding="utf-8"), path
             stamp = time.strftime("%Y-%m-%d %H:%M:%S")
             self._file.write(f"==== {stamp} fixed-embed {' '.join(sys.argv[1:])} (pid {os.getpid()})\n")
-            for line in self._buffer:
-                self._file.write(line + "\n")
+            self._file.writelines(line + "\n" for line in self._buffer)
             if self._dropped:
                 self._file.write(f"({self._dropped} more records before the run folder was known were dropped)\n")
             self._file.flush()
-            self._buffer, self._dropped = [], 0
-        finally:
-            self.release()
+            self.forget()
 
     def close_at_exit(self, fallback: Path) -> None:
         if self._file is None and self._buffer:
@@ -126,28 +115,14 @@ class _RunLog(logging.Handler):
             self._file = None
 
 
-class _FileFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        text = super().format(record)
-        return f"{text} ({record.pathname}:{record.lineno})" if record.name == "py.warnings" else text
+@functools.cache
+def _is_ours(pathname: str) -> bool:
+    return os.path.abspath(pathname).startswith(_PROJECT_DIRS)
 
 
-class _ConsoleFilter(logging.Filter):
+def _console_filter(record: logging.LogRecord) -> bool:
     """This project's records at INFO and above, and anyone's errors."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._ours: dict[str, bool] = {}
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno >= logging.ERROR:
-            return True
-        if record.levelno < logging.INFO:
-            return False
-        ours = self._ours.get(record.pathname)
-        if ours is None:
-            ours = self._ours[record.pathname] = os.path.abspath(record.pathname).startswith(_PROJECT_DIRS)
-        return ours
+    return record.levelno >= logging.ERROR or (record.levelno >= logging.INFO and _is_ours(record.pathname))
 
 
 class _ConsoleHandler(logging.Handler):
@@ -204,65 +179,51 @@ class _ProgressStream:
         return False
 
 
-class _State:
-    command = ""
-    run_log: _RunLog | None = None
+_run_log: _RunLog | None = None
 
 
 def setup(command: str) -> None:
     """Configure this process's console for ``fixed-embed COMMAND`` (idempotent; see the module's doc)."""
-    if _State.run_log is not None or command == "lm-eval":
+    global _run_log
+    if _run_log is not None or command == "lm-eval":
         return
     verbose = os.environ.get("FIXED_EMBED_DEBUG", "") not in ("", "0")
     for module, category, message in HARMLESS_WARNINGS:
         warnings.filterwarnings("ignore", message=message + r"\Z", category=category, module=re.escape(module) + r"\Z")
-    run_log = _RunLog()
+    _run_log = _RunLog()
     console = _ConsoleHandler(logging.INFO)
     if not verbose:
-        console.addFilter(_ConsoleFilter())
+        console.addFilter(_console_filter)
     root = logging.getLogger()
     root.setLevel(logging.INFO)
     root.addHandler(console)
-    root.addHandler(run_log)
-    _State.command, _State.run_log = command, run_log
-    _adopt_library_loggers()
-    warnings.showwarning = _showwarning
-    if not verbose:
-        route_tqdm(_ProgressStream(run_log))
-    if Path(sys.argv[0]).name in ("fixed-embed", "__main__.py"):  # the command's own process, not a host calling main()
-        atexit.register(run_log.close_at_exit, Path("logs").absolute() / f"{command}.log")
-
-
-def forget_unwritten() -> None:
-    """Drop what was recorded but not yet written: a command refused for a user error (its one-line
-    message is on the console) leaves no ``logs/<command>.log`` behind -- nor a ``logs/`` folder."""
-    run_log = _State.run_log
-    if run_log is not None and run_log._file is None:
-        run_log._buffer, run_log._dropped = [], 0
-
-
-def attach_run_folder(folder: str | os.PathLike, rank: int = 0) -> Path | None:
-    """From now on (and what was recorded so far) into ``folder/console.log``; None when :func:`setup` did not run."""
-    if _State.run_log is None:
-        return None
-    path = Path(folder) / (LOG_NAME if rank == 0 else f"console.rank{rank}.log")
-    _State.run_log.open(path)
-    return path
-
-
-def _adopt_library_loggers() -> None:
-    """Route the loggers of libraries that print on their own through the root's handlers, now and after import.
-
-    Lightning, transformers, datasets, ... add a stderr handler to their logger when imported (and
-    some stop propagation), mostly after :func:`setup`: their loggers become :class:`_LibraryLogger`,
-    which refuses such handlers, and the ones already there are removed.
-    """
+    root.addHandler(_run_log)
+    # Libraries add a stderr handler to their logger when imported (some stop propagation), mostly
+    # after this: their loggers become _LibraryLogger, which refuses such handlers.
     for name in _LIBRARY_LOGGERS:
         logger = logging.getLogger(name)
         take_over_logger(logger, _LibraryLogger)
         for handler in list(logger.handlers):
             if _prints_to_console(handler):
                 logger.removeHandler(handler)
+    warnings.showwarning = _showwarning
+    if not verbose:
+        route_tqdm(_ProgressStream(_run_log))
+    if Path(sys.argv[0]).name in ("fixed-embed", "__main__.py"):  # the command's own process, not a host calling main()
+        atexit.register(_run_log.close_at_exit, Path("logs").absolute() / f"{command}.log")
+
+
+def forget_unwritten() -> None:
+    """Drop what was recorded but not yet written: a command refused for a user error (its one-line
+    message is on the console) leaves no ``logs/<command>.log`` behind -- nor a ``logs/`` folder."""
+    if _run_log is not None and _run_log._file is None:
+        _run_log.forget()
+
+
+def attach_run_folder(folder: str | os.PathLike, rank: int = 0) -> None:
+    """From now on (and what was recorded so far) into ``folder/console.log`` (after :func:`setup` only)."""
+    if _run_log is not None:
+        _run_log.open(Path(folder) / ("console.log" if rank == 0 else f"console.rank{rank}.log"))
 
 
 def _prints_to_console(handler: logging.Handler) -> bool:
