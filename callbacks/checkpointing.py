@@ -10,7 +10,7 @@ At paper scale one checkpoint (fp32 weights + AdamW moments) is ~21 GB; keeping 
 - the ``keep_last`` most recent are kept, older ones are deleted (the one a run resumed from too), except
 - those at a multiple of ``keep_every`` updates, which are never deleted (the permanent record);
 - ``last.ckpt`` is a symlink to the newest, swapped atomically (:func:`fixed_embed.atomic.atomic_symlink`):
-  what ``--ckpt_path last`` resumes (:func:`fixed_embed.resume.choose_checkpoint`), never a second copy;
+  what ``--ckpt_path last`` resumes (:func:`fixed_embed.resume_plan.choose_checkpoint`), never a second copy;
 - the last update of the run is always saved (when it ends, before any end-of-run evaluation
   starts), and :func:`save_now` saves at once (preemption) through the same names.
 
