@@ -1,11 +1,8 @@
 """TextDataModule: training data and a fixed validation set from one of its sources, exactly resumable.
 
-A source is one class in one file, registered in :data:`SOURCES`; the first whose ``claims(path)`` is
-true reads ``data.train`` (``role`` "train") or ``data.valid``. It is built as ``Source(datamodule, role)``
-and gives ``default_tokenizer()`` (for ``data.tokenizer: null``), ``check_inputs()`` (before any work),
-``check()`` (at setup), ``train_loader(rank, world, length, pin_memory)``, ``position_refusals(checkpoint,
-world_size)`` (its saved position's resume check) and ``validation_blocks(held_out)``. Sources:
-:mod:`fixed_embed.data.shard_source`, :mod:`fixed_embed.data.text_stream`.
+A source is one class in one file, registered in :data:`SOURCES` (the first whose ``claims(path)`` is
+true reads ``data.train`` or ``data.valid``): :mod:`~fixed_embed.data.shard_source`,
+:mod:`~fixed_embed.data.text_stream`. Its methods are those the module below calls on ``train_source``.
 """
 
 from __future__ import annotations
@@ -26,18 +23,11 @@ from fixed_embed.data.tokenizer import EOS, load_tokenizer, special_token_id
 from fixed_embed.data.validation import bytes_per_target
 from fixed_embed.errors import CheckpointError, ConfigError
 
-__all__ = ["SOURCES", "TextDataModule", "source_for"]
-
-
 SOURCES = (TokenShardSource, TextStreamSource)
 
 
-def source_for(path: str | None) -> type:
-    return next(source for source in SOURCES if source.claims(path))
-
-
 class _RankSlice(IterableDataset):
-    """This rank's equal share of the materialised validation blocks (no sampler needed or added)."""
+    """This rank's share of the validation blocks: iterable, so Lightning adds no sampler."""
 
     def __init__(self, blocks: torch.Tensor) -> None:
         self.blocks = blocks
@@ -50,60 +40,40 @@ class _RankSlice(IterableDataset):
 
 
 class TextDataModule(L.LightningDataModule):
-    """Packed ``seq_len + 1`` token blocks streamed from a hub dataset or local files.
+    """Packed ``seq_len + 1`` token blocks streamed from a hub dataset, local files or token shards.
 
-    Every document is ``tokens + <|endoftext|>``: the tokenizer must have that token, as evaluation
-    and export use it as the document boundary too. The options come in three groups, in this
-    order: the source (``train`` to ``tokenizer_vocab_size``: what is read and how it becomes
-    tokens), packing (``seq_len`` to ``tokenize_batch``: the training stream and its loader) and
-    validation (``val_sequences`` to ``holdout_per_mille``: the fixed set every run is measured on).
+    Every document is ``tokens + <|endoftext|>`` (the tokenizer must have it). Options: the source
+    (``train`` to ``tokenizer_vocab_size``), packing (``seq_len`` to ``tokenize_batch``) and validation
+    (``val_sequences`` to ``holdout_per_mille``); docs/data.md has the detail.
 
     Args:
-        train: local file / folder / glob, or a hub dataset id. ``None``: the offline default
-            corpus (Python's own documentation text, built and cached on first use). A folder of
-            token shards (``fixed-embed pretokenize``; it holds ``token_shards.json``): memory-mapped
-            blocks in a global seeded order, resumable at any world size; the stream options
-            (``hub_name`` to ``tokenizer_vocab_size``, ``num_shards``, ``shuffle_buffer``,
-            ``shuffle_documents``, ``passage_chars``, ``tokenize_batch``) do not apply to it.
-        valid: where validation documents come from; ``None``: the default corpus's
-            ``valid.jsonl``, or a hash-based hold-out of ``holdout_per_mille`` of ``train`` (the
-            held-out shards of a token-shard ``train``). Also a token-shard folder.
+        train: local file / folder / glob, or a hub dataset id; ``None``: the offline default corpus.
+            A folder of token shards (``fixed-embed pretokenize``) is read memory-mapped in a global
+            order, resumable at any world size; the text-stream options do not apply to it.
+        valid: where validation documents come from; ``None``: the default corpus's ``valid.jsonl``,
+            or a hash hold-out of ``holdout_per_mille`` of ``train`` (a token-shard ``train``'s held-out shards).
         hub_name: the config name of a hub dataset.
-        train_split: the split a hub ``train`` is read from (local files ignore it).
-        valid_split: the split a hub ``valid`` is read from (local files ignore it); a hub dataset
-            without one (fineweb-edu) validates on a hold-out of ``train`` or on another dataset.
+        train_split: the split a hub ``train`` is read from.
+        valid_split: the split a hub ``valid`` is read from.
         text_field: the field holding each document's text.
         tokenizer: a hub id, ``tokenizer.json`` or a folder; ``None``: a byte-level BPE of
-            ``tokenizer_vocab_size`` trained on ``train`` (cached), or a token-shard ``train``'s
-            own tokenizer. Token shards refuse any other tokenizer than theirs.
-        tokenizer_vocab_size: the size of that BPE (``tokenizer: null`` only).
+            ``tokenizer_vocab_size`` trained on ``train`` (cached), or the token shards' own.
+        tokenizer_vocab_size: the size of that BPE.
         seq_len: prediction targets per sequence (blocks are ``seq_len + 1`` tokens).
         batch_size: sequences per device per micro-batch.
         num_workers: loader worker processes per device.
-        num_shards: virtual shards of the training stream (``null``: one per reader). Readers
-            (ranks x workers) read only their share of the source's files / hub shards. With
-            more readers than ``num_shards`` it is raised to the number of readers; up to it,
-            the training blocks do not depend on the world size (equal shares when the readers
-            divide it).
+        num_shards: virtual shards of the training stream (``null``: one per reader; raised to the
+            readers, ranks x workers); up to it, the blocks do not depend on the world size.
         shuffle_buffer: blocks held for a seeded shuffle (0: stream order).
-        seed: the data-order seed (shuffle buffer, document permutation); ``None``: the training
-            seed (``seed_everything``), so training seeds vary the data order as well as the
-            initialisation (the study does this). The default, 0, holds the data order fixed
-            across training seeds, so runs that differ only in their seed see the same batches.
-        shuffle_documents: read local training files as one seeded permutation of all their
-            documents (passages with ``passage_chars``), not file by file: a run shorter than an
-            epoch then sees a uniform sample of the corpus, not its first files. Local files only.
-        passage_chars: cut each document at paragraph breaks into passages of at least this many
-            characters first (``None``: whole documents), so a permutation mixes within books too.
-        tokenize_batch: documents tokenized together; the saved stream position points at one
-            such batch, so it is part of the resume check.
-        val_sequences: validation blocks in total (split equally over ranks); built once on
-            global rank 0, cached under ``$FIXED_EMBED_CACHE/validation`` and sent to the others.
-        val_per_document: draw the ``val_sequences`` blocks equally from every validation
-            document (each packed alone, its blocks spread evenly through it) instead of taking
-            the first ``val_sequences`` blocks of the stream; reads the whole validation source once.
-        holdout_per_mille: the documents (per mille, chosen by hash) training skips; without
-            ``valid``, they are the validation documents.
+        seed: the data-order seed; ``None``: the training seed. The default, 0, keeps the batches the
+            same across training seeds.
+        shuffle_documents: read local files as one seeded permutation of all their documents.
+        passage_chars: first cut documents at paragraph breaks into passages of at least this many characters.
+        tokenize_batch: documents tokenized together (part of the resume check).
+        val_sequences: validation blocks in total, split equally over ranks; cached.
+        val_per_document: draw the blocks equally from every validation document instead of taking
+            the stream's first ``val_sequences``.
+        holdout_per_mille: documents (per mille, by hash) training skips; without ``valid``, the validation set.
     """
 
     def __init__(
@@ -133,36 +103,33 @@ class TextDataModule(L.LightningDataModule):
         holdout_per_mille: int = 10,
     ) -> None:
         super().__init__()
-        for key, value, least in (("seq_len", seq_len, 1), ("batch_size", batch_size, 1),
-                                  ("num_workers", num_workers, 0), ("val_sequences", val_sequences, 1)):  # fmt: skip
-            if not isinstance(value, int) or value < least:
-                raise ConfigError(f"data.{key} must be an integer >= {least}, got {value!r}")
+        self.save_hyperparameters()
+        least = dict(seq_len=1, batch_size=1, num_workers=0, shuffle_buffer=0, tokenize_batch=1, val_sequences=1)
+        for key, value in self.hparams.items():
+            if key in least and (not isinstance(value, int) or value < least[key]):
+                raise ConfigError(f"data.{key} must be an integer >= {least[key]}, got {value!r}")
+        if num_shards is not None and num_shards < 1:
+            raise ConfigError(f"data.num_shards must be >= 1 or null (one per reader), got {num_shards}")
         if passage_chars is not None and train is not None and valid is None:
             raise ConfigError(
                 "data.passage_chars needs a separate validation source (data.valid): with a hash hold-out of "
                 f"data.train ({train}), passages of one document would fall on both sides; set data.valid, or "
                 "data.passage_chars: null"
             )
-        if num_shards is not None and num_shards < 1:
-            raise ValueError(f"num_shards must be >= 1 or null (one per reader), got {num_shards}")
-        self.save_hyperparameters()
         self.seq_len, self.batch_size, self.num_workers = seq_len, batch_size, num_workers
         self._val_blocks: torch.Tensor | None = None
         self._val_shared = False  # every rank holds the blocks rank 0 loaded or built
         self.val_bytes_per_target: float | None = None  # of the blocks validation uses, for bits per byte
         self._tokenizer_path: str | None = None
         self._loaded_tokenizer = None
-        self.train_source = source_for(train)(self, "train")
-        self.valid_source = None if valid is None else source_for(valid)(self, "valid")
-
-    # -- tokenizer ------------------------------------------------------------------------------------
+        self.train_source = next(s for s in SOURCES if s.claims(train))(self, "train")
+        self.valid_source = None if valid is None else next(s for s in SOURCES if s.claims(valid))(self, "valid")
+        self._sources = [self.train_source] + ([self.valid_source] if self.valid_source else [])
 
     @property
     def seed(self) -> int:
-        """The data-order seed: ``data.seed``, else the training seed ``seed_everything`` set (else 0)."""
-        if self.hparams.seed is not None:
-            return self.hparams.seed
-        return int(os.environ.get("PL_GLOBAL_SEED", 0))
+        """``data.seed``, else the training seed ``seed_everything`` set (else 0)."""
+        return self.hparams.seed if self.hparams.seed is not None else int(os.environ.get("PL_GLOBAL_SEED", 0))
 
     def tokenizer_path(self) -> str:
         """``data.tokenizer``, else the training source's own (a BPE trained once and cached, or the shards')."""
@@ -171,7 +138,6 @@ class TextDataModule(L.LightningDataModule):
         return self._tokenizer_path
 
     def tokenizer(self) -> Tokenizer:
-        """The tokenizer (loaded once)."""
         if self._loaded_tokenizer is None:
             self._loaded_tokenizer = load_tokenizer(self.tokenizer_path())
         return self._loaded_tokenizer
@@ -182,40 +148,31 @@ class TextDataModule(L.LightningDataModule):
     def eos_id(self) -> int:
         return special_token_id(self.tokenizer(), EOS)
 
-    def _sources(self) -> list:
-        return [self.train_source] + ([self.valid_source] if self.valid_source is not None else [])
-
     def check_inputs(self) -> None:
         """The configured files, shards and tokenizer exist and read, before any work (the CLI's preflight)."""
-        for source in self._sources():
+        for source in self._sources:
             source.check_inputs()
         if self.hparams.tokenizer is not None:
             self.tokenizer()
 
-    def _check_vocab(self) -> None:
+    # -- Lightning hooks ------------------------------------------------------------------------
+
+    def setup(self, stage: str) -> None:
         module = self.trainer.lightning_module if self.trainer else None
         model_vocab = getattr(getattr(module, "config", None), "vocab_size", None)
-        if model_vocab is None:
-            return
-        tokenizer_vocab = self.vocab_size()
         # Equal, not merely large enough: extra ids would never occur in the data, yet would change
         # the fixed codes' width K = ceil(log2 V) and the parameter counts the study compares.
-        if model_vocab != tokenizer_vocab:
+        if model_vocab is not None and model_vocab != self.vocab_size():
             raise ConfigError(
-                f"model vocab_size {model_vocab} does not match the tokenizer's {tokenizer_vocab} "
-                f"({self.tokenizer_path()}); set model.decoder.vocab_size: {tokenizer_vocab}"
+                f"model vocab_size {model_vocab} does not match the tokenizer's {self.vocab_size()} "
+                f"({self.tokenizer_path()}); set model.decoder.vocab_size: {self.vocab_size()}"
             )
-
-    # -- Lightning hooks ------------------------------------------------------------------------
+        for source in self._sources:
+            source.check()
 
     def _rank_world(self) -> tuple[int, int]:
         trainer = self.trainer
         return (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
-
-    def setup(self, stage: str) -> None:
-        self._check_vocab()
-        for source in self._sources():
-            source.check()
 
     def train_dataloader(self) -> DataLoader:
         rank, world = self._rank_world()
@@ -228,9 +185,8 @@ class TextDataModule(L.LightningDataModule):
         return self.train_source.train_loader(rank, world, length, pin_memory)
 
     def validation_blocks(self) -> torch.Tensor:
-        """All ``val_sequences`` validation blocks (identical for every variant, run and rank): all of
-        ``data.valid``, else the hold-out of ``data.train``. No collective: under a trainer
-        ``val_dataloader`` calls this on global rank 0 only and broadcasts the result."""
+        """All ``val_sequences`` validation blocks (the same for every variant, run and rank): ``data.valid``'s,
+        else the hold-out of ``data.train``'s. No collective (``val_dataloader`` shares rank 0's)."""
         if self._val_blocks is None:
             if self.valid_source is not None:
                 self._val_blocks = self.valid_source.validation_blocks(held_out=False)
@@ -238,32 +194,19 @@ class TextDataModule(L.LightningDataModule):
                 self._val_blocks = self.train_source.validation_blocks(held_out=True)
         return self._val_blocks
 
-    def _shared_validation_blocks(self) -> torch.Tensor:
-        """The validation blocks on every rank: global rank 0 loads (or builds) them, the others receive them.
-
-        Every rank calls this together (``val_dataloader``). Only rank 0 reads the data and the cache,
-        so the cache folder need not be shared between nodes.
-        """
-        trainer = self.trainer
-        if trainer is None or trainer.world_size == 1:
-            return self.validation_blocks()
-        if not self._val_shared:
-            blocks = self.validation_blocks() if trainer.global_rank == 0 else None
-            self._val_blocks = trainer.strategy.broadcast(blocks, src=0)
-            self._val_shared = True
-        return self._val_blocks
-
     def val_dataloader(self) -> DataLoader:
         rank, world = self._rank_world()
-        blocks = self._shared_validation_blocks()
+        if world > 1 and not self._val_shared:  # only rank 0 reads the data and the cache: no shared folder needed
+            blocks = self.validation_blocks() if rank == 0 else None
+            self._val_blocks, self._val_shared = self.trainer.strategy.broadcast(blocks, src=0), True
+        blocks = self.validation_blocks()
         per_rank = len(blocks) // world
         if per_rank == 0:
             raise ValueError(f"{len(blocks)} validation blocks cannot be shared by {world} ranks")
         if per_rank * world != len(blocks):
             rank_zero_info(f"validation uses {per_rank * world} of {len(blocks)} blocks (equal share per rank)")
-        mine = blocks[rank * per_rank : (rank + 1) * per_rank]
         self.val_bytes_per_target = bytes_per_target(blocks[: per_rank * world], self.tokenizer())
-        return DataLoader(_RankSlice(mine), batch_size=self.batch_size)
+        return DataLoader(_RankSlice(blocks[rank * per_rank : (rank + 1) * per_rank]), batch_size=self.batch_size)
 
     def test_dataloader(self) -> DataLoader:
         return self.val_dataloader()
@@ -293,10 +236,6 @@ class TextDataModule(L.LightningDataModule):
 
     def resume_refusals(self, checkpoint: dict[str, Any], world_size: int | None) -> list[str]:
         """Every reason this data cannot resume ``checkpoint`` on ``world_size`` ranks (``None``: not known yet):
-        the tokenizer, and the training source's saved position. The one check of the data's resume state,
-        made by the resume plan before launch and by :func:`~fixed_embed.data.loader_state.take_own_loader_state`
-        at load."""
-        refusals = []
-        if why := self._tokenizer_refusal(checkpoint.get(type(self).__qualname__) or {}):
-            refusals.append(why)
-        return refusals + self.train_source.position_refusals(checkpoint, world_size)
+        the tokenizer and the training source's saved position. Called by the resume plan and at load."""
+        why = self._tokenizer_refusal(checkpoint.get(type(self).__qualname__) or {})
+        return ([why] if why else []) + self.train_source.position_refusals(checkpoint, world_size)
