@@ -1,25 +1,12 @@
 """RankWatch: what one rank knows, every rank learns within a second -- a failure, or a request to stop.
 
-A rank that raises leaves the others blocked in their next collective until the process group's
-timeout (30 minutes by default, on NCCL possibly forever). And a SIGTERM that reaches only one
-rank (``kill`` on the launcher's process) cannot stop an evaluation that the others keep running.
-Both are fixed out of band, through the job's c10d key-value store (the TCP store every launcher
-already set up for the process group), which needs no collective:
-
-- a daemon thread per rank polls two keys every ``poll_s`` seconds;
-- :meth:`RankWatch.fail` (called by the failing rank) writes ``failed`` with its message; every
-  other rank prints it and exits with status 1 at once, whatever its main thread is blocked in;
-- :meth:`RankWatch.request_stop` (safe inside a signal handler: it only sets a flag, the thread
-  publishes it) writes ``stop``; every rank's :attr:`stop_requested` turns true.
-
-If the store itself goes away (the rank hosting it, global rank 0, died), the watch treats that as
-a failure too. One watch per process: :func:`start` is idempotent, :func:`current` returns it.
-
-A rank *killed* by the OS (out of memory, ``kill -9``) publishes nothing; rank 0 then fails in its
-next collective ("Connection reset by peer"). Under Lightning's DDP launcher, rank 0 started the
-other ranks' processes (``strategy.launcher.procs``): :func:`note_lost_ranks` (from
-``callbacks/fail_fast.py``'s ``on_exception``, before Lightning kills the survivors) names the one that
-died, ``rank 1 exited with signal 9; relaunch with --ckpt_path last``, and the CLI ends with that line.
+A failing rank would leave the others blocked in their next collective until the process group's
+timeout, and a SIGTERM reaching one rank cannot stop an evaluation the others keep running. Both
+travel out of band through the job's c10d store (no collective): a daemon thread per rank polls two
+keys; :meth:`RankWatch.fail` makes every other rank print the failure and exit 1 at once, and
+:meth:`RankWatch.request_stop` (a flag: safe in a signal handler) turns every rank's
+:attr:`~RankWatch.stop_requested` true. A lost store (rank 0 died) is a failure too. A rank killed
+by the OS publishes nothing: :func:`note_lost_ranks` names it from Lightning's launcher (docs/faults.md).
 """
 
 from __future__ import annotations
@@ -35,8 +22,6 @@ from typing import Any
 import torch.distributed as dist
 
 from fixed_embed.errors import UserError
-
-__all__ = ["RankLostError", "RankWatch", "current", "lost_rank", "note_lost_ranks", "start", "stop"]
 
 _FAILED, _STOP = "fixed_embed/failed", "fixed_embed/stop"
 
@@ -133,37 +118,29 @@ class RankLostError(UserError):
 _lost: str | None = None
 
 
-def note_lost_ranks(trainer: Any, wait_s: float = 1.0) -> str | None:
-    """On rank 0 under Lightning's DDP launcher: the first rank whose process has died, printed at once.
-
-    Called while handling an exception; a rank that just died may take a moment to be reaped, hence ``wait_s``.
-    """
+def note_lost_ranks(trainer: Any) -> None:
+    """On rank 0 under Lightning's DDP launcher: print the first rank whose process has died (given a
+    second to be reaped, as this runs while handling the exception its death caused)."""
     global _lost
-    launcher = getattr(getattr(trainer, "strategy", None), "launcher", None)
+    launcher = getattr(trainer.strategy, "launcher", None)
     procs = list(getattr(launcher, "procs", None) or [])
     if not procs:
-        return None
-    deadline = time.monotonic() + wait_s
-    while True:
-        dead = [(local, proc.poll()) for local, proc in enumerate(procs, start=1)]
-        dead = [(local, code) for local, code in dead if code not in (None, 0)]
-        if dead or time.monotonic() >= deadline:
-            break
+        return
+    deadline = time.monotonic() + 1.0
+    while not (dead := [(n, code) for n, p in enumerate(procs, start=1) if (code := p.poll()) not in (None, 0)]):
+        if time.monotonic() >= deadline:
+            return
         time.sleep(0.05)
-    if not dead:
-        return None
     local, code = dead[0]
     environment = getattr(launcher, "cluster_environment", None)
     node = environment.node_rank() if environment is not None else 0
     rank = node * getattr(launcher, "num_processes", len(procs) + 1) + local
+    how = f"exited with status {code}"
     if code < 0:
-        name = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else "?"
+        name = signal.Signals(-code).name if -code in set(signal.Signals) else "?"
         how = f"exited with signal {-code} ({name})"
-    else:
-        how = f"exited with status {code}"
     _lost = f"rank {rank} {how}; relaunch with --ckpt_path last"
     print(f"fixed-embed: {_lost}", file=sys.stderr, flush=True)
-    return _lost
 
 
 def lost_rank() -> str | None:

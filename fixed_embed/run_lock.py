@@ -1,19 +1,8 @@
-"""One launch per run folder: a lock file naming its holder, taken before any work, released on exit.
-
-Two launches of the same ``--run`` (a requeued job started while the old one still drains) would
-otherwise train into one folder, write the same ``step=N.ckpt`` over each other and delete each
-other's checkpoints. ``<run folder>/run.lock`` holds the launching process's host, pid, start time
-and command line (JSON), created with ``O_EXCL`` (atomic, also on NFS v3+).
-
-- **Held by a live process** -> refused (:class:`RunInUseError`, exit 2) naming the holder.
-- **Stale** -> taken over with a note: on this host, the holder's pid is gone (or is another process
-  now: its start time differs); on another host (no pid to ask), the holder's heartbeat -- it touches
-  the file every :data:`HEARTBEAT_S` seconds -- is older than :data:`STALE_AFTER_S`.
-- **Ranks share it**: only the launching process of global rank 0 takes it (:func:`is_launching_rank`);
-  the processes that Lightning's DDP launcher, torchrun or srun start for the other ranks
-  (``LOCAL_RANK``/``NODE_RANK``/``RANK``/``SLURM_PROCID`` not 0) neither take nor check it.
-- **Released** by :meth:`RunLock.release` (the CLI calls it on every way out: success, SIGTERM stop,
-  error) and at interpreter exit; a SIGKILL leaves a stale lock, taken over by the next launch.
+"""One launch per run folder: ``<run folder>/run.lock`` (JSON: host, pid, start time, command line),
+created with ``O_EXCL`` by global rank 0's launching process before any work, released on every way
+out. A live holder is refused naming it; a stale one (its pid gone or reused on this host, its
+heartbeat older than :data:`STALE_AFTER_S` from another host) is taken over with a note. Details:
+docs/faults.md ("One launch per run").
 """
 
 from __future__ import annotations
@@ -33,15 +22,12 @@ from pathlib import Path
 from fixed_embed.atomic import process_running
 from fixed_embed.errors import ConfigError, UserError
 
-__all__ = ["HEARTBEAT_S", "LOCK_NAME", "STALE_AFTER_S", "RunInUseError", "RunLock", "acquire", "is_launching_rank"]
-
 LOCK_NAME = "run.lock"
 HEARTBEAT_S = 60.0  # the holder touches its lock this often
 STALE_AFTER_S = 600.0  # a lock of another host not touched for this long is stale (10 missed heartbeats)
 _RANK_VARIABLES = ("RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "SLURM_PROCID")
 
 _held: set[Path] = set()  # the lock files this process holds (a second in-process launch is refused too)
-_held_lock = threading.Lock()
 
 
 class RunInUseError(UserError):
@@ -49,11 +35,8 @@ class RunInUseError(UserError):
 
 
 def is_launching_rank(environ: dict[str, str] | None = None) -> bool:
-    """Whether this process is global rank 0's launching process (the one that holds a run's lock).
-
-    Lightning's DDP launcher re-runs the command with ``LOCAL_RANK`` 1..n-1 (and ``NODE_RANK`` on other
-    nodes); torchrun sets ``RANK``; srun ``SLURM_PROCID``. Any of them other than 0: another rank.
-    """
+    """Whether this process is global rank 0's launching process: none of the rank variables that Lightning's
+    DDP launcher, torchrun or srun set for the other ranks is other than 0."""
     env = os.environ if environ is None else environ
     return all(env.get(name, "0").strip() in ("", "0") for name in _RANK_VARIABLES)
 
@@ -86,8 +69,7 @@ class RunLock:
         if self._stop.is_set():
             return
         self._stop.set()
-        with _held_lock:
-            _held.discard(self.path)
+        _held.discard(self.path)
         # Only our own lock: never a newer holder's that took over a lock we were believed to have left.
         if _read(self.path) == self.record:
             with contextlib.suppress(FileNotFoundError):
@@ -117,8 +99,7 @@ def _stale_reason(record: dict, path: Path) -> str | None:
     host, pid = record.get("host"), record.get("pid")
     if host == socket.gethostname() and isinstance(pid, int):
         if pid == os.getpid():
-            with _held_lock:
-                return None if path in _held else "it was left by this process"
+            return None if path in _held else "it was left by this process"
         if not process_running(pid):
             return f"pid {pid} is not running"
         start = record.get("start")
@@ -134,7 +115,7 @@ def _stale_reason(record: dict, path: Path) -> str | None:
     return None
 
 
-def acquire(folder: str | os.PathLike, command: str | None = None) -> RunLock:
+def acquire(folder: str | os.PathLike) -> RunLock:
     """Take ``folder``'s lock (making the folder); refuse with :class:`RunInUseError` if a live launch holds it."""
     folder = Path(folder)
     path = folder / LOCK_NAME
@@ -143,7 +124,7 @@ def acquire(folder: str | os.PathLike, command: str | None = None) -> RunLock:
         "pid": os.getpid(),
         "start": _process_start(os.getpid()),
         "since": time.time(),
-        "command": command if command is not None else " ".join(["fixed-embed", *sys.argv[1:]]),
+        "command": " ".join(["fixed-embed", *sys.argv[1:]]),
     }
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -171,8 +152,7 @@ def acquire(folder: str | os.PathLike, command: str | None = None) -> RunLock:
             raise ConfigError(f"cannot write the run folder {folder}: {error.strerror}") from error
         with os.fdopen(fd, "w") as file:
             json.dump(record, file)
-        with _held_lock:
-            _held.add(path)
+        _held.add(path)
         return RunLock(path, record)
     raise RunInUseError(f"run folder {folder}: another launch is taking its lock ({path}) at the same time")
 
@@ -184,12 +164,10 @@ def _take_over(path: Path, holder: dict) -> bool:
         os.replace(path, aside)
     except FileNotFoundError:
         return False
-    if _read(aside) != holder:  # someone else's fresh lock: put it back (the O_EXCL retry then sees it)
+    stale = _read(aside) == holder
+    if not stale:  # someone else's fresh lock: put it back (the O_EXCL retry then sees it)
         with contextlib.suppress(OSError):
             os.link(aside, path)
-        with contextlib.suppress(OSError):
-            aside.unlink()
-        return False
     with contextlib.suppress(OSError):
         aside.unlink()
-    return True
+    return stale
