@@ -1,10 +1,9 @@
 """Atomic writes: a reader, or the next launch after a kill, sees the old file, link or folder or the new one.
 
-Every file, link and folder the project writes that a later process reads (checkpoints and their
-``last`` link, sharded checkpoints, caches, tokenizers, exports, results, runs files) goes through
-here: the new content goes to a temporary name in the target's own folder (same filesystem, so the
-rename cannot degrade to a copy), files are fsynced, and ``os.replace`` puts it in place -- atomic
-on POSIX. A failure removes the temporary and leaves the target as it was.
+Every file, link and folder the project writes that a later process reads goes through here: the
+new content goes to a temporary name in the target's own folder (same filesystem: the rename cannot
+degrade to a copy), files are fsynced, and ``os.replace`` puts it in place. A failure removes the
+temporary and leaves the target as it was.
 """
 
 from __future__ import annotations
@@ -15,17 +14,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
-
-__all__ = [
-    "atomic_folder",
-    "atomic_path",
-    "atomic_symlink",
-    "atomic_write",
-    "atomic_write_text",
-    "process_running",
-    "remove_orphans",
-    "temporary_name",
-]
 
 
 def temporary_name(path: str | os.PathLike) -> Path:
@@ -43,7 +31,8 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     tmp = temporary_name(path)
     try:
         yield tmp
-        _fsync(tmp)
+        with open(tmp, "rb") as file:
+            os.fsync(file.fileno())
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
@@ -65,11 +54,8 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
 
 
 def atomic_symlink(target: str | os.PathLike, link: str | os.PathLike) -> None:
-    """Make ``link`` a symlink to ``target`` (relative to the link's folder) in one step, replacing what was there.
-
-    A remove-then-link would leave no ``link`` if the process were killed in between: the new link is
-    made under a temporary name and renamed over the old one (a real folder of that name is removed first).
-    """
+    """Make ``link`` a symlink to ``target`` (relative to the link's folder), renamed over what was there
+    (a remove-then-link killed in between would leave no link; a real folder of that name is removed first)."""
     link = Path(link)
     tmp = temporary_name(link)
     tmp.unlink(missing_ok=True)
@@ -123,8 +109,3 @@ def process_running(pid: int) -> bool:
     except PermissionError:  # another user's process
         return True
     return True
-
-
-def _fsync(path: Path) -> None:
-    with open(path, "rb") as file:
-        os.fsync(file.fileno())

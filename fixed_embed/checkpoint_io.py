@@ -11,20 +11,14 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from fixed_embed.atomic import atomic_write, remove_orphans
 
-__all__ = ["AtomicCheckpointIO"]
-
 
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """Lightning's ``torch.save`` checkpoints, written through :func:`fixed_embed.atomic.atomic_write`.
-
-    At any instant the path holds either the previous complete checkpoint or the new complete one,
-    even under SIGKILL mid-save. A temporary file orphaned by such a kill is removed by the next save.
-    """
+    """Lightning's ``torch.save`` checkpoints through :func:`fixed_embed.atomic.atomic_write`; the temporary
+    file of a save killed mid-write is removed by the next save."""
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str | os.PathLike, storage_options: Any = None) -> None:
         if storage_options is not None:
             raise TypeError(f"AtomicCheckpointIO takes no storage_options, got {storage_options!r}")
-        if Path(path).parent.is_dir():
-            remove_orphans(Path(path).parent)
+        remove_orphans(Path(path).parent)
         with atomic_write(path, "wb") as file:
             torch.save(checkpoint, file)
