@@ -1,22 +1,11 @@
 """lm-eval-harness model ``fixed_embed``: score a checkpoint, or a live LightningModule, with lm-eval.
 
-Scores are computed the way lm-eval's own ``hf`` model computes them, so our numbers sit in the
-same table as the SmolLM2 references:
-
-- ``loglikelihood``: lm-eval's ``TemplateLM`` splits context / continuation (an empty context is
-  replaced by the end-of-text token); we score ``(context + continuation)[-(L+1):][:-1]`` and read
-  the continuation's log-probabilities and whether greedy decoding reproduces it.
-- ``loglikelihood_rolling``: lm-eval's disjoint rolling windows of the model's context length L,
-  the first conditioned on end-of-text (WikiText word perplexity). For the fixed codes, a target
-  conditioned on end-of-text alone (token 0, the zero vector) is scored at exactly log(1/V):
-  docs/design.md, "Token 0 is the all-zero code".
-- ``generate_until``: greedy decoding, stopped at any ``until`` string or ``max_gen_toks``.
-
-Requests are sorted by length (longest first, so an out-of-memory error shows at once), batched
-and right-padded: with causal attention, padding after a sequence cannot change its logits, so no
-mask is needed. Contexts longer than L are truncated from the left. bf16 autocast on GPUs that
-support it, fp32 otherwise. Progress bars are tqdm's without an explicit ``file``, so that
-:mod:`fixed_embed.console` can send them to the log file under the ``fixed-embed`` command.
+Scores are computed as lm-eval's own ``hf`` model computes them (docs/design.md, "Evaluation and
+export"), so our numbers sit in the same table as the SmolLM2 references; why fixed codes score a
+target conditioned on end-of-text alone at exactly log(1/V): docs/design.md, "Token 0 is the all-zero
+code". Batches are right-padded: with causal attention, padding after a sequence cannot change its
+logits. Progress bars are tqdm's without an explicit ``file``, so that :mod:`fixed_embed.console`
+can route them.
 """
 
 from __future__ import annotations
@@ -40,8 +29,6 @@ from fixed_embed.data.tokenizer import EOS, special_token_id
 from fixed_embed.loading import load_checkpoint
 from fixed_embed.module import LanguageModel
 
-__all__ = ["EvaluationInterrupted", "FixedEmbedLM"]
-
 
 class EvaluationInterrupted(Exception):
     """Raised between forward passes when ``interrupt()`` asks to stop (e.g. a SIGTERM during training)."""
@@ -59,11 +46,9 @@ class FixedEmbedLM(TemplateLM):
     max_gen_toks: default generation budget for ``generate_until``.
     eos_token: the end-of-text token, also the prefix of empty contexts and rolling windows.
     module, tokenizer_object: a live model and its tokenizer instead of ``checkpoint``.
-    distributed: split the requests over the ranks of the initialised process group (lm-eval pads
-        each rank to the same number of requests and gathers the results on rank 0).
-    interrupt: polled before each batch; when it returns true, :class:`EvaluationInterrupted` is
-        raised. Across ranks the decision is a vote (every rank stops at the same batch); generation
-        across ranks, whose ranks run different numbers of passes, is not interruptible.
+    distributed: split the requests over the ranks of the initialised process group.
+    interrupt: polled before each batch; when true, :class:`EvaluationInterrupted` is raised. Across
+        ranks the ranks vote (all stop at the same batch); generation across ranks is not interruptible.
     """
 
     def __init__(
@@ -259,10 +244,8 @@ class FixedEmbedLM(TemplateLM):
     @torch.inference_mode()
     def _logits(self, inputs: list[list[int]]) -> torch.Tensor:
         """Logits for right-padded ``inputs``: [B, longest, V]."""
-        longest = max(len(t) for t in inputs)
-        batch = torch.full((len(inputs), longest), self.eot_token_id, dtype=torch.long)
-        for row, tokens in enumerate(inputs):
-            batch[row, : len(tokens)] = torch.tensor(tokens)
+        rows = [torch.tensor(tokens, dtype=torch.long) for tokens in inputs]
+        batch = torch.nn.utils.rnn.pad_sequence(rows, batch_first=True, padding_value=self.eot_token_id)
         device = self.device
         bf16 = self.dtype == "bfloat16" or (
             self.dtype == "auto" and device.type == "cuda" and torch.cuda.is_bf16_supported()

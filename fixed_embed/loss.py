@@ -1,29 +1,19 @@
-"""The output head and the cross-entropy in one chunked pass: never the full ``[N, V]`` logits.
+"""The output head and the cross-entropy in one chunked pass: never the full ``[N, V]`` fp32 logits.
 
-``F.cross_entropy(head(h).float(), targets)`` holds the fp32 logits, their log-softmax and, in
-backward, two more ``[N, V]`` fp32 gradients: at micro-batch 8 x 2,048 tokens and V = 49,152 that is
-~3 GiB each (a ~10 GiB peak on CPU). :func:`linear_cross_entropy` instead walks over chunks of
-``chunk_tokens`` rows ("fused linear cross-entropy", as in Liger-Kernel): for each chunk it computes
-the logits in the compute dtype, upcasts them to fp32, takes the log-sum-exp and the target logit,
-and -- when a gradient is wanted -- turns the same buffer in place into ``(softmax - onehot) / N``
-and multiplies it out at once into the chunk's gradient wrt the hidden states and its share of the
-gradient wrt the head weight. Backward then only scales these two stored gradients by the incoming
-scalar. Peak extra memory: one fp32 ``[chunk, V]`` buffer (plus its compute-dtype copy under bf16),
-the ``[N, d]`` gradient of the hidden states and an fp32 ``[V, d]`` accumulator; no recomputation.
-
-Equal to the plain path: the same mean over all targets, the same dtypes (logits in the compute
-dtype -- the autocast dtype if autocast is on -- upcast to fp32; the logits' gradient cast back to the
-compute dtype before the two matmuls); only the head weight's gradient is summed over chunks in
-fp32. ``chunk_tokens`` 0 or ``None`` runs the plain path unchanged. Under FSDP2 it must run inside
-the head's own ``forward`` (:class:`fixed_embed.model.OutputHead`), where the weight is gathered.
+The plain ``F.cross_entropy(head(h).float(), targets)`` holds the fp32 logits, their log-softmax and two
+more ``[N, V]`` gradients (~3 GiB each at 8 x 2,048 tokens, V = 49,152). :func:`linear_cross_entropy`
+walks over chunks of ``chunk_tokens`` rows (Liger-Kernel's "fused linear cross-entropy"): per chunk,
+the logits in the compute dtype (the autocast dtype if on), upcast to fp32, their log-sum-exp and target
+logit, and -- when a gradient is wanted -- the same buffer turned in place into ``(softmax - onehot) / N``
+and multiplied out at once into the gradients wrt the hidden states and the head weight (the latter
+summed over chunks in fp32); backward only scales them. Same loss and dtypes as the plain path, which
+``chunk_tokens`` 0 or ``None`` runs. Under FSDP2 it runs inside :class:`fixed_embed.model.OutputHead`.
 """
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-
-__all__ = ["DEFAULT_LOSS_CHUNK_TOKENS", "linear_cross_entropy"]
 
 #: ``LanguageModel``'s default ``loss_chunk_tokens``: one fp32 [4096, 49,152] buffer is 0.75 GiB, and
 #: 4,096-row matmuls keep a GPU busy.
