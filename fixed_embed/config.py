@@ -9,6 +9,11 @@ A variant file names its base (relative to itself) and states only what differs:
 
 Merging is recursive for mappings, except that a mapping whose ``class_path`` changes is
 replaced whole (the old class's ``init_args`` would not fit the new class).
+
+``trainer.callbacks`` may be a mapping of name -> callback (experiments/callbacks.yaml, the one list every
+experiment includes), so that a file changes one callback's arguments by its name, or drops it with
+``name: null``, where a list would be replaced whole. The loaded experiment holds Lightning's list, in the
+mapping's order.
 """
 
 from __future__ import annotations
@@ -43,14 +48,27 @@ def deep_merge(base: Any, override: Any) -> Any:
     return merged
 
 
-def load_experiment(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
-    """The experiment at ``path`` with its ``__base__`` chain merged in (base first)."""
+def load_experiment(path: str | Path) -> dict[str, Any]:
+    """The experiment at ``path`` with its ``__base__`` chain merged in (base first), its callbacks a list."""
+    experiment = _merged(path, ())
+    if (callbacks := _named_callbacks(experiment)) is not None:
+        experiment["trainer"]["callbacks"] = [callback for callback in callbacks.values() if callback is not None]
+    return experiment
+
+
+def _named_callbacks(experiment: Any) -> dict[str, Any] | None:
+    trainer = experiment.get("trainer") if isinstance(experiment, dict) else None
+    callbacks = trainer.get("callbacks") if isinstance(trainer, dict) else None
+    return callbacks if isinstance(callbacks, dict) else None
+
+
+def _merged(path: str | Path, seen: tuple[Path, ...]) -> dict[str, Any]:
     path = Path(path).resolve()
     if not path.is_file():
         what = "is a folder, not a file" if path.is_dir() else "not found"
         raise MissingFileError(f"experiment config {what}: {path}")
-    if path in _seen:
-        raise ConfigError(f"__base__ cycle: {' -> '.join(str(p) for p in (*_seen, path))}")
+    if path in seen:
+        raise ConfigError(f"__base__ cycle: {' -> '.join(str(p) for p in (*seen, path))}")
     try:
         text = path.read_text()
         if not text.strip():
@@ -65,16 +83,17 @@ def load_experiment(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict[str,
     bases = data.pop(BASE_KEY, [])
     merged: dict[str, Any] = {}
     for base in [bases] if isinstance(bases, str) else bases:
-        merged = deep_merge(merged, load_experiment(path.parent / base, (*_seen, path)))
+        merged = deep_merge(merged, _merged(path.parent / base, (*seen, path)))
     return deep_merge(merged, data)
 
 
-def _uses_base(path: str) -> bool:
+def _composed(path: str) -> bool:
+    """Whether :func:`load_experiment` changes the file: it has a ``__base__`` or names its callbacks."""
     try:
         data = yaml.safe_load(Path(path).read_text())
     except (OSError, yaml.YAMLError):
         return False
-    return isinstance(data, dict) and BASE_KEY in data
+    return isinstance(data, dict) and (BASE_KEY in data or _named_callbacks(data) is not None)
 
 
 def config_values(args: list[str], flags: tuple[str, ...] = ("--config", "-c")) -> list[str]:
@@ -88,7 +107,7 @@ CONFIG_FILE_FLAGS = ("--config", "-c", "--data", "--model", "--trainer")
 
 
 def expand_config_args(args: list[str]) -> list[str]:
-    """Replace each ``--config FILE`` that uses ``__base__`` by the merged YAML, for LightningCLI."""
+    """Replace each ``--config FILE`` that :func:`load_experiment` changes by the merged YAML, for LightningCLI."""
     out: list[str] = []
     for value in config_values(args, CONFIG_FILE_FLAGS):
         if Path(value).is_file():
@@ -106,7 +125,7 @@ def expand_config_args(args: list[str]) -> list[str]:
             out.append(arg)
             i += 1
             continue
-        if _uses_base(value):
+        if _composed(value):
             value = yaml.safe_dump(load_experiment(value), sort_keys=False)
         out.extend(["--config", value])
     return out

@@ -1,10 +1,12 @@
 """Training: every experiment YAML parses, `fixed-embed fit` runs, checkpoints rebuild and resume exactly."""
 
+import re
 from pathlib import Path
 
 import pytest
 import torch
 
+from fixed_embed.config import load_experiment
 from fixed_embed.interfaces import GF2CodeInput
 from fixed_embed.module import LanguageModel
 from fixed_embed.recipe import lr_at, steps_for_budget
@@ -19,6 +21,21 @@ EXPERIMENTS = sorted(p for p in (ROOT / "experiments").rglob("*.yaml"))
 def test_every_experiment_yaml_parses(config):
     parsed = print_config("--config", config)
     assert {"model", "data", "trainer"} <= parsed.keys()
+
+
+def test_every_experiment_takes_its_callbacks_from_the_one_list():
+    """experiments/callbacks.yaml names every callback once; each experiment runs them in its order, changing
+    only their arguments (the study leaves the in-loop benchmark out), so a new monitor there reaches them all."""
+    one_list = (ROOT / "experiments" / "callbacks.yaml").read_text()
+    classes = re.findall(r"class_path: (callbacks\.\S+)", one_list)
+    assert len(classes) >= 9
+    for config in EXPERIMENTS:
+        assert config.name == "callbacks.yaml" or "class_path: callbacks." not in config.read_text(), config
+        callbacks = load_experiment(config).get("trainer", {}).get("callbacks")
+        if callbacks is not None:
+            study = "study" in config.relative_to(ROOT / "experiments").parts
+            expected = [c for c in classes if not (study and c.endswith(".BenchmarkCallback"))]
+            assert [c["class_path"] for c in callbacks] == expected, config
 
 
 def test_paper_budget_gives_381470_updates():
