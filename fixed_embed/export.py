@@ -19,21 +19,15 @@ from tokenizers import Tokenizer
 
 from fixed_embed.atomic import atomic_folder
 from fixed_embed.data.tokenizer import EOS, special_token_id
-from fixed_embed.errors import ConfigError
+from fixed_embed.errors import ConfigError, OutputExistsError
 from fixed_embed.module import LanguageModel
-from fixed_embed.suite import OutputExistsError
-
-__all__ = ["check_export_dir", "export_llama", "llama_state_dict"]
 
 MARKER = "fixed_embed.json"  # written last: a folder holding it is a complete export
 
 
 def check_export_dir(out: str | os.PathLike, overwrite: bool = False) -> Path:
-    """``out`` as a Path if an export may be written there; raises a ``UserError`` saying why not.
-
-    A missing or empty folder is fine; a non-empty one only with ``overwrite`` and only if it
-    is an earlier export (it holds ``fixed_embed.json``): other folders are never deleted.
-    """
+    """``out`` as a Path if an export may be written there (a missing or empty folder, or with ``overwrite``
+    an earlier export: other folders are never deleted); else a ``UserError`` saying why not."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"export path {out} is a file, not a folder; choose a folder")
@@ -82,11 +76,8 @@ def export_llama(
     dtype: torch.dtype = torch.float32,
     overwrite: bool = False,
 ) -> Path:
-    """Write ``out/`` (config.json, model.safetensors, tokenizer files, fixed_embed.json); returns it.
-
-    The files are written to a hidden sibling folder that then takes ``out``'s place, so ``out``
-    is never half written; with ``overwrite`` an earlier export there is replaced as a whole.
-    """
+    """Write ``out/`` (config.json, model.safetensors, tokenizer files, fixed_embed.json) as a whole
+    (:func:`~fixed_embed.atomic.atomic_folder`); returns it."""
     import transformers
 
     config = model.decoder.config

@@ -1,23 +1,11 @@
-"""FSDP2 for the whole data-parallel world, with sharded checkpoints that are swapped in atomically.
+"""FSDP2 over the whole data-parallel world, sharded checkpoints swapped in atomically, and their
+consolidation into one file.
 
-:class:`FSDP2Strategy` is Lightning's ``ModelParallelStrategy`` with the device mesh fixed to
-pure data parallelism (every rank one shard; Lightning's "auto" would make the mesh one node
-wide) -- the sharding itself is applied by ``LanguageModel.configure_model``
-(:mod:`fixed_embed.parallel`).
-
-A sharded checkpoint is a folder written by every rank (torch.distributed.checkpoint) plus
-Lightning's ``meta.pt``. Writing it in place would leave a half-new, half-old folder if the job
-were killed mid-save, so each save goes to a fresh hidden folder ``.shards-<step>-<id>`` and the
-checkpoint's name (``last.ckpt``, ``step=1000.ckpt``) is a symlink swapped onto it
-(:func:`fixed_embed.atomic.atomic_symlink`) once every rank has finished: the name always points
-at a complete checkpoint.
-Folders no name points to any more (replaced, or orphaned by a kill) are removed at the next save.
-
-:func:`consolidate` turns such a folder into one ordinary checkpoint file (weights and
-hyper-parameters) for ``eval``, ``export`` or a single-device run. It runs no code from the
-folder: ``meta.pt`` and every non-tensor item are read weights-only, and the pickled ``.metadata``
-index with an unpickler that admits only torch.distributed.checkpoint's own metadata classes
-(torch's ``dcp_to_torch_save`` would ``pickle.load`` it and ``torch.load`` the items unrestricted).
+A sharded save goes to a fresh hidden folder ``.shards-<step>-<id>``; the checkpoint's name is a
+symlink swapped onto it once every rank has finished (docs/design.md, "How parallelism is built").
+:func:`consolidate` runs no code from the folder (docs/security.md): ``meta.pt`` and every
+non-tensor item are read weights-only, the pickled ``.metadata`` with an unpickler admitting only
+torch.distributed.checkpoint's metadata classes (``dcp_to_torch_save`` would unpickle both unrestricted).
 """
 
 from __future__ import annotations
@@ -40,15 +28,6 @@ from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy, St
 from fixed_embed.atomic import atomic_symlink, atomic_write
 from fixed_embed.errors import CheckpointError
 from fixed_embed.lightning_internals import set_data_parallel_size
-
-__all__ = [
-    "FSDP2Strategy",
-    "UnsafeCheckpointError",
-    "consolidate",
-    "is_sharded_checkpoint",
-    "load_weights_only",
-    "shards_parameters",
-]
 
 _SHARDS_PREFIX = ".shards-"
 _META = "meta.pt"  # Lightning's metadata file inside a distributed checkpoint
@@ -228,7 +207,10 @@ def consolidate(folder: str | os.PathLike, out: str | os.PathLike | None = None)
     """
     folder = Path(folder)
     if not is_sharded_checkpoint(folder):
-        raise CheckpointError(f"{folder} is not a sharded checkpoint folder (needs {_META} and .metadata)")
+        raise CheckpointError(
+            f"{folder} is not a sharded checkpoint folder (no {_META} and .metadata); pass a .ckpt file written "
+            "by fixed-embed fit, or a sharded checkpoint folder"
+        )
     metadata = load_weights_only(folder / _META, folder / _META)
     checkpoint = {**metadata, "state_dict": _read_shards(folder)}
     if out is not None:

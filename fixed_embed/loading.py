@@ -1,10 +1,8 @@
 """Load a trained model and its tokenizer from a checkpoint, for evaluation and export.
 
-A Lightning checkpoint of :class:`~fixed_embed.module.LanguageModel` carries everything: the
-model's hyper-parameters (decoder, interface class and options), its weights, and -- written by
-:class:`~fixed_embed.data.TextDataModule` -- the tokenizer itself. The file is read once,
-memory-mapped, with ``weights_only=True`` (no pickled code runs): a file that pickles anything but
-tensors and plain data is refused with an :class:`~fixed_embed.fsdp.UnsafeCheckpointError`.
+A :class:`~fixed_embed.module.LanguageModel` checkpoint carries the model's hyper-parameters, its
+weights and (saved by the data module) the tokenizer. It is read once, memory-mapped and
+weights-only: pickled code is refused (:class:`~fixed_embed.fsdp.UnsafeCheckpointError`).
 """
 
 from __future__ import annotations
@@ -18,10 +16,8 @@ from tokenizers import Tokenizer
 from fixed_embed.accounting import derived_buffers
 from fixed_embed.data.tokenizer import load_tokenizer
 from fixed_embed.errors import CheckpointError, MissingFileError
-from fixed_embed.fsdp import UnsafeCheckpointError, consolidate, is_sharded_checkpoint, load_weights_only
+from fixed_embed.fsdp import UnsafeCheckpointError, consolidate, load_weights_only
 from fixed_embed.module import LanguageModel
-
-__all__ = ["load_checkpoint"]
 
 
 def load_checkpoint(
@@ -34,11 +30,6 @@ def load_checkpoint(
     """
     path = Path(path)
     if path.is_dir():
-        if not is_sharded_checkpoint(path):
-            raise CheckpointError(
-                f"{path} is a folder but not a sharded checkpoint (no meta.pt and .metadata); pass a .ckpt file "
-                "written by fixed-embed fit, or a sharded checkpoint folder"
-            )
         checkpoint = consolidate(path)  # FSDP2 shards -> one state dict, in memory
     elif not path.is_file():
         raise MissingFileError(f"checkpoint not found: {path}")
