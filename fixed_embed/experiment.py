@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from fixed_embed.data import TextDataModule
 from fixed_embed.errors import ConfigError
 from fixed_embed.fsdp import shards_parameters
 from fixed_embed.interfaces import LearnedInput
-from fixed_embed.memory import GPU_KINDS, MemoryEstimate, cheapest_fit, model_memory_estimate
+from fixed_embed.memory import GPU_KINDS, MemoryEstimate, RunShape, cheapest_fit, model_memory_estimate
 from fixed_embed.module import LanguageModel
 from fixed_embed.recipe import steps_for_budget
 
@@ -100,11 +101,7 @@ def parameter_reports(config_path: str | Path) -> tuple[str, ParameterReport, Pa
 def training_memory(config_path: str | Path, world_size: int | None = None) -> MemoryEstimate:
     """The experiment's per-GPU training memory: its trainer (devices x nodes, precision, strategy),
     data (micro-batch, ctx) and model (checkpointing, loss chunking, FSDP2 param dtype) settings."""
-    run = _run_settings(config_path, world_size)
-    return model_memory_estimate(
-        run["model"], run["micro_batch"], run["seq_len"], precision=run["precision"], world_size=run["world_size"],
-        sharded=run["sharded"], accumulate=run["accumulate"],
-    )  # fmt: skip
+    return model_memory_estimate(*_run_settings(config_path, world_size))
 
 
 def memory_plan(config_path: str | Path, world_size: int | None = None) -> list[dict[str, Any]]:
@@ -114,31 +111,29 @@ def memory_plan(config_path: str | Path, world_size: int | None = None) -> list[
     The configured strategy keeps the config's precision; the other one gets what its strategy
     file pairs it with (DDP: ``bf16-mixed``, the paper's; FSDP2: ``experiments/strategies/fsdp.yaml``'s
     ``32-true`` with ``model.parallel.param_dtype``)."""
-    run = _run_settings(config_path, world_size)
+    model, run = _run_settings(config_path, world_size)
     rows = []
     for strategy, sharded in (("DDP", False), ("FSDP", True)):
-        precision = run["precision"] if sharded == run["sharded"] else ("32-true" if sharded else "bf16-mixed")
-        settings = {"precision": precision, "world_size": run["world_size"], "sharded": sharded,
-                    "accumulate": run["accumulate"]}  # fmt: skip
-        estimate = model_memory_estimate(run["model"], run["micro_batch"], run["seq_len"], **settings)
+        precision = run.precision if sharded == run.sharded else ("32-true" if sharded else "bf16-mixed")
+        shape = replace(run, precision=precision, sharded=sharded)
+        estimate = model_memory_estimate(model, shape)
         for gpu, device_bytes in GPU_KINDS.items():
             fits = estimate.fits(device_bytes)
-            option = None if fits else cheapest_fit(run["model"], estimate, precision, device_bytes)
+            option = None if fits else cheapest_fit(model, shape, device_bytes)
             rows.append({"gpu": gpu, "device_bytes": device_bytes, "strategy": strategy, "configured": sharded ==
-                         run["sharded"], "estimate": estimate, "fits": fits, "option": option})  # fmt: skip
+                         run.sharded, "estimate": estimate, "fits": fits, "option": option})  # fmt: skip
     return rows
 
 
-def _run_settings(config_path: str | Path, world_size: int | None) -> dict[str, Any]:
+def _run_settings(config_path: str | Path, world_size: int | None) -> tuple[Any, RunShape]:
     experiment = load_experiment(config_path)
-    model = build_model(experiment.get("model") or {})
     trainer, data = experiment.get("trainer") or {}, experiment.get("data") or {}
     defaults = inspect.signature(TextDataModule).parameters
-    micro_batch = data.get("batch_size", defaults["batch_size"].default)
-    seq_len = data.get("seq_len", defaults["seq_len"].default)
-    world_size = world_size or trainer_world_size({"devices": 1, **trainer}) or 1
-    sharded = shards_parameters(trainer.get("strategy", "auto"))
-    precision = trainer.get("precision", "32-true")
-    accumulate = trainer.get("accumulate_grad_batches", 1) or 1
-    return {"model": model, "micro_batch": micro_batch, "seq_len": seq_len, "precision": precision,
-            "world_size": world_size, "sharded": sharded, "accumulate": accumulate}  # fmt: skip
+    return build_model(experiment.get("model") or {}), RunShape(
+        micro_batch=data.get("batch_size", defaults["batch_size"].default),
+        seq_len=data.get("seq_len", defaults["seq_len"].default),
+        precision=trainer.get("precision", "32-true"),
+        world_size=world_size or trainer_world_size({"devices": 1, **trainer}) or 1,
+        sharded=shards_parameters(trainer.get("strategy", "auto")),
+        accumulate=trainer.get("accumulate_grad_batches", 1) or 1,
+    )

@@ -1,15 +1,12 @@
-"""Per-GPU training memory: the estimate, whether it fits a device, and the cheapest way to make it fit.
-
-Built to run on the meta device, so the paper's 1.7B model is estimated in seconds. ``fixed-embed
-params`` prints :meth:`MemoryEstimate.rows` and :func:`cheapest_fit` per GPU kind; ``fit`` refuses
-to start on a CUDA device the run does not fit (:func:`refuse_unless_it_fits`).
+"""Per-GPU training memory: the estimate (on the meta device: seconds for 1.7B), whether it fits a device,
+and the cheapest way to make it fit; ``fit`` refuses a CUDA device the run does not fit (docs/design.md#memory).
 """
 
 from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import torch
@@ -22,38 +19,17 @@ from fixed_embed.fsdp import shards_parameters
 from fixed_embed.loss import DEFAULT_LOSS_CHUNK_TOKENS
 from fixed_embed.model import Decoder
 
-__all__ = [
-    "GPU_KINDS",
-    "IGNORE_MEMORY_ENV",
-    "FitOption",
-    "MemoryEstimate",
-    "activation_mode",
-    "cheapest_fit",
-    "memory_estimate",
-    "memory_warning",
-    "model_memory_estimate",
-    "optimizer_state_bytes",
-    "refuse_unless_it_fits",
-    "training_memory_estimate",
-]
-
 ActivationMode = Literal["float32", "mixed", "bfloat16"]
 _GIB = 2**30
-#: The allocator's fragmentation, as a share of the allocated peak (reserved - allocated; typically
-#: 2-10 % for a transformer's steady training step).
-FRAGMENTATION = 0.05
-#: CUDA context (~0.5 GiB on H100), cuBLAS/cuDNN workspaces and attention kernels' scratch.
-CUDA_CONTEXT_BYTES = 1 * _GIB
-#: NCCL's communicator buffers and channels, with more than one rank.
-NCCL_BYTES = 1 * _GIB
-#: The share of device memory an estimate may use: the rest is the margin for the estimate's error.
-USABLE_FRACTION = 0.90
+FRAGMENTATION = 0.05  # the allocator's, as a share of the allocated peak (typically 2-10 %)
+CUDA_CONTEXT_BYTES = 1 * _GIB  # CUDA context (~0.5 GiB on H100), cuBLAS/cuDNN workspaces, kernels' scratch
+NCCL_BYTES = 1 * _GIB  # NCCL's buffers and channels, with more than one rank
+USABLE_FRACTION = 0.90  # of device memory an estimate may use: the rest is the margin for its error
 #: GPU kinds ``fixed-embed params`` plans for: the memory torch.cuda reports on each (approximate).
 GPU_KINDS = {
     kind: int(gib * _GIB)
     for kind, gib in {"A100-40": 39.4, "A100-80": 79.2, "H100-80": 79.1, "H200-141": 139.8}.items()
 }
-#: Environment variable that turns fit's refusal into a warning (the estimate may be wrong for a new setup).
 IGNORE_MEMORY_ENV = "FIXED_EMBED_IGNORE_MEMORY_ESTIMATE"
 #: The stated relative cost of each way out, for choosing the cheapest: activation checkpointing
 #: recomputes each block's forward (~1/3 more compute); FSDP2 adds all-gathers (a few % on NVLink);
@@ -68,8 +44,7 @@ def optimizer_state_bytes(n_trainable: int) -> int:
 
 @dataclass(frozen=True)
 class MemoryEstimate:
-    """Per-GPU training memory in bytes (formulas: :func:`memory_estimate`). Activations and logits
-    are per micro-batch: gradient accumulation does not add to them."""
+    """Per-GPU training memory in bytes; activations and logits are per micro-batch."""
 
     weights: int
     gradients: int
@@ -98,12 +73,10 @@ class MemoryEstimate:
 
     @property
     def saved_activations(self) -> int:
-        """The activations of the configured run: with or without checkpointing."""
         return self.activations_checkpointed if self.activation_checkpointing else self.activations
 
     @property
     def loss(self) -> int:
-        """The loss's peak for the configured run: chunked or from the full logits."""
         return self.logits_chunked if self.loss_chunk_tokens else self.logits_full
 
     @property
@@ -131,7 +104,6 @@ class MemoryEstimate:
         return self.allocated + self.fragmentation + self.device_overhead
 
     def fits(self, device_bytes: int) -> bool:
-        """Whether :attr:`required` stays within USABLE_FRACTION of ``device_bytes`` (the margin)."""
         return self.required <= USABLE_FRACTION * device_bytes
 
     def rows(self) -> list[tuple[str, int]]:
@@ -160,11 +132,8 @@ class MemoryEstimate:
 
 
 def activation_mode(precision: Any, fsdp_param_dtype: str | None = None) -> ActivationMode:
-    """How activations are stored, from Lightning's ``trainer.precision`` and FSDP2's ``param_dtype``.
-
-    ``mixed``: autocast (``bf16-mixed``/``16-mixed``): matmul outputs in 16 bits, the residual stream fp32.
-    ``bfloat16``: everything in 16 bits (``bf16-true``, or FSDP2 with ``param_dtype: bfloat16``).
-    """
+    """How activations are stored, from Lightning's ``precision`` and FSDP2's ``param_dtype``: ``mixed``
+    (autocast: matmul outputs in 16 bits, the residual stream fp32), ``bfloat16`` (all 16 bits) or ``float32``."""
     text = str(precision)
     if "true" in text and text.startswith(("bf16", "16")):
         return "bfloat16"
@@ -188,16 +157,8 @@ def memory_estimate(
     accumulate: int = 1,
     sync_every_micro_batch: bool = False,
 ) -> MemoryEstimate:
-    """Per-GPU training memory of ``decoder`` at ``micro_batch`` x ``seq_len`` tokens per step.
-
-    Model state: fp32 weights (all parameters), fp32 gradients and AdamW's two fp32 moments (the
-    trainable ones), each / ``world_size`` when ``sharded``. Activations: what autograd saves per
-    token in this implementation, per block and outside the blocks, without or with checkpointing
-    per block; the loss: the full or the chunked path's peak; then the transients ``allocated``
-    adds (autocast's weight copies, backward, FSDP2's gathered parameters and unsharded gradients).
-    The formulas, term by term: docs/design.md#memory; checked against autograd on CPU in
-    tests/test_memory.py, calibrated against measured peaks in docs/benchmarks.md.
-    """
+    """Per-GPU training memory of ``decoder`` at ``micro_batch`` x ``seq_len`` tokens per step; the formulas,
+    term by term: docs/design.md#memory (checked against autograd in tests/test_memory.py)."""
     config = decoder.config
     t = seq_len or config.max_seq_len
     tokens = micro_batch * t
@@ -244,55 +205,55 @@ def memory_estimate(
     )
 
 
-def model_memory_estimate(
-    model: Any,
-    micro_batch: int,
-    seq_len: int | None,
-    *,
-    precision: Any,
-    world_size: int,
-    sharded: bool,
-    accumulate: int = 1,
-    activation_checkpointing: bool | None = None,
-) -> MemoryEstimate:
-    """:func:`memory_estimate` for a ``LanguageModel`` with its own settings (checkpointing, loss
-    chunking, FSDP2's dtypes) at a run's shape, Lightning ``precision``, world size and sharding: the
-    one place they become arguments, for fit's refusal and ``fixed-embed params`` alike."""
+@dataclass(frozen=True)
+class RunShape:
+    """What a run's memory depends on besides the model: the micro-batch and context (None: the model's),
+    Lightning's ``precision``, the ranks, whether they shard the model, and gradient accumulation."""
+
+    micro_batch: int
+    seq_len: int | None = None
+    precision: Any = "32-true"
+    world_size: int = 1
+    sharded: bool = False
+    accumulate: int = 1
+
+    @classmethod
+    def of(cls, trainer: Any) -> RunShape | None:
+        """The shape of what ``trainer`` is about to fit (None without a datamodule giving ``batch_size``)."""
+        datamodule = getattr(trainer, "datamodule", None)
+        micro_batch = getattr(datamodule, "batch_size", None)
+        if not isinstance(micro_batch, int):
+            return None
+        return cls(
+            micro_batch,
+            getattr(datamodule, "seq_len", None),
+            trainer.precision,
+            trainer.world_size,
+            shards_parameters(trainer.strategy),
+            getattr(trainer, "accumulate_grad_batches", 1),
+        )
+
+
+def model_memory_estimate(model: Any, run: RunShape, activation_checkpointing: bool | None = None) -> MemoryEstimate:
+    """:func:`memory_estimate` for a ``LanguageModel`` with its own settings (checkpointing unless given,
+    loss chunking, FSDP2's dtypes) at ``run``: for fit's refusal and ``fixed-embed params`` alike."""
     parallel = model.parallel_config
-    param_dtype = parallel.param_dtype if sharded else None
+    param_dtype = parallel.param_dtype if run.sharded else None
     if activation_checkpointing is None:
         activation_checkpointing = parallel.activation_checkpointing
     return memory_estimate(
         model.decoder,
-        micro_batch,
-        seq_len,
-        mode=activation_mode(precision, param_dtype),
+        run.micro_batch,
+        run.seq_len,
+        mode=activation_mode(run.precision, param_dtype),
         activation_checkpointing=activation_checkpointing,
         loss_chunk_tokens=model.loss_chunk_tokens,
-        world_size=world_size,
-        sharded=sharded,
+        world_size=run.world_size,
+        sharded=run.sharded,
         param_dtype=param_dtype,
         reduce_dtype=parallel.reduce_dtype,
-        accumulate=accumulate,
+        accumulate=run.accumulate,
         sync_every_micro_batch=parallel.sync_every_micro_batch,
-    )
-
-
-def training_memory_estimate(model: Any, trainer: Any) -> MemoryEstimate | None:
-    """:func:`model_memory_estimate` for a ``LanguageModel`` about to be fitted by ``trainer`` (None
-    without a datamodule giving ``batch_size``)."""
-    datamodule = getattr(trainer, "datamodule", None)
-    micro_batch = getattr(datamodule, "batch_size", None)
-    if not isinstance(micro_batch, int):
-        return None
-    return model_memory_estimate(
-        model,
-        micro_batch,
-        getattr(datamodule, "seq_len", None),
-        precision=trainer.precision,
-        world_size=trainer.world_size,
-        sharded=shards_parameters(trainer.strategy),
-        accumulate=getattr(trainer, "accumulate_grad_batches", 1),
     )
 
 
@@ -305,27 +266,26 @@ class FitOption:
     cost: float
 
 
-def cheapest_fit(model: Any, run: MemoryEstimate, precision: Any, device_bytes: int) -> FitOption | None:
-    """The cheapest change (by :data:`_COSTS`) that makes ``model``'s ``run`` (at Lightning ``precision``) fit
-    ``device_bytes``: activation checkpointing, FSDP2 (``experiments/strategies/fsdp.yaml``, with more than
-    one GPU), a smaller micro-batch with more accumulation (same tokens per update), or a combination;
-    None if none fits. An option with no flags means the run fits as configured."""
-    micro_batch, sharded, configured_ac = run.micro_batch, run.sharded, run.activation_checkpointing
+def cheapest_fit(model: Any, run: RunShape, device_bytes: int) -> FitOption | None:
+    """The cheapest change (by :data:`_COSTS`) that makes ``model``'s ``run`` fit ``device_bytes``: activation
+    checkpointing, FSDP2 (``experiments/strategies/fsdp.yaml``, with more than one GPU), a smaller
+    micro-batch with more accumulation (same tokens per update), or a combination; None if none fits.
+    An option with no flags means the run fits as configured."""
+    micro_batch, configured_ac = run.micro_batch, model.parallel_config.activation_checkpointing
     options = []
-    for shard in sorted({sharded, sharded or run.world_size > 1}):
+    for shard in sorted({run.sharded, run.sharded or run.world_size > 1}):
         for ac in sorted({configured_ac, True}):
             for mb in sorted({micro_batch >> i for i in range(micro_batch.bit_length())}, reverse=True):
                 if micro_batch % mb:
                     continue
                 more = run.accumulate * micro_batch // mb
                 # FSDP2 comes with fsdp.yaml's 32-true precision and its param_dtype
-                est = model_memory_estimate(
-                    model, mb, run.seq_len, precision=precision if shard == sharded else "32-true",
-                    world_size=run.world_size, sharded=shard, accumulate=more, activation_checkpointing=ac,
-                )  # fmt: skip
+                precision = run.precision if shard == run.sharded else "32-true"
+                changed = replace(run, micro_batch=mb, precision=precision, sharded=shard, accumulate=more)
+                est = model_memory_estimate(model, changed, activation_checkpointing=ac)
                 if not est.fits(device_bytes):
                     continue
-                new_ac, new_shard = ac and not configured_ac, shard and not sharded
+                new_ac, new_shard = ac and not configured_ac, shard and not run.sharded
                 flags = ["--config experiments/strategies/fsdp.yaml"] if new_shard else []
                 flags += ["--model.parallel.activation_checkpointing true"] if new_ac else []
                 if mb != micro_batch:
@@ -337,21 +297,17 @@ def cheapest_fit(model: Any, run: MemoryEstimate, precision: Any, device_bytes: 
 
 
 def memory_warning(model: Any, trainer: Any, device_bytes: int | None = None) -> str | None:
-    """Why the run does not fit the device, and the cheapest way out; None when it fits.
-
-    ``device_bytes`` defaults to the total memory of ``trainer.strategy.root_device`` when it is a
-    CUDA device; on other devices (CPU) there is nothing to compare with and the answer is None.
-    """
+    """Why the run does not fit the device (by default the trainer's, if CUDA), and the cheapest way out;
+    None when it fits."""
     if device_bytes is None:
         device = trainer.strategy.root_device
         if device.type != "cuda":
             return None
         device_bytes = torch.cuda.get_device_properties(device).total_memory
-    estimate = training_memory_estimate(model, trainer)
-    if estimate is None or estimate.fits(device_bytes):
+    if (run := RunShape.of(trainer)) is None or (estimate := model_memory_estimate(model, run)).fits(device_bytes):
         return None
     hints = []
-    if option := cheapest_fit(model, estimate, trainer.precision, device_bytes):
+    if option := cheapest_fit(model, run, device_bytes):
         hints.append(f"{option.flags} (estimated {option.estimate.required / _GIB:.1f} GiB)")
     if not estimate.activation_checkpointing:
         hints.append("--model.parallel.activation_checkpointing true")
@@ -372,8 +328,7 @@ def memory_warning(model: Any, trainer: Any, device_bytes: int | None = None) ->
 
 
 def refuse_unless_it_fits(model: Any, trainer: Any) -> None:
-    """Fit's start: refuse (:class:`ConfigError`) a run estimated not to fit its CUDA device, or only
-    warn when :data:`IGNORE_MEMORY_ENV` is set (the estimate may be wrong for a new setup)."""
+    """Fit's start: refuse a run estimated not to fit its CUDA device, or only warn with :data:`IGNORE_MEMORY_ENV`."""
     if problem := memory_warning(model, trainer):
         if os.environ.get(IGNORE_MEMORY_ENV, "") not in ("", "0"):
             rank_zero_warn(f"{problem} (starting anyway: {IGNORE_MEMORY_ENV} is set)")

@@ -11,7 +11,7 @@ import torch
 import yaml
 
 from fixed_embed.interfaces import GF2CodeInput, LearnedInput
-from fixed_embed.memory import activation_mode, memory_estimate, memory_warning, training_memory_estimate
+from fixed_embed.memory import RunShape, activation_mode, memory_estimate, memory_warning, model_memory_estimate
 from fixed_embed.model import Decoder, DecoderConfig
 from fixed_embed.module import LanguageModel
 from tests.cli import run_cli
@@ -119,7 +119,7 @@ def fake_trainer(batch=2, seq=16):
 def test_memory_warning_compares_the_estimate_with_the_device():
     model = LanguageModel(decoder=TINY, interface=GF2CodeInput, loss_chunk_tokens=0)
     trainer = fake_trainer()
-    est = training_memory_estimate(model, trainer)
+    est = model_memory_estimate(model, RunShape.of(trainer))
     assert est == memory_estimate(model.decoder, 2, 16, loss_chunk_tokens=0)
     assert memory_warning(model, trainer) is None  # CPU: no device memory to compare with
     # The device must hold what the run requires (the tensors plus transients, fragmentation, the CUDA
@@ -130,7 +130,7 @@ def test_memory_warning_compares_the_estimate_with_the_device():
     warning = memory_warning(model, trainer, device_bytes=enough - 10)
     assert "exceeds" in warning and "activation_checkpointing" in warning and "loss_chunk_tokens" in warning
     assert "FIXED_EMBED_IGNORE_MEMORY_ESTIMATE=1" in warning
-    assert training_memory_estimate(model, SimpleNamespace(datamodule=None)) is None
+    assert RunShape.of(SimpleNamespace(datamodule=None)) is None
 
 
 def test_params_command_prints_the_memory_estimate(tmp_path):
