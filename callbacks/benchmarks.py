@@ -1,35 +1,23 @@
 """BenchmarkCallback: is the model getting better at the benchmarks? lm-eval tasks on the live weights.
 
-After every update n with ``n % every_n_steps == 0`` (the convention of
-:mod:`callbacks.update_boundary`) and at the end of training, runs lm-eval tasks on the model being
-trained (through :class:`fixed_embed.evaluation.FixedEmbedLM`, no copy of the weights) and logs
-``bench/<task>/<metric>`` at step n - 1; the full results (lm-eval's JSON and a Markdown table) go
-to ``<run folder>/benchmarks/step_<N>/``, one line to the console.
+Every ``every_n_steps`` updates (:mod:`callbacks.update_boundary`) and at the end of training, runs
+lm-eval on the model being trained (:class:`fixed_embed.evaluation.FixedEmbedLM`, no copy), logs
+``bench/<task>/<metric>`` at step n - 1 and writes the results to ``<run folder>/benchmarks/step_<N>/``.
 
-- Distributed: every rank takes part; lm-eval splits the requests, pads every rank to the same
-  number of forward passes and gathers the results on rank 0, so no rank sits in a collective
-  while another evaluates (keep ``limit`` small enough that an evaluation fits the process
-  group's timeout).
-- Task names are checked when fitting starts (a typo fails at once), and so is each task's data
-  (:func:`fixed_embed.task_data.check_task_data`: from the cache, local files or the hub; an offline
-  compute node without the data fails in seconds, pointing at ``fixed-embed prefetch``). An evaluation that fails at
-  run time (e.g. a hub dataset out of reach) fails the run on every rank (a failure caught on one
-  rank only would leave the others waiting in a collective); set ``on_error: warn`` to log it and
-  go on, which is safe only where the error is the same on every rank (a dataset out of reach).
-- Nothing is lost to an evaluation: the checkpoint due at this update (and, at the end of training,
-  the final one) is written before the evaluation starts; a SIGTERM during it (through
-  :class:`callbacks.preemption.PreemptionCheckpoint`) stops it within one batch, and the run ends
-  with that checkpoint and exit status 0.
-- Training is not perturbed: lm-eval seeds the global RNGs, so they are saved before and restored
-  after (data order and any dropout continue as if nothing ran); the model goes back to train mode
-  and no gradient mode leaks (evaluation runs under ``inference_mode`` inside the wrapper).
+- Every rank takes part (lm-eval splits the requests and pads the ranks alike); keep ``limit`` small
+  enough for the process group's timeout.
+- The tasks and their data (:func:`fixed_embed.task_data.check_task_data`) are checked when fitting
+  starts. An evaluation that fails fails the run on every rank; ``on_error: warn`` logs and goes on,
+  safe only where the error is the same on every rank (a dataset out of reach).
+- The checkpoint due at this update is written first; a stop request stops the evaluation within one
+  batch (docs/faults.md). lm-eval seeds the global RNGs, so they are restored after it.
 """
 
 from __future__ import annotations
 
 import random
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import lightning as L
 import numpy as np
@@ -42,14 +30,12 @@ from callbacks.update_boundary import UpdateCallback, due
 from fixed_embed.data.tokenizer import load_tokenizer
 from fixed_embed.parallel import eager_evaluation
 
-__all__ = ["BenchmarkCallback"]
-
 
 class BenchmarkCallback(UpdateCallback):
     """Args:
     tasks: lm-eval task names (built-in, the offline ``fixed_embed_*`` tasks, or from include_path).
     every_n_steps: evaluate every N optimizer updates (0: only at the end of training).
-    limit: examples per task (an int), or a fraction; keep it small for in-loop checks.
+    limit: examples per task (an int), or a fraction.
     num_fewshot: shots for every task.
     batch_size: requests per forward pass.
     include_path: folders of extra lm-eval task YAMLs.
@@ -95,12 +81,11 @@ class BenchmarkCallback(UpdateCallback):
             from fixed_embed.suite import check_tasks
             from fixed_embed.task_data import check_task_data
 
-            manager = check_tasks(self.tasks, self.include_path)
-            check_task_data(self.tasks, manager)  # and their data: an offline node fails now, not hours in
+            check_task_data(self.tasks, check_tasks(self.tasks, self.include_path))  # and their data
 
     def on_update_end(self, trainer: L.Trainer, pl_module: L.LightningModule, update: int) -> None:
         if self.due(update):
-            if _checkpoint_due(trainer):
+            if due(update, getattr(trainer.checkpoint_callback, "every_n_steps", 0)):  # it runs after this one
                 save_now(trainer)
             self.evaluate(trainer, pl_module)
             if self.interrupted:
@@ -133,9 +118,9 @@ class BenchmarkCallback(UpdateCallback):
             distributed=trainer.world_size > 1,
             interrupt=preemption.stop_requested if preemption is not None else None,
         )
-        state = _rng_state()
-        try:
-            with eager_evaluation():  # compiled blocks run eager: no recompiles of the training graph
+        rng = random.getstate(), np.random.get_state()
+        try:  # compiled blocks run eager: no recompiles of the training graph
+            with torch.random.fork_rng(devices=range(torch.cuda.device_count())), eager_evaluation():
                 results = run_suite(lm, columns_for(None, self.tasks, self.num_fewshot), self.limit, self.include_path)
         except EvaluationInterrupted:
             self.interrupted = True
@@ -149,45 +134,19 @@ class BenchmarkCallback(UpdateCallback):
             )
             return {}
         finally:
-            _set_rng_state(state)
+            random.setstate(rng[0])
+            np.random.set_state(rng[1])
         self._evaluated_step = step
-        folder = self._folder(trainer)  # on every rank: trainer.log_dir is a collective under DDP
-        if not trainer.is_global_zero:
+        checkpoints = getattr(trainer.checkpoint_callback, "dirpath", None)
+        run_folder = Path(checkpoints).parent if checkpoints else Path(trainer.log_dir or trainer.default_root_dir)
+        if not trainer.is_global_zero:  # after trainer.log_dir: a collective under DDP
             return {}
-        metrics = {}
-        for key, score in results["scores"].items():
-            task, metric, _ = key.split("|")
-            metrics[f"bench/{task}/{metric}"] = score["value"]
+        metrics = {
+            "bench/{}/{}".format(*key.split("|")[:2]): score["value"] for key, score in results["scores"].items()
+        }
         for logger in trainer.loggers:
             logger.log_metrics(metrics, step=step - 1)  # the index of the last update, as train/loss
-        path = write_results(results, f"step {step}", folder / f"step_{step:08d}")
+        path = write_results(results, f"step {step}", run_folder / "benchmarks" / f"step_{step:08d}")
         rank_zero_info(f"BenchmarkCallback at step {step}: {metrics} ({path})")
         self.last_metrics = metrics
         return metrics
-
-    @staticmethod
-    def _folder(trainer: L.Trainer) -> Path:
-        checkpoint = trainer.checkpoint_callback
-        if checkpoint is not None and getattr(checkpoint, "dirpath", None):
-            return Path(checkpoint.dirpath).parent / "benchmarks"
-        return Path(trainer.log_dir or trainer.default_root_dir) / "benchmarks"
-
-
-def _checkpoint_due(trainer: L.Trainer) -> bool:
-    """Whether the trainer's checkpoint callback saves at this update (it runs after the other callbacks)."""
-    return due(trainer.global_step, getattr(trainer.checkpoint_callback, "every_n_steps", 0))
-
-
-def _rng_state() -> dict[str, Any]:
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def _set_rng_state(state: dict[str, Any]) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state:
-        torch.cuda.set_rng_state_all(state["cuda"])

@@ -1,10 +1,8 @@
 """FailFast: an exception on one rank ends every rank within seconds, with that rank's error named.
 
-Without it, the other ranks wait in their next collective (a gradient all-reduce, a checkpoint
-barrier, an evaluation gather) until the process group's timeout. Lightning calls
-``on_exception`` on the rank that raised; this callback publishes the error through
-:mod:`fixed_embed.rank_watch`, whose thread on every other rank prints it and exits with status 1.
-The failing rank itself raises as usual (exit status 1 with its own message).
+Otherwise the others wait in their next collective until the process group's timeout. The failing
+rank publishes its error through :mod:`fixed_embed.rank_watch`, whose thread on every other rank
+prints it and exits with status 1; the failing rank raises as usual.
 """
 
 from __future__ import annotations
@@ -12,8 +10,6 @@ from __future__ import annotations
 import lightning as L
 
 from fixed_embed import rank_watch
-
-__all__ = ["FailFast"]
 
 
 class FailFast(L.Callback):

@@ -1,15 +1,11 @@
 """GradientMonitor: are the gradients healthy? Global and per-part norms, once per optimizer step.
 
-Logged for every update n with ``n % every_n_steps == 0`` (at step n - 1; the convention of
-:mod:`callbacks.update_boundary`), from that update's ``on_before_optimizer_step`` -- after the
-gradients of all micro-batches are accumulated and reduced across ranks, before clipping:
+For every ``every_n_steps``-th update (logged at step n - 1, :mod:`callbacks.update_boundary`), after
+its gradients are accumulated and reduced, before clipping:
 
-- ``grad/norm``: the global L2 norm that clipping sees (full tensors, also under FSDP: see
-  :mod:`fixed_embed.norms`);
-- ``grad/clip_coef``: the factor clipping will scale the gradients by, ``min(1, clip / norm)``
-  (1.0 = not clipped; only when the trainer clips by norm);
-- ``grad/block_{i}``, ``grad/head``, ``grad/final_norm``, and ``grad/interface`` for an interface
-  with trainable parameters (a fixed code has no gradient to show);
+- ``grad/norm``: the global L2 norm that clipping sees (full tensors, also under FSDP);
+- ``grad/clip_coef``: ``min(1, clip / norm)``, when the trainer clips by norm;
+- ``grad/block_{i}``, ``grad/head``, ``grad/final_norm``, ``grad/interface`` (a learned one);
 - with ``parameter_norms``: the same under ``param/`` for the weights.
 """
 
@@ -21,8 +17,6 @@ import torch
 from callbacks._global_metrics import log_global
 from callbacks.update_boundary import UpdateCallback
 from fixed_embed.norms import global_sq_sums
-
-__all__ = ["GradientMonitor"]
 
 
 class GradientMonitor(UpdateCallback):
@@ -46,7 +40,7 @@ class GradientMonitor(UpdateCallback):
             return
         parts = self._parts(pl_module)
         grads = {name: [p.grad for p in params if p.grad is not None] for name, params in parts.items()}
-        # Per-part sums of squares add up to the global one: one pass, every part's norm.
+        # The parts' sums of squares add up to the global one.
         squares = global_sq_sums({name: g for name, g in grads.items() if g})
         if not squares:
             return

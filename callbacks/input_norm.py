@@ -1,17 +1,11 @@
 """InputNormMonitor: is the input what we think it is? Norms of the interface output on real batches.
 
-For every update n with ``n % every_n_steps == 0`` (the convention of :mod:`callbacks.update_boundary`),
-a forward hook on the input interface captures its output during that update's first training
-forward (no extra compute; also inside FSDP, where the table is only unsharded during the model's
-own forward); after the update the per-token L2 norms are logged at step n - 1:
-
-- ``input/norm_mean``, ``input/norm_min``, ``input/norm_max`` (reduced across ranks);
-- ``input/norm_expected``: the interface's analytic value (tiled 0/1 codes: sqrt(popcount x d/K)),
-  and ``input/norm_error``, the largest |norm - expected| -- exactly 0 for a fixed code;
-- learned tables: ``input/drift`` = ||W_n - W_0|| / ||W_0|| since the start of this fit;
-- fixed interfaces: the codes are re-computed on probe ids and compared with those at the start:
-  a fixed code that moved is an error (``RuntimeError``), not a chart;
-- optionally a TensorBoard histogram of the norms (``input/norms``).
+For every ``every_n_steps``-th update (:mod:`callbacks.update_boundary`), a forward hook captures
+the interface's output in that update's first training forward (no extra compute; under FSDP the
+table is unsharded only then) and logs at step n - 1 the per-token L2 norms (``input/norm_mean``,
+``_min``, ``_max``), the interface's analytic ``input/norm_expected`` and ``input/norm_error``, the
+largest difference (0 for a fixed code). Learned tables log ``input/drift`` = ||W_n - W_0|| / ||W_0||;
+for fixed interfaces the codes of probe ids are re-computed, and one that moved is a ``RuntimeError``.
 """
 
 from __future__ import annotations
@@ -26,16 +20,13 @@ from callbacks._global_metrics import log_global
 from callbacks.update_boundary import UpdateCallback
 from fixed_embed.norms import global_sq_sums
 
-__all__ = ["InputNormMonitor"]
-
 
 class InputNormMonitor(UpdateCallback):
     """Args:
     every_n_steps: log every N optimizer updates.
     histogram: also log a histogram of the per-token norms (TensorBoard only).
     track_drift: learned tables: keep a copy of the initial table (V x d, on its device) for drift.
-    probe_ids: fixed interfaces: how many ids (spread over the vocabulary, 0 and V-1 included)
-        are re-encoded to check the codes never change.
+    probe_ids: fixed interfaces: how many ids, spread over the vocabulary, are re-encoded as a check.
     enabled: the on/off switch.
     """
 
@@ -54,13 +45,11 @@ class InputNormMonitor(UpdateCallback):
         self.track_drift = track_drift
         self.probe_ids = probe_ids
         self.last_metrics: dict[str, float] = {}
-        self._captured: dict[str, torch.Tensor] | None = None
+        self._captured: tuple[torch.Tensor, torch.Tensor] | None = None  # norms, expected
         self._armed = False
         self._update = 0  # the update whose first forward is (to be) captured
         self._hook = None
         self._reference: Any = None
-
-    # -- set-up ----------------------------------------------------------------------------
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not self.enabled:
@@ -68,7 +57,8 @@ class InputNormMonitor(UpdateCallback):
         interface = pl_module.decoder.interface
         self._hook = interface.register_forward_hook(self._capture)
         if interface.fixed:
-            probe = self._probe(interface, pl_module.device)
+            n, vocab = min(self.probe_ids, interface.vocab_size), interface.vocab_size
+            probe = torch.linspace(0, vocab - 1, n, device=pl_module.device).round().long().unique()
             with torch.no_grad():
                 self._reference = (probe, interface(probe).clone())
         elif self.track_drift:
@@ -79,12 +69,6 @@ class InputNormMonitor(UpdateCallback):
             self._hook.remove()
             self._hook = None
         self._reference = None
-
-    def _probe(self, interface: torch.nn.Module, device: torch.device) -> torch.Tensor:
-        n = min(self.probe_ids, interface.vocab_size)
-        return torch.linspace(0, interface.vocab_size - 1, n, device=device).round().long().unique()
-
-    # -- capture on the real forward ----------------------------------------------------------
 
     def on_update_start(self, trainer: L.Trainer, pl_module: L.LightningModule, update: int) -> None:
         if self.due(update):
@@ -97,13 +81,12 @@ class InputNormMonitor(UpdateCallback):
         with torch.no_grad():
             norms = output.detach().float().norm(dim=-1).flatten()
             expected = module.expected_norm(args[0]).float().flatten().to(norms.device)
-            self._captured = {"norms": norms, "expected": expected}
+            self._captured = norms, expected
 
     def on_update_end(self, trainer: L.Trainer, pl_module: L.LightningModule, update: int) -> None:
         if update != self._update or self._captured is None:
             return  # not a logged update
-        captured, self._captured = self._captured, None
-        norms, expected = captured["norms"], captured["expected"]
+        (norms, expected), self._captured = self._captured, None
         metrics = {
             "input/norm_mean": (norms.mean(), "mean"),
             "input/norm_min": (norms.min(), "min"),
@@ -113,7 +96,15 @@ class InputNormMonitor(UpdateCallback):
         }
         interface = pl_module.decoder.interface
         if interface.fixed:
-            self._check_unchanged(interface, update)
+            probe, codes = self._reference
+            with torch.no_grad():
+                moved = (interface(probe) != codes).any(-1).nonzero().flatten()
+            if moved.numel():
+                raise RuntimeError(
+                    f"the fixed {type(interface).__name__} changed during training (step {update}): the codes "
+                    f"of {moved.numel()} of {probe.numel()} probe ids differ from the start, "
+                    f"e.g. id {int(probe[moved[0]])}"
+                )
         elif self.track_drift and self._reference:
             params = [p.detach() for p in interface.parameters() if p.requires_grad]
             sums = global_sq_sums(
@@ -125,14 +116,3 @@ class InputNormMonitor(UpdateCallback):
             for logger in trainer.loggers:
                 if isinstance(logger, TensorBoardLogger):
                     logger.experiment.add_histogram("input/norms", norms.cpu(), update - 1)
-
-    def _check_unchanged(self, interface: torch.nn.Module, step: int) -> None:
-        probe, codes = self._reference
-        with torch.no_grad():
-            now = interface(probe)
-        if not torch.equal(now, codes):
-            moved = (now != codes).any(-1).nonzero().flatten()
-            raise RuntimeError(
-                f"the fixed {type(interface).__name__} changed during training (step {step}): the codes of "
-                f"{moved.numel()} of {probe.numel()} probe ids differ from the start, e.g. id {int(probe[moved[0]])}"
-            )

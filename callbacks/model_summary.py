@@ -1,10 +1,8 @@
 """ParameterSummary: a rich table of what each part of the model holds and costs, at fit start.
 
-Replaces Lightning's model summary (it subclasses ``ModelSummary``, so the trainer does not add
-its own): Lightning's shows one parameter total per module, which cannot tell a frozen
-parameter from a fixed code, and nothing about compute. Here each part -- input interface,
-blocks, final norm, head -- gets its trainable and frozen parameters, its fixed state (persistent
-buffers such as the GF(2) matrix, which no optimizer touches) and its training FLOPs per token.
+It replaces Lightning's model summary (a ``ModelSummary`` subclass, so the trainer adds none), whose
+one total per module cannot tell a frozen parameter from a fixed code: here each part has its
+trainable and frozen parameters, its fixed state (persistent buffers) and its FLOPs per token.
 """
 
 from __future__ import annotations
@@ -16,8 +14,6 @@ from rich.table import Table
 
 from fixed_embed.accounting import module_costs
 from fixed_embed.memory import optimizer_state_bytes
-
-__all__ = ["ParameterSummary", "summary_table"]
 
 
 def summary_table(module: L.LightningModule) -> Table:
@@ -43,7 +39,7 @@ def summary_table(module: L.LightningModule) -> Table:
 
 
 class ParameterSummary(ModelSummary):
-    """Print :func:`summary_table` once, on global rank 0, when fitting starts.
+    """Print :func:`summary_table` on global rank 0 when fitting starts.
 
     Args:
         enabled: the on/off switch.

@@ -1,13 +1,10 @@
 """UpdateProgressBar: the console of a fit -- a bar counting optimizer updates, one line per validation.
 
-Lightning's bars count micro-batches of an epoch (``Epoch 0/-2 ... 12/12`` for a step-bounded run
-with accumulation 2); here the training bar counts *updates*: its total is ``trainer.max_steps``
-(the training length, also when the token budget set it) and its counter ``trainer.global_step``,
-so a resumed run starts where it stopped. Its metrics (``train/loss``) are read once per update, not
-per micro-batch: each read is a host sync. A validation or test pass has a bar of its own while it
-runs; after each validation of a fit one line gives its metrics. At set-up it opens the run's log
-file (``<run folder>/console.log``, see :mod:`fixed_embed.console`), which takes what the console
-leaves out. Drawn with ``rich`` directly, through Lightning's public ``ProgressBar`` base.
+Lightning's bars count an epoch's micro-batches; this one counts updates up to ``trainer.max_steps``
+from ``trainer.global_step`` (a resumed run starts where it stopped) and reads its metrics once per
+update (each read is a host sync). Validation and test passes get a bar while they run; each
+validation of a fit ends with one line of its metrics. At set-up it opens the run's log file
+(:func:`fixed_embed.console.attach_run_folder`). Drawn with ``rich`` on Lightning's public ``ProgressBar``.
 """
 
 from __future__ import annotations
@@ -32,14 +29,8 @@ from rich.text import Text
 
 from fixed_embed import console
 
-__all__ = ["UpdateProgressBar"]
-
-DESCRIPTION = "update"
-
 
 class _RateColumn(ProgressColumn):
-    """Updates (or evaluation batches) per second."""
-
     def render(self, task: Task) -> Text:
         return Text(f"{task.speed or 0:.2f}/s", style="dim underline")
 
@@ -79,18 +70,13 @@ class UpdateProgressBar(ProgressBar):
             self.progress.start()
         return self.progress.add_task(description, total=total, completed=completed, metrics="")
 
-    def _stop(self) -> None:
-        if self.progress is not None:
-            self.progress.stop()
-        self.progress = self.train_task = self.eval_task = None
-
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         super().setup(trainer, pl_module, stage)  # disables the bar on every rank but global zero
         console.attach_run_folder(trainer.log_dir or trainer.default_root_dir, trainer.global_rank)
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        total = trainer.max_steps if trainer.max_steps and trainer.max_steps > 0 else None
-        self.train_task = self._add_task(DESCRIPTION, total, trainer.global_step)
+        total = trainer.max_steps if trainer.max_steps > 0 else None
+        self.train_task = self._add_task("update", total, trainer.global_step)
         self._metrics_step = trainer.global_step  # metrics first read when the next update ends
 
     def on_train_batch_end(
@@ -99,9 +85,7 @@ class UpdateProgressBar(ProgressBar):
         if self.progress is None or self.train_task is None:
             return
         self.progress.update(self.train_task, completed=trainer.global_step)
-        if trainer.global_step != self._metrics_step:
-            # Reading the metrics turns the logged loss tensor into a number, a host sync: once per
-            # update, never on the micro-batches of an accumulation (the device runs ahead).
+        if trainer.global_step != self._metrics_step:  # once per update: the device runs ahead meanwhile
             self._metrics_step = trainer.global_step
             text = " ".join(f"{k}: {v:.3g}" for k, v in self.get_metrics(trainer, pl_module).items())
             self.progress.update(self.train_task, metrics=text)
@@ -109,8 +93,7 @@ class UpdateProgressBar(ProgressBar):
     def get_metrics(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, Any]:
         metrics = super().get_metrics(trainer, pl_module)
         metrics.pop("v_num", None)  # the run's name, truncated: not a metric
-        # The module logs train/loss without prog_bar (Lightning would .item() it after every
-        # micro-batch); it is read here, when an update ends (on_train_batch_end above).
+        # train/loss is logged without prog_bar (Lightning would read it every micro-batch): read here.
         if trainer.training and (loss := trainer.callback_metrics.get("train/loss")) is not None:
             metrics["train/loss"] = float(loss)
         return metrics
@@ -120,15 +103,6 @@ class UpdateProgressBar(ProgressBar):
             total = sum(batches)
             self.eval_task = self._add_task(description, total if total != float("inf") else None)
 
-    def _advance_eval(self) -> None:
-        if self.progress is not None and self.eval_task is not None:
-            self.progress.advance(self.eval_task)
-
-    def _end_eval(self) -> None:
-        if self.progress is not None and self.eval_task is not None:
-            self.progress.remove_task(self.eval_task)
-            self.eval_task = None
-
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._start_eval(trainer, "validation", trainer.num_val_batches)
 
@@ -136,16 +110,18 @@ class UpdateProgressBar(ProgressBar):
         self._start_eval(trainer, "test", trainer.num_test_batches)
 
     def on_validation_batch_end(self, *args: Any, **kwargs: Any) -> None:
-        self._advance_eval()
+        if self.progress is not None and self.eval_task is not None:
+            self.progress.advance(self.eval_task)
 
-    def on_test_batch_end(self, *args: Any, **kwargs: Any) -> None:
-        self._advance_eval()
+    on_test_batch_end = on_validation_batch_end
 
     def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._end_eval()
+        if self.progress is not None and self.eval_task is not None:
+            self.progress.remove_task(self.eval_task)
+            self.eval_task = None
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._end_eval()
+        self.on_test_end(trainer, pl_module)
         if trainer.state.fn != "fit" or trainer.sanity_checking:
             return
         metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val")}
@@ -153,7 +129,9 @@ class UpdateProgressBar(ProgressBar):
         rank_zero_info(f"validation at update {trainer.global_step}: {text}")
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        self._stop()
+        if self.progress is not None:
+            self.progress.stop()
+        self.progress = self.train_task = self.eval_task = None
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
-        self._stop()
+        self.teardown(trainer, pl_module, "fit")

@@ -1,25 +1,16 @@
 """SpeedMonitor: how fast are we? Tokens/s, samples/s, MFU, peak memory, time spent waiting for data.
 
-Measured over windows of ``every_n_steps`` optimizer updates: a window closes after each update n
-with ``n % every_n_steps == 0`` (the convention of :mod:`callbacks.update_boundary`; logged at step
-n - 1) and the next one opens when the training loop fetches its next batch. The device is
-synchronised only at window ends, so the measurement does not slow the run. Windows start after
-``skip_first_steps`` updates of each launch (compilation, allocator and loader warm-up); a window
-with a validation pass in it is dropped, and the next one opens at the next fetch.
+Measured over windows of ``every_n_steps`` updates (:mod:`callbacks.update_boundary`), from the
+fetch of a window's first batch to its last update's end, where alone the device is synchronised.
+The first ``skip_first_steps`` updates of each launch (compilation, warm-up) and any window with a
+validation in it are left out; the callbacks after this one run between windows.
 
-- ``perf/tokens_per_sec``, ``perf/samples_per_sec``: global (all ranks), prediction tokens;
-- ``perf/mfu``: model FLOPs (the model's own per-token report, from ``Decoder.flops_per_token``)
-  x tokens/s / (devices x dense peak FLOP/s, :mod:`fixed_embed.peak_flops`) in the dtype the
-  matmuls run in (:func:`fixed_embed.peak_flops.training_matmul_dtype`: autocast's dtype, FSDP2's
-  ``param_dtype``, or the weights' dtype -- FSDP2 at ``32-true`` with bf16 parameters is a bf16
-  peak, not fp32); not logged on devices without a known peak (CPU);
-- ``perf/peak_mem_gb``: peak allocated device memory (CUDA), or the process's peak RSS (CPU);
-  the maximum over ranks;
-- ``perf/data_wait_frac``: share of the window spent inside the training loop's ``next()`` on the
-  dataloader, i.e. waiting for data and nothing else (see :class:`fixed_embed.lightning_internals.FetchTimer`).
-
-The work after a window's end -- the callbacks after this one (a checkpoint write, an in-loop
-benchmark), validation -- falls between two windows and counts in neither.
+- ``perf/tokens_per_sec``, ``perf/samples_per_sec``: over all ranks, prediction tokens;
+- ``perf/mfu``: the model's FLOPs per token (``Decoder.flops_per_token``) x tokens/s over the devices'
+  dense peak (:mod:`fixed_embed.peak_flops`) in the dtype the matmuls run in; not on CPU;
+- ``perf/peak_mem_gb``: peak allocated CUDA memory, or peak RSS on CPU; the maximum over ranks;
+- ``perf/data_wait_frac``: the share spent in the loop's ``next()`` on the dataloader
+  (:class:`fixed_embed.lightning_internals.FetchTimer`).
 """
 
 from __future__ import annotations
@@ -37,8 +28,6 @@ from callbacks._global_metrics import log_global
 from callbacks.update_boundary import UpdateCallback
 from fixed_embed.lightning_internals import FetchTimer
 from fixed_embed.peak_flops import peak_flops, training_matmul_dtype
-
-__all__ = ["SpeedMonitor"]
 
 
 class SpeedMonitor(UpdateCallback):
@@ -74,8 +63,6 @@ class SpeedMonitor(UpdateCallback):
         if self._pending:
             self._pending, self._window_start = False, now
 
-    # -- the fetch: the only time counted as data wait -------------------------------------------
-
     def _on_fetch_start(self) -> None:
         now = time.perf_counter()
         self._open(now)
@@ -86,22 +73,17 @@ class SpeedMonitor(UpdateCallback):
             self._wait += time.perf_counter() - self._fetch_start
         self._fetch_start = None
 
-    # -- hooks --------------------------------------------------------------------------------------
-
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not self.enabled:
             return
         self._updates = 0
         self._reset(pending=self.skip_first_steps == 0)
-        try:  # from what runs: autocast's dtype, FSDP2's param_dtype, or the weights' own dtype
+        try:
             self.matmul_dtype = training_matmul_dtype(trainer, pl_module)
         except ValueError:
             self.matmul_dtype = None
         self._peak = peak_flops(pl_module.device, self.matmul_dtype) if self.matmul_dtype else None
         self._timer = FetchTimer(trainer.profiler, self._on_fetch_start, self._on_fetch_stop)
-
-    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self.teardown(trainer, pl_module, "fit")
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if self._timer is not None:  # set only when enabled at on_train_start
@@ -132,14 +114,18 @@ class SpeedMonitor(UpdateCallback):
             return
         if not self.due(update):
             return
-        elapsed = self._now(pl_module) - self._window_start
-        world = trainer.world_size
+        device = pl_module.device
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        elapsed, world = time.perf_counter() - self._window_start, trainer.world_size
         tokens_per_sec = self._tokens * world / elapsed
         metrics = {
             "perf/tokens_per_sec": tokens_per_sec,
             "perf/samples_per_sec": self._samples * world / elapsed,
             "perf/data_wait_frac": self._wait / elapsed,
-            "perf/peak_mem_gb": self._peak_memory_gb(pl_module.device),
+            "perf/peak_mem_gb": torch.cuda.max_memory_allocated(device) / 2**30
+            if device.type == "cuda"
+            else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,  # KiB on Linux
         }
         if self._peak is not None:
             flops = pl_module.decoder.flops_per_token(self._seq_len)
@@ -151,15 +137,3 @@ class SpeedMonitor(UpdateCallback):
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self.enabled and trainer.state.fn == "fit" and self._window_start is not None:
             self._reset(pending=True)
-
-    @staticmethod
-    def _now(pl_module: L.LightningModule) -> float:
-        if pl_module.device.type == "cuda":
-            torch.cuda.synchronize(pl_module.device)
-        return time.perf_counter()
-
-    @staticmethod
-    def _peak_memory_gb(device: torch.device) -> float:
-        if device.type == "cuda":
-            return torch.cuda.max_memory_allocated(device) / 2**30
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux

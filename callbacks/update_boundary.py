@@ -1,29 +1,15 @@
 """The optimizer-update boundary and the one trigger convention of every callback in ``callbacks/``.
 
-Lightning calls the training hooks once per *micro-batch*; with gradient accumulation only every
-``accumulate_grad_batches``-th call ends an optimizer update. The intervals of the experiment configs
-count updates, so every monitor derives from :class:`UpdateCallback`, which finds the boundary here,
-the same way, and handles ``enabled`` and ``every_n_steps`` once:
+Lightning's training hooks run once per *micro-batch*; the configs' intervals count *updates*.
+Updates are numbered from 1: update *n* is the one after whose step ``trainer.global_step == n``,
+and ``every_n_steps = N`` acts for update *n* exactly when ``n % N == 0`` (:func:`due`). Most
+monitors act *after* update n (:meth:`UpdateCallback.on_update_end`); gradient norms and the input
+interface's output are seen *during* it (n = ``global_step + 1``). Metrics of update n are logged at
+step ``n - 1``, where Lightning logs its ``train/loss``.
 
-**Convention.** Updates are numbered from 1: update *n* is the one after whose optimizer step
-``trainer.global_step == n``. A callback with ``every_n_steps = N`` acts for update *n* exactly when
-``n % N == 0`` (:func:`due`): with N = 10, after updates 10, 20, 30, ...
-
-- *after* update n (:meth:`UpdateCallback.on_update_end`, from the ``on_train_batch_end`` of its
-  last micro-batch): checkpoints (:class:`callbacks.checkpointing.CheckpointPolicy`), throughput
-  windows, input norms and code checks, in-loop benchmarks, preemption stops (any update), and
-  validation (``trainer.val_check_interval``, which ``fixed-embed fit`` converts to micro-batches);
-- *during* update n, for what must be seen before the step is applied (:func:`update_in_flight`,
-  n = ``global_step + 1``): gradient norms (:meth:`UpdateCallback.on_before_update_step`, from
-  ``on_before_optimizer_step``), the input interface's output (the update's first forward, armed in
-  :meth:`UpdateCallback.on_update_start`).
-
-Metrics of update n are logged at step ``n - 1``, where Lightning logs that update's ``train/loss``.
-
-Which micro-batch ends an update is Lightning's own decision, read once per micro-batch
-(:func:`fixed_embed.lightning_internals.ends_update`, also what the module's FSDP2 gradient sync
-follows): not ``batch_idx % accumulate_grad_batches``, since the batch index restarts with each
-epoch, Lightning also steps on an epoch's last, short accumulation, and a resumed run starts mid-way.
+Which micro-batch ends an update is Lightning's decision (:func:`fixed_embed.lightning_internals.ends_update`):
+not ``batch_idx % accumulate_grad_batches``, as the index restarts each epoch, an epoch's last short
+accumulation steps too, and a resumed run starts mid-way.
 """
 
 from __future__ import annotations
@@ -35,30 +21,19 @@ import torch
 
 from fixed_embed.lightning_internals import ends_update
 
-__all__ = ["UpdateCallback", "due", "update_in_flight"]
-
 
 def due(update: int, every_n_steps: int) -> bool:
     """Whether an interval of ``every_n_steps`` updates fires for update ``update`` (0 or less: never)."""
     return every_n_steps > 0 and update > 0 and update % every_n_steps == 0
 
 
-def update_in_flight(trainer: L.Trainer) -> int:
-    """The update the current micro-batch contributes to (its optimizer step not taken yet)."""
-    return trainer.global_step + 1
-
-
 class UpdateCallback(L.Callback):
-    """A callback that acts per optimizer update: ``enabled``, ``every_n_steps`` and the boundary, once.
-
-    Subclasses override the ``on_update_*`` / ``on_micro_batch_*`` hooks below (all no-ops here) and
-    ask :meth:`due` whether update n is on the interval; they do not override Lightning's
-    ``on_train_batch_start``, ``on_train_batch_end`` or ``on_before_optimizer_step``. When
-    ``enabled`` is false none of the hooks is called and the trainer is never read. Hooks of their
-    own (set-up, teardown, validation) check ``self.enabled`` themselves.
+    """A callback acting per optimizer update: subclasses override the ``on_update_*`` /
+    ``on_micro_batch_*`` hooks, not Lightning's batch hooks. Disabled, none of them runs; hooks of
+    their own (set-up, teardown, validation) check ``self.enabled``.
 
     Args:
-        every_n_steps: the interval, in optimizer updates (at least ``min_every_n_steps``).
+        every_n_steps: the interval, in optimizer updates.
         enabled: the on/off switch.
     """
 
@@ -75,10 +50,7 @@ class UpdateCallback(L.Callback):
         self._started: int | None = None  # the update whose first micro-batch was seen last
 
     def due(self, update: int) -> bool:
-        """Whether update ``update`` is on this callback's interval (:func:`due`)."""
         return due(update, self.every_n_steps)
-
-    # -- the hooks for subclasses ----------------------------------------------------------------
 
     def on_update_start(self, trainer: L.Trainer, pl_module: L.LightningModule, update: int) -> None:
         """Update ``update`` begins: its first micro-batch, before that micro-batch's forward."""
@@ -95,15 +67,13 @@ class UpdateCallback(L.Callback):
     def on_update_end(self, trainer: L.Trainer, pl_module: L.LightningModule, update: int) -> None:
         """Update ``update`` is complete: its optimizer step is taken, ``trainer.global_step == update``."""
 
-    # -- Lightning's hooks, wired once -------------------------------------------------------------
-
     def on_train_batch_start(
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
     ) -> None:
         if not self.enabled:
             return
         self._ends_update = ends_update(trainer)
-        update = update_in_flight(trainer)
+        update = trainer.global_step + 1
         if update != self._started:
             self._started = update
             self.on_update_start(trainer, pl_module, update)
@@ -113,7 +83,7 @@ class UpdateCallback(L.Callback):
         self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: torch.optim.Optimizer
     ) -> None:
         if self.enabled:
-            self.on_before_update_step(trainer, pl_module, update_in_flight(trainer))
+            self.on_before_update_step(trainer, pl_module, trainer.global_step + 1)
 
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
