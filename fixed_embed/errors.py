@@ -25,6 +25,10 @@ class CheckpointError(UserError, ValueError):
     """A checkpoint that cannot be read or does not fit what it is used for."""
 
 
+class OutputExistsError(UserError, FileExistsError):
+    """An output (results file, export folder) already exists and would be replaced."""
+
+
 class RunWriteError(UserError):
     """The file system refused a write of the run (no space, file too large, name too long, permission)."""
 

@@ -15,8 +15,6 @@ from pathlib import Path
 
 from fixed_embed.errors import ConfigError, DataError, MissingFileError
 
-__all__ = ["HEAD_BYTES", "check_corpus", "check_output", "check_task_folders"]
-
 HEAD_BYTES = 1 << 20  # what a check reads of each file at most
 
 

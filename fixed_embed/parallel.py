@@ -1,13 +1,5 @@
-"""How the decoder is made to run fast and fit: activation checkpointing, compile, FSDP2 -- in that order.
-
-One place fixes the order of wrapping (as in torchtitan), applied once from
-``LanguageModel.configure_model``. Checkpointing recomputes each block in backward without wrapping
-it, and ``block.compile()`` compiles each block's forward in place (one graph reused by all
-identical blocks, much faster to compile than the whole model): neither changes parameter names or
-checkpoints. FSDP2 (``fully_shard``, under Lightning's ``ModelParallelStrategy``) shards each block,
-then the head with the final norm, then the root (the input interface and whatever is left). Under
-DDP only the first two apply.
-"""
+"""How the decoder is made to run fast and fit: activation checkpointing, compile, FSDP2 -- in that order
+(docs/design.md, "How parallelism is built"); none changes parameter names or checkpoints."""
 
 from __future__ import annotations
 
@@ -21,8 +13,6 @@ import torch
 from fixed_embed.errors import ConfigError
 from fixed_embed.model import Decoder
 
-__all__ = ["ParallelConfig", "apply_parallelism", "eager_evaluation", "hybrid_mesh"]
-
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
@@ -33,15 +23,12 @@ class ParallelConfig:
     compile: ``torch.compile`` each block (regional).
     param_dtype: FSDP2 compute dtype of parameters (the fp32 master copy is what is sharded).
     reduce_dtype: FSDP2 dtype of the gradient reduce-scatter.
-    reshard_after_forward: FSDP2 frees each block's gathered parameters after forward (ZeRO-3) or
-        keeps them until backward (ZeRO-2-like: more memory, one all-gather fewer). The root and
-        the head keep theirs gathered either way.
-    shard_group_size: FSDP2 hybrid sharding: shard over groups of this many ranks (e.g. the GPUs of
-        a node), replicate across the groups (gradients all-reduced between them). ``None``: shard
-        over every rank (a flat mesh).
-    sync_every_micro_batch: FSDP2 reduce-scatters gradients after every micro-batch (as Lightning
-        does by default: ``accumulate_grad_batches`` x the traffic) instead of on an update's last
-        one only (the default here: the unsharded gradients accumulate locally, in ``reduce_dtype``).
+    reshard_after_forward: FSDP2 frees each block's gathered parameters after forward (ZeRO-3) or keeps
+        them until backward (ZeRO-2-like: more memory, one all-gather fewer).
+    shard_group_size: FSDP2 hybrid sharding: shard over groups of this many ranks (e.g. a node's GPUs),
+        replicate across them. ``None``: shard over every rank.
+    sync_every_micro_batch: FSDP2 reduce-scatters gradients after every micro-batch (Lightning's way)
+        instead of on an update's last one only (the unsharded gradients accumulate in ``reduce_dtype``).
     """
 
     activation_checkpointing: bool = False
@@ -77,7 +64,13 @@ def apply_parallelism(decoder: Decoder, config: ParallelConfig, device_mesh=None
             "or train with DDP (--config experiments/strategies/ddp.yaml)"
         )
     mesh = device_mesh["data_parallel"] if "data_parallel" in (device_mesh.mesh_dim_names or ()) else device_mesh
-    mesh = hybrid_mesh(mesh, config.shard_group_size)
+    group, world = config.shard_group_size, mesh.size()
+    if group is not None and group != world:  # HSDP: shard within groups of `group` ranks, replicate across
+        if world % group:
+            raise ConfigError(f"model.parallel.shard_group_size {group} must divide the {world} data-parallel ranks")
+        from torch.distributed.device_mesh import init_device_mesh
+
+        mesh = init_device_mesh(mesh.device_type, (world // group, group), mesh_dim_names=("replicate", "shard"))
     policy = MixedPrecisionPolicy(param_dtype=_DTYPES[config.param_dtype], reduce_dtype=_DTYPES[config.reduce_dtype])
     shard = {"mesh": mesh, "mp_policy": policy}
     for block in decoder.layers:
@@ -87,33 +80,9 @@ def apply_parallelism(decoder: Decoder, config: ParallelConfig, device_mesh=None
     fully_shard(decoder, **shard)  # the root: torch's default keeps its parameters from forward to backward
 
 
-def hybrid_mesh(mesh, shard_group_size: int | None):
-    """``mesh`` (1-D, every data-parallel rank) or, with ``shard_group_size``, a 2-D
-    ``("replicate", "shard")`` mesh over the same ranks: FSDP2 then shards within each group of
-    ``shard_group_size`` consecutive ranks and all-reduces across the groups (HSDP)."""
-    world = mesh.size()
-    if shard_group_size is None or shard_group_size == world:
-        return mesh
-    if world % shard_group_size:
-        raise ConfigError(
-            f"model.parallel.shard_group_size {shard_group_size} must divide the {world} data-parallel ranks"
-        )
-    from torch.distributed.device_mesh import init_device_mesh
-
-    return init_device_mesh(
-        mesh.device_type, (world // shard_group_size, shard_group_size), mesh_dim_names=("replicate", "shard")
-    )
-
-
 @contextlib.contextmanager
 def eager_evaluation() -> Iterator[None]:
-    """Run compiled blocks eagerly inside (``torch.compiler.set_stance("force_eager")``).
-
-    Evaluation differs from training in what dynamo guards on: no-grad / inference mode, and
-    lm-eval's varying lengths. Compiling for it would add a graph per mode and shape until the
-    recompile limit (8), after which new shapes silently run eager anyway, and with inductor at
-    d 2,048 each recompile costs tens of seconds. Validation and the in-loop benchmarks run eager
-    instead; training keeps its one graph (tested by counting compiles in tests/test_gpu_path.py).
-    """
+    """Run compiled blocks eagerly inside: evaluation's grad modes and lm-eval's lengths would each add a
+    graph (tens of seconds at d 2,048) until the recompile limit; training keeps its one graph."""
     with torch.compiler.set_stance("force_eager"):
         yield

@@ -1,10 +1,8 @@
 """Benchmark suites, running them with lm-eval, and the paper-format results table.
 
-A suite is a list of columns -- (task, metric, few-shot) -- laid out like the paper's table. Tasks
-are run in one ``simple_evaluate`` call per few-shot setting (MMLU appears at 0 and 5 shots).
-A results file is ``{"model", "columns", "scores", "lm_eval"}``: the scores of each column
-(value and standard error) plus lm-eval's own results, configs and versions, so any number in a
-table can be traced to the harness output that produced it.
+A suite is a list of columns (task, metric, few-shot), run in one ``simple_evaluate`` call per few-shot
+setting. A results file holds each column's score and standard error beside lm-eval's own results,
+configs and versions, so any number in a table can be traced to the harness output behind it.
 """
 
 from __future__ import annotations
@@ -20,26 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from fixed_embed.atomic import atomic_write_text
-from fixed_embed.errors import UserError
-
-__all__ = [
-    "SUITES",
-    "TABLE_NOTES",
-    "Column",
-    "OutputExistsError",
-    "check_tasks",
-    "columns_for",
-    "default_eval_dir",
-    "markdown_table",
-    "refuse_existing_results",
-    "run_label",
-    "run_suite",
-    "write_results",
-]
-
-
-class OutputExistsError(UserError, FileExistsError):
-    """An output (results file, export folder) already exists and would be replaced."""
+from fixed_embed.errors import ConfigError, OutputExistsError
 
 
 @dataclass(frozen=True)
@@ -90,13 +69,13 @@ SUITES: dict[str, list[Column]] = {"paper": PAPER, "offline": OFFLINE, "study": 
 def columns_for(suite: str | None, tasks: Sequence[str] = (), fewshot: int = 0) -> list[Column]:
     """The suite's columns, or those of ``tasks`` (their suite metrics if known, else every metric)."""
     if suite is not None and tasks:
-        raise ValueError("give a suite or a task list, not both")
+        raise ConfigError("give a suite or a task list, not both")
     if suite is not None:
         if suite not in SUITES:
-            raise ValueError(f"unknown suite {suite!r}; known: {sorted(SUITES)}")
+            raise ConfigError(f"unknown suite {suite!r}; known: {sorted(SUITES)}")
         return list(SUITES[suite])
     if not tasks:
-        raise ValueError("no tasks: give --suite or --tasks")
+        raise ConfigError("no tasks: give --suite or --tasks")
     columns = []
     for task in tasks:
         matches = [c for cols in SUITES.values() for c in cols if c.task == task and c.fewshot == fewshot]
@@ -108,7 +87,7 @@ def run_suite(
     lm: Any, columns: Sequence[Column], limit: int | float | None = None, include_path: Iterable[str | os.PathLike] = ()
 ) -> dict[str, Any]:
     """``{"scores": {column key: {"value", "stderr"}}, "columns": [...], "lm_eval": {...}}`` of the lm-eval
-    LM ``lm`` on the columns' tasks; ``ValueError`` naming any task lm-eval does not know."""
+    LM ``lm`` on the columns' tasks; ``ConfigError`` naming any task lm-eval does not know."""
     import lm_eval
 
     manager = check_tasks({c.task for c in columns}, include_path)
@@ -158,7 +137,7 @@ def check_tasks(tasks: Iterable[str], include_path: Iterable[str | os.PathLike] 
     manager = TaskManager(include_path=paths)
     unknown = sorted(t for t in set(tasks) if t not in manager.all_tasks)
     if unknown:
-        raise ValueError(f"lm-eval knows no task {unknown} (searched its built-ins and {paths})")
+        raise ConfigError(f"lm-eval knows no task {unknown} (searched its built-ins and {paths})")
     return manager
 
 
@@ -232,9 +211,8 @@ Notes:
 def markdown_table(results: Sequence[dict[str, Any]]) -> str:
     """One row per results file, one column per (task, metric, shots) in order of first appearance."""
     columns: dict[str, Column] = {}
-    for result in results:
-        for column in map(lambda c: Column(**c), result["columns"]):
-            columns.setdefault(column.key, column)
+    for column in (Column(**c) for result in results for c in result["columns"]):
+        columns.setdefault(column.key, column)
     header = "| model | " + " | ".join(c.title for c in columns.values()) + " |"
     rule = "|---|" + "---:|" * len(columns)
     rows = [header, rule]

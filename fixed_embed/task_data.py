@@ -1,10 +1,8 @@
 """Is every benchmark task's data loadable here, now? Checked at fit start, fetched by ``fixed-embed prefetch``.
 
-Compute nodes often have no internet. The in-loop benchmark (``callbacks.benchmarks``) would then
-fail at its first evaluation, hours into the run; :func:`check_task_data` builds each task (lm-eval's
-``get_task_dict``, which loads its dataset from the Hugging Face cache, a local file or the hub)
-at fit start, so a task whose data cannot be reached fails in seconds, naming the way out:
-``fixed-embed prefetch`` on a login node (same ``HF_HOME``), or local files via ``include_path``.
+Compute nodes often have no internet: rather than the in-loop benchmark failing hours into the run,
+:func:`check_task_data` builds each task (lm-eval's ``get_task_dict``: cache, local file or hub) at fit
+start and names the way out.
 """
 
 from __future__ import annotations
@@ -14,22 +12,16 @@ from typing import Any
 
 from fixed_embed.errors import DataError
 
-__all__ = ["check_task_data", "prefetch_tasks"]
-
-
-def _build(task: str, manager: Any) -> None:
-    from lm_eval.tasks import get_task_dict
-
-    get_task_dict([task], manager)
-
 
 def check_task_data(tasks: Iterable[str], manager: Any) -> None:
     """Load every task's data through lm-eval (cache, local files or hub); a :class:`DataError` naming
     the tasks that failed and the way out if any cannot be loaded."""
+    from lm_eval.tasks import get_task_dict
+
     failed = {}
     for task in sorted(set(tasks)):
         try:
-            _build(task, manager)
+            get_task_dict([task], manager)
         except Exception as error:  # datasets raises many kinds (ConnectionError, FileNotFoundError, ...)
             failed[task] = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"[:300]
     if failed:
@@ -45,8 +37,9 @@ def check_task_data(tasks: Iterable[str], manager: Any) -> None:
 
 def prefetch_tasks(tasks: Iterable[str], manager: Any) -> list[str]:
     """Build every task once (downloading its data into the Hugging Face cache); the tasks done, in order."""
-    done = []
-    for task in sorted(set(tasks)):
-        _build(task, manager)
-        done.append(task)
+    from lm_eval.tasks import get_task_dict
+
+    done = sorted(set(tasks))
+    for task in done:
+        get_task_dict([task], manager)
     return done

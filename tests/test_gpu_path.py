@@ -334,14 +334,15 @@ def test_a_task_whose_data_cannot_be_loaded_fails_at_fit_start_with_the_way_out(
 
 
 def test_prefetch_caches_the_paper_suite_and_the_tokenizer(monkeypatch):
+    import lm_eval.tasks
+
     import fixed_embed.data.tokenizer as tokenizer
     import fixed_embed.suite as suite
-    import fixed_embed.task_data as task_data
     from tests.cli import run_cli
 
     built, loaded = [], []
     monkeypatch.setattr(suite, "check_tasks", lambda tasks, include_path=(): None)  # no registry scan: seconds
-    monkeypatch.setattr(task_data, "_build", lambda task, manager: built.append(task))
+    monkeypatch.setattr(lm_eval.tasks, "get_task_dict", lambda tasks, manager: built.extend(tasks))
     monkeypatch.setattr(tokenizer, "load_tokenizer", lambda spec: loaded.append(spec))
     result = run_cli("prefetch")
     assert result.returncode == 0, result.stderr[-2000:]

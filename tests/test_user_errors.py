@@ -7,8 +7,8 @@ import pytest
 
 from fixed_embed.cli import main
 from fixed_embed.data.tokenizer import bpe_cache_dir, load_tokenizer, train_bpe
-from fixed_embed.errors import ConfigError, DataError, MissingFileError, UserError
-from fixed_embed.suite import OutputExistsError, default_eval_dir
+from fixed_embed.errors import ConfigError, DataError, MissingFileError, OutputExistsError, UserError
+from fixed_embed.suite import default_eval_dir
 
 
 def cli(argv, capsys, expected=UserError):

@@ -12,8 +12,6 @@ import torch.nn.functional as F
 
 from fixed_embed.model import Decoder
 
-__all__ = ["layer_ablation", "plot_ablation"]
-
 
 @torch.no_grad()
 def _loss(decoder: Decoder, blocks: torch.Tensor, batch_size: int) -> float:

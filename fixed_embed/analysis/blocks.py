@@ -9,8 +9,6 @@ from fixed_embed.data.corpus import default_corpus
 from fixed_embed.data.sources import DocumentSource
 from fixed_embed.data.tokenizer import EOS, special_token_id
 
-__all__ = ["text_blocks"]
-
 
 def text_blocks(
     tokenizer: Tokenizer, n_blocks: int, seq_len: int, source: str | None = None, text_field: str = "text"

@@ -1,23 +1,15 @@
 """Identity probe: how linearly decodable is each token's id from the hidden state at its position?
 
 For every layer l (0 = the interface's output, l = after block l), a logistic-regression probe
-maps the hidden state to the K = ceil(log2 V) bits of the token's id (its plain binary code, the
-same target for every interface, so interfaces are comparable). Two held-out splits, each scored
-by per-bit accuracy and id accuracy (all K bits right, i.e. the id recovered exactly):
+maps the hidden state to the K = ceil(log2 V) bits of the token's id (the same target for every
+interface), scored by bit accuracy and id accuracy (all K bits right) on two held-out splits:
 
-* ``position``: trained on the tokens of the first ``train_fraction`` of the blocks, scored on the
-  rest. Most test tokens are types the probe saw in training, so a probe can succeed by
-  recognising each type's state (a lookup), whether or not the bits are laid out linearly.
-* ``type``: a seeded quarter of the token types is never trained on; scored on those types only.
-  Success needs a read-out that generalises to unseen ids: the bits themselves, linearly present.
+* ``position``: the tokens after the first ``train_fraction`` of the blocks. Most are types seen in
+  training, so recognising each type's state (a lookup) succeeds without a linear bit layout.
+* ``type``: a seeded quarter of the token types, never trained on: success needs the bits themselves.
 
-Features are standardised per layer with training statistics; full-batch Adam, no regularisation
-beyond a small weight decay.
-
-The floor to read the accuracies against is not 50 %: id bits are skewed (in a token stream the
-high bits of the id are mostly 0), so predicting every bit's most frequent value on the training
-targets already beats a coin. :func:`majority_baseline` scores that guess on the same samples and
-splits as the probe, and :func:`identity_probe` reports it as ``majority``.
+The floor is :func:`majority_baseline` (docs/controls.md), not 50 %: a token stream's high id bits are
+mostly 0.
 """
 
 from __future__ import annotations
@@ -29,8 +21,6 @@ import torch.nn.functional as F
 
 from fixed_embed.codes import bits_of, code_width
 from fixed_embed.model import Decoder
-
-__all__ = ["identity_probe", "majority_baseline", "plot_probe", "probe_sample"]
 
 TYPE_SEED = 20261201  # which quarter of the vocabulary the type split holds out
 
@@ -81,14 +71,9 @@ def _scores(predicted: torch.Tensor, targets: torch.Tensor) -> dict[str, float]:
     return {"bit_accuracy": correct.float().mean().item(), "id_accuracy": correct.all(-1).float().mean().item()}
 
 
-def majority_baseline(blocks: torch.Tensor, vocab_size: int, train_fraction: float = 0.75) -> dict:
+def majority_baseline(targets: torch.Tensor, splits: dict[str, torch.Tensor]) -> dict[str, dict[str, float]]:
     """Per split, the bit and id accuracy of guessing every bit's most frequent value on the split's
     training targets (ties: 0), scored on its test targets: the floor the probe's accuracies beat."""
-    _, targets, splits = probe_sample(blocks, vocab_size, train_fraction)
-    return _majority(targets, splits)
-
-
-def _majority(targets: torch.Tensor, splits: dict[str, torch.Tensor]) -> dict[str, dict[str, float]]:
     baseline = {}
     for split, train in splits.items():
         guess = (targets[train].mean(0) > 0.5).float()
@@ -104,9 +89,9 @@ def identity_probe(
     lr: float = 1e-2,
     batch_size: int = 8,
 ) -> dict:
-    """Per-layer bit and id accuracy of linear probes on held-out tokens; a JSON-ready dict.
+    """Per-layer bit and id accuracy of linear probes on held-out tokens, and ``majority``; a JSON-ready dict.
 
-    ``majority`` holds :func:`majority_baseline` per split (``position``, ``type``).
+    Features are standardised per layer with training statistics; full-batch Adam, a small weight decay.
     """
     vocab_size = decoder.config.vocab_size
     ids, targets, splits = probe_sample(blocks, vocab_size, train_fraction)  # validates before the forward passes
@@ -137,25 +122,20 @@ def identity_probe(
         "test_tokens": len(ids) - cut,
         "unseen_type_tokens": int((~splits["type"]).sum()),
         "layers": layers,
-        "majority": _majority(targets, splits),
+        "majority": majority_baseline(targets, splits),
     }
 
 
-def plot_probe(results: dict[str, dict], path: str, seed: int | None = None, seeds: int | None = None) -> None:
-    """Bit and id accuracy vs depth for both splits, one line per model (label -> identity_probe output).
-
-    ``seed`` (one training seed) or ``seeds`` (how many were pooled) goes into the title. Each panel
-    draws the majority-class floor (:func:`majority_baseline`) of results that carry one: a single
-    black line when every model shares it (same tokens), else one per model in its line style.
-    """
+def plot_probe(results: dict[str, dict], path: str, seed: int | None = None) -> None:
+    """Bit and id accuracy vs depth for both splits, one line per model (label -> identity_probe output),
+    the training ``seed`` in the title. Each panel draws the majority-class floor of results that carry
+    one: a single black line when every model shares it (same tokens), else one per model."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    if seed is not None and seeds is not None:
-        raise ValueError("give seed (one training seed) or seeds (how many), not both")
     fig, axes = plt.subplots(2, 2, figsize=(10, 7.5), sharex=True)
     styles = ["-", "--", ":", "-."]
     markers = ["o", "s", "^", "D", "v", "x", "P", "*"]
@@ -197,8 +177,7 @@ def plot_probe(results: dict[str, dict], path: str, seed: int | None = None, see
     rows = -(-len(labels) // 4)
     # below the axes, never over the data: the figure reserves a strip for the legend's rows
     fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)), fontsize=8, frameon=False)
-    runs = f", seed {seed}" if seed is not None else f", {seeds} seeds" if seeds is not None else ""
-    fig.suptitle(f"Linear identity probes{runs}")
+    fig.suptitle("Linear identity probes" + (f", seed {seed}" if seed is not None else ""))
     fig.tight_layout(rect=(0, 0.01 + 0.03 * rows, 1, 1))
     fig.savefig(path, dpi=120)
     plt.close(fig)

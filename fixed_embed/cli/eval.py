@@ -51,16 +51,10 @@ def run(argv: list[str]) -> int:
     if args.batch_size < 1:
         raise ConfigError(f"--batch-size must be >= 1, got {args.batch_size}")
     limit = None if args.limit is None else (int(args.limit) if args.limit >= 1 else args.limit)
-    try:
-        columns = columns_for(suite, tasks, args.num_fewshot)
-    except ValueError as error:
-        raise ConfigError(str(error)) from error
+    columns = columns_for(suite, tasks, args.num_fewshot)
     check_task_folders(args.include_path)
     if tasks:  # a misspelt task is refused now, before the model is loaded
-        try:
-            check_tasks(tasks, args.include_path)
-        except ValueError as error:
-            raise ConfigError(str(error)) from error
+        check_tasks(tasks, args.include_path)
     model = args.hf or args.checkpoint
     out = Path(args.output or default_eval_dir(model, suite, tasks, args.num_fewshot, limit, hub=bool(args.hf)))
     check_output(out, "--output")

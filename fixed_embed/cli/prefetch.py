@@ -27,10 +27,7 @@ def run(argv: list[str]) -> int:
     from fixed_embed.task_data import prefetch_tasks
 
     named = [t for t in (args.tasks or "").split(",") if t]
-    try:
-        tasks = [column.task for column in columns_for(None if args.tasks else args.suite, named)]
-    except ValueError as error:
-        parser.error(str(error))
+    tasks = [column.task for column in columns_for(None if args.tasks else args.suite, named)]
     check_task_folders(args.include_path)
     if args.tokenizer.lower() != "none":  # first: a local tokenizer that does not load is refused before any download
         load_tokenizer(args.tokenizer)
