@@ -1,8 +1,4 @@
-"""Parameter and FLOP accounting: what each part of a model holds and costs per token.
-
-Built to run on the meta device, so the paper's 1.7B model is counted in seconds without
-allocating a weight. The per-GPU training memory is :mod:`fixed_embed.memory`'s.
-"""
+"""Parameter and FLOP accounting: what each part of a model holds and costs per token (on the meta device)."""
 
 from __future__ import annotations
 
@@ -12,13 +8,10 @@ from torch import nn
 
 from fixed_embed.model import Decoder
 
-__all__ = ["ModuleCost", "ParameterReport", "derived_buffers", "module_costs", "parameter_count", "parameter_report"]
-
 
 def parameter_count(module: nn.Module, trainable: bool | None = None) -> int:
     """Parameters of ``module`` (only the trainable or frozen ones, if given), a shared (tied) one once."""
-    params = {id(p): p for p in module.parameters()}.values()
-    return sum(p.numel() for p in params if trainable is None or p.requires_grad == trainable)
+    return sum(p.numel() for p in module.parameters() if trainable is None or p.requires_grad == trainable)
 
 
 @dataclass(frozen=True)
@@ -44,15 +37,13 @@ class ParameterReport:
 
 
 def parameter_report(decoder: Decoder) -> ParameterReport:
-    head = 0 if decoder.config.tie_embeddings else parameter_count(decoder.head)
-    backbone = parameter_count(decoder.layers) + parameter_count(decoder.norm)
     return ParameterReport(
         total=parameter_count(decoder),
         trainable=parameter_count(decoder, trainable=True),
         frozen=parameter_count(decoder, trainable=False),
         interface_trainable=decoder.interface.trainable_parameters,
-        head=head,
-        backbone=backbone,
+        head=0 if decoder.config.tie_embeddings else parameter_count(decoder.head),
+        backbone=parameter_count(decoder.layers) + parameter_count(decoder.norm),
         flops_per_token=decoder.flops_per_token(),
         seq_len=decoder.config.max_seq_len,
     )

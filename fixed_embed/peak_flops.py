@@ -12,8 +12,6 @@ from typing import Any
 
 import torch
 
-__all__ = ["PEAK_FLOPS", "dtype_name", "peak_flops", "training_matmul_dtype"]
-
 # chip -> {dtype name: FLOP/s}. Matched against torch.cuda.get_device_name(), most specific first.
 PEAK_FLOPS: dict[str, dict[str, float]] = {
     "h200 nvl": {"bf16": 835.5e12, "fp16": 835.5e12, "tf32": 417.5e12, "fp32": 60.0e12},
@@ -30,10 +28,7 @@ def dtype_name(dtype: torch.dtype) -> str:
     """bf16, fp16, tf32 (fp32 matmuls when torch may use TF32), fp32 or fp64."""
     if dtype == torch.float32:
         return "tf32" if torch.get_float32_matmul_precision() != "highest" else "fp32"
-    names = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float64: "fp64"}
-    if dtype not in names:
-        raise ValueError(f"no matmul dtype name for {dtype}")
-    return names[dtype]
+    return {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float64: "fp64"}[dtype]
 
 
 def training_matmul_dtype(trainer: Any, module: Any) -> str:
