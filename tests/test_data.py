@@ -83,11 +83,6 @@ def test_packing_concatenates_documents_with_eos_and_no_padding(corpus, tokenize
     assert stats.stats.empty_documents == 1 and stats.stats.documents == 39
 
 
-def test_bos_is_prepended_when_configured(corpus, tokenizer):
-    first = next(iter(stream(corpus, tokenizer, num_shards=1, bos_id=5)))
-    assert first[0].item() == 5
-
-
 def test_the_saved_stream_state_keeps_its_keys(corpus, tokenizer):
     """Checkpoints hold these keys: renaming or dropping one would stop every saved run resuming."""
     ds = stream(corpus, tokenizer, shuffle_buffer=4)

@@ -24,12 +24,12 @@ def run(argv: list[str]) -> int:
         raise ConfigError(f"--out {args.out} is a file; --out names the folder to hold tokenizer.json")
     from fixed_embed.data.corpus import default_corpus
     from fixed_embed.data.sources import DocumentSource
-    from fixed_embed.data.tokenizer import resolve_tokenizer
+    from fixed_embed.data.tokenizer import bpe_for_source
     from fixed_embed.inputs import check_corpus, check_output
 
     check_corpus(args.data, "--data", args.text_field)
     if args.out is not None:
         check_output(args.out, "--out")
     source = DocumentSource(args.data or str(default_corpus() / "train.jsonl"), text_field=args.text_field)
-    print(resolve_tokenizer(None, source, args.vocab_size, args.out, overwrite=args.overwrite or args.out is None))
+    print(bpe_for_source(source, args.vocab_size, args.out, overwrite=args.overwrite or args.out is None))
     return 0

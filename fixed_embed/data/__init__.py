@@ -1,9 +1,7 @@
 """Data: document sources, tokenizers, packing into fixed blocks, and the LightningDataModule.
 
-The names below load on first use (PEP 562), so importing any ``fixed_embed.data.*`` module
-costs only that module's own imports: ``tokenizer`` and ``corpus`` need neither torch nor
-Lightning, ``sharding`` nothing, ``packing`` torch and ``datasets`` but not Lightning.
-"""
+The names below load on first use (PEP 562), so a ``fixed_embed.data.*`` module costs only its own imports
+(only the datamodule needs Lightning)."""
 
 from __future__ import annotations
 
@@ -11,11 +9,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from fixed_embed.data.datamodule import TextDataModule
-    from fixed_embed.data.packing import PackedBlocks
-    from fixed_embed.data.sources import DocumentSource
-
-__all__ = ["DocumentSource", "PackedBlocks", "TextDataModule"]
+    from fixed_embed.data.datamodule import TextDataModule as TextDataModule
+    from fixed_embed.data.packing import PackedBlocks as PackedBlocks
+    from fixed_embed.data.sources import DocumentSource as DocumentSource
 
 _HOMES = {"DocumentSource": "sources", "PackedBlocks": "packing", "TextDataModule": "datamodule"}
 

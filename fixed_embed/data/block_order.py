@@ -1,17 +1,9 @@
 """The global, seeded block order of token shards, each rank's slice of every global batch, and its resume state.
 
-The ``N`` blocks of a token-shard split (its stream cut into ``seq_len + 1`` tokens, as the packer
-cuts documents + EOS) are read in one global order: pass ``p`` is a seeded permutation of all
-``N`` blocks (``numpy`` PCG64 seeded with ``(seed, p)``), reshuffled every pass, so global position
-``g`` is block ``perm_{g // N}[g % N]``. Global batch ``k`` is positions ``[k W B, (k + 1) W B)``
-(``W`` ranks, ``B`` sequences per rank); rank ``r`` takes ``[k W B + r B, k W B + (r + 1) B)``.
-Loader workers deal whole batches (worker ``w`` of ``n`` makes the rank's batches ``w, w + n, ...``,
-which is the order the loader returns them in).
-
-The state is one number, the global positions consumed (the same on every rank), counted by the
-loader as it hands batches out: a resume on any number of ranks and workers continues at the
-first block no rank has trained on, so across launches every block of the global order is read
-exactly once, in order (:class:`TokenBlockLoader`).
+Pass ``p`` is a seeded permutation of all ``N`` blocks (PCG64 seeded with ``(seed, p)``); global batch ``k``
+is positions ``[k W B, (k + 1) W B)`` and rank ``r`` takes its ``B`` of them; loader workers deal whole
+batches. The state is one number, the global positions consumed, so a resume on any number of ranks and
+workers reads every block exactly once, in order (docs/data.md, "Reading" and "Resume at any world size").
 """
 
 from __future__ import annotations
@@ -27,8 +19,6 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from fixed_embed.data.token_shards import TokenShards
 from fixed_embed.errors import DataError
 
-__all__ = ["GLOBAL_POSITION", "GlobalBlockOrder", "RankBatches", "TokenBlockLoader"]
-
 # The key of the loader state that makes it world-independent (fixed_embed.data.loader_state looks for it).
 GLOBAL_POSITION = "global_blocks_consumed"
 
@@ -37,8 +27,6 @@ class GlobalBlockOrder:
     """Global position -> block index: a seeded permutation of all ``blocks`` per pass."""
 
     def __init__(self, blocks: int, seed: int) -> None:
-        if blocks < 1:
-            raise ValueError(f"a global order needs >= 1 block, got {blocks}")
         self.blocks, self.seed = blocks, seed
         self._passes: dict[int, np.ndarray] = {}
 
@@ -71,8 +59,6 @@ class RankBatches(IterableDataset):
         self, shards: TokenShards, seq_len: int, batch_size: int, seed: int, rank: int = 0, world_size: int = 1,
         start: int = 0, length: int | None = None,
     ) -> None:  # fmt: skip
-        if not 0 <= rank < world_size:
-            raise ValueError(f"rank {rank} is not in a world of {world_size}")
         self.shards, self.block_len, self.batch_size, self.seed = shards, seq_len + 1, batch_size, seed
         self.rank, self.world_size, self.start, self.length = rank, world_size, start, length
         blocks = shards.block_count(self.block_len)

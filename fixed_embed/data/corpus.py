@@ -1,12 +1,6 @@
-"""The offline default corpus: documentation text every CPython installation carries.
-
-Documents are (1) the language-reference topics behind ``help()`` (``pydoc_data.topics``) and
-(2) for each standard-library module, its module, class and function docstrings concatenated,
-read with ``ast`` (nothing is imported or executed). Files are visited in sorted order, so the
-corpus is deterministic for a given Python version; it is written once to a cache folder as
-``train.jsonl`` / ``valid.jsonl`` (5 % held out by the hash hold-out of the streaming path, on the
-document id) and reused afterwards.
-"""
+"""The offline default corpus: the ``help()`` topics and each standard-library module's docstrings (read with
+``ast``, in sorted order: deterministic for a Python version), cached as ``train.jsonl`` / ``valid.jsonl``
+(5 % held out by hash of the document id)."""
 
 from __future__ import annotations
 
@@ -20,8 +14,6 @@ from pathlib import Path
 
 from fixed_embed.atomic import atomic_path
 from fixed_embed.data.sharding import is_held_out
-
-__all__ = ["cache_root", "default_corpus", "shared_data_root"]
 
 VALID_PER_MILLE = 50
 _SKIP_DIRS = {"test", "tests", "idlelib", "site-packages", "dist-packages", "__pycache__", "lib2to3", "turtledemo"}

@@ -1,12 +1,8 @@
-"""The data position in a checkpoint: every rank's gathered when saving, found and compared when resuming,
-and each rank's own handed back.
+"""The data position in a checkpoint: every rank's gathered when saving, each rank's own handed back at load.
 
-Lightning saves the training loader's state inside its fit loop's state, from global rank 0 only;
-every rank's is kept under ``loader_states_per_rank`` instead (a key checkpoints hold: never renamed).
-Only a LightningModule's checkpoint hooks see the whole checkpoint, so
-:class:`fixed_embed.module.LanguageModel` calls :func:`gather_loader_states` and
-:func:`take_own_loader_state`. Whether a position resumes is the data module's call
-(``TextDataModule.resume_refusals``), made at load here and before launch by the resume plan.
+Lightning saves the loader state of global rank 0 only; every rank's is kept under ``loader_states_per_rank``
+(a key checkpoints hold: never renamed). :class:`fixed_embed.module.LanguageModel`'s checkpoint hooks call
+these; whether a position resumes is ``TextDataModule.resume_refusals``'s call.
 """
 
 from __future__ import annotations
@@ -20,15 +16,6 @@ import torch
 from fixed_embed.data.block_order import GLOBAL_POSITION
 from fixed_embed.errors import CheckpointError
 from fixed_embed.lightning_internals import COMBINED_LOADER, fit_loop_state
-
-__all__ = [
-    "LOADER_STATES",
-    "find_states",
-    "fingerprint_refusal",
-    "gather_loader_states",
-    "saved_loader_state",
-    "take_own_loader_state",
-]
 
 LOADER_STATES = "loader_states_per_rank"
 

@@ -1,14 +1,8 @@
 """Tokenize streamed documents, pack them into fixed blocks, shard, shuffle, and resume exactly.
 
-Packing: each document becomes ``[BOS] + tokens + [EOS]`` and is appended to a running
-buffer cut into blocks of ``seq_len + 1`` tokens (inputs = block[:-1], targets = block[1:]),
-so every block has exactly ``seq_len`` targets and no padding; the remainder carries over.
-
-Sharding (:mod:`fixed_embed.data.sharding`): each of the ``R = world_size x num_workers`` readers
-reads only its virtual shards' documents, opening only the source shards they lie in; each virtual
-shard packs its own documents with its own carry, so the blocks depend on the virtual shards, not on
-the world. Resume (:mod:`fixed_embed.data.reader_state`): the reader's position, carries, shuffle
-buffer and RNG, so a resumed stream continues with the first block not yet delivered.
+Each document becomes ``tokens + [EOS]``, appended to a running buffer cut into ``seq_len + 1``-token
+blocks (no padding; the remainder carries over). Each virtual shard (:mod:`fixed_embed.data.sharding`)
+packs its own documents with its own carry; the resume state is :mod:`fixed_embed.data.reader_state`.
 """
 
 from __future__ import annotations
@@ -17,6 +11,7 @@ import copy
 import json
 import random
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -28,52 +23,30 @@ from fixed_embed.data.sources import DocumentSource
 from fixed_embed.data.tokenizer import load_tokenizer
 from fixed_embed.errors import DataError
 
-__all__ = ["PackedBlocks", "PackingStats"]
 
-
+@dataclass(eq=False)
 class PackedBlocks(IterableDataset):
     """An endless (or, with ``epochs=1``, one-pass) stream of packed ``LongTensor[seq_len + 1]`` blocks.
 
     ``num_shards``: virtual shards (:mod:`fixed_embed.data.sharding`); ``None``: one per reader.
     """
 
-    def __init__(
-        self,
-        source: DocumentSource,
-        tokenizer: str,
-        seq_len: int,
-        eos_id: int,
-        bos_id: int | None = None,
-        num_shards: int | None = 64,
-        shuffle_buffer: int = 256,
-        seed: int = 0,
-        rank: int = 0,
-        world_size: int = 1,
-        epochs: int | None = None,
-        holdout_per_mille: int = 0,
-        keep: str = "train",
-        tokenize_batch: int = 64,
-        length: int | None = None,
-    ) -> None:
-        if seq_len < 1:
-            raise ValueError(f"seq_len must be >= 1, got {seq_len}")
-        if (num_shards is not None and num_shards < 1) or shuffle_buffer < 0 or tokenize_batch < 1:
-            raise ValueError(
-                f"num_shards ({num_shards}: null or >= 1), tokenize_batch ({tokenize_batch}) must be >= 1, "
-                f"shuffle_buffer ({shuffle_buffer}) >= 0"
-            )
-        if not 0 <= rank < world_size:
-            raise ValueError(f"rank {rank} is not in a world of {world_size}")
-        if keep not in ("train", "held_out"):
-            raise ValueError(f"keep must be 'train' or 'held_out', got {keep!r}")
-        self.source, self.tokenizer_spec, self.seq_len = source, tokenizer, seq_len
-        self.eos_id, self.bos_id = eos_id, bos_id
-        self.num_shards, self.shuffle_buffer, self.seed = num_shards, shuffle_buffer, seed
-        self.rank, self.world_size, self.epochs = rank, world_size, epochs
-        self.holdout_per_mille, self.keep, self.tokenize_batch = holdout_per_mille, keep, tokenize_batch
-        self.length = length
-        self._state: ReaderState | None = None
-        self._pending_state: dict | None = None
+    source: DocumentSource
+    tokenizer: str
+    seq_len: int
+    eos_id: int
+    num_shards: int | None = 64
+    shuffle_buffer: int = 256
+    seed: int = 0
+    rank: int = 0
+    world_size: int = 1
+    epochs: int | None = None
+    holdout_per_mille: int = 0
+    keep: str = "train"  # or "held_out": which side of the hash hold-out this stream reads
+    tokenize_batch: int = 64
+    length: int | None = None
+    _state: ReaderState | None = field(default=None, init=False, repr=False)
+    _pending_state: dict | None = field(default=None, init=False, repr=False)
 
     def __len__(self) -> int:
         # A length lets Lightning skip its one-batch look-ahead, which would otherwise make the
@@ -88,10 +61,10 @@ class PackedBlocks(IterableDataset):
         """What must match for a saved state to be resumed (refused otherwise)."""
         return {
             "source": self.source.fingerprint(),
-            "tokenizer": self.tokenizer_spec,
+            "tokenizer": self.tokenizer,
             "seq_len": self.seq_len,
             "eos_id": self.eos_id,
-            "bos_id": self.bos_id,
+            "bos_id": None,  # documents have no BOS; the key stays so saved positions keep matching
             "num_shards": self.num_shards,
             "shuffle_buffer": self.shuffle_buffer,
             "seed": self.seed,
@@ -129,7 +102,7 @@ class PackedBlocks(IterableDataset):
         state = self._state = restore_state(saved, reader, source_shards, self.seed, self.source.path)
         virtual = virtual_shard_count(self.num_shards, readers)
         plan = reader_plan(source_shards, virtual, reader, readers)
-        tokenizer = load_tokenizer(self.tokenizer_spec)
+        tokenizer = load_tokenizer(self.tokenizer)
         rng = random.Random()
         rng.setstate(state.rng_state)
         block_len = self.seq_len + 1
@@ -143,13 +116,11 @@ class PackedBlocks(IterableDataset):
                 for position, ((shard, _), encoding) in enumerate(zip(owned, encodings, strict=True)):
                     if position < state.doc_in_batch:
                         continue  # packed before the checkpoint
-                    resumed_mid_doc = state.blocks_from_doc > 0
-                    if not resumed_mid_doc:
+                    if state.blocks_from_doc == 0:  # else resumed inside this document
                         state.carry_at_doc = state.carries.get(shard, [])
                         state.stats.documents += 1
                         state.stats.tokens += len(encoding.ids)
-                    tokens = state.carry_at_doc + ([self.bos_id] if self.bos_id is not None else [])
-                    tokens += [*encoding.ids, self.eos_id]
+                    tokens = [*state.carry_at_doc, *encoding.ids, self.eos_id]
                     n_blocks = len(tokens) // block_len
                     for b in range(state.blocks_from_doc, n_blocks):
                         block = torch.tensor(tokens[b * block_len : (b + 1) * block_len], dtype=torch.int64)

@@ -31,8 +31,6 @@ from fixed_embed.data.token_shards import FORMAT, INDEX, SPLITS, TOKENIZER_FILE,
 from fixed_embed.data.tokenizer import EOS, load_tokenizer, special_token_id, tokenizer_fingerprint
 from fixed_embed.errors import ConfigError, DataError, UserError
 
-__all__ = ["PLAN", "pretokenize", "summary_line"]
-
 PLAN = "pretokenize.json"
 HOLDOUT_RULE = (
     "held out when int(sha256(utf-8 text).hexdigest()[:8], 16) % 1000 < per_mille (fixed_embed.data.sharding)"
@@ -70,11 +68,8 @@ def pretokenize(
     progress: Progress | None = None,
 ) -> dict[str, Any]:
     """Write ``source``'s documents as token shards into ``out``; returns the totals and the time taken.
-
-    ``progress`` is called with increments (``documents``, ``tokens``, ``text_bytes``) as batches are
-    written, in this process (also for the work of ``workers`` processes) and with ``{"total_bytes": N}``
-    first when the source size is known.
-    """
+    ``progress`` gets ``{"total_bytes": N}`` first (local files), then increments of ``documents``, ``tokens``
+    and ``text_bytes`` as batches are written, in this process (also for the worker processes')."""
     for name, value in (("shards", shards), ("workers", workers), ("tokenize_batch", tokenize_batch)):
         if not isinstance(value, int) or value < 1:
             raise ConfigError(f"pretokenize: --{name.replace('_', '-')} must be an integer >= 1, got {value!r}")
@@ -179,13 +174,8 @@ def _finished(out: Path, v: int, dtype: str) -> bool:
     except (OSError, ValueError):
         return False
     itemsize = np.dtype(dtype).itemsize
-    for split in SPLITS:
-        entry = part[split]
-        path = out / entry["file"]
-        size = path.stat().st_size if path.is_file() else 0
-        if size != entry["tokens"] * itemsize:
-            return False
-    return True
+    paths = {split: out / part[split]["file"] for split in SPLITS}  # a shard without tokens has no file
+    return all((p.stat().st_size if p.is_file() else 0) == part[s]["tokens"] * itemsize for s, p in paths.items())
 
 
 class _Shard:
@@ -293,8 +283,7 @@ def _run_processes(jobs: list[_Job], progress: Progress | None) -> None:
     with ProcessPoolExecutor(
         len(jobs), mp_context=context, initializer=_init_worker, initargs=(queue, threads)
     ) as pool:
-        futures = [pool.submit(_write_in_worker, job) for job in jobs]
-        pending = set(futures)
+        pending = {pool.submit(_write_in_worker, job) for job in jobs}
         while pending:
             finished, pending = wait(pending, timeout=0.2, return_when=FIRST_EXCEPTION)
             _drain(queue, progress)

@@ -1,13 +1,7 @@
-"""The resume state of one ``PackedBlocks`` reader, and its checkpoint form.
-
-The state (the source shard being read and its ``datasets`` state at the last tokenization batch,
-the document and block reached within it, every carry, the shuffle buffer and its RNG) is small and
-exact, so a resumed stream continues with the first block not yet delivered -- across any number of
-resumes. :func:`state_to_dict` writes it as plain ints, lists and tensors (what torchdata's
-``StatefulDataLoader`` carries into the Lightning checkpoint); :func:`restore_state` reads it back,
-refusing a state of another number of source shards (whether the stream and its readers are the
-ones that saved it is the data module's check, ``TextDataModule.resume_refusals``). Checkpoints hold
-these keys as they are, so a key may be added (read with a default) but never renamed or dropped.
+"""The resume state of one ``PackedBlocks`` reader (small and exact: a resumed stream continues with the first
+block not yet delivered), and its checkpoint form: plain ints, lists and tensors, carried by torchdata's
+``StatefulDataLoader``. Checkpoints hold these keys, so a key may be added (read with a default), never
+renamed or dropped. Whether the stream and its readers match is ``TextDataModule.resume_refusals``'s check.
 """
 
 from __future__ import annotations
@@ -21,8 +15,6 @@ import torch
 
 from fixed_embed.errors import CheckpointError
 
-__all__ = ["PackingStats", "ReaderState", "restore_state", "state_to_dict"]
-
 # Version of the saved reader state; states without it (one global document index) resume only
 # from a single-file source, where both layouts agree.
 _STATE_LAYOUT = 2
@@ -30,8 +22,7 @@ _STATE_LAYOUT = 2
 
 @dataclass
 class PackingStats:
-    """What this reader has read since its stream started (or resumed): for tests, diagnostics and
-    the "no block from a whole pass" check. Not saved: a resume has no use for the old counts."""
+    """What this reader has read since its stream started or resumed (not saved)."""
 
     documents: int = 0
     empty_documents: int = 0
@@ -75,7 +66,7 @@ def state_to_dict(state: ReaderState, fingerprint: str, reader: int, readers: in
         "carry_at_doc": torch.tensor(state.carry_at_doc, dtype=torch.int64),
         "carries": {str(k): torch.tensor(v, dtype=torch.int64) for k, v in state.carries.items()},
         "buffer": torch.stack(state.buffer) if state.buffer else torch.empty(0, block_len, dtype=torch.int64),
-        "rng_state": _rng_to_list(state.rng_state),
+        "rng_state": None if (rng := state.rng_state) is None else [rng[0], list(rng[1]), rng[2]],
         "blocks_delivered": state.blocks_delivered,
         "flushing": state.flushing,
     }
@@ -100,6 +91,7 @@ def restore_state(
             f"refusing to resume: {source_path} had {saved_shards} shards (files) when the checkpoint "
             f"was written and has {source_shards} now"
         )
+    rng = saved["rng_state"] or random.Random().getstate()
     return ReaderState(
         epoch=saved["epoch"],
         source_shards=source_shards,
@@ -111,21 +103,7 @@ def restore_state(
         carry_at_doc=saved["carry_at_doc"].tolist(),
         carries={int(k): v.tolist() for k, v in saved["carries"].items()},
         buffer=list(saved["buffer"].unbind(0)),
-        rng_state=_rng_from_list(saved["rng_state"]),
+        rng_state=(rng[0], tuple(rng[1]), rng[2]),
         blocks_delivered=saved["blocks_delivered"],
         flushing=saved.get("flushing", False),
     )  # a "stats" entry, which some saved states hold, is ignored: the counts restart with each stream
-
-
-def _rng_to_list(rng_state: Any) -> list | None:
-    if rng_state is None:
-        return None
-    version, internal, gauss = rng_state
-    return [version, list(internal), gauss]
-
-
-def _rng_from_list(saved: list | None) -> Any:
-    if saved is None:
-        return random.Random().getstate()
-    version, internal, gauss = saved
-    return (version, tuple(internal), gauss)

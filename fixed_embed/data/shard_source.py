@@ -1,8 +1,5 @@
-"""The token-shard source: a ``fixed-embed pretokenize`` folder, read memory-mapped in a global seeded order.
-
-Its training position is global (:mod:`fixed_embed.data.block_order`), so a resume may change the
-world and the loader workers; it carries its own tokenizer and refuses any other.
-"""
+"""The token-shard source: a ``fixed-embed pretokenize`` folder, read memory-mapped in a global seeded order
+(:mod:`fixed_embed.data.block_order`), so a resume may change the world; it refuses any tokenizer but its own."""
 
 from __future__ import annotations
 
@@ -22,8 +19,6 @@ from fixed_embed.errors import DataError
 if TYPE_CHECKING:
     from fixed_embed.data.datamodule import TextDataModule
 
-__all__ = ["TokenShardSource"]
-
 
 class TokenShardSource:
     """``data.train`` (``role`` "train") or ``data.valid`` ("valid") as a token-shard folder."""
@@ -38,8 +33,7 @@ class TokenShardSource:
         self._splits: dict[str, TokenShards] = {}
 
     def shards(self, split: str = "train") -> TokenShards:
-        """One split of the folder, checked against its index on first use."""
-        if split not in self._splits:
+        if split not in self._splits:  # checked against the index on first use
             self._splits[split] = TokenShards(self.folder, split)
         return self._splits[split]
 
@@ -92,9 +86,7 @@ class TokenShardSource:
     # -- validation ---------------------------------------------------------------------------------------
 
     def validation_blocks(self, held_out: bool) -> torch.Tensor:
-        """The first ``val_sequences`` blocks of the split's stream, or (``val_per_document``) an equal share
-        from every document, each packed alone -- the blocks the text source makes from the same documents.
-        Memory-mapped: no cache needed."""
+        """The blocks the text source makes from the same documents (memory-mapped: no cache needed)."""
         shards = self.shards("held_out" if held_out else "train")
         total, width = self.data.hparams.val_sequences, self.data.seq_len + 1
         where = f"{shards.folder} ({shards.split})"

@@ -12,8 +12,6 @@ import datasets
 
 from fixed_embed.errors import DataError
 
-__all__ = ["DocumentSource", "resolve_files"]
-
 _BUILDERS = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
 
 
@@ -37,22 +35,12 @@ def resolve_files(pattern: str) -> list[str]:
 
 @dataclass(frozen=True)
 class DocumentSource:
-    """Where documents come from.
+    """Where documents come from: a local file, folder or glob (``.txt``: one document each, ``.jsonl``/``.json``,
+    ``.parquet``), or a hub dataset id (with ``name``, the config, and ``split``).
 
-    ``path`` is a local file, folder or glob (``.txt``, ``.jsonl``/``.json``, ``.parquet``) or a
-    hub dataset id (``HuggingFaceFW/fineweb-edu``, with ``name`` for the config and ``split``).
-    A ``.txt`` file is one document (``passage_chars`` cuts documents smaller).
-
-    The stream's shards (``open().num_shards``) are its files, in sorted order, for local data
-    and the hub dataset's own shards for a hub id; ``PackedBlocks`` gives each reader whole shards
-    where it can, so a reader opens only its share of them.
-
-    Local files can be read in another order than the files': ``passage_chars`` first cuts each
-    document at paragraph breaks (``\n\n``) into passages of at least that many characters, and
-    ``shuffle_seed`` then permutes every document (or passage) of every file. A short run then
-    reads a uniform sample of the whole corpus, not its first books. Both go through ``datasets``'
-    memory-mapped Arrow cache (no copy of the corpus in memory) and keep the stream exactly
-    resumable; a hub stream cannot be permuted (use ``shuffle_buffer``) and is refused.
+    The stream's shards (``open().num_shards``) are its files, sorted, or the hub dataset's own. Local files
+    may be cut into passages (``passage_chars``) and permuted (``shuffle_seed``) through ``datasets``' Arrow
+    cache, still exactly resumable (docs/data.md, "Order and seed"); a hub stream refuses both.
     """
 
     path: str
@@ -142,25 +130,24 @@ class DocumentSource:
             datasets.utils.disable_progress_bars()
         try:
             table = datasets.load_dataset(builder, data_files=files, split="train", **kwargs)
-            return self._reorder(table, files)
+            if self.text_field not in table.column_names:
+                raise KeyError(
+                    f"text field {self.text_field!r} not found in {self.path}; fields are {table.column_names}"
+                )
+            if self.passage_chars is not None:
+                table = table.map(
+                    _passages,
+                    batched=True,
+                    remove_columns=table.column_names,
+                    fn_kwargs={"field": self.text_field, "least": self.passage_chars},
+                    desc="cutting passages",
+                )
+            if self.shuffle_seed is not None:
+                table = table.shuffle(seed=self.shuffle_seed).flatten_indices()
+            return table.to_iterable_dataset(num_shards=min(len(files), len(table)) or 1)
         finally:
             if quiet:
                 datasets.utils.enable_progress_bars()
-
-    def _reorder(self, table: datasets.Dataset, files: list[str]) -> datasets.IterableDataset:
-        if self.text_field not in table.column_names:
-            raise KeyError(f"text field {self.text_field!r} not found in {self.path}; fields are {table.column_names}")
-        if self.passage_chars is not None:
-            table = table.map(
-                _passages,
-                batched=True,
-                remove_columns=table.column_names,
-                fn_kwargs={"field": self.text_field, "least": self.passage_chars},
-                desc="cutting passages",
-            )
-        if self.shuffle_seed is not None:
-            table = table.shuffle(seed=self.shuffle_seed).flatten_indices()
-        return table.to_iterable_dataset(num_shards=min(len(files), len(table)) or 1)
 
 
 def _passages(batch: dict[str, list], field: str, least: int) -> dict[str, list[str]]:

@@ -1,23 +1,5 @@
-"""Token shards on disk: the index format, its checks, and memory-mapped reads of one split's token stream.
-
-A token-shard folder (written by :mod:`fixed_embed.data.pretokenize`, ``fixed-embed pretokenize``)
-holds flat arrays of token ids, ``uint16`` (``uint32`` when the vocabulary has more than 65,535
-tokens), one ``.bin`` file per shard and split, a copy of the tokenizer (``tokenizer.json``) and
-the index ``token_shards.json``, written last: a folder without it is an unfinished pretokenize.
-Each document is stored as its tokens followed by ``<|endoftext|>``, documents back to back, so a
-split's shards concatenated in index order are exactly the token stream today's packer cuts into
-``seq_len + 1`` blocks (document boundaries are the EOS tokens; the index holds the counts).
-
-The index records what the ids mean and where they came from: the tokenizer's fingerprint
-(:func:`fixed_embed.data.tokenizer.tokenizer_fingerprint`), the EOS id, the dtype, the source's
-fingerprint (files and sizes, or the hub id), and the hold-out rule that sent a document to the
-``held_out`` split (:func:`fixed_embed.data.sharding.is_held_out`, the rule text streaming uses).
-
-:class:`TokenShards` opens one split after checking every shard against the index: a missing or
-truncated file, an empty shard, mixed dtypes or an unreadable index are refused in one line
-(:class:`fixed_embed.errors.DataError`), and :meth:`TokenShards.check_tokenizer` refuses a tokenizer
-other than the one the shards were written with.
-"""
+"""Token shards on disk (``fixed-embed pretokenize``): the index format, its checks, and memory-mapped reads
+of one split's token stream. The format and what the index records: docs/data.md, "Format"."""
 
 from __future__ import annotations
 
@@ -30,8 +12,6 @@ from typing import Any
 import numpy as np
 
 from fixed_embed.errors import ConfigError, DataError, MissingFileError
-
-__all__ = ["FORMAT", "INDEX", "SPLITS", "TOKENIZER_FILE", "TokenShards", "shard_folder", "token_dtype"]
 
 INDEX = "token_shards.json"
 TOKENIZER_FILE = "tokenizer.json"
@@ -51,10 +31,7 @@ def shard_folder(path: str | os.PathLike | None) -> Path | None:
 
     A folder of ``.bin`` shards without the index (an interrupted ``fixed-embed pretokenize``) is refused.
     """
-    if path is None:
-        return None
-    folder = Path(path).expanduser()
-    if not folder.is_dir():
+    if path is None or not (folder := Path(path).expanduser()).is_dir():
         return None
     if (folder / INDEX).is_file():
         return folder
@@ -87,15 +64,10 @@ def read_index(folder: Path) -> dict[str, Any]:
 
 
 class TokenShards:
-    """One split (``train`` or ``held_out``) of a token-shard folder: its shards memory-mapped end to end.
-
-    ``tokens(start, stop)`` reads any range of the split's token stream (across shard files);
-    nothing is loaded until it is read. The checks run at construction (file sizes only, no read).
-    """
+    """One split (``train`` or ``held_out``) of a token-shard folder: its shards memory-mapped end to end,
+    checked against the index at construction (file sizes only, no read)."""
 
     def __init__(self, folder: str | os.PathLike, split: str = "train") -> None:
-        if split not in SPLITS:
-            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
         self.folder, self.split = Path(folder).expanduser(), split
         self.index = index = read_index(self.folder)
         where = self.folder / INDEX
@@ -215,10 +187,6 @@ class TokenShards:
 
     def document_spans(self) -> np.ndarray:
         """``[start, stop)`` of every document (its tokens and EOS) in the stream, as an array ``[D, 2]``."""
-        ends = []
-        for i in range(len(self.files)):
-            ends.append(np.flatnonzero(self._map(i) == self.eos_id) + int(self.starts[i]) + 1)
-        stops = np.concatenate(ends) if ends else np.zeros(0, dtype=np.int64)
-        return (
-            np.stack([np.concatenate([[0], stops[:-1]]), stops], axis=1) if len(stops) else np.zeros((0, 2), np.int64)
-        )
+        ends = (np.flatnonzero(self._map(i) == self.eos_id) + int(self.starts[i]) + 1 for i in range(len(self.files)))
+        stops = np.concatenate([np.zeros(0, np.int64), *ends])
+        return np.stack([np.concatenate([[0], stops])[:-1], stops], axis=1)

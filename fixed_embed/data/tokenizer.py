@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,16 +17,6 @@ from fixed_embed.errors import ConfigError, DataError, MissingFileError
 
 if TYPE_CHECKING:  # sources imports datasets, which loading a tokenizer (evaluation, export) does not need
     from fixed_embed.data.sources import DocumentSource
-
-__all__ = [
-    "bpe_cache_dir",
-    "bpe_for_source",
-    "load_tokenizer",
-    "resolve_tokenizer",
-    "special_token_id",
-    "tokenizer_fingerprint",
-    "train_bpe",
-]
 
 EOS = "<|endoftext|>"
 ACCEPTED = "a hub id (owner/name), a tokenizer.json, or a folder holding one"
@@ -59,22 +49,6 @@ def load_tokenizer(spec: str | os.PathLike) -> Tokenizer:
             "Without network access, pass a local tokenizer.json or a folder holding one, "
             "e.g. ../shared/data/smollm2-tokenizer/tokenizer.json"
         ) from error
-
-
-def resolve_tokenizer(
-    spec: str | None,
-    train_source: DocumentSource | Callable[[], DocumentSource],
-    vocab_size: int,
-    out_dir: str | os.PathLike | None = None,
-    *,
-    overwrite: bool = True,
-) -> str:
-    """``spec`` when one is given, else the cached BPE of ``vocab_size`` on ``train_source``
-    (:func:`bpe_for_source`); a callable ``train_source`` is called only when the BPE is needed."""
-    if spec is not None:
-        return spec
-    source = train_source() if callable(train_source) else train_source
-    return str(bpe_for_source(source, vocab_size, out_dir, overwrite=overwrite))
 
 
 def special_token_id(tokenizer: Tokenizer, token: str) -> int:

@@ -1,16 +1,5 @@
-"""Validation blocks drawn from every held-out document, and the bytes their targets stand for.
-
-``spread_blocks``: the stream's first ``N`` blocks are the first books of a held-out set (two of
-nine for the study's corpus), so a validation loss would measure those books only. Instead each
-document is packed alone and gives an equal share of the blocks, spread evenly through it.
-
-``bytes_per_target``: nats per token depend on the tokenizer; bits per byte do not, so runs with
-different tokenizers compare on ``loss / (ln 2 * bytes per target)``. A byte-level BPE token is
-exactly as many bytes as its vocabulary string has characters; a SentencePiece-style token is its
-string's UTF-8 with "▁" as a space and ``<0xNN>`` one byte (other vocabularies: approximate);
-special tokens (EOS, BOS) are zero bytes (their predictions count in the nats, as the end of a
-document is text too).
-"""
+"""Validation blocks drawn from every held-out document (``val_per_document``), and the bytes their targets
+stand for (``val/bits_per_byte``): the why of each is in docs/data.md, "Validation"."""
 
 from __future__ import annotations
 
@@ -25,8 +14,6 @@ from fixed_embed.data.sharding import is_held_out
 from fixed_embed.data.sources import DocumentSource
 from fixed_embed.errors import ConfigError
 
-__all__ = ["bytes_per_target", "spread_blocks", "spread_document_blocks", "token_bytes"]
-
 
 def spread_blocks(
     source: DocumentSource,
@@ -34,15 +21,14 @@ def spread_blocks(
     seq_len: int,
     total: int,
     eos_id: int,
-    bos_id: int | None = None,
     holdout: tuple[int, str] = (0, "train"),
 ) -> torch.Tensor:
     """``total`` blocks of ``seq_len + 1`` tokens, an equal share from each document of ``source``.
 
     Document ``i`` of ``D`` (those with at least one block) gives ``total // D`` blocks, the first
     ``total % D`` one more; a document shorter than its share gives all it has and the rest is
-    shared by the longer ones. Each document's blocks are taken at evenly spaced positions. ``holdout``
-    (per mille, keep) applies the packer's hash hold-out when validation is a hold-out of train.
+    shared by the longer ones (:func:`_shares`), at evenly spaced positions. ``holdout`` (per mille, keep)
+    applies the packer's hash hold-out when validation is a hold-out of train.
     """
     per_mille, keep = holdout
 
@@ -51,19 +37,15 @@ def spread_blocks(
             texts = [t for t in batch[source.text_field] if isinstance(t, str) and t.strip()]
             texts = [t for t in texts if is_held_out(t, per_mille) == (keep == "held_out")]
             for encoding in tokenizer.encode_batch(texts, add_special_tokens=False):
-                yield ([bos_id] if bos_id is not None else []) + encoding.ids + [eos_id]
+                yield [*encoding.ids, eos_id]
 
     return spread_document_blocks(documents(), seq_len + 1, total, source.path)
 
 
 def spread_document_blocks(documents: Iterable[Sequence[int]], width: int, total: int, where: str) -> torch.Tensor:
     """:func:`spread_blocks` from documents already tokenized (each its ids + EOS): token shards use it too."""
-    per_document: list[torch.Tensor] = []  # each document's blocks, [n, width]
-    for ids in documents:
-        n = len(ids) // width
-        if n:
-            per_document.append(torch.from_numpy(np.asarray(ids[: n * width], dtype=np.int64)).view(n, width))
-    documents = per_document
+    blocks = (torch.from_numpy(np.asarray(ids[: len(ids) // width * width], dtype=np.int64)) for ids in documents)
+    documents = [b.view(-1, width) for b in blocks if len(b)]  # each document's blocks, [n, width]
     if not documents:
         raise ConfigError(f"no validation document of {where} holds a block of {width} tokens")
     if total < len(documents):
@@ -72,11 +54,10 @@ def spread_document_blocks(documents: Iterable[Sequence[int]], width: int, total
             f"{where}: set data.val_sequences >= {len(documents)} (got {total})"
         )
     counts = _shares(total, [len(blocks) for blocks in documents])
-    chosen = []
-    for blocks, k in zip(documents, counts, strict=True):
-        # the centres of k equal parts of the document: distinct positions because k <= n
-        chosen.append(blocks[[(2 * j + 1) * len(blocks) // (2 * k) for j in range(k)]])
-    out = torch.cat(chosen)
+    # the centres of k equal parts of each document: distinct positions because k <= n
+    out = torch.cat(
+        [b[[(2 * j + 1) * len(b) // (2 * k) for j in range(k)]] for b, k in zip(documents, counts, strict=True)]
+    )
     if len(out) < total:
         rank_zero_warn(
             f"validation: {len(out)} of the {total} blocks asked for: the {len(documents)} documents of "
