@@ -1,17 +1,10 @@
-"""The console of the ``fixed-embed`` commands: what a user sees, and a log file for everything else.
+"""The console of the ``fixed-embed`` commands: this project's records (INFO and above) and anyone's errors.
 
-:func:`setup` runs once per process, from the command-line entry, before the command is imported.
-The console (stderr) shows the records of this project's own code (``fixed_embed/``, ``callbacks/``)
-at INFO and above and any library's errors; a warning raised in this project's code is one
-``UserWarning: ...`` line. Every record at INFO and above, every warning with its file and line, and
-the final state of every tqdm bar drawn without an explicit ``file`` go to the log file: kept in
-memory until :func:`attach_run_folder` (called by :class:`callbacks.progress.UpdateProgressBar` at
-set-up) names ``<run folder>/console.log`` (rank r > 0: ``console.rank<r>.log``), appended by every
-launch under a header line; a command that never attaches one writes to ``logs/<command>.log`` at
-exit. :data:`HARMLESS_WARNINGS` are dropped, each by its exact text and module (never by category,
-so a new warning of the same library still reaches the log file). ``--debug``
-(``FIXED_EMBED_DEBUG=1``) puts everything on the console again; ``fixed-embed lm-eval`` keeps
-lm-eval's own output.
+Everything else -- every record at INFO and above, every warning with its file and line, the final
+state of every tqdm bar drawn without a ``file`` -- goes to ``<run folder>/console.log`` (kept in
+memory until :func:`attach_run_folder`; ``logs/<command>.log`` for a command without a run folder).
+:data:`HARMLESS_WARNINGS` are dropped by exact text and module, never by category. ``--debug``
+(``FIXED_EMBED_DEBUG=1``) puts everything on the console; ``fixed-embed lm-eval`` keeps lm-eval's output.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """Export a trained model as a Hugging Face ``LlamaForCausalLM`` folder (config, safetensors, tokenizer).
 
-The backbone is a Llama: pre-norm RMSNorm blocks, RoPE in the HF layout, SwiGLU, no biases. The
-input interface becomes ``embed_tokens``: a learned table as it is; a fixed code *materialised*
-as the V x d matrix it computes (``interface.table()``), exactly the vectors the model was trained
-on. vLLM, lm-eval's ``hf`` backend and any Llama tooling can then run the model. What the Llama
+The backbone is a Llama (pre-norm RMSNorm, HF-layout RoPE, SwiGLU, no biases); the input interface
+becomes ``embed_tokens``, a fixed code materialised as the V x d table it computes. What the Llama
 format cannot express is refused, not approximated.
 """
 

@@ -1,11 +1,6 @@
-"""FSDP2 over the whole data-parallel world, sharded checkpoints swapped in atomically, and their
-consolidation into one file.
-
-A sharded save goes to a fresh hidden folder ``.shards-<step>-<id>``; the checkpoint's name is a
-symlink swapped onto it once every rank has finished (docs/design.md, "How parallelism is built").
-:func:`consolidate` runs no code from the folder (docs/security.md): ``meta.pt`` and every
-non-tensor item are read weights-only, the pickled ``.metadata`` with an unpickler admitting only
-torch.distributed.checkpoint's metadata classes (``dcp_to_torch_save`` would unpickle both unrestricted).
+"""FSDP2 over the whole data-parallel world; sharded checkpoints (a hidden folder per save, the name a
+symlink swapped onto it when every rank is done: docs/design.md, "How parallelism is built"), and their
+consolidation into one file, which runs no code from the folder (docs/security.md).
 """
 
 from __future__ import annotations
@@ -175,8 +170,7 @@ class FSDP2Strategy(ModelParallelStrategy):
             return super().save_checkpoint(checkpoint, filepath, storage_options)
         path = Path(self.broadcast(str(filepath)))
         name = self.broadcast(f"{_SHARDS_PREFIX}{checkpoint.get('global_step', 0)}-{time.time_ns()}")
-        target = path.parent / name
-        super().save_checkpoint(checkpoint, target, storage_options)
+        super().save_checkpoint(checkpoint, path.parent / name, storage_options)
         self.barrier("fsdp2_checkpoint_written")
         if self.global_rank == 0:
             atomic_symlink(name, path)  # the name now points at the complete new folder
@@ -200,11 +194,8 @@ def _remove_unreferenced_shards(folder: Path) -> None:
 
 
 def consolidate(folder: str | os.PathLike, out: str | os.PathLike | None = None) -> dict[str, Any]:
-    """One checkpoint dict (weights + Lightning metadata) from a sharded folder; written to ``out`` if given.
-
-    Optimizer states are left out: FSDP2 stores them keyed by parameter name for resharding, a form
-    a single-device optimizer cannot load; resume sharded runs from the folder itself.
-    """
+    """One checkpoint dict (weights + Lightning metadata) from a sharded folder, written to ``out`` if given;
+    without the optimizer states (FSDP2 keys them by parameter name: resume sharded runs from the folder)."""
     folder = Path(folder)
     if not is_sharded_checkpoint(folder):
         raise CheckpointError(

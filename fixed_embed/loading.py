@@ -23,11 +23,8 @@ from fixed_embed.module import LanguageModel
 def load_checkpoint(
     path: str | os.PathLike, tokenizer: str | None = None, device: str | torch.device = "cpu"
 ) -> tuple[LanguageModel, Tokenizer]:
-    """The model (eval mode, on ``device``) and tokenizer of a ``LanguageModel`` checkpoint (file or sharded folder).
-
-    ``tokenizer`` (a tokenizer.json, a folder holding one, or a hub id) overrides the one stored
-    in the checkpoint; it is required for checkpoints that hold none.
-    """
+    """The model (eval mode, on ``device``) and tokenizer of a ``LanguageModel`` checkpoint (file or sharded
+    folder); ``tokenizer`` (a tokenizer.json, a folder holding one, a hub id) overrides the stored one."""
     path = Path(path)
     if path.is_dir():
         checkpoint = consolidate(path)  # FSDP2 shards -> one state dict, in memory

@@ -1,9 +1,7 @@
 """Peak dense FLOP/s per accelerator and dtype, for model FLOPs utilisation (MFU).
 
-Dense tensor-core figures from NVIDIA's datasheets (the "with sparsity" figures halved). We keep
-our own table because Lightning's ``get_available_flops`` lists the H200 with its *sparse*
-figures (2.0e15 bf16), which would halve every MFU. Unknown devices (CPU included) get ``None``:
-no MFU is better than a wrong one.
+Dense figures from NVIDIA's datasheets: Lightning's ``get_available_flops`` gives the H200's *sparse*
+ones, which would halve every MFU. Unknown devices (CPU included) get None: no MFU beats a wrong one.
 """
 
 from __future__ import annotations
