@@ -42,10 +42,10 @@ install: $(STAMP) ## create .venv with the project and its dev extras (idempoten
 TEST_JOBS ?= 2
 test_jobs = $(if $(filter 0,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadgroup)
 
-test: install ## the whole test suite, as CI runs it (CPU, offline, <= 12 min on 2 cores)
+test: install ## the whole test suite, as CI runs it (CPU, offline, <= 10 min on 2 cores)
 	$(BIN)/python -m pytest -q -ra $(test_jobs) --durations=10
 
-test-fast: install ## the inner loop: every in-process test, no subprocess or multi-rank run (<= 3 min)
+test-fast: install ## the inner loop: every in-process test, no subprocess or multi-rank run (<= 2.5 min)
 	$(BIN)/python -m pytest -q -ra $(test_jobs) -m "not slow" --durations=5
 
 lint: install ## ruff: lint rules and formatting (pyproject.toml [tool.ruff])
