@@ -1,9 +1,7 @@
 """Atomic writes: a reader, or the next launch after a kill, sees the old file, link or folder or the new one.
 
-Every file, link and folder the project writes that a later process reads goes through here: the
-new content goes to a temporary name in the target's own folder (same filesystem: the rename cannot
-degrade to a copy), files are fsynced, and ``os.replace`` puts it in place. A failure removes the
-temporary and leaves the target as it was.
+Every file, link and folder that a later process reads is written under a temporary name in the
+target's own folder (the rename cannot degrade to a copy), fsynced, and put in place by ``os.replace``.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import io
 import logging
 import os
 import re
@@ -134,7 +135,7 @@ class _ConsoleHandler(logging.Handler):
             self.handleError(record)
 
 
-class _ProgressStream:
+class _ProgressStream(io.TextIOBase):
     """A file for tqdm: keeps each bar's latest state and logs it when the bar ends (or every 30 s)."""
 
     encoding = "utf-8"
@@ -164,12 +165,6 @@ class _ProgressStream:
     def _log(self) -> None:
         self._handler.handle(logging.LogRecord("progress", logging.INFO, "", 0, self._last, None, None))
         self._last, self._logged_at = "", time.monotonic()
-
-    def flush(self) -> None:
-        pass
-
-    def isatty(self) -> bool:
-        return False
 
 
 _run_log: _RunLog | None = None

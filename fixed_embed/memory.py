@@ -31,9 +31,8 @@ GPU_KINDS = {
     for kind, gib in {"A100-40": 39.4, "A100-80": 79.2, "H100-80": 79.1, "H200-141": 139.8}.items()
 }
 IGNORE_MEMORY_ENV = "FIXED_EMBED_IGNORE_MEMORY_ESTIMATE"
-#: The stated relative cost of each way out, for choosing the cheapest: activation checkpointing
-#: recomputes each block's forward (~1/3 more compute); FSDP2 adds all-gathers (a few % on NVLink);
-#: each halving of the micro-batch (accumulation doubled, same tokens per update) a few % of speed.
+#: Stated relative costs of the ways out: activation checkpointing recomputes each block's forward (~1/3);
+#: FSDP2 adds all-gathers (a few % on NVLink); each halving of the micro-batch (same tokens per update) a few %.
 _COSTS = {"ac": 1.33, "fsdp": 1.05, "halving": 1.03}
 
 
@@ -267,10 +266,9 @@ class FitOption:
 
 
 def cheapest_fit(model: Any, run: RunShape, device_bytes: int) -> FitOption | None:
-    """The cheapest change (by :data:`_COSTS`) that makes ``model``'s ``run`` fit ``device_bytes``: activation
-    checkpointing, FSDP2 (``experiments/strategies/fsdp.yaml``, with more than one GPU), a smaller
-    micro-batch with more accumulation (same tokens per update), or a combination; None if none fits.
-    An option with no flags means the run fits as configured."""
+    """The cheapest change (by :data:`_COSTS`) that makes ``model``'s ``run`` fit ``device_bytes`` -- activation
+    checkpointing, FSDP2 (with more than one GPU), a smaller micro-batch with more accumulation, or a
+    combination -- None if none fits; no flags: it fits as configured."""
     micro_batch, configured_ac = run.micro_batch, model.parallel_config.activation_checkpointing
     options = []
     for shard in sorted({run.sharded, run.sharded or run.world_size > 1}):

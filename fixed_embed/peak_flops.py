@@ -10,6 +10,8 @@ from typing import Any
 
 import torch
 
+from fixed_embed.fsdp import shards_parameters
+
 # chip -> {dtype name: FLOP/s}. Matched against torch.cuda.get_device_name(), most specific first.
 PEAK_FLOPS: dict[str, dict[str, float]] = {
     "h200 nvl": {"bf16": 835.5e12, "fp16": 835.5e12, "tf32": 417.5e12, "fp32": 60.0e12},
@@ -33,8 +35,6 @@ def training_matmul_dtype(trainer: Any, module: Any) -> str:
     """The dtype a ``Trainer``'s training matmuls run in, read from what runs: the precision plugin's
     autocast dtype (``*-mixed``); else, sharded, the dtype FSDP2 gathers parameters in for compute
     (``parallel_config.param_dtype``); else the Linear weights' dtype (``bf16-true`` converts them)."""
-    from fixed_embed.fsdp import shards_parameters
-
     device_type = module.device.type if hasattr(module, "device") else "cpu"
     with trainer.precision_plugin.forward_context():
         if torch.is_autocast_enabled(device_type):

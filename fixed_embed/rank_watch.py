@@ -1,12 +1,7 @@
-"""RankWatch: what one rank knows, every rank learns within a second -- a failure, or a request to stop.
-
-A failing rank would leave the others blocked in their next collective until the process group's
-timeout, and a SIGTERM reaching one rank cannot stop an evaluation the others keep running. Both
-travel out of band through the job's c10d store (no collective): a daemon thread per rank polls two
-keys; :meth:`RankWatch.fail` makes every other rank print the failure and exit 1 at once, and
-:meth:`RankWatch.request_stop` (a flag: safe in a signal handler) turns every rank's
-:attr:`~RankWatch.stop_requested` true. A lost store (rank 0 died) is a failure too. A rank killed
-by the OS publishes nothing: :func:`note_lost_ranks` names it from Lightning's launcher (docs/faults.md).
+"""RankWatch: what one rank knows, every rank learns within a second -- a failure, or a request to stop --
+through the job's c10d store, with no collective (a rank blocked in one would otherwise wait for the
+timeout). A lost store (rank 0 died) is a failure too; a rank killed by the OS is named by
+:func:`note_lost_ranks`. Details: docs/faults.md ("A failure on one rank").
 """
 
 from __future__ import annotations
@@ -30,8 +25,7 @@ class RankWatch:
     def __init__(self, store: dist.Store | None, rank: int, poll_s: float = 1.0) -> None:
         self.store, self.rank, self.poll_s = store, rank, poll_s
         self.stop_requested = False
-        self._local_stop = False
-        self._published = False
+        self._publish = False
         self._failed = False
         self._closing = threading.Event()
         self._thread: threading.Thread | None = None
@@ -41,7 +35,7 @@ class RankWatch:
 
     def request_stop(self) -> None:
         """This rank wants every rank to stop (a flag: safe in a signal handler)."""
-        self._local_stop = True
+        self._publish = True
         if self.store is None:
             self.stop_requested = True
 
@@ -63,9 +57,9 @@ class RankWatch:
     def _watch(self) -> None:
         while not self._closing.wait(self.poll_s):
             try:
-                if self._local_stop and not self._published:
+                if self._publish:
                     self.store.set(_STOP, str(self.rank))
-                    self._published = True
+                    self._publish = False
                 if self.store.check([_STOP]):
                     self.stop_requested = True
                 if not self._failed and self.store.check([_FAILED]):
@@ -86,7 +80,7 @@ def _exit(message: str) -> None:
 _current: RankWatch | None = None
 
 
-def start(poll_s: float = 1.0) -> RankWatch:
+def start(poll_s: float) -> None:
     """The process's watch, started on the default process group's store (a local-only one without)."""
     global _current
     if _current is None:
@@ -94,7 +88,6 @@ def start(poll_s: float = 1.0) -> RankWatch:
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
             store = dist.distributed_c10d._get_default_store()
         _current = RankWatch(store, dist.get_rank() if store is not None else 0, poll_s)
-    return _current
 
 
 def current() -> RankWatch | None:

@@ -56,8 +56,7 @@ class RunLock:
     def __init__(self, path: Path, record: dict) -> None:
         self.path, self.record = path, record
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._heartbeat, name="fixed-embed-run-lock", daemon=True)
-        self._thread.start()
+        threading.Thread(target=self._heartbeat, name="fixed-embed-run-lock", daemon=True).start()
         atexit.register(self.release)
 
     def _heartbeat(self) -> None:
