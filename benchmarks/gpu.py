@@ -1,7 +1,7 @@
 """GPU training speed of the paper's 1.7B model: tokens/s, MFU and peak memory per interface and mode.
 
 The training path, on one GPU: the paper's config (24 x d 2048, V 49,152, ctx 2048) at micro-batch 8,
-bf16 autocast over fp32 master weights, the model's own chunked loss (``LanguageModel._loss``, as
+bf16 autocast over fp32 master weights, the model's own chunked loss (``LanguageModel.block_loss``, as
 ``training_step``), ``--accumulate`` micro-batches per update, gradient clipping, fused AdamW.
 Modes: ``eager``, ``compile`` (regional, per block), ``ac`` (activation checkpointing per block)
 and ``compile+ac``. MFU = model FLOPs per token (the model's own report, 6N + 12 L d T) x tokens/s
@@ -57,7 +57,7 @@ def run(variant: str, mode: str, args: argparse.Namespace) -> dict:
     def step() -> None:  # one optimizer update: what LanguageModel.training_step and Lightning's loop run
         for micro in range(args.accumulate):
             with autocast:
-                loss, _ = model._loss(ids[micro])  # the chunked head + cross-entropy of training
+                loss, _ = model.block_loss(ids[micro])  # the chunked head + cross-entropy of training
             (loss / args.accumulate).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()

@@ -29,6 +29,7 @@ from callbacks.preemption import PreemptionCheckpoint
 from callbacks.update_boundary import UpdateCallback, due
 from fixed_embed.data.tokenizer import load_tokenizer
 from fixed_embed.parallel import eager_evaluation
+from fixed_embed.run_folder import benchmark_folder
 
 
 class BenchmarkCallback(UpdateCallback):
@@ -74,6 +75,16 @@ class BenchmarkCallback(UpdateCallback):
         self.interrupted = False
         self.last_metrics: dict[str, float] = {}
         self._evaluated_step = -1
+
+    def final_eval_command(self, checkpoint: Path, folder: Path) -> list[str] | None:
+        """The ``fixed-embed eval`` command that writes what the end of training writes (None: nothing)."""
+        if not (self.enabled and self.at_train_end):
+            return None
+        command = ["fixed-embed", "eval", str(checkpoint), "--tasks", ",".join(self.tasks)]
+        command += ["--limit", str(self.limit)] if self.limit is not None else []
+        command += ["--num-fewshot", str(self.num_fewshot)] if self.num_fewshot else []
+        command += [arg for include in self.include_path for arg in ("--include-path", str(include))]
+        return [*command, "--output", str(folder)]
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         # A misspelt task fails now, not 5,000 updates into the run.
@@ -146,7 +157,7 @@ class BenchmarkCallback(UpdateCallback):
         }
         for logger in trainer.loggers:
             logger.log_metrics(metrics, step=step - 1)  # the index of the last update, as train/loss
-        path = write_results(results, f"step {step}", run_folder / "benchmarks" / f"step_{step:08d}")
+        path = write_results(results, f"step {step}", benchmark_folder(run_folder, step))
         rank_zero_info(f"BenchmarkCallback at step {step}: {metrics} ({path})")
         self.last_metrics = metrics
         return metrics

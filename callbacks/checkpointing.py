@@ -18,7 +18,7 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from callbacks.update_boundary import UpdateCallback
 from fixed_embed.atomic import atomic_symlink
-from fixed_embed.run_folder import STEP_FILENAME, step_checkpoints, step_of
+from fixed_embed.run_folder import LAST, STEP_FILENAME, checkpoint_folder, step_checkpoints, step_of
 
 
 class CheckpointPolicy(UpdateCallback, Checkpoint):
@@ -51,7 +51,7 @@ class CheckpointPolicy(UpdateCallback, Checkpoint):
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if self.dirpath is None:
-            self.dirpath = str(Path(trainer.log_dir or trainer.default_root_dir) / "checkpoints")  # a collective
+            self.dirpath = str(checkpoint_folder(Path(trainer.log_dir or trainer.default_root_dir)))  # a collective
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         size = checkpoint_bytes(pl_module, with_optimizer=not self.save_weights_only)
@@ -86,20 +86,20 @@ class CheckpointPolicy(UpdateCallback, Checkpoint):
         expired ones; returns ``last.ckpt``. Every rank must call it (the save is collective)."""
         folder, step = Path(self.dirpath), trainer.global_step
         if step == self._saved_step:
-            return folder / "last.ckpt"
+            return folder / LAST
         path = folder / f"{STEP_FILENAME.format(step=step)}.ckpt"
         trainer.save_checkpoint(path, weights_only=self.save_weights_only)
         self._saved_step = step
         rank_zero_info(f"checkpoint at update {step}: {path}")
         if trainer.is_global_zero:
-            atomic_symlink(path.name, folder / "last.ckpt")
+            atomic_symlink(path.name, folder / LAST)
             # Newer ones than this update belong to another history and are left alone.
             older = [p for p in step_checkpoints(folder) if step_of(p) <= step][: -self.keep_last]
             for expired in older:
                 if not (self.keep_every and step_of(expired) % self.keep_every == 0):
                     trainer.strategy.remove_checkpoint(expired)
         trainer.strategy.barrier("checkpoint_linked")
-        return folder / "last.ckpt"
+        return folder / LAST
 
 
 def save_now(trainer: L.Trainer) -> Path:
@@ -108,7 +108,7 @@ def save_now(trainer: L.Trainer) -> Path:
     callback = trainer.checkpoint_callback
     if isinstance(callback, CheckpointPolicy):
         return callback.save(trainer)
-    path = Path(getattr(callback, "dirpath", None) or Path(trainer.default_root_dir) / "checkpoints") / "last.ckpt"
+    path = Path(getattr(callback, "dirpath", None) or checkpoint_folder(Path(trainer.default_root_dir))) / LAST
     trainer.save_checkpoint(path)
     return path
 

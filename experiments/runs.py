@@ -65,9 +65,9 @@ def merged_config(configs: Sequence[str | Path]) -> dict:
     """The experiment that ``--config A --config B ...`` gives: each file (with its bases) merged in order."""
     from fixed_embed.config import deep_merge, load_experiment
 
-    merged: dict = {}
+    merged, named = {}, {}
     for path in configs:
-        merged = deep_merge(merged, load_experiment(path))
+        merged = deep_merge(merged, load_experiment(path, named))
     return merged
 
 

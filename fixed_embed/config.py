@@ -48,10 +48,17 @@ def deep_merge(base: Any, override: Any) -> Any:
     return merged
 
 
-def load_experiment(path: str | Path) -> dict[str, Any]:
-    """The experiment at ``path`` with its ``__base__`` chain merged in (base first), its callbacks a list."""
+def load_experiment(path: str | Path, named_before: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The experiment at ``path`` with its ``__base__`` chain merged in (base first), its callbacks a list.
+
+    ``named_before``: the callbacks named by earlier ``--config`` files, which this file's names change
+    (updated in place), so that a later file changes one callback rather than replacing the list.
+    """
     experiment = _merged(path, ())
     if (callbacks := _named_callbacks(experiment)) is not None:
+        if named_before is not None:
+            named_before.update(deep_merge(dict(named_before), callbacks))
+            callbacks = named_before
         experiment["trainer"]["callbacks"] = [callback for callback in callbacks.values() if callback is not None]
     return experiment
 
@@ -109,6 +116,7 @@ CONFIG_FILE_FLAGS = ("--config", "-c", "--data", "--model", "--trainer")
 def expand_config_args(args: list[str]) -> list[str]:
     """Replace each ``--config FILE`` that :func:`load_experiment` changes by the merged YAML, for LightningCLI."""
     out: list[str] = []
+    named: dict[str, Any] = {}  # the callbacks named so far, in order: a later --config changes them by name
     for value in config_values(args, CONFIG_FILE_FLAGS):
         if Path(value).is_file():
             with contextlib.suppress(yaml.YAMLError):  # jsonargparse reports those itself, naming the tag or line
@@ -126,6 +134,6 @@ def expand_config_args(args: list[str]) -> list[str]:
             i += 1
             continue
         if _composed(value):
-            value = yaml.safe_dump(load_experiment(value), sort_keys=False)
+            value = yaml.safe_dump(load_experiment(value, named), sort_keys=False)
         out.extend(["--config", value])
     return out

@@ -53,11 +53,13 @@ def build_model(model_config: dict[str, Any], device: str | torch.device = "meta
 def trainer_world_size(trainer: Mapping[str, Any]) -> int | None:
     """Nodes x devices of a ``trainer:`` config, as the Trainer will count them (None: not known from the config)."""
     devices, nodes = trainer.get("devices", "auto"), trainer.get("num_nodes") or 1
-    if isinstance(devices, str) and devices.strip().isdigit():
+    if isinstance(devices, str) and "," in devices:  # device ids, as Lightning reads "0,1" or "2,"
+        devices = [index for index in devices.split(",") if index.strip()]
+    elif isinstance(devices, str) and devices.strip().lstrip("-").isdigit():
         devices = int(devices)
     if isinstance(devices, (list, tuple)):
         devices = len(devices)
-    if devices == "auto":  # as Lightning counts it: every CUDA device, or one process on the CPU
+    if devices in ("auto", -1):  # as Lightning counts them: every CUDA device, or one process on the CPU
         from lightning.pytorch.accelerators import CUDAAccelerator
 
         on_cpu = str(trainer.get("accelerator", "auto")) == "cpu"

@@ -47,13 +47,19 @@ LIGHTNING_INTERNALS: tuple[Internal, ...] = (
              "fit_loop_state"),
 )  # fmt: skip
 
-# Other libraries' private names: the first two used here, the last listed for the upgrade check only.
+# Other libraries' private names: the first two used here, the others where they are named.
 TORCH_INTERNALS: tuple[Internal, ...] = (
     Internal("torch.optim.lr_scheduler.LRScheduler", "_last_lr", "text", (), ("get_last_lr",), "set_scheduler_last_lr"),
     Internal("tqdm.std.tqdm", "__init__", "method", ("self", "iterable", "desc", "total", "leave", "file", "..."),
              used_by="route_tqdm: file is the 5th positional parameter"),
     Internal("torch.distributed.distributed_c10d", "_get_default_store", "method", (),
              used_by="fixed_embed/rank_watch.py: the launcher's store, for a stop no collective can carry"),
+    Internal("torch.nn.Module", "_apply", "method", ("self", "fn", "recurse"),
+             used_by="fixed_embed/model.py: RoPE tables recomputed in fp32 after a dtype move (no public hook)"),
+    Internal("torch.nn.Module", "_load_from_state_dict", "method", ("self", "state_dict", "prefix", "..."),
+             used_by="fixed_embed/interfaces: a fixed code's stored state checked against its spec, naming both"),
+    Internal("torch", "_assert_async",
+             used_by="fixed_embed/interfaces/base.py: the id range checked on the device, without a host sync"),
 )  # fmt: skip
 
 

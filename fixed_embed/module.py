@@ -119,7 +119,8 @@ class LanguageModel(L.LightningModule):
 
     # -- training -------------------------------------------------------------------------
 
-    def _loss(self, block: torch.Tensor) -> tuple[torch.Tensor, int]:
+    def block_loss(self, block: torch.Tensor) -> tuple[torch.Tensor, int]:
+        """Mean next-token loss over a batch of packed blocks ``[B, T + 1]`` (chunked head), and its target count."""
         if block.dim() != 2 or block.shape[1] < 2:
             raise ValueError(f"a batch must be packed blocks of shape [B, T + 1], got {tuple(block.shape)}")
         inputs, targets = block[:, :-1], block[:, 1:]
@@ -127,7 +128,7 @@ class LanguageModel(L.LightningModule):
         return loss, targets.numel()
 
     def training_step(self, block: torch.Tensor, batch_idx: int) -> torch.Tensor:
-        loss, n_targets = self._loss(block)
+        loss, n_targets = self.block_loss(block)
         # A non-finite loss is not acted on here: its backward makes the gradients non-finite,
         # and on_before_optimizer_step decides once per update, identically on every rank.
         self._last_loss = loss.detach()
@@ -183,7 +184,7 @@ class LanguageModel(L.LightningModule):
         optimizer.zero_grad(set_to_none=True)
 
     def validation_step(self, block: torch.Tensor, batch_idx: int) -> None:
-        loss, n_targets = self._loss(block)
+        loss, n_targets = self.block_loss(block)
         self.val_loss.update(loss.detach(), weight=n_targets)
 
     test_step = validation_step

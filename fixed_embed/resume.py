@@ -4,8 +4,8 @@
   every rank together, so a good checkpoint on disk is never replaced by a poisoned one.
 - **Loading** (:func:`check_resume`): the weights, optimizer moments, step, data position and RNG
   states come from the checkpoint; refused, naming both values, are another interface or backbone
-  shape, a change of the optimizer's parameter groups (when fitting), and another number of ranks
-  (:mod:`fixed_embed.data.loader_state`); every other setting that differs is printed, and the
+  shape, a change of the optimizer's parameter groups (when fitting), and what the data refuses
+  (``TextDataModule.resume_refusals``); every other setting that differs is printed, and the
   config given now wins.
 - **Training start** (:func:`reapply_config`): Lightning restores the optimizer's and scheduler's
   settings from the checkpoint; the config's (LR, betas, weight decay, schedule length) are put back.

@@ -8,6 +8,7 @@ come through ``fixed-embed fit``, are :mod:`fixed_embed.resume`'s.
 
 from __future__ import annotations
 
+import importlib
 import os
 import shlex
 from collections.abc import Mapping
@@ -19,7 +20,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from fixed_embed.errors import CheckpointError, ConfigError
 from fixed_embed.fsdp import UnsafeCheckpointError, load_weights_only
 from fixed_embed.resume import changed, model_refusals
-from fixed_embed.run_folder import step_checkpoints, step_of
+from fixed_embed.run_folder import LAST, benchmark_folder, step_checkpoints, step_of
 
 __all__ = ["RunComplete", "choose_checkpoint", "plan_fit", "read_checkpoint"]
 
@@ -69,7 +70,7 @@ def choose_checkpoint(folder: Path) -> tuple[Path | None, dict[str, Any] | None,
         return None, None, []
     steps = step_checkpoints(folder)
     newest = steps[-1] if steps else None
-    last = folder / "last.ckpt"
+    last = folder / LAST
     if last.is_symlink():
         target = folder / os.readlink(last)
         if not target.exists():
@@ -97,7 +98,7 @@ def choose_checkpoint(folder: Path) -> tuple[Path | None, dict[str, Any] | None,
 
 def plan_fit(config: Any, checkpoints: Path | None, max_steps: int) -> tuple[str | None, int | None]:
     """The checkpoint a fit resumes (the ``ckpt_path`` to give Lightning) and its update, after printing what
-    the resume changes; no update: a fresh start (or, without a run folder, Lightning's own ``last``).
+    the resume changes; no update: a fresh start.
 
     ``config``: the ``fit`` command's parsed config; ``checkpoints``: the run folder's (None without one).
     Raises every refusal at once (:class:`CheckpointError`), and :class:`RunComplete` when nothing is left.
@@ -117,8 +118,13 @@ def plan_fit(config: Any, checkpoints: Path | None, max_steps: int) -> tuple[str
             if ckpt_path == "last":
                 rank_zero_info(f"no checkpoint in {checkpoints}: starting at update 0")
             return None, None
-    elif ckpt_path in ("last", None):
-        return ckpt_path, None
+    elif ckpt_path == "last":
+        raise ConfigError(
+            "--ckpt_path last resumes the run folder's newest checkpoint, and with trainer.logger off this fit has "
+            "no run folder: pass the checkpoint file, or keep the logger"
+        )
+    elif ckpt_path is None:
+        return None, None
     else:
         path = Path(ckpt_path)
         checkpoint = read_checkpoint(path)
@@ -158,21 +164,17 @@ def _complete_message(path: Path, step: int, callbacks: list, checkpoints: Path 
         f"run complete: {path} is at update {step}, the run's length: nothing to train (raise --trainer.max_steps "
         "to train on)"
     )
-    folder = checkpoints.parent / "benchmarks" / f"step_{step:08d}" if checkpoints is not None else None
+    folder = benchmark_folder(checkpoints.parent, step) if checkpoints is not None else None
     if folder is None or (folder / "results.json").is_file():
         return message
-    for callback in callbacks:
-        spec = callback if isinstance(callback, dict) else callback.as_dict()
-        args = spec.get("init_args") or {}
-        at_end = args.get("enabled", True) and args.get("at_train_end", True)
-        if at_end and str(spec.get("class_path")).endswith("BenchmarkCallback"):
-            command = ["fixed-embed", "eval", str(path), "--tasks", ",".join(args.get("tasks") or
-                       ["fixed_embed_word_order"])]  # fmt: skip
-            command += ["--limit", str(args["limit"])] if args.get("limit") is not None else []
-            command += ["--num-fewshot", str(args["num_fewshot"])] if args.get("num_fewshot") else []
-            command += [arg for include in args.get("include_path") or [] for arg in ("--include-path", str(include))]
-            command += ["--output", str(folder)]
-            return f"{message}\nthe final benchmark at update {step} did not run (interrupted); get it with: " + (
-                shlex.join(command)
-            )
+    for spec in callbacks:  # the callback that writes a final benchmark says how (it is only built here)
+        spec = spec if isinstance(spec, dict) else spec.as_dict()
+        module, name = str(spec.get("class_path")).rsplit(".", 1)
+        cls = getattr(importlib.import_module(module), name, None)
+        if hasattr(cls, "final_eval_command"):
+            command = cls(**(spec.get("init_args") or {})).final_eval_command(path, folder)
+            if command is not None:
+                return f"{message}\nthe final benchmark at update {step} did not run (interrupted); get it with: " + (
+                    shlex.join(command)
+                )
     return message

@@ -15,10 +15,29 @@ from typing import Any
 from fixed_embed.errors import ConfigError
 from fixed_embed.run_lock import is_launching_rank
 
-__all__ = ["STEP_FILENAME", "pin_run_folder", "purge_curve_after", "step_checkpoints", "step_of"]
+__all__ = [
+    "LAST",
+    "STEP_FILENAME",
+    "benchmark_folder",
+    "checkpoint_folder",
+    "pin_run_folder",
+    "purge_curve_after",
+    "step_checkpoints",
+    "step_of",
+]
 
-STEP_FILENAME = "step={step:08d}"  # a ModelCheckpoint filename template: step=00001000.ckpt
+STEP_FILENAME = "step={step:08d}"  # step=00001000.ckpt: names sort by update
+LAST = "last.ckpt"  # a link to the newest step=N.ckpt
 _STEP = re.compile(r"step=(\d+)")
+
+
+def checkpoint_folder(run: Path) -> Path:
+    return run / "checkpoints"
+
+
+def benchmark_folder(run: Path, step: int) -> Path:
+    """Where the in-loop benchmark at update ``step`` writes its results."""
+    return run / "benchmarks" / f"step_{step:08d}"
 
 
 def step_of(path: str | os.PathLike) -> int | None:

@@ -130,7 +130,7 @@ def test_language_model_option_and_validation_use_the_chunked_loss():
         torch.manual_seed(0)
         model = LanguageModel(decoder=decoder, loss_chunk_tokens=chunk)
         assert model.hparams.loss_chunk_tokens == chunk
-        losses[chunk] = model._loss(block)[0]
+        losses[chunk] = model.block_loss(block)[0]
     assert LanguageModel(decoder=decoder).loss_chunk_tokens == 4096
     torch.testing.assert_close(losses[5], losses[0], rtol=1e-6, atol=1e-6)
     assert torch.equal(losses[None], losses[0])

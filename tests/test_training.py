@@ -38,6 +38,28 @@ def test_every_experiment_takes_its_callbacks_from_the_one_list():
             assert [c["class_path"] for c in callbacks] == expected, config
 
 
+def test_a_later_config_changes_one_callback_by_name(tmp_path):
+    """`--config VARIANT --config DELTA`: DELTA's named callbacks change or drop those of VARIANT, the rest stay."""
+    delta = tmp_path / "delta.yaml"
+    delta.write_text(
+        "trainer:\n  callbacks:\n    benchmarks: null\n    gradients:\n      init_args: {every_n_steps: 3}\n"
+    )
+    parsed = print_config("--config", ROOT / "experiments" / "tiny" / "gf2.yaml", "--config", delta)
+    callbacks = {c["class_path"].rsplit(".", 1)[1]: c.get("init_args", {}) for c in parsed["trainer"]["callbacks"]}
+    assert "BenchmarkCallback" not in callbacks and callbacks["GradientMonitor"]["every_n_steps"] == 3
+    assert callbacks["CheckpointPolicy"]["every_n_steps"] == 100 and "SpeedMonitor" in callbacks
+
+
+@pytest.mark.parametrize(
+    ("devices", "world"), [(2, 4), ("3", 6), ("0,1", 4), ("2,", 2), ([0, 1, 2], 6), (-1, 2), ("-1", 2)]
+)
+def test_the_world_size_is_counted_as_lightning_counts_devices(devices, world):
+    """A token budget resolves at every form of trainer.devices Lightning takes (-1: all, here the CPU's one)."""
+    from fixed_embed.experiment import trainer_world_size
+
+    assert trainer_world_size({"devices": devices, "num_nodes": 2, "accelerator": "cpu"}) == world
+
+
 def test_paper_budget_gives_381470_updates():
     assert steps_for_budget(100_000_000_000, 2, 8, 8, 2048) == 381_470
 

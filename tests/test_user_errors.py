@@ -2,6 +2,7 @@
 
 import json
 import random
+from pathlib import Path
 
 import pytest
 
@@ -202,3 +203,23 @@ def test_cache_folder_name_matches_the_datamodule_scheme(cache):
     import hashlib
 
     assert bpe_cache_dir("fp", 8192) == cache / "tokenizers" / f"bpe-8192-{hashlib.sha256(b'fp').hexdigest()[:16]}"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["validate", "--ckpt_path", "best"],
+        ["test", "--ckpt_path", "last"],
+        ["fit", "--ckpt_path", "last", "--trainer.logger", "false"],
+    ],
+    ids=["validate-best", "test-last", "fit-last-without-run-folder"],
+)
+def test_a_checkpoint_name_lightning_cannot_resolve_here_is_refused_in_one_line(argv, capsys, tmp_path, monkeypatch):
+    """The checkpoint policy keeps checkpoints by update in the run folder: 'best' means nothing, and 'last'
+    needs the run folder; Lightning would look for a ModelCheckpoint and warn or start fresh."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FIXED_EMBED_DEBUG", "1")  # the error itself, not stderr: Lightning's seed logger keeps
+    # the first in-process call's stderr, which pytest has closed by the second
+    config = ["--config", str(Path(__file__).parents[1] / "experiments/tiny/gf2.yaml")]
+    message = cli([argv[0], *config, *argv[1:]], capsys, expected=ConfigError)
+    assert "--ckpt_path" in message and "checkpoint file" in message

@@ -26,7 +26,7 @@ from fixed_embed.experiment import run_length
 from fixed_embed.inputs import check_corpus
 from fixed_embed.module import LanguageModel
 from fixed_embed.resume_plan import RunComplete, plan_fit, read_checkpoint
-from fixed_embed.run_folder import pin_run_folder, purge_curve_after, step_checkpoints
+from fixed_embed.run_folder import checkpoint_folder, pin_run_folder, purge_curve_after, step_checkpoints
 from fixed_embed.run_lock import is_launching_rank
 
 
@@ -84,12 +84,17 @@ class FixedEmbedCLI(LightningCLI):
                 self._locks.append(run_lock.acquire(folder))
             self._max_steps, how = run_length(config)
             rank_zero_info(how)
-            checkpoints = folder / "checkpoints" if folder is not None else None
+            checkpoints = checkpoint_folder(folder) if folder is not None else None
             self._ckpt_path, self._resumed_step = plan_fit(config, checkpoints, self._max_steps)
             if self._resumed_step is None:
                 _preflight(config)
         else:  # validate, test: the checkpoint and the data, before any work
-            if config.ckpt_path not in (None, "last", "best"):
+            if config.ckpt_path in ("last", "best"):
+                raise ConfigError(
+                    f"{subcommand} --ckpt_path {config.ckpt_path}: pass the checkpoint file instead "
+                    "(<run folder>/checkpoints/last.ckpt or step=N.ckpt; checkpoints are kept by update, not by score)"
+                )
+            if config.ckpt_path is not None:
                 read_checkpoint(config.ckpt_path)
             _preflight(config)
 
