@@ -27,6 +27,7 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from callbacks.checkpointing import save_now
 from callbacks.preemption import PreemptionCheckpoint
 from callbacks.update_boundary import UpdateCallback, due
+from fixed_embed.config import NonNegativeInt, PositiveInt
 from fixed_embed.data.tokenizer import load_tokenizer
 from fixed_embed.parallel import eager_evaluation
 from fixed_embed.run_folder import benchmark_folder
@@ -53,8 +54,8 @@ class BenchmarkCallback(UpdateCallback):
         tasks: list[str] | None = None,
         every_n_steps: int = 1000,
         limit: int | float | None = 100,
-        num_fewshot: int = 0,
-        batch_size: int = 16,
+        num_fewshot: NonNegativeInt = 0,
+        batch_size: PositiveInt = 16,
         include_path: list[str] | None = None,
         tokenizer: str | None = None,
         at_train_end: bool = True,
@@ -62,8 +63,6 @@ class BenchmarkCallback(UpdateCallback):
         enabled: bool = True,
     ) -> None:
         super().__init__(every_n_steps, enabled)
-        if on_error not in ("raise", "warn"):
-            raise ValueError(f"on_error must be 'raise' or 'warn', got {on_error!r}")
         self.tasks = list(tasks) if tasks else ["fixed_embed_word_order"]
         self.limit = limit
         self.num_fewshot = num_fewshot

@@ -18,13 +18,14 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from callbacks.update_boundary import UpdateCallback
 from fixed_embed.atomic import atomic_symlink
+from fixed_embed.config import PositiveInt
 from fixed_embed.run_folder import LAST, STEP_FILENAME, checkpoint_folder, step_checkpoints, step_of
 
 
 class CheckpointPolicy(UpdateCallback, Checkpoint):
     """Args:
     every_n_steps: save every N optimizer updates.
-    keep_last: how many of the most recent checkpoints to keep (>= 1).
+    keep_last: how many of the most recent checkpoints to keep.
     keep_every: never delete the checkpoints at multiples of this many updates.
     dirpath: the folder (default: ``<run folder>/checkpoints``).
     save_weights_only: leave out the optimizer state (no exact resume).
@@ -33,14 +34,12 @@ class CheckpointPolicy(UpdateCallback, Checkpoint):
     def __init__(
         self,
         every_n_steps: int = 1000,
-        keep_last: int = 2,
+        keep_last: PositiveInt = 2,
         keep_every: int | None = None,
         dirpath: str | None = None,
         save_weights_only: bool = False,
     ) -> None:
         super().__init__(every_n_steps)
-        if keep_last < 1:
-            raise ValueError(f"keep_last must be >= 1, got {keep_last}")
         if keep_every is not None and (keep_every < 1 or keep_every % every_n_steps):
             raise ValueError(
                 f"keep_every ({keep_every}) must be a positive multiple of every_n_steps ({every_n_steps})"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import lightning as L
 
 from fixed_embed import rank_watch
+from fixed_embed.config import PositiveFinite
 
 
 class FailFast(L.Callback):
@@ -18,9 +19,7 @@ class FailFast(L.Callback):
     enabled: the on/off switch.
     """
 
-    def __init__(self, poll_s: float = 1.0, enabled: bool = True) -> None:
-        if poll_s <= 0:
-            raise ValueError(f"poll_s must be > 0, got {poll_s}")
+    def __init__(self, poll_s: PositiveFinite = 1.0, enabled: bool = True) -> None:
         self.poll_s = poll_s
         self.enabled = enabled
         self._failed = False

@@ -26,6 +26,7 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from callbacks._global_metrics import log_global
 from callbacks.update_boundary import UpdateCallback
+from fixed_embed.config import NonNegativeInt
 from fixed_embed.lightning_internals import FetchTimer
 from fixed_embed.peak_flops import peak_flops, training_matmul_dtype
 
@@ -37,10 +38,8 @@ class SpeedMonitor(UpdateCallback):
     enabled: the on/off switch.
     """
 
-    def __init__(self, every_n_steps: int = 10, skip_first_steps: int = 3, enabled: bool = True) -> None:
+    def __init__(self, every_n_steps: int = 10, skip_first_steps: NonNegativeInt = 3, enabled: bool = True) -> None:
         super().__init__(every_n_steps, enabled)
-        if skip_first_steps < 0:
-            raise ValueError(f"SpeedMonitor: skip_first_steps must be >= 0, got {skip_first_steps}")
         self.skip_first_steps = skip_first_steps
         self.last_metrics: dict[str, float] = {}
         self._first_update_logged = False

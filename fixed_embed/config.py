@@ -19,12 +19,29 @@ mapping's order.
 from __future__ import annotations
 
 import contextlib
+from math import inf
 from pathlib import Path
 from typing import Any
 
 import yaml
+from jsonargparse.typing import restricted_number_type
 
 from fixed_embed.errors import ConfigError, MissingFileError
+
+
+def _number(name: str, kind: type, *restrictions: tuple[str, float]) -> type:
+    """A domain that jsonargparse checks while parsing (NaN fails every comparison), for config signatures."""
+    domain = restricted_number_type(name, kind, list(restrictions))  # restrictions other than jsonargparse's own
+    domain.__new__ = staticmethod(lambda cls, v: cls._validation_fn(cls, v) or kind(v))  # plain kind: weights_only-safe
+    return domain
+
+
+PositiveInt, NonNegativeInt = _number("an integer >= 1", int, (">=", 1)), _number("an integer >= 0", int, (">", -1))
+PerMille = _number("an integer in [0, 1000]", int, (">=", 0), ("<=", 1000))
+Beta = _number("in [0, 1)", float, (">=", 0.0), ("<", 1.0))
+PositiveFinite = _number("a finite number > 0", float, (">", 0.0), ("<", inf))
+NonNegativeFinite = _number("a finite number >= 0", float, (">=", 0.0), ("<", inf))
+UnitInterval = _number("in [0, 1]", float, (">=", 0.0), ("<=", 1.0), ("<", inf))  # "< inf": not ClosedUnitInterval
 
 
 class ConfigYAMLError(ConfigError, yaml.YAMLError):

@@ -19,6 +19,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from fixed_embed.config import PositiveFinite, PositiveInt
+from fixed_embed.errors import ConfigError
 from fixed_embed.interfaces import InputInterface, LearnedInput
 from fixed_embed.loss import linear_cross_entropy
 
@@ -27,34 +29,25 @@ from fixed_embed.loss import linear_cross_entropy
 class DecoderConfig:
     """The backbone's schema. Paper: V 49,152, d 2048, 24 layers, 32 heads, SwiGLU 8192, ctx 2048."""
 
-    vocab_size: int = 49152
-    d_model: int = 2048
-    n_layers: int = 24
-    n_heads: int = 32
-    n_kv_heads: int | None = None
-    ffn_dim: int = 8192
-    max_seq_len: int = 2048
-    rope_theta: float = 10000.0
-    norm_eps: float = 1e-5
-    init_std: float = 0.02
+    vocab_size: PositiveInt = 49152
+    d_model: PositiveInt = 2048
+    n_layers: PositiveInt = 24
+    n_heads: PositiveInt = 32
+    n_kv_heads: PositiveInt | None = None
+    ffn_dim: PositiveInt = 8192
+    max_seq_len: PositiveInt = 2048
+    rope_theta: PositiveFinite = 10000.0
+    norm_eps: PositiveFinite = 1e-5
+    init_std: PositiveFinite = 0.02
     tie_embeddings: bool = False
 
-    def __post_init__(self) -> None:
-        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "ffn_dim", "max_seq_len"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    def __post_init__(self) -> None:  # ConfigError: fixed-embed fit checks these before any work, in one line
         if self.d_model % self.n_heads:
-            raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+            raise ConfigError(f"model.decoder.d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
         if self.head_dim % 2:
-            raise ValueError(f"head dim d_model/n_heads = {self.head_dim} must be even for RoPE")
+            raise ConfigError(f"model.decoder: head dim d_model/n_heads = {self.head_dim} must be even for RoPE")
         if self.n_heads % self.kv_heads:
-            raise ValueError(f"n_heads ({self.n_heads}) must be divisible by n_kv_heads ({self.kv_heads})")
-        if self.rope_theta <= 0 or self.norm_eps <= 0 or self.init_std <= 0:
-            raise ValueError(
-                "rope_theta, norm_eps and init_std must be > 0, "
-                f"got {self.rope_theta}, {self.norm_eps}, {self.init_std}"
-            )
+            raise ConfigError(f"model.decoder: n_heads {self.n_heads} is not a multiple of n_kv_heads {self.kv_heads}")
 
     @property
     def head_dim(self) -> int:

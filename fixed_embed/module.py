@@ -21,6 +21,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torchmetrics.aggregation import MeanMetric
 
 from fixed_embed import resume
+from fixed_embed.config import NonNegativeInt, PositiveInt
 from fixed_embed.data.loader_state import gather_loader_states
 from fixed_embed.errors import ConfigError
 from fixed_embed.interfaces import BinaryCodeInput, InputInterface
@@ -62,26 +63,18 @@ class LanguageModel(L.LightningModule):
         interface: InterfaceFactory = BinaryCodeInput,
         optimizer: AdamWConfig | None = None,
         schedule: ScheduleConfig | None = None,
-        token_budget: int | None = None,
+        token_budget: PositiveInt | None = None,
         on_nonfinite: Literal["stop", "skip"] = "stop",
-        max_skipped_updates: int = 20,
+        max_skipped_updates: PositiveInt = 20,
         parallel: ParallelConfig | None = None,
-        loss_chunk_tokens: int | None = DEFAULT_LOSS_CHUNK_TOKENS,
+        loss_chunk_tokens: NonNegativeInt | None = DEFAULT_LOSS_CHUNK_TOKENS,
     ) -> None:
         super().__init__()
         self.config = _as(DecoderConfig, decoder)
         self.optimizer_config = _as(AdamWConfig, optimizer)
         self.parallel_config = _as(ParallelConfig, parallel)
         self.schedule_config = _as(ScheduleConfig, schedule)
-        if token_budget is not None and token_budget <= 0:
-            raise ValueError(f"token_budget must be > 0, got {token_budget}")
-        if on_nonfinite not in ("stop", "skip"):
-            raise ValueError(f"on_nonfinite must be 'stop' or 'skip', got {on_nonfinite!r}")
-        if loss_chunk_tokens is not None and loss_chunk_tokens < 0:
-            raise ValueError(f"loss_chunk_tokens must be >= 0 (0 or None: unchunked), got {loss_chunk_tokens}")
         self.loss_chunk_tokens = loss_chunk_tokens
-        if max_skipped_updates < 1:
-            raise ValueError(f"max_skipped_updates must be >= 1, got {max_skipped_updates}")
         self.token_budget = token_budget
         self.on_nonfinite = on_nonfinite
         self.max_skipped_updates = max_skipped_updates

@@ -10,6 +10,7 @@ from typing import Literal
 
 import torch
 
+from fixed_embed.config import PositiveInt
 from fixed_embed.errors import ConfigError
 from fixed_embed.model import Decoder
 
@@ -36,15 +37,8 @@ class ParallelConfig:
     param_dtype: Literal["float32", "bfloat16"] = "bfloat16"
     reduce_dtype: Literal["float32", "bfloat16"] = "float32"
     reshard_after_forward: bool = True
-    shard_group_size: int | None = None
+    shard_group_size: PositiveInt | None = None
     sync_every_micro_batch: bool = False
-
-    def __post_init__(self) -> None:
-        for name in ("param_dtype", "reduce_dtype"):
-            if getattr(self, name) not in _DTYPES:
-                raise ValueError(f"{name} must be one of {sorted(_DTYPES)}, got {getattr(self, name)!r}")
-        if self.shard_group_size is not None and self.shard_group_size < 1:
-            raise ValueError(f"shard_group_size must be >= 1 (or null: every rank), got {self.shard_group_size}")
 
 
 def apply_parallelism(decoder: Decoder, config: ParallelConfig, device_mesh=None) -> None:

@@ -11,11 +11,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import nn
 
+from fixed_embed.config import Beta, NonNegativeFinite, NonNegativeInt, PositiveFinite, UnitInterval
 from fixed_embed.interfaces import InputInterface
 
 __all__ = [
@@ -39,56 +40,31 @@ class AdamWConfig:
         eps: AdamW's epsilon (ours).
         weight_decay: decoupled weight decay of the decay group (ours: the paper does not state it).
             Matrices decay; vectors (RMSNorm gains) never do.
-        decay_input: whether the input interface's trainable parameters (the learned V x d table,
-            the controls' tables; fixed codes have none) get ``weight_decay`` like every other
-            matrix; ``False`` puts them in the no-decay group. Decay pulls a table towards zero (and
-            ``LowRankLearnedInput(init=binary)`` away from its binary start); tied embeddings follow
-            this setting. Default ``True``: what every run in ``docs/results/`` trained with; the
-            paper does not say. A resume cannot change it for trainable input parameters (refused).
-        input_lr_scale: multiplies the learning rate (peak and schedule) of the input interface's
-            trainable parameters; 1 (default): one rate for every parameter. Otherwise they form a
-            third AdamW group. For a table that should move far from its start within a short run
-            (``LowRankLearnedInput``: Adam moves an entry by at most about the summed learning rate).
-            With tied embeddings the shared matrix is the input table: the head trains at this rate
-            too. A resume cannot switch between 1 and another value (the groups change); refused.
-        implementation: ``auto`` (the fused kernel on CUDA, foreach elsewhere), ``fused``,
-            ``foreach`` or ``for-loop``.
+        decay_input: whether the input interface's trainable parameters (learned tables; fixed codes have
+            none) decay like every other matrix, else they go to the no-decay group. Decay pulls a table
+            towards zero (``LowRankLearnedInput(init=binary)`` away from its binary start); tied embeddings
+            follow it. Default ``True``: every run in ``docs/results/``. A resume cannot change it (refused).
+        input_lr_scale: multiplies the learning rate of the input interface's trainable parameters (a third
+            AdamW group unless 1), for a table that must move far within a short run (``LowRankLearnedInput``:
+            Adam moves an entry by about the summed learning rate at most); tied, the head follows. A resume
+            cannot switch between 1 and another value (refused).
+        implementation: ``auto``: the fused kernel on CUDA, foreach elsewhere.
     """
 
-    lr: float = 1.5e-4
-    betas: tuple[float, float] = (0.9, 0.95)
-    eps: float = 1e-8
-    weight_decay: float = 0.1
+    lr: PositiveFinite = 1.5e-4
+    betas: tuple[Beta, Beta] = (0.9, 0.95)
+    eps: PositiveFinite = 1e-8
+    weight_decay: NonNegativeFinite = 0.1
     decay_input: bool = True
-    input_lr_scale: float = 1.0
-    implementation: str = "auto"
-
-    def __post_init__(self) -> None:
-        if self.lr <= 0:
-            raise ValueError(f"lr must be > 0, got {self.lr}")
-        if not all(0 <= b < 1 for b in self.betas):
-            raise ValueError(f"betas must lie in [0, 1), got {self.betas}")
-        if self.weight_decay < 0:
-            raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay}")
-        if self.input_lr_scale <= 0:
-            raise ValueError(f"input_lr_scale must be > 0, got {self.input_lr_scale}")
-        if not isinstance(self.decay_input, bool):
-            raise ValueError(f"decay_input must be true or false, got {self.decay_input!r}")
-        if self.implementation not in ("auto", "fused", "foreach", "for-loop"):
-            raise ValueError(f"implementation must be auto, fused, foreach or for-loop, got {self.implementation!r}")
+    input_lr_scale: PositiveFinite = 1.0
+    implementation: Literal["auto", "fused", "foreach", "for-loop"] = "auto"
 
 
 @dataclass
 class ScheduleConfig:
-    warmup_steps: int = 2000
+    warmup_steps: NonNegativeInt = 2000
     #: LR at the end of the cosine, as a fraction of the peak.
-    min_lr_ratio: float = 0.1
-
-    def __post_init__(self) -> None:
-        if self.warmup_steps < 0:
-            raise ValueError(f"warmup_steps must be >= 0, got {self.warmup_steps}")
-        if not 0 <= self.min_lr_ratio <= 1:
-            raise ValueError(f"min_lr_ratio must lie in [0, 1], got {self.min_lr_ratio}")
+    min_lr_ratio: UnitInterval = 0.1
 
 
 def lr_at(step: int, peak: float, warmup_steps: int, max_steps: int, min_lr_ratio: float) -> float:

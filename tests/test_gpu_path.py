@@ -5,6 +5,7 @@ import collections
 import json
 import subprocess
 import sys
+from argparse import ArgumentError
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -12,6 +13,7 @@ import lightning as L
 import pytest
 import torch
 import yaml
+from jsonargparse import ArgumentParser
 from lightning.pytorch.plugins.precision import HalfPrecision, MixedPrecision, Precision
 from lightning.pytorch.strategies import DDPStrategy
 
@@ -214,8 +216,10 @@ def test_fsdp2_root_keeps_torch_default_and_blocks_reshard(monkeypatch):
     tied = DecoderConfig(**{**TINY, "tie_embeddings": True})
     with pytest.raises(ConfigError, match="tie_embeddings=true cannot be sharded with FSDP2"):
         apply_parallelism(Decoder(tied, LearnedInput(300, 32)), ParallelConfig(), FakeMesh())
-    with pytest.raises(ValueError, match="shard_group_size"):
-        ParallelConfig(shard_group_size=0)
+    parser = ArgumentParser(exit_on_error=False)  # its type, which jsonargparse checks while parsing
+    parser.add_class_arguments(ParallelConfig, "parallel")
+    with pytest.raises(ArgumentError, match="shard_group_size"):
+        parser.parse_args(["--parallel.shard_group_size=0"])
 
 
 def test_fsdp2_gradient_sync_only_on_an_updates_last_micro_batch():

@@ -266,8 +266,8 @@ def test_eval_refuses_unknown_tasks_and_bad_limits_in_one_line(tmp_path):
     missing = tmp_path / "none.ckpt"
     for flags, message in (
         (["--tasks", "no_such_task"], "lm-eval knows no task ['no_such_task']"),
-        (["--suite", "offline", "--limit", "0"], "--limit must be > 0"),
-        (["--suite", "offline", "--limit", "-3"], "--limit must be > 0"),
+        (["--suite", "offline", "--limit", "0"], "--limit must be a finite float > 0, got '0'"),
+        (["--suite", "offline", "--limit", "-3"], "--limit must be a finite float > 0, got '-3'"),
     ):
         result = run_cli("eval", missing, *flags)
         assert result.returncode == 2 and message in result.stderr, (flags, result.stderr[-1500:])

@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 from fixed_embed.atomic import atomic_write_text
+from fixed_embed.cli import positive
 
 
 def run(argv: list[str]) -> int:
@@ -20,9 +21,9 @@ def run(argv: list[str]) -> int:
     parser.add_argument("checkpoints", nargs="+", help="LanguageModel checkpoints (files or sharded folders)")
     parser.add_argument("--labels", nargs="+", help="one label per checkpoint (default: the interface names)")
     parser.add_argument("--data", help="held-out documents (file, folder, glob or hub id)")
-    parser.add_argument("--blocks", type=int, default=32, help="held-out blocks of the model's context")
+    parser.add_argument("--blocks", type=positive("--blocks"), default=32, help="held-out blocks of model context")
     parser.add_argument("--mode", choices=["zero", "mean"], default="zero", help="ablation mode")
-    parser.add_argument("--seed", type=int, help="the checkpoints' training seed, named in the probe plot's title")
+    parser.add_argument("--seed", type=positive("--seed", zero=True), help="the training seed, for the plot's title")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--out", required=True, help="folder for <analysis>.json and <analysis>.png")
     args = parser.parse_args(argv[1:])

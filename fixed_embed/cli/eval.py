@@ -9,7 +9,7 @@ import lm_eval.api.registry
 from rich.console import Console
 from rich.markdown import Markdown
 
-from fixed_embed.errors import ConfigError
+from fixed_embed.cli import positive
 from fixed_embed.inputs import check_output, check_task_folders
 from fixed_embed.suite import (
     SUITES,
@@ -30,9 +30,9 @@ def run(argv: list[str]) -> int:
     parser.add_argument("--hf", metavar="MODEL", help="score a transformers model instead (hub id or folder)")
     parser.add_argument("--suite", choices=sorted(SUITES), help="default: paper, unless --tasks is given")
     parser.add_argument("--tasks", help="comma-separated lm-eval task names instead of a suite")
-    parser.add_argument("--num-fewshot", type=int, default=0, help="shots for --tasks (suites fix their own)")
-    parser.add_argument("--limit", type=float, help="examples per task (an int), or a fraction below 1")
-    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--num-fewshot", type=positive("--num-fewshot", zero=True), default=0, help="shots for --tasks")
+    parser.add_argument("--limit", type=positive("--limit", float), help="examples per task, or a fraction below 1")
+    parser.add_argument("--batch-size", type=positive("--batch-size"), default=16)
     parser.add_argument("--device", help="cuda, cpu, ... (default: cuda if available)")
     parser.add_argument("--tokenizer", help="override the tokenizer stored in the checkpoint")
     parser.add_argument("--include-path", action="append", default=[], help="extra lm-eval task YAMLs")
@@ -46,10 +46,6 @@ def run(argv: list[str]) -> int:
         parser.error("give a checkpoint or --hf MODEL (one of them)")
     tasks = [t for t in (args.tasks or "").split(",") if t]
     suite = args.suite or (None if tasks else "paper")
-    if args.limit is not None and not args.limit > 0:
-        raise ConfigError(f"--limit must be > 0 (examples per task, or a fraction below 1), got {args.limit:g}")
-    if args.batch_size < 1:
-        raise ConfigError(f"--batch-size must be >= 1, got {args.batch_size}")
     limit = None if args.limit is None else (int(args.limit) if args.limit >= 1 else args.limit)
     columns = columns_for(suite, tasks, args.num_fewshot)
     check_task_folders(args.include_path)

@@ -8,11 +8,13 @@ import argparse
 from rich.console import Console
 from rich.table import Table
 
+from fixed_embed.cli import positive
+
 
 def run(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="fixed-embed params", description=__doc__)
     parser.add_argument("config", help="experiment YAML (e.g. experiments/paper/binary16.yaml)")
-    parser.add_argument("--world-size", type=int, help="GPUs in all (default: trainer.devices x trainer.num_nodes)")
+    parser.add_argument("--world-size", type=positive("--world-size"), help="GPUs in all (default: from the config)")
     args = parser.parse_args(argv[1:])
     # Lazy: torch + Lightning take seconds to import; --help and usage errors answer without them.
     from fixed_embed.config import load_experiment

@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from fixed_embed.cli import positive
+
 
 def run(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="fixed-embed pretokenize", description=__doc__)
@@ -23,13 +25,11 @@ def run(argv: list[str]) -> int:
     parser.add_argument("--hub-name", default=None, help="the config name of a hub dataset")
     parser.add_argument("--split", default="train", help="the split of a hub dataset")
     parser.add_argument("--text-field", default="text")
-    parser.add_argument(
-        "--shards", type=int, default=64, help="output shards (the output does not depend on --workers)"
-    )
-    parser.add_argument("--workers", type=int, default=1, help="processes writing shards in parallel")
-    holdout = "documents (per mille, by hash) for the held-out shards, as data.holdout_per_mille"
-    parser.add_argument("--holdout-per-mille", type=int, default=10, help=holdout)
-    parser.add_argument("--tokenize-batch", type=int, default=64)
+    parser.add_argument("--shards", type=positive("--shards"), default=64, help="output shards, whatever the --workers")
+    parser.add_argument("--workers", type=positive("--workers"), default=1, help="processes writing shards in parallel")
+    hold = "documents (per mille, by hash) for the held-out shards, as data.holdout_per_mille"
+    parser.add_argument("--holdout-per-mille", type=positive("--holdout-per-mille", zero=True), default=10, help=hold)
+    parser.add_argument("--tokenize-batch", type=positive("--tokenize-batch"), default=64)
     parser.add_argument("--overwrite", action="store_true", help="replace token shards already in --out")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (the final line only)")
     args = parser.parse_args(argv[1:])

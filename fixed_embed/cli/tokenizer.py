@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from fixed_embed.cli import positive
 from fixed_embed.errors import ConfigError
 
 
@@ -16,7 +17,7 @@ def run(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="fixed-embed tokenizer", description=__doc__)
     parser.add_argument("--data", default=None, help="file, folder, glob or hub id (default: the offline corpus)")
     parser.add_argument("--text-field", default="text")
-    parser.add_argument("--vocab-size", type=int, default=8192)
+    parser.add_argument("--vocab-size", type=positive("--vocab-size"), default=8192)
     parser.add_argument("--out", type=Path, default=None, help="output folder (default: the cache, keyed by corpus)")
     parser.add_argument("--overwrite", action="store_true", help="replace a tokenizer in --out made from other inputs")
     args = parser.parse_args(argv[1:])

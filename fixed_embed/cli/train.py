@@ -11,19 +11,24 @@ optimizer updates, like every other interval (Lightning counts micro-batches). A
 from __future__ import annotations
 
 import errno
+import math
+import re
 import sys
+from argparse import ArgumentError
 from pathlib import Path
 from typing import Any
 
 from lightning.pytorch.cli import LightningCLI
-from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.strategies import StrategyRegistry
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from fixed_embed import rank_watch, run_lock
 from fixed_embed.config import CONFIG_FILE_FLAGS, DEFAULT_RUN, config_values, expand_config_args
 from fixed_embed.data import TextDataModule
 from fixed_embed.errors import ConfigError, RunWriteError, environment_error
-from fixed_embed.experiment import run_length
+from fixed_embed.experiment import run_length, trainer_world_size
 from fixed_embed.inputs import check_corpus
+from fixed_embed.model import DecoderConfig
 from fixed_embed.module import LanguageModel
 from fixed_embed.resume_plan import RunComplete, plan_fit, read_checkpoint
 from fixed_embed.run_folder import checkpoint_folder, pin_run_folder, purge_curve_after, step_checkpoints
@@ -49,6 +54,8 @@ class FixedEmbedCLI(LightningCLI):
             save_config_kwargs={"overwrite": True},
             auto_configure_optimizers=False,
             args=None if args is None else expand_config_args(args),
+            # A bad value raises (parse_arguments says it in one line) instead of printing the whole usage.
+            parser_kwargs={"exit_on_error": False} | {c: {"exit_on_error": False} for c in ("fit", "validate", "test")},
             run=run,
         )
 
@@ -61,12 +68,17 @@ class FixedEmbedCLI(LightningCLI):
         )
 
     def parse_arguments(self, parser: Any, args: Any) -> None:
-        super().parse_arguments(parser, args)
+        try:
+            super().parse_arguments(parser, args)
+        except ArgumentError as error:
+            print(f"fixed-embed {(args or ['fit'])[0]}: error: {_refused_value(str(error))}", file=sys.stderr)
+            raise SystemExit(2) from None
         # LightningCLI, right after parsing, replaces the model config by the hyper-parameters of a
         # checkpoint file given as ckpt_path, silently dropping what the user changed. The path is held
         # back from it: the resume plan and LanguageModel.on_load_checkpoint check instead.
         if (subcommand := self.config.get("subcommand")) is not None:
             self._ckpt_path, self.config[subcommand].ckpt_path = self.config[subcommand].ckpt_path, None
+            _check_values(self.config[subcommand])  # before LightningCLI seeds (seed_everything) or anything else
 
     def before_instantiate_classes(self) -> None:
         subcommand = self.config.get("subcommand")
@@ -76,7 +88,6 @@ class FixedEmbedCLI(LightningCLI):
         # The parsed config stays as the user wrote it (SaveConfigCallback writes it to the run folder,
         # and a relaunch from that file must mean the same); what it resolves to is applied at instantiation.
         config.ckpt_path = self._ckpt_path
-        _check_seq_len(config)
         if subcommand == "fit":
             folder = pin_run_folder(config.trainer, config.run)
             if folder is not None and is_launching_rank():
@@ -84,6 +95,8 @@ class FixedEmbedCLI(LightningCLI):
                 self._locks.append(run_lock.acquire(folder))
             self._max_steps, how = run_length(config)
             rank_zero_info(how)
+            if isinstance(every := config.trainer.val_check_interval, int) and every > (steps := self._max_steps):
+                rank_zero_warn(f"trainer.val_check_interval {every} > the run's {steps} updates: no validation runs")
             checkpoints = checkpoint_folder(folder) if folder is not None else None
             self._ckpt_path, self._resumed_step = plan_fit(config, checkpoints, self._max_steps)
             if self._resumed_step is None:
@@ -127,15 +140,39 @@ def _preflight(config: Any) -> None:
     datamodule.check_inputs()
 
 
-def _check_seq_len(config: Any) -> None:
-    seq_len = config.data.seq_len
-    decoder = config.model.decoder
-    max_seq_len = getattr(decoder, "max_seq_len", None) if decoder is not None else None
-    if max_seq_len is not None and seq_len > max_seq_len:
-        raise ConfigError(
-            f"data.seq_len {seq_len} exceeds model.decoder.max_seq_len {max_seq_len}: "
-            f"set data.seq_len <= {max_seq_len} or raise model.decoder.max_seq_len"
-        )
+def _check_values(config: Any) -> None:
+    """What the parser's types cannot say: values checked against each other, and Lightning's Trainer options."""
+    if (decoder := config.model.decoder) is not None:
+        DecoderConfig(**decoder.as_dict())  # its checks across fields (ConfigError)
+        if config.data.seq_len > (most := decoder.max_seq_len):
+            raise ConfigError(f"data.seq_len {config.data.seq_len} exceeds model.decoder.max_seq_len {most}: "
+                              f"set data.seq_len <= {most} or raise model.decoder.max_seq_len")  # fmt: skip
+    lightning = {f"trainer.{key}": value for key, value in vars(config.trainer).items()}  # its types: int or float
+    for key, value in {**lightning, "seed_everything": config.seed_everything}.items():
+        number = type(value) in (int, float) and not (value == -1 and key in MINUS_ONE)  # not a bool
+        if number and not (0 < value < math.inf if key in POSITIVE else 0 <= value < math.inf):
+            raise ConfigError(f"{key} must be a finite number {'>' if key in POSITIVE else '>='} 0"
+                              f"{' (or -1: no limit)' if key in MINUS_ONE else ''}, got {value}")  # fmt: skip
+    if config.trainer.devices != "auto" and trainer_world_size(config.trainer) is None:  # as Lightning reads it
+        raise ConfigError(f"trainer.devices must be a count > 0, -1, auto or ids (0,1), got {config.trainer.devices!r}")
+    if isinstance(strategy := config.trainer.strategy, str) and strategy not in ("auto", *StrategyRegistry):
+        raise ConfigError(f"trainer.strategy {strategy!r} is not a Lightning strategy: one of auto, "
+                          f"{', '.join(StrategyRegistry)}, or a class_path")  # fmt: skip
+
+
+# Lightning's numeric Trainer options are finite and >= 0; these > 0, or -1 where Lightning reads it as "no limit".
+POSITIVE = {f"trainer.{key}" for key in ("accumulate_grad_batches", "max_steps", "max_epochs", "num_nodes",
+            "val_check_interval", "check_val_every_n_epoch", "log_every_n_steps")}  # fmt: skip
+MINUS_ONE = {f"trainer.{key}" for key in ("max_steps", "max_epochs", "num_sanity_val_steps")}
+
+
+def _refused_value(message: str) -> str:
+    """jsonargparse's refusal in one line: the keys, then the innermost reason (a dataclass's keys are nested)."""
+    keys = re.findall(r'Parser key "([^"]+)":', message)
+    reason = (re.split(r'Parser key "[^"]+":', message)[-1].strip().splitlines() or [""])[0].strip(" -")
+    reason = re.sub(r"Not of type (.+?): (?:.*: )?(.+?)( does not conform .*| not an integer)?$",
+                    r"must be \1, got \2", reason)  # fmt: skip
+    return f"{'.'.join(keys)}: {reason}" if keys else " ".join(message.split())
 
 
 def run(argv: list[str]) -> int:

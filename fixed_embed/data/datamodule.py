@@ -17,6 +17,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from tokenizers import Tokenizer
 from torch.utils.data import DataLoader, IterableDataset
 
+from fixed_embed.config import NonNegativeInt, PerMille, PositiveInt
 from fixed_embed.data.shard_source import TokenShardSource
 from fixed_embed.data.text_stream import TextStreamSource
 from fixed_embed.data.tokenizer import EOS, load_tokenizer, special_token_id
@@ -86,30 +87,24 @@ class TextDataModule(L.LightningDataModule):
         valid_split: str = "validation",
         text_field: str = "text",
         tokenizer: str | None = None,
-        tokenizer_vocab_size: int = 8192,
+        tokenizer_vocab_size: PositiveInt = 8192,
         # packing
-        seq_len: int = 2048,
-        batch_size: int = 8,
-        num_workers: int = 0,
-        num_shards: int | None = 64,
-        shuffle_buffer: int = 256,
-        seed: int | None = 0,
+        seq_len: PositiveInt = 2048,
+        batch_size: PositiveInt = 8,
+        num_workers: NonNegativeInt = 0,
+        num_shards: PositiveInt | None = 64,
+        shuffle_buffer: NonNegativeInt = 256,
+        seed: NonNegativeInt | None = 0,
         shuffle_documents: bool = False,
-        passage_chars: int | None = None,
-        tokenize_batch: int = 64,
+        passage_chars: PositiveInt | None = None,
+        tokenize_batch: PositiveInt = 64,
         # validation
-        val_sequences: int = 64,
+        val_sequences: PositiveInt = 64,
         val_per_document: bool = False,
-        holdout_per_mille: int = 10,
+        holdout_per_mille: PerMille = 10,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
-        least = dict(seq_len=1, batch_size=1, num_workers=0, shuffle_buffer=0, tokenize_batch=1, val_sequences=1)
-        for key, value in self.hparams.items():
-            if key in least and (not isinstance(value, int) or value < least[key]):
-                raise ConfigError(f"data.{key} must be an integer >= {least[key]}, got {value!r}")
-        if num_shards is not None and num_shards < 1:
-            raise ConfigError(f"data.num_shards must be >= 1 or null (one per reader), got {num_shards}")
         if passage_chars is not None and train is not None and valid is None:
             raise ConfigError(
                 "data.passage_chars needs a separate validation source (data.valid): with a hash hold-out of "
