@@ -98,7 +98,7 @@ def export_llama(
             model_max_length=config.max_seq_len,
         )  # fmt: skip
         fast.save_pretrained(tmp)
-        (tmp / MARKER).write_text(
-            json.dumps({"interface": model.decoder.interface.spec(), "decoder": config.to_dict()}, indent=2) + "\n"
-        )
+        # provenance: the checkpoint file and update it came from (set by load_checkpoint; absent for a live model)
+        marker = {**getattr(model, "provenance", {}), "interface": model.decoder.interface.spec()}
+        (tmp / MARKER).write_text(json.dumps({**marker, "decoder": config.to_dict()}, indent=2) + "\n")
     return out

@@ -52,7 +52,7 @@ def check_corpus(spec: str | os.PathLike | None, what: str, text_field: str = "t
         try:
             text = head.decode("utf-8")
         except UnicodeDecodeError as error:
-            if at_end or error.start < len(head) - 4:  # not merely a character cut by the read limit
+            if at_end or error.reason != "unexpected end of data":  # not merely a character cut by the read limit
                 raise DataError(
                     f"{what}: {file} is not UTF-8 text (byte {error.start}: {error.reason}); point data at documents"
                 ) from None

@@ -1,9 +1,5 @@
-"""Load a trained model and its tokenizer from a checkpoint, for evaluation and export.
-
-A :class:`~fixed_embed.module.LanguageModel` checkpoint carries the model's hyper-parameters, its
-weights and (saved by the data module) the tokenizer. It is read once, memory-mapped and
-weights-only: pickled code is refused (:class:`~fixed_embed.fsdp.UnsafeCheckpointError`).
-"""
+"""A trained model and the tokenizer its checkpoint carries, for evaluation and export: read once, memory-mapped
+and weights-only (pickled code is refused: :class:`~fixed_embed.fsdp.UnsafeCheckpointError`)."""
 
 from __future__ import annotations
 
@@ -36,9 +32,9 @@ def load_checkpoint(
         except UnsafeCheckpointError:
             raise
         except Exception as error:  # torch raises several types for a file that is not a checkpoint
-            first = str(error).splitlines()[0] if str(error) else ""
+            first = str(error).splitlines()[0].split(". ")[0] if str(error) else ""  # its first sentence, whole
             raise CheckpointError(
-                f"{path} is not a readable PyTorch checkpoint ({type(error).__name__}: {first[:160]}); pass a "
+                f"{path} is not a readable PyTorch checkpoint ({type(error).__name__}: {first[:200]}); pass a "
                 "checkpoint written by fixed-embed fit"
             ) from error
     if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint or "hyper_parameters" not in checkpoint:
@@ -67,6 +63,8 @@ def load_checkpoint(
         ) from error
     model.to(device)  # to_empty moved the tensors; this also records the device on the LightningModule
     model.eval()
+    # What a result scored: the file a last.ckpt link resolves to now, and its update (eval, export record it).
+    model.provenance = {"checkpoint": str(path.resolve()), "update": checkpoint.get("global_step")}
     return model, _tokenizer(checkpoint, tokenizer, path)
 
 

@@ -38,10 +38,10 @@ def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     except UnsafeCheckpointError:
         raise
     except Exception as error:
-        first = str(error).splitlines()[0] if str(error) else ""
+        first = str(error).splitlines()[0].split(". ")[0] if str(error) else ""  # torch's first sentence says it
         raise CheckpointError(
-            f"cannot read checkpoint {path}: it is not a checkpoint written by fixed-embed fit "
-            f"({type(error).__name__}: {first[:160]}); pass the run's last.ckpt or step=N.ckpt"
+            f"cannot read checkpoint {path}: it is not a checkpoint written by fixed-embed fit, or is cut short "
+            f"({type(error).__name__}: {first[:200]}){_instead(path)}"
         ) from error
     hparams = checkpoint.get("hyper_parameters") if isinstance(checkpoint, dict) else None
     if (
@@ -53,9 +53,21 @@ def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
         what = type(checkpoint).__name__ if not isinstance(checkpoint, dict) else f"keys {sorted(checkpoint)[:8]}"
         raise CheckpointError(
             f"cannot read checkpoint {path}: it is not a checkpoint written by fixed-embed fit ({what}: no update "
-            "count or model hyper-parameters); pass the run's last.ckpt or step=N.ckpt"
+            f"count or model hyper-parameters){_instead(path)}"
         )
     return checkpoint
+
+
+def _instead(path: Path) -> str:
+    """The fix for an unreadable checkpoint: the newest step=N.ckpt beside it that loads, and how to resume it."""
+    for other in reversed(step_checkpoints(path.resolve().parent)):
+        try:  # memory-mapped, so cheap; plan_fit checks it against the config once it is passed
+            step = load_weights_only(other / "meta.pt" if other.is_dir() else other, other, mmap=True)["global_step"]
+        except Exception:
+            continue
+        if other.resolve() != path.resolve():
+            return f";\nrelaunch with --ckpt_path {other} to resume the newest readable one beside it (update {step})"
+    return "; pass the run's last.ckpt or step=N.ckpt"
 
 
 def choose_checkpoint(folder: Path) -> tuple[Path | None, dict[str, Any] | None, list[str]]:

@@ -142,7 +142,7 @@ def check_tasks(tasks: Iterable[str], include_path: Iterable[str | os.PathLike] 
 
 
 def run_label(checkpoint: str | os.PathLike) -> str:
-    """``tiny/gf2/version_0/last.ckpt`` for ``.../logs/tiny/gf2/version_0/checkpoints/last.ckpt``."""
+    """``tiny/gf2/version_0/step=00000050.ckpt`` for ``.../logs/tiny/gf2/version_0/checkpoints/step=00000050.ckpt``."""
     path = Path(os.path.abspath(Path(checkpoint).expanduser()))
     parents = [p for p in path.parent.parts[1:] if p not in ("checkpoints", "ckpt")][-3:]
     return "/".join([*parents, path.name])
@@ -157,16 +157,15 @@ def default_eval_dir(
     hub: bool = False,
     root: str | os.PathLike = Path("logs") / "eval",
 ) -> Path:
-    """``root/<run label>-<suite or tasks>[-limitN]-<hash>``: one folder per model and evaluation; the
-    hash, of the checkpoint's absolute path (or the hub id), keeps two runs with the same label apart."""
+    """``root/<run label>-<suite or tasks>[-limitN]-<hash>``: one folder per model and evaluation, keyed on the
+    file a ``last.ckpt`` link resolves to (a later update gets a new folder) or the hub id; the hash, of that
+    absolute path, keeps two runs with the same label apart."""
     spec = str(model)
     if hub and not Path(spec).expanduser().exists():
         label, identity = spec, spec
     else:
-        label, identity = (
-            run_label(spec).removesuffix(".ckpt").replace("/", "-"),
-            os.path.abspath(Path(spec).expanduser()),
-        )
+        identity = str(Path(spec).expanduser().resolve())
+        label = run_label(identity).removesuffix(".ckpt").replace("/", "-")
     what = suite if suite is not None else "+".join(tasks) + (f"-{fewshot}shot" if fewshot else "")
     if limit is not None:
         what += f"-limit{limit:g}"
@@ -176,7 +175,6 @@ def default_eval_dir(
 
 
 def refuse_existing_results(out_dir: str | os.PathLike, overwrite: bool = False) -> None:
-    """Raise ``OutputExistsError`` if ``out_dir/results.json`` exists and ``overwrite`` is not set."""
     path = Path(out_dir) / "results.json"
     if path.exists() and not overwrite:
         raise OutputExistsError(
@@ -218,7 +216,8 @@ def markdown_table(results: Sequence[dict[str, Any]]) -> str:
     rows = [header, rule]
     for result in results:
         cells = [_cell(result["scores"].get(key), column) for key, column in columns.items()]
-        rows.append(f"| {result['model']} | " + " | ".join(cells) + " |")
+        update = f" @ update {result['update']}" if result.get("update") is not None else ""  # what it scored
+        rows.append(f"| {result['model']}{update} | " + " | ".join(cells) + " |")
     return "\n".join(rows) + "\n"
 
 

@@ -131,13 +131,43 @@ def test_cli_eval_writes_results_and_table_and_merges(tmp_path, checkpoint):
     assert results["lm_eval"]["0-shot"]["results"]["fixed_embed_word_order"]["sample_len"] == 4
     assert {"fixed_embed_word_order|acc|0", "fixed_embed_docs_ppl|word_perplexity|0"} <= set(results["scores"])
     table = (out / "table.md").read_text()
-    assert table.startswith("| model | word order | docs word ppl | docs bits/byte |") and "| tiny-gf2 |" in table
+    assert table.startswith("| model | word order | docs word ppl | docs bits/byte |")
+    assert "| tiny-gf2 @ update 3 |" in table  # the row says what it scored
     other = {**results, "model": "other"}
     assert markdown_table([results, other]).count("\n") == 4
     (tmp_path / "other.json").write_text(json.dumps(other))
     merged = tmp_path / "merged.md"
     assert main(["table", str(out / "results.json"), str(tmp_path / "other.json"), "--output", str(merged)]) == 0
     assert merged.read_text() == markdown_table([results, other]) + TABLE_NOTES  # the notes travel with the rows
+
+
+def test_results_name_the_file_a_moved_last_ckpt_resolved_to_and_its_update(tmp_path, checkpoint, monkeypatch):
+    """eval at update 3, last.ckpt moved on to update 5, eval again: two result folders (no refusal, nothing
+    overwritten), each naming its file and update, as the merged table and export's fixed_embed.json do."""
+    monkeypatch.chdir(tmp_path)  # the default folder: logs/eval/<run>-<suite>-<hash> under it
+    folder = tmp_path / "logs" / "tiny" / "gf2" / "default" / "checkpoints"
+    folder.mkdir(parents=True)
+    saved, last, written = torch.load(checkpoint, weights_only=False), folder / "last.ckpt", {}
+    for step in (3, 5):
+        file = folder / f"step={step:08d}.ckpt"
+        torch.save({**saved, "global_step": step}, file)
+        last.unlink(missing_ok=True)
+        last.symlink_to(file.name)  # as the checkpoint policy moves it
+        argv = ["eval", str(last), "--suite", "offline", "--limit", "2", "--batch-size", "2", "--device", "cpu"]
+        assert main(argv) == 0
+        [path] = set(tmp_path.glob("logs/eval/*/results.json")) - set(written)
+        written[path] = path.read_text()
+        results = json.loads(written[path])
+        assert (results["checkpoint"], results["update"]) == (str(file.resolve()), step)
+        assert f"step_{step:08d}-offline" in path.parent.name and f"step={step:08d}" in results["model"]
+    assert all(path.read_text() == text for path, text in written.items())  # the first one untouched
+    assert main(["table", *map(str, written), "--output", str(tmp_path / "table.md")]) == 0
+    rows = (tmp_path / "table.md").read_text().splitlines()[2:4]
+    assert [" @ update 3 |" in rows[0], " @ update 5 |" in rows[1]] == [True, True], rows
+    pytest.importorskip("transformers")
+    assert main(["export", str(last), str(tmp_path / "hf")]) == 0
+    marker = json.loads((tmp_path / "hf" / "fixed_embed.json").read_text())
+    assert (marker["checkpoint"], marker["update"]) == (str((folder / "step=00000005.ckpt").resolve()), 5)
 
 
 def test_bad_inputs_are_clear_errors(tmp_path, checkpoint):

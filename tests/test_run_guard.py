@@ -191,6 +191,21 @@ def test_a_regular_last_ckpt_older_than_the_newest_step_is_refused(trained, tmp_
     assert "step=00000002.ckpt is newer" in result.stderr and "run complete" in result.stderr
 
 
+def test_a_truncated_newest_checkpoint_names_the_readable_one_and_how_to_resume_it(trained, tmp_path, corpus):
+    run = copy_run(trained, tmp_path)
+    newest, intact = run / "checkpoints" / "step=00000002.ckpt", run / "checkpoints" / "step=00000001.ckpt"
+    os.truncate(newest, newest.stat().st_size // 2)  # in place, as a full disk or a lost node leaves it
+    result = run_cli(*args(tmp_path, corpus, "--trainer.max_steps", "2", "--ckpt_path", "last", bench=False))
+    fix = f"relaunch with --ckpt_path {intact} to resume the newest readable one beside it (update 1)"
+    refused(result, f"cannot read checkpoint {newest}: it is not a checkpoint written by fixed-embed fit, or is cut")
+    message = result.stderr[result.stderr.index("fixed-embed fit: error:") :].splitlines()
+    assert message[1] == fix and "last.ckpt" not in "".join(message[:2]), message  # two lines, the broken link unsaid
+    assert message[0].endswith("failed finding central directory);"), message  # torch's first sentence, whole
+    result = run_cli(*args(tmp_path, corpus, "--trainer.max_steps", "2", "--ckpt_path", str(intact), bench=False))
+    assert result.returncode == 0, result.stderr[-2000:]  # the advice works: update 2 trained again
+    assert torch.load(newest, mmap=True, weights_only=False)["global_step"] == 2
+
+
 def test_a_finished_run_says_so_and_names_the_final_benchmark_it_lacks(trained, tmp_path, corpus):
     run = copy_run(trained, tmp_path)
     result = run_cli(*args(tmp_path, corpus, "--trainer.max_steps", "2", "--ckpt_path", "last"))

@@ -7,8 +7,10 @@ from pathlib import Path
 import pytest
 
 from fixed_embed.cli import main
+from fixed_embed.data.sources import DocumentSource
 from fixed_embed.data.tokenizer import bpe_cache_dir, load_tokenizer, train_bpe
 from fixed_embed.errors import ConfigError, DataError, MissingFileError, OutputExistsError, UserError
+from fixed_embed.inputs import HEAD_BYTES, check_corpus
 from fixed_embed.suite import default_eval_dir
 
 
@@ -223,3 +225,34 @@ def test_a_checkpoint_name_lightning_cannot_resolve_here_is_refused_in_one_line(
     config = ["--config", str(Path(__file__).parents[1] / "experiments/tiny/gf2.yaml")]
     message = cli([argv[0], *config, *argv[1:]], capsys, expected=ConfigError)
     assert "--ckpt_path" in message and "checkpoint file" in message
+
+
+# -- non-UTF-8 text: refused where the check reads (the first MiB), U+FFFD beyond (docs/data.md, "Bad input") --
+
+# (where in the file, the bytes there): positions from the check's own read limit, so they follow it if it moves
+UNDECODABLE = {
+    "start": (0, b"\xff"),
+    "middle of the first MiB": (HEAD_BYTES // 2, b"\xff"),
+    "last byte of the first MiB": (HEAD_BYTES - 1, b"\xff"),
+    "a character cut by the limit": (HEAD_BYTES - 1, "\u00e9".encode()),  # valid UTF-8: must pass, unchanged
+    "past the first MiB": (HEAD_BYTES + 10, b"\xff"),
+}
+
+
+@pytest.mark.parametrize("case", UNDECODABLE)
+def test_undecodable_text_is_refused_in_the_first_mib_and_replaced_beyond(tmp_path, case):
+    at, inserted = UNDECODABLE[case]
+    body = bytearray(b"a" * (HEAD_BYTES + 64))
+    body[at : at + len(inserted)] = inserted
+    (file := tmp_path / "corpus.txt").write_bytes(bytes(body))
+    bad = inserted == b"\xff"
+    if bad and at < HEAD_BYTES:
+        with pytest.raises(DataError) as error:
+            check_corpus(file, "data.train")
+        assert str(error.value) == (
+            f"data.train: {file} is not UTF-8 text (byte {at}: invalid start byte); point data at documents"
+        )
+        return
+    check_corpus(file, "data.train")
+    [document] = DocumentSource(str(file)).open()  # one .txt file, one document
+    assert document["text"].count("\ufffd") == int(bad) and len(document["text"]) == len(body) - len(inserted) + 1

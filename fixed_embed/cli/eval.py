@@ -37,7 +37,7 @@ def run(argv: list[str]) -> int:
     parser.add_argument("--tokenizer", help="override the tokenizer stored in the checkpoint")
     parser.add_argument("--include-path", action="append", default=[], help="extra lm-eval task YAMLs")
     parser.add_argument(
-        "--output", "--out", help="results folder (default: logs/eval/<run>-<suite>-<hash>, one per checkpoint)"
+        "--output", "--out", help="results folder (default: logs/eval/<run>-<suite>-<hash>, one per checkpoint file)"
     )
     parser.add_argument("--overwrite", action="store_true", help="replace an existing results.json in the folder")
     parser.add_argument("--name", help="the model's row name in the table")
@@ -66,8 +66,10 @@ def run(argv: list[str]) -> int:
         from fixed_embed.evaluation import FixedEmbedLM
 
         lm = FixedEmbedLM(args.checkpoint, args.tokenizer, batch_size=args.batch_size, device=args.device)
-        name = args.name or f"{type(lm.module.interface).__name__} {run_label(args.checkpoint)}"
+        name = args.name or f"{type(lm.module.interface).__name__} {run_label(lm.module.provenance['checkpoint'])}"
     results = run_suite(lm, columns, limit=limit, include_path=args.include_path)
+    if args.checkpoint:  # what was scored: the file a last.ckpt link resolved to, and its update
+        results = {**lm.module.provenance, **results}
     path = write_results(results, name, out)
     Console().print(Markdown(markdown_table([{"model": name, **results}])))
     print(f"results: {path}\ntable:   {out / 'table.md'}")
