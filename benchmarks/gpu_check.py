@@ -37,6 +37,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from experiments.rehearsal import launch, scalars  # noqa: E402
+from fixed_embed.errors import UserError  # noqa: E402
+from fixed_embed.run_lock import acquire  # noqa: E402
 
 STEPS = 8
 CALLBACKS = [
@@ -193,7 +195,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     parser.add_argument("--strategies", default="ddp,fsdp")
-    parser.add_argument("--out", default=str(ROOT / "logs" / "gpu-check"), help="wiped first")
+    parser.add_argument(
+        "--out", default=str(ROOT / "logs" / "gpu-check"), help="wiped first (one check at a time per folder)"
+    )
     parser.add_argument("--no-bench", action="store_true", help="skip the bench rows")
     parser.add_argument("--data", type=Path, help="token shards to train on (make shards-sample); default: the "
                         "offline corpus")  # fmt: skip
@@ -203,19 +207,26 @@ def main() -> int:
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("no CUDA device: run this on a GPU node (or --device cpu for the CPU rehearsal of it)")
     out = Path(args.out)
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True)
-    (out / f"override-{args.device}.yaml").write_text(yaml.safe_dump(override(args.device, args.data), sort_keys=False))
-    name = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
-    report = {"device_name": name, "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "fits": {}}
-    checks: list[dict] = []
-    start = time.monotonic()
-    if not args.no_bench:
-        check_bench(args.device, out, checks, report)
-    for strategy in args.strategies.split(","):
-        check_fit(strategy, args.device, out, checks, report)
-    report.update(checks=checks, passed=sum(c["ok"] for c in checks), seconds=time.monotonic() - start)
-    write_report(out, report)
+    try:  # a second check into one --out would wipe the first's folder and mix both reports: refused, naming it
+        lock = acquire(out, "or choose another --out", beside=True)
+    except UserError as error:
+        parser.exit(2, f"gpu_check.py: error: {error}\n")
+    with lock:
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir(parents=True)
+        (out / f"override-{args.device}.yaml").write_text(
+            yaml.safe_dump(override(args.device, args.data), sort_keys=False)
+        )
+        name = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
+        report = {"device_name": name, "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "fits": {}}
+        checks: list[dict] = []
+        start = time.monotonic()
+        if not args.no_bench:
+            check_bench(args.device, out, checks, report)
+        for strategy in args.strategies.split(","):
+            check_fit(strategy, args.device, out, checks, report)
+        report.update(checks=checks, passed=sum(c["ok"] for c in checks), seconds=time.monotonic() - start)
+        write_report(out, report)
     for c in checks:
         shown = c["detail"] if c["detail"] and (not c["ok"] or len(c["detail"]) < 60) else ""
         print(f"{'PASS' if c['ok'] else 'FAIL'}  {c['check']}" + (f"  ({shown[:300]})" if shown else ""))

@@ -67,23 +67,25 @@ def atomic_symlink(target: str | os.PathLike, link: str | os.PathLike) -> None:
 
 
 @contextmanager
-def atomic_folder(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a new, empty temporary folder to fill; on success it takes ``path``'s place (an earlier folder
-    there is replaced as a whole); on an exception it is removed and ``path`` is untouched."""
+def atomic_folder(path: str | os.PathLike, fix: str = "or choose another folder") -> Iterator[Path]:
+    """Yield a new, empty temporary folder to fill; on success it replaces ``path`` as a whole; on an exception it
+    is removed and ``path`` is untouched. One writer at a time: it holds the run lock ``.<name>.lock`` beside it."""
+    from fixed_embed.run_lock import acquire  # it imports this module
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp, old = temporary_name(path), path.with_name(f".{path.name}.old-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    try:
-        yield tmp
-        if path.exists():
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(path, old)
-        os.replace(tmp, path)
-        shutil.rmtree(old, ignore_errors=True)
-    finally:
+    with acquire(path, fix, beside=True):
         shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        try:
+            yield tmp
+            if path.exists():
+                shutil.rmtree(old, ignore_errors=True)
+                os.replace(path, old)
+            os.replace(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def remove_orphans(folder: str | os.PathLike) -> list[Path]:

@@ -90,7 +90,8 @@ def export_llama(
         bos_token_id=eos, eos_token_id=eos, torch_dtype=dtype,
     )  # fmt: skip
     state = {k: v.to("cpu", dtype).contiguous() for k, v in llama_state_dict(model).items()}
-    with atomic_folder(out) as tmp:
+    with atomic_folder(out, "or choose another OUT") as tmp:
+        check_export_dir(out, overwrite)  # again, under its lock: an export that ended meanwhile is kept
         hf_config.save_pretrained(tmp)
         save_file(state, tmp / "model.safetensors", metadata={"format": "pt"})
         fast = transformers.PreTrainedTokenizerFast(

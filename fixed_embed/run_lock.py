@@ -1,9 +1,6 @@
-"""One launch per run folder: ``<run folder>/run.lock`` (JSON: host, pid, start time, command line),
-created with ``O_EXCL`` by global rank 0's launching process before any work, released on every way
-out. A live holder is refused naming it; a stale one (its pid gone or reused on this host, its
-heartbeat older than :data:`STALE_AFTER_S` from another host) is taken over with a note. Details:
-docs/faults.md ("One launch per run").
-"""
+"""One writer per folder: ``run.lock`` in it (``.<name>.lock`` beside a file or swapped-in folder) names the holder
+(host, pid, start, command); made with ``O_EXCL`` before any work, removed on every way out; a live holder is refused
+by name, a stale one taken over. Details: docs/faults.md ("One writer per folder")."""
 
 from __future__ import annotations
 
@@ -50,11 +47,11 @@ def _process_start(pid: int) -> str | None:
     return stat.rpartition(")")[2].split()[19]  # field 22, counted after the command name
 
 
-class RunLock:
-    """A held lock on one run folder (:func:`acquire`); :meth:`release` is idempotent."""
+class RunLock(contextlib.AbstractContextManager):
+    """A held lock (:func:`acquire`); :meth:`release` (also on leaving ``with``) is idempotent."""
 
-    def __init__(self, path: Path, record: dict) -> None:
-        self.path, self.record = path, record
+    def __init__(self, path: Path, record: dict, made: list[Path]) -> None:
+        self.path, self.record, self.made = path, record, made
         self._stop = threading.Event()
         threading.Thread(target=self._heartbeat, name="fixed-embed-run-lock", daemon=True).start()
         atexit.register(self.release)
@@ -73,7 +70,13 @@ class RunLock:
         if _read(self.path) == self.record:
             with contextlib.suppress(FileNotFoundError):
                 self.path.unlink()
+        for folder in self.made:  # those the lock made, deepest first: a launch that wrote nothing leaves none
+            with contextlib.suppress(OSError):
+                folder.rmdir()
         atexit.unregister(self.release)
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
 
 
 def _read(path: Path) -> dict | None:
@@ -114,16 +117,18 @@ def _stale_reason(record: dict, path: Path) -> str | None:
     return None
 
 
-def acquire(folder: str | os.PathLike) -> RunLock:
-    """Take ``folder``'s lock (making the folder); refuse with :class:`RunInUseError` if a live launch holds it."""
-    folder = Path(folder)
-    path = folder / LOCK_NAME
+def acquire(target: str | os.PathLike, fix: str = "or use --run NEW_NAME", beside: bool = False) -> RunLock:
+    """Take ``target/run.lock`` (making the folder), or with ``beside`` (a file, or a folder swapped in whole)
+    ``.<name>.lock`` next to it; refuse with :class:`RunInUseError` naming a live holder and ``fix``."""
+    target = Path(target)
+    folder, path = (target.parent, target.parent / f".{target.name}.lock") if beside else (target, target / LOCK_NAME)
+    made = [p for p in (folder, *folder.parents) if not p.exists()]
     record = {
         "host": socket.gethostname(),
         "pid": os.getpid(),
         "start": _process_start(os.getpid()),
         "since": time.time(),
-        "command": " ".join(["fixed-embed", *sys.argv[1:]]),
+        "command": " ".join([Path(sys.argv[0]).name.replace("__main__.py", "fixed-embed"), *sys.argv[1:]]),
     }
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -140,9 +145,8 @@ def acquire(folder: str | os.PathLike) -> RunLock:
             reason = _stale_reason(holder, path)
             if reason is None:
                 raise RunInUseError(
-                    f"run folder {folder} is in use by another launch ({_describe(holder)}: "
-                    f"{holder.get('command', '?')}); wait for it to end or stop it, or use --run NEW_NAME. "
-                    f"If it is gone, delete {path}"
+                    f"{'' if beside else 'run folder '}{target} is in use by another launch ({_describe(holder)}: "
+                    f"{holder.get('command', '?')}); wait for it to end or stop it, {fix}. If it is gone, delete {path}"
                 ) from None
             if _take_over(path, holder):
                 logging.getLogger(__name__).info(f"run lock: taking over {path} from {_describe(holder)}: {reason}")
@@ -152,8 +156,8 @@ def acquire(folder: str | os.PathLike) -> RunLock:
         with os.fdopen(fd, "w") as file:
             json.dump(record, file)
         _held.add(path)
-        return RunLock(path, record)
-    raise RunInUseError(f"run folder {folder}: another launch is taking its lock ({path}) at the same time")
+        return RunLock(path, record, made)
+    raise RunInUseError(f"{target}: another launch is taking its lock ({path}) at the same time")
 
 
 def _take_over(path: Path, holder: dict) -> bool:

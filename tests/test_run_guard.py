@@ -95,8 +95,9 @@ def test_the_run_lock_refuses_a_live_holder_and_takes_over_stale_ones(tmp_path, 
         acquire(folder)
     held.release()
     acquire(folder).release()  # released: free again
-    assert not (folder / LOCK_NAME).exists()
+    assert not folder.exists()  # and the folder the lock made, left empty, went with it
 
+    folder.mkdir()
     lock = folder / LOCK_NAME
     # this host, a pid that is not running: stale, taken over with a note
     lock.write_text(json.dumps({"host": socket.gethostname(), "pid": dead_pid(), "since": time.time()}))

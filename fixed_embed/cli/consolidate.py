@@ -12,9 +12,11 @@ def run(argv: list[str]) -> int:
     args = parser.parse_args(argv[1:])
     from fixed_embed.fsdp import consolidate
     from fixed_embed.inputs import check_output
+    from fixed_embed.run_lock import acquire
 
     check_output(args.out, "OUT")
-    checkpoint = consolidate(args.folder, args.out)
+    with acquire(args.out, "or choose another OUT", beside=True):  # before the (long) read of the shards
+        checkpoint = consolidate(args.folder, args.out)
     n = sum(t.numel() for t in checkpoint["state_dict"].values())
     print(f"wrote {args.out}: {n:,} weights at step {checkpoint.get('global_step')} (optimizer state left out)")
     return 0

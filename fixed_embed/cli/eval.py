@@ -11,6 +11,7 @@ from rich.markdown import Markdown
 
 from fixed_embed.cli import positive
 from fixed_embed.inputs import check_output, check_task_folders
+from fixed_embed.run_lock import acquire
 from fixed_embed.suite import (
     SUITES,
     check_tasks,
@@ -54,23 +55,26 @@ def run(argv: list[str]) -> int:
     model = args.hf or args.checkpoint
     out = Path(args.output or default_eval_dir(model, suite, tasks, args.num_fewshot, limit, hub=bool(args.hf)))
     check_output(out, "--output")
-    refuse_existing_results(out, args.overwrite)  # before hours of evaluation, not after
-    if args.hf:
-        name = args.name or args.hf
-        model_args = f"pretrained={args.hf},dtype=auto,trust_remote_code=False" + (
-            f",device={args.device}" if args.device else ""
-        )
-        lm = lm_eval.api.registry.get_model("hf").create_from_arg_string(model_args, {"batch_size": args.batch_size})
-    else:
-        # Lazy: our lm-eval model needs torch + Lightning (seconds), which --help, usage errors and --hf do not.
-        from fixed_embed.evaluation import FixedEmbedLM
+    with acquire(out, "or choose another --output", beside=True):  # one evaluation per folder at a time
+        refuse_existing_results(out, args.overwrite)  # before hours of evaluation, not after
+        if args.hf:
+            name = args.name or args.hf
+            model_args = f"pretrained={args.hf},dtype=auto,trust_remote_code=False" + (
+                f",device={args.device}" if args.device else ""
+            )
+            lm = lm_eval.api.registry.get_model("hf").create_from_arg_string(
+                model_args, {"batch_size": args.batch_size}
+            )
+        else:
+            # Lazy: our lm-eval model needs torch + Lightning (seconds), which --help, usage errors and --hf do not.
+            from fixed_embed.evaluation import FixedEmbedLM
 
-        lm = FixedEmbedLM(args.checkpoint, args.tokenizer, batch_size=args.batch_size, device=args.device)
-        name = args.name or f"{type(lm.module.interface).__name__} {run_label(lm.module.provenance['checkpoint'])}"
-    results = run_suite(lm, columns, limit=limit, include_path=args.include_path)
-    if args.checkpoint:  # what was scored: the file a last.ckpt link resolved to, and its update
-        results = {**lm.module.provenance, **results}
-    path = write_results(results, name, out)
-    Console().print(Markdown(markdown_table([{"model": name, **results}])))
-    print(f"results: {path}\ntable:   {out / 'table.md'}")
+            lm = FixedEmbedLM(args.checkpoint, args.tokenizer, batch_size=args.batch_size, device=args.device)
+            name = args.name or f"{type(lm.module.interface).__name__} {run_label(lm.module.provenance['checkpoint'])}"
+        results = run_suite(lm, columns, limit=limit, include_path=args.include_path)
+        if args.checkpoint:  # what was scored: the file a last.ckpt link resolved to, and its update
+            results = {**lm.module.provenance, **results}
+        path = write_results(results, name, out)
+        Console().print(Markdown(markdown_table([{"model": name, **results}])))
+        print(f"results: {path}\ntable:   {out / 'table.md'}")
     return 0

@@ -36,13 +36,14 @@ def run(argv: list[str]) -> int:
     from fixed_embed.data.pretokenize import pretokenize, summary_line
     from fixed_embed.data.sources import DocumentSource
     from fixed_embed.inputs import check_corpus, check_output
+    from fixed_embed.run_lock import acquire
 
     check_corpus(args.data, "--data", args.text_field)  # before any shard is written
     check_output(args.out, "--out")
     source = DocumentSource(args.data, split=args.split, name=args.hub_name, text_field=args.text_field)
     previous = signal.signal(signal.SIGTERM, _interrupt)  # a scheduler's stop ends it as Ctrl-C does
     try:
-        with _progress_bar(enabled=not args.no_progress) as progress:
+        with acquire(args.out, "or choose another --out", beside=True), _progress_bar(not args.no_progress) as progress:
             result = pretokenize(
                 source, args.tokenizer, args.out, shards=args.shards, workers=args.workers,
                 holdout_per_mille=args.holdout_per_mille, tokenize_batch=args.tokenize_batch,
