@@ -16,9 +16,9 @@ from fixed_embed.data.corpus import cache_root
 
 
 class BlockCache:
-    """``cache_root() / kind / <sha256 of key>.pt``, holding the blocks and that digest. An entry that cannot be
-    read, or does not match, is rebuilt (with a warning), never trusted or fatal; it is written atomically, so
-    concurrent writers just race to an identical result."""
+    """``cache_root() / kind / <sha256 of key>.pt``, holding the blocks, that digest and the blocks' SHA-256 (torch
+    does not check a file's contents). An entry that cannot be read, or does not match, is rebuilt (with a warning
+    naming it), never trusted or fatal; written atomically, concurrent writers race to an identical result."""
 
     def __init__(self, key: dict[str, Any], kind: str) -> None:
         self.digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()
@@ -44,6 +44,7 @@ class BlockCache:
             and blocks.dim() == 2
             and len(blocks) > 0
             and blocks.shape[1] == width
+            and saved.get("sha256") == hashlib.sha256(blocks.contiguous().numpy()).hexdigest()
         )
         if not usable:
             warnings.warn(f"block cache {self.path} does not hold the expected blocks; rebuilding", stacklevel=2)
@@ -52,8 +53,11 @@ class BlockCache:
 
     def save(self, blocks: torch.Tensor) -> None:
         try:
+            blocks = blocks.contiguous()
             with atomic_write(self.path, "wb") as file:
-                torch.save({"key": self.digest, "blocks": blocks.contiguous()}, file)
+                torch.save(
+                    {"key": self.digest, "blocks": blocks, "sha256": hashlib.sha256(blocks.numpy()).hexdigest()}, file
+                )
         except OSError as error:  # a read-only or full disk
             warnings.warn(f"could not write the block cache {self.path}: {error}", stacklevel=2)
 

@@ -1,10 +1,7 @@
-"""Write token shards: text documents (a hub id, local txt/jsonl/parquet files, folders, globs) -> flat id arrays.
-
-Shard ``v`` holds virtual shard ``v`` of the streaming path's arithmetic (:mod:`fixed_embed.data.sharding`),
-so the output never depends on ``workers``; each kept document is its ids + ``<|endoftext|>``, in
-``train-NNNNN.bin`` or, when the hash hold-out picks it, ``held_out-NNNNN.bin``. Each finished shard
-is written atomically with its counts (``part-NNNNN.json``), so a rerun with the same arguments
-(``pretokenize.json``) keeps it; the index ``token_shards.json`` comes last. docs/data.md, "Writing".
+"""Write token shards: text documents -> flat id arrays, ``train-NNNNN.bin`` or ``held_out-NNNNN.bin`` per virtual
+shard of the streaming path (:mod:`fixed_embed.data.sharding`: the output never depends on ``workers``). Each shard
+is written atomically with its counts and SHA-256 (``part-NNNNN.json``), kept by a rerun of the same arguments
+(``pretokenize.json``); the index ``token_shards.json`` comes last. docs/data.md, "Writing".
 """
 
 from __future__ import annotations
@@ -27,7 +24,7 @@ import numpy as np
 from fixed_embed.atomic import atomic_path, atomic_write_text, remove_orphans
 from fixed_embed.data.sharding import document_cycle, is_held_out, reader_plan, virtual_shard_of
 from fixed_embed.data.sources import DocumentSource
-from fixed_embed.data.token_shards import FORMAT, INDEX, SPLITS, TOKENIZER_FILE, VERSION, token_dtype
+from fixed_embed.data.token_shards import FORMAT, INDEX, SPLITS, TOKENIZER_FILE, VERSION, checksum, token_dtype
 from fixed_embed.data.tokenizer import EOS, load_tokenizer, special_token_id, tokenizer_fingerprint
 from fixed_embed.errors import ConfigError, DataError, UserError
 
@@ -192,10 +189,12 @@ class _Shard:
 
     def finish(self) -> None:
         self.stack.close()  # flush, fsync, rename into place
+        part = {s: {"file": _shard_file(s, self.v), **self.counts[s]} for s in SPLITS}
         for split in SPLITS:
             if self.counts[split]["tokens"] == 0:
                 (self.out / _shard_file(split, self.v)).unlink()  # the index lists only shards with tokens
-        part = {s: {"file": _shard_file(s, self.v), **self.counts[s]} for s in SPLITS}
+            else:  # read back from the page cache: what the reader checks is what reached the file
+                part[split]["sha256"] = checksum(self.out / _shard_file(split, self.v))
         part.update(empty_documents=self.empty_documents, replaced_characters=self.replaced_characters)
         atomic_write_text(_part(self.out, self.v), json.dumps(part))
 

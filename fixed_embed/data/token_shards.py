@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from lightning.pytorch.utilities import rank_zero_warn
 
 from fixed_embed.errors import ConfigError, DataError, MissingFileError
 
@@ -22,15 +23,15 @@ _DTYPES = {"uint16": np.uint16, "uint32": np.uint32}
 
 
 def token_dtype(vocab_size: int) -> str:
-    """``uint16`` when every id fits (vocab <= 65,535), else ``uint32``."""
     return "uint16" if vocab_size <= 65_535 else "uint32"
 
 
-def shard_folder(path: str | os.PathLike | None) -> Path | None:
-    """``path`` as a token-shard folder (one holding ``token_shards.json``), or ``None`` for any other data.
+def checksum(path: Path) -> str:  # a shard's, as the index records it (docs/data.md, "Checks": its cost)
+    return hashlib.sha256(np.memmap(path, dtype=np.uint8, mode="r")).hexdigest()
 
-    A folder of ``.bin`` shards without the index (an interrupted ``fixed-embed pretokenize``) is refused.
-    """
+
+def shard_folder(path: str | os.PathLike | None) -> Path | None:
+    """``path`` as a token-shard folder (one holding the index), or ``None``; ``.bin`` files without it are refused."""
     if path is None or not (folder := Path(path).expanduser()).is_dir():
         return None
     if (folder / INDEX).is_file():
@@ -65,7 +66,7 @@ def read_index(folder: Path) -> dict[str, Any]:
 
 class TokenShards:
     """One split (``train`` or ``held_out``) of a token-shard folder: its shards memory-mapped end to end,
-    checked against the index at construction (file sizes only, no read)."""
+    checked against the index at construction (sizes and SHA-256: a shard written over in place is refused)."""
 
     def __init__(self, folder: str | os.PathLike, split: str = "train") -> None:
         self.folder, self.split = Path(folder).expanduser(), split
@@ -84,6 +85,8 @@ class TokenShards:
         if token_dtype(int(index["vocab_size"])) != dtype and dtype == "uint16":
             raise DataError(f"{where}: dtype uint16 cannot hold the ids of a vocabulary of {index['vocab_size']}")
         self.dtype = np.dtype(_DTYPES[dtype])
+        if any("sha256" not in entry for entry in entries):  # an index written before checksums existed
+            rank_zero_warn(f"{where} has no shard checksums: only sizes are checked; pretokenize --overwrite adds them")
         self.files: list[Path] = []
         counts: list[int] = []
         for entry in entries:
@@ -99,14 +102,17 @@ class TokenShards:
                     f"token shard {path} is {state}: {size:,} bytes, the index says {tokens:,} {dtype} tokens "
                     f"({tokens * self.dtype.itemsize:,} bytes); copy it again or rerun pretokenize with --overwrite"
                 )
+            if "sha256" in entry and checksum(path) != entry["sha256"]:
+                raise DataError(
+                    f"token shard {path} does not match its SHA-256 in {where} (changed since pretokenize wrote it): "
+                    "copy it again or rerun pretokenize with --overwrite"
+                )
             self.files.append(path)
             counts.append(tokens)
         self.documents = sum(int(entry.get("documents", 0)) for entry in entries)
         self.starts = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])  # token offset of each shard
         self.total = int(self.starts[-1])
         self._maps: list[np.memmap | None] = [None] * len(self.files)
-
-    # -- what the ids mean ----------------------------------------------------------------
 
     @property
     def eos_id(self) -> int:
@@ -149,8 +155,6 @@ class TokenShards:
         digest = hashlib.sha256(json.dumps(self.index, sort_keys=True).encode()).hexdigest()
         return {"token_shards_index_sha256": digest, "split": self.split, "tokens": self.total}
 
-    # -- reads ------------------------------------------------------------------------------
-
     def _map(self, i: int) -> np.memmap:
         if self._maps[i] is None:
             self._maps[i] = np.memmap(self.files[i], dtype=self.dtype, mode="r")
@@ -183,6 +187,13 @@ class TokenShards:
         out = np.empty((len(indices), block_len), dtype=np.int64)
         for row, b in enumerate(indices.tolist()):
             out[row] = self.tokens(b * block_len, (b + 1) * block_len)
+        if len(out) and int(out.max()) >= (vocab := int(self.index["vocab_size"])):  # named here, not by the model
+            row, col = np.argwhere(out >= vocab)[0].tolist()
+            shard = self.files[int(np.searchsorted(self.starts, indices[row] * block_len + col, "right")) - 1]
+            raise DataError(
+                f"token shard {shard}: block {indices[row]} holds id {out[row, col]}, outside the vocabulary of "
+                f"{vocab}; rerun pretokenize with --overwrite"
+            )
         return out
 
     def document_spans(self) -> np.ndarray:
