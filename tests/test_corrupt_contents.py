@@ -120,7 +120,7 @@ READERS: dict[tuple[str, str], tuple[Callable[[Path, Path, object], None], bool]
     ("cache", "*.jsonl"): (read_default_corpus, False),
     ("run", "results.json"): (read_results, False),
 }
-NOT_READ = {  # written for people (or other tools), never read back by the project
+NOT_READ = {  # written for people or other tools (config.yaml only as a --config: tests/test_bad_paths.py)
     ("run", "events.out.tfevents.*"),
     ("run", "hparams.yaml"),
     ("run", "config.yaml"),
@@ -130,7 +130,7 @@ NOT_READ = {  # written for people (or other tools), never read back by the proj
 # Kinds still read without a refusal (issue 32, left open); the test fails when one starts refusing: drop it here then.
 STILL_SILENT = {
     ("run", "*.ckpt"): "torch.load checks no checksum: changed weights load and train or score silently",
-    ("cache", "*.jsonl"): "the offline corpus past its first MiB ends in a UnicodeDecodeError traceback",
+    ("cache", "*.jsonl"): "the cached offline corpus ends in a UnicodeDecodeError traceback",
 }
 
 
