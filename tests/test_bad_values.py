@@ -270,7 +270,7 @@ def test_positive_refuses_what_is_not_a_finite_positive_number():
 
 
 def test_a_parsed_value_is_a_plain_number():
-    """Not the domain's own subclass, which would reach a checkpoint's hyper-parameters: weights_only loads refuse it."""
+    """Not the domain's own subclass, which would reach the hyper-parameters: weights_only loads refuse it."""
     config = fit_parser().parse_args(["--config", _tiny_config(), "--model.optimizer.lr", "0.5"])
     assert type(config.model.optimizer.lr) is float and type(config.data.seq_len) is int
     assert {type(b) for b in config.model.optimizer.betas} == {float}
