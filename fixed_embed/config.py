@@ -19,6 +19,8 @@ mapping's order.
 from __future__ import annotations
 
 import contextlib
+import math
+from collections.abc import Callable
 from math import inf
 from pathlib import Path
 from typing import Any
@@ -26,7 +28,7 @@ from typing import Any
 import yaml
 from jsonargparse.typing import restricted_number_type
 
-from fixed_embed.errors import ConfigError, MissingFileError
+from fixed_embed.errors import ConfigError, MissingFileError, UserError
 
 
 def _number(name: str, kind: type, *restrictions: tuple[str, float]) -> type:
@@ -154,3 +156,15 @@ def expand_config_args(args: list[str]) -> list[str]:
             value = yaml.safe_dump(load_experiment(value, named), sort_keys=False)
         out.extend(["--config", value])
     return out
+
+
+def positive(flag: str, kind: type = int, zero: bool = False) -> Callable[[str], float]:
+    """An argparse type: a finite ``kind`` > 0 (>= 0 if ``zero``), else a UserError naming ``flag`` in one line."""
+
+    def parse(text: str) -> float:
+        with contextlib.suppress(ValueError):  # refused below: a UserError passes argparse, which prints no usage
+            if math.isfinite(value := kind(text)) and (value > 0 or (zero and value == 0)):
+                return value
+        raise UserError(f"{flag} must be a finite {kind.__name__} {'>=' if zero else '>'} 0, got {text!r}")
+
+    return parse

@@ -15,17 +15,6 @@ from typing import Any
 from fixed_embed.errors import ConfigError
 from fixed_embed.run_lock import is_launching_rank
 
-__all__ = [
-    "LAST",
-    "STEP_FILENAME",
-    "benchmark_folder",
-    "checkpoint_folder",
-    "pin_run_folder",
-    "purge_curve_after",
-    "step_checkpoints",
-    "step_of",
-]
-
 STEP_FILENAME = "step={step:08d}"  # step=00001000.ckpt: names sort by update
 LAST = "last.ckpt"  # a link to the newest step=N.ckpt
 _STEP = re.compile(r"step=(\d+)")

@@ -134,7 +134,7 @@ def acquire(target: str | os.PathLike, fix: str = "or use --run NEW_NAME", besid
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         code = errno.errorcode.get(error.errno or 0, "")
-        raise ConfigError(f"cannot make the run folder {folder}: {error.strerror} ({code})") from error
+        raise ConfigError(f"cannot make the folder {folder}: {error.strerror} ({code})") from error
     for _ in range(3):
         try:
             fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
@@ -152,7 +152,7 @@ def acquire(target: str | os.PathLike, fix: str = "or use --run NEW_NAME", besid
                 logging.getLogger(__name__).info(f"run lock: taking over {path} from {_describe(holder)}: {reason}")
             continue
         except OSError as error:
-            raise ConfigError(f"cannot write the run folder {folder}: {error.strerror}") from error
+            raise ConfigError(f"cannot write the folder {folder}: {error.strerror}") from error
         with os.fdopen(fd, "w") as file:
             json.dump(record, file)
         _held.add(path)

@@ -38,7 +38,7 @@ LEGAL = {
     **{(f"trainer.{k}", "0"): "0 disables it (Lightning)" for k in (
         "fast_dev_run", "limit_train_batches", "limit_val_batches", "limit_test_batches", "limit_predict_batches",
         "overfit_batches", "min_steps", "min_epochs", "num_sanity_val_steps", "gradient_clip_val",
-        "reload_dataloaders_every_n_epochs")},
+        "reload_dataloaders_every_n_epochs", "log_every_n_steps")},
     ("seed_everything", "0"): "a seed",
     # Not checked before work yet: Lightning parses a duration string when the Trainer is built (its traceback).
     ("trainer.val_check_interval", "x"): "NOT CHECKED: a duration string ('DD:HH:MM:SS') is legal, Lightning parses it",
@@ -260,7 +260,7 @@ def test_a_bad_sub_command_value_is_refused_in_one_line(command, flag, positiona
 
 
 def test_positive_refuses_what_is_not_a_finite_positive_number():
-    from fixed_embed.cli import positive
+    from fixed_embed.config import positive
     from fixed_embed.errors import UserError
 
     assert positive("-n")("3") == 3 and positive("-f", float)("0.5") == 0.5 and positive("-z", zero=True)("0") == 0
@@ -274,3 +274,28 @@ def test_a_parsed_value_is_a_plain_number():
     config = fit_parser().parse_args(["--config", _tiny_config(), "--model.optimizer.lr", "0.5"])
     assert type(config.model.optimizer.lr) is float and type(config.data.seq_len) is int
     assert {type(b) for b in config.model.optimizer.betas} == {float}
+
+
+EXPERIMENTS = ROOT / "experiments"
+OVERRIDE = EXPERIMENTS / "rehearsal" / "override.yaml"
+COMPOSITIONS = [
+    *([p] for p in sorted(EXPERIMENTS.rglob("*.yaml")) if p.name != "callbacks.yaml" and p.parent.name
+      not in ("strategies", "rehearsal", "gpu")),
+    *([EXPERIMENTS / "paper" / f"{v}.yaml", EXPERIMENTS / "strategies" / f"{s}.yaml", *extra]
+      for v in ("learned", "gf2") for s in ("ddp", "fsdp") for extra in ([], [OVERRIDE])),
+    [EXPERIMENTS / "study" / "gf2.yaml", EXPERIMENTS / "study" / "gpu" / "base.yaml",
+     EXPERIMENTS / "study" / "gpu" / "size-s.yaml"],
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("files", COMPOSITIONS, ids=lambda files: "+".join(p.stem for p in files))
+def test_every_experiment_passes_the_value_checks(files, tmp_path):
+    """The checks run on values as YAML gives them (an int -1, not the command line's string): every
+    experiment as the Makefile and README compose them passes, and so does a YAML `devices: -1` (all GPUs)."""
+    from fixed_embed.cli.train import _check_values
+
+    devices = tmp_path / "devices.yaml"
+    devices.write_text("trainer:\n  devices: -1\n  log_every_n_steps: 0\n")
+    for extra in ([], [devices]):
+        args = [arg for path in (*files, *extra) for arg in ("--config", str(path))]
+        _check_values(fit_parser().parse_args(expand_config_args(args)))

@@ -16,12 +16,10 @@ shows their traceback too. Any other exception is a bug and keeps its traceback.
 
 from __future__ import annotations
 
-import contextlib
 import importlib
-import math
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 from fixed_embed import console
 from fixed_embed.errors import UserError, environment_error
@@ -57,18 +55,6 @@ commands:
   lm-eval ARGS        lm-eval's own CLI with --model fixed_embed registered
   prefetch            on a login node: cache the paper suite's task data and the tokenizer for offline nodes
 """
-
-
-def positive(flag: str, kind: type = int, zero: bool = False) -> Callable[[str], float]:
-    """An argparse type: a finite ``kind`` > 0 (>= 0 if ``zero``), else a UserError naming ``flag`` in one line."""
-
-    def parse(text: str) -> float:
-        with contextlib.suppress(ValueError):  # refused below: a UserError passes argparse, which prints no usage
-            if math.isfinite(value := kind(text)) and (value > 0 or (zero and value == 0)):
-                return value
-        raise UserError(f"{flag} must be a finite {kind.__name__} {'>=' if zero else '>'} 0, got {text!r}")
-
-    return parse
 
 
 def main(argv: list[str] | None = None, configure_console: bool | None = None) -> int:

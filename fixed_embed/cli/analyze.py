@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from fixed_embed.atomic import atomic_write_text
-from fixed_embed.cli import positive
+from fixed_embed.config import positive
 
 
 def run(argv: list[str]) -> int:

@@ -9,7 +9,7 @@ import lm_eval.api.registry
 from rich.console import Console
 from rich.markdown import Markdown
 
-from fixed_embed.cli import positive
+from fixed_embed.config import positive
 from fixed_embed.inputs import check_output, check_task_folders
 from fixed_embed.run_lock import acquire
 from fixed_embed.suite import (
@@ -52,6 +52,8 @@ def run(argv: list[str]) -> int:
     check_task_folders(args.include_path)
     if tasks:  # a misspelt task is refused now, before the model is loaded
         check_tasks(tasks, args.include_path)
+    if args.checkpoint:  # resolved once: the folder's name and the scores come from the same file
+        args.checkpoint = str(Path(args.checkpoint).expanduser().resolve())
     model = args.hf or args.checkpoint
     out = Path(args.output or default_eval_dir(model, suite, tasks, args.num_fewshot, limit, hub=bool(args.hf)))
     check_output(out, "--output")

@@ -8,7 +8,7 @@ import argparse
 from rich.console import Console
 from rich.table import Table
 
-from fixed_embed.cli import positive
+from fixed_embed.config import positive
 
 
 def run(argv: list[str]) -> int:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from fixed_embed.cli import positive
+from fixed_embed.config import positive
 
 
 def run(argv: list[str]) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from fixed_embed.cli import positive
+from fixed_embed.config import positive
 from fixed_embed.errors import ConfigError
 
 

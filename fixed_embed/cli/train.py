@@ -162,8 +162,8 @@ def _check_values(config: Any) -> None:
 
 # Lightning's numeric Trainer options are finite and >= 0; these > 0, or -1 where Lightning reads it as "no limit".
 POSITIVE = {f"trainer.{key}" for key in ("accumulate_grad_batches", "max_steps", "max_epochs", "num_nodes",
-            "val_check_interval", "check_val_every_n_epoch", "log_every_n_steps")}  # fmt: skip
-MINUS_ONE = {f"trainer.{key}" for key in ("max_steps", "max_epochs", "num_sanity_val_steps")}
+            "val_check_interval", "check_val_every_n_epoch")}  # fmt: skip
+MINUS_ONE = {f"trainer.{key}" for key in ("max_steps", "max_epochs", "num_sanity_val_steps", "devices")}  # -1: all
 
 
 def _refused_value(message: str) -> str:

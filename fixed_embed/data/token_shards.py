@@ -3,6 +3,7 @@ of one split's token stream. The format and what the index records: docs/data.md
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -28,6 +29,13 @@ def token_dtype(vocab_size: int) -> str:
 
 def checksum(path: Path) -> str:  # a shard's, as the index records it (docs/data.md, "Checks": its cost)
     return hashlib.sha256(np.memmap(path, dtype=np.uint8, mode="r")).hexdigest()
+
+
+@functools.cache  # once per process: a fit's pre-flight check and its data module read the same shards
+def _matches(path: str, size: int, mtime_ns: int, sha256: str) -> bool:
+    """Whether the shard hashes to ``sha256``, on one process per node (the other ranks read the same files)."""
+    other_rank = any(os.environ.get(name, "0") not in ("", "0") for name in ("LOCAL_RANK", "SLURM_LOCALID"))
+    return other_rank or checksum(Path(path)) == sha256
 
 
 def shard_folder(path: str | os.PathLike | None) -> Path | None:
@@ -102,7 +110,7 @@ class TokenShards:
                     f"token shard {path} is {state}: {size:,} bytes, the index says {tokens:,} {dtype} tokens "
                     f"({tokens * self.dtype.itemsize:,} bytes); copy it again or rerun pretokenize with --overwrite"
                 )
-            if "sha256" in entry and checksum(path) != entry["sha256"]:
+            if "sha256" in entry and not _matches(str(path), size, path.stat().st_mtime_ns, entry["sha256"]):
                 raise DataError(
                     f"token shard {path} does not match its SHA-256 in {where} (changed since pretokenize wrote it): "
                     "copy it again or rerun pretokenize with --overwrite"
