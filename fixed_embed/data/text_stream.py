@@ -101,6 +101,9 @@ class TextStreamSource:
             batch_size=self.data.batch_size,
             num_workers=workers,
             persistent_workers=workers > 0,
+            # Not fork: a rank forks its readers with threads running (rank watch, the store, tqdm), and CPython
+            # 3.11 can deadlock the child in os.fork (seen: a resumed DDP rank's only reader, stuck for good).
+            multiprocessing_context="forkserver" if workers > 0 else None,
             drop_last=True,
             pin_memory=pin_memory,
         )
