@@ -278,6 +278,7 @@ def test_txt_files_and_invalid_utf8(tmp_path, tokenizer):
     assert ds.stats.replaced_characters == 50
 
 
+@pytest.mark.slow  # the real corpus and tokenizer: 20 s
 def test_gutenberg_with_smollm2_tokenizer(shared_data):
     tok = str(shared_data / "smollm2-tokenizer" / "tokenizer.json")
     dm = TextDataModule(train=str(shared_data / "gutenberg-prose" / "train.jsonl"),
@@ -289,6 +290,7 @@ def test_gutenberg_with_smollm2_tokenizer(shared_data):
     assert batch.shape == (2, 129) and batch.max() < 49152
 
 
+@pytest.mark.slow  # builds the offline corpus and its BPE twice: 15 s
 def test_default_corpus_is_deterministic_and_cached(tmp_path, monkeypatch):
     from fixed_embed.data.corpus import default_corpus
 

@@ -70,7 +70,7 @@ def test_lr_schedule_formula():
     assert lr_at(381_470, 1.5e-4, 2000, 381_470, 0.1) == pytest.approx(1.5e-5)
 
 
-@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])  # 2: reader processes
 def test_resume_continues_with_the_next_batch_and_same_loss(tmp_path, corpus, workers):
     full, _ = _fit(tmp_path / "full", corpus, 9, workers)
     first, _ = _fit(tmp_path / "run", corpus, 3, workers)
