@@ -50,10 +50,9 @@ class _Parsed(Exception):
         self.parser = parser
 
 
-def arguments(command: str) -> list[tuple[str, bool, bool]]:
-    """``(flag or positional name, positional, required)`` of every path-like argument of ``command``."""
-    if command in LIGHTNING:
-        return _lightning_arguments()
+@functools.cache
+def argparse_parser(command: str) -> argparse.ArgumentParser:
+    """The argparse parser a sub-command builds, caught at its ``parse_args`` (nothing runs)."""
     module = importlib.import_module(COMMANDS[command])
     original = argparse.ArgumentParser.parse_args
 
@@ -64,11 +63,17 @@ def arguments(command: str) -> list[tuple[str, bool, bool]]:
     try:
         module.run([command])
     except _Parsed as parsed:
-        parser = parsed.parser
+        return parsed.parser
     finally:
         argparse.ArgumentParser.parse_args = original
+
+
+def arguments(command: str) -> list[tuple[str, bool, bool]]:
+    """``(flag or positional name, positional, required)`` of every path-like argument of ``command``."""
+    if command in LIGHTNING:
+        return _lightning_arguments()
     found = []
-    for action in parser._actions:
+    for action in argparse_parser(command)._actions:
         if action.choices or action.nargs == 0 or action.type in (int, float) or not PATH_LIKE.search(action.dest):
             continue
         flag = action.option_strings[-1] if action.option_strings else action.dest

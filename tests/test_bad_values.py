@@ -13,18 +13,16 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
-import importlib
 import types
 import typing
 from pathlib import Path
 
 import pytest
 
-from fixed_embed.cli import COMMANDS
 from fixed_embed.config import expand_config_args
 from fixed_embed.errors import ConfigError
 from tests.cli import run_cli
-from tests.test_bad_paths import _Parsed, baseline, commands, valid  # noqa: F401 (valid: a fixture)
+from tests.test_bad_paths import _Parsed, argparse_parser, baseline, commands, valid  # noqa: F401 (valid: a fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "experiments" / "tiny" / "gf2.yaml"
@@ -109,24 +107,6 @@ def _fields(dest: str, hint) -> list[tuple[str, object]]:
     if (schema := next((o for o in options if dataclasses.is_dataclass(o)), None)) is None:
         return [(dest, hint)]
     return [f for name, h in typing.get_type_hints(schema).items() for f in _fields(f"{dest}.{name}", h)]
-
-
-@functools.cache
-def argparse_parser(command: str) -> argparse.ArgumentParser:
-    module = importlib.import_module(COMMANDS[command])
-    original = argparse.ArgumentParser.parse_args
-
-    def capture(self, *args, **kwargs):
-        raise _Parsed(self)
-
-    argparse.ArgumentParser.parse_args = capture
-    try:
-        module.run([command])
-    except _Parsed as parsed:
-        parser = parsed.parser
-    finally:
-        argparse.ArgumentParser.parse_args = original
-    return parser
 
 
 def argparse_options(command: str) -> list[tuple[str, str, bool]]:
