@@ -10,17 +10,20 @@ stopped early has answered the first questions):
    (``Scale.sweep``); a variant whose best rate is at the edge of what it ran gets the next rung too.
    The rate is chosen on validation bits/byte (9 held-out books); WikiText-2 bits/byte, which no choice
    reads, is the test split.
-2. ``sizes``: each variant at its own best rate at each size, every training seed.
-3. ``length``: at M, the variants at 1,024 updates (L's tokens: size apart from training length, first),
-   and at size S at 432, 1,024 and 1,728 updates (2, 4.7 and 8 tokens per non-embedding parameter), at
-   the size's best rates.
-4. ``codebooks``: seed s > 1 of gf2 (every size) and random_full (M) with code_seed s, so the spread over
+2. ``resweep``: at S, seed 1 of each variant at 1,024 updates, at its own-length best rate and the ladder's
+   rungs either side, extended at an edge as the sweep is: the rates of the length runs nearer 1,024
+   updates than S's own 108 in log updates (all of S's: 432, 1,024 and 1,728).
+3. ``sizes``: each variant at its own best rate at each size, every training seed.
+4. ``length``: at M, the variants at 1,024 updates (L's tokens: size apart from training length, first),
+   and at size S at 1,024, 432 and 1,728 updates (4.7, 2 and 8 tokens per non-embedding parameter), at
+   the size's best rates (S: the resweep's, once it has finished).
+5. ``codebooks``: seed s > 1 of gf2 (every size) and random_full (M) with code_seed s, so the spread over
    seeds holds the codebook's.
-5. ``controls``: at size M and every seed: a binary16 model widened to the learned model's
+6. ``controls``: at size M and every seed: a binary16 model widened to the learned model's
    trainable parameters (``matched``), the norm-matched learned table, full-width random codes,
    and the low-rank learned code from its binary start and from a normal start (input LR x10,
    no weight decay, so its entries can move).
-6. ``probe`` and ``smollm2`` (not run by default): identity probes on seed 1's checkpoints at M; the
+7. ``probe`` and ``smollm2`` (not run by default): identity probes on seed 1's checkpoints at M; the
    three variants at size M with the SmolLM2 tokenizer.
 
 A training seed sets the initialisation and the data order (data.seed follows it). Every run is
@@ -57,12 +60,13 @@ from experiments.study_stages import (
     later_plan,
     planned_rates,
     rate_at,
+    resweep_rates,
     smoke_plan,
     sweep_plan,
     swept,
 )
 
-STAGES = ("sweep", "sizes", "length", "codebooks", "controls", "probe", "smollm2")
+STAGES = ("sweep", "resweep", "sizes", "length", "codebooks", "controls", "probe", "smollm2")
 V2_RUNS = ROOT / "docs" / "results" / "study-v2-runs.json"
 
 
@@ -106,7 +110,7 @@ def probe(scale: Scale, done: dict[str, dict], best: dict[str, dict[str, float]]
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    default = ["sweep", "sizes", "length", "codebooks", "controls"]
+    default = ["sweep", "resweep", "sizes", "length", "codebooks", "controls"]
     parser.add_argument("--stages", nargs="+", choices=STAGES, default=default,
                         help="what to run, in this order (default: all but probe and smollm2)")  # fmt: skip
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="training seeds (init + data order)")
@@ -160,22 +164,27 @@ def main() -> None:
         logs, runs_file = f"{logs}-smoke", Path(logs + "-smoke") / "smoke-runs"
         run_all([(n, c, [*f, *SMOKE, *args.extra]) for n, c, f in steps], logs, "smoke", str(runs_file), jobs=1)
         return
+
+    def extend(rates: dict, lengths: dict[str, int] | None = None) -> dict:
+        """Sweep ``rates`` (seed 1), each variant's next rung while its best sits at an edge; the rates run."""
+        while True:
+            go(sweep_plan(scale, rates, lengths))
+            # --estimate: a rung is known only where the sweep is scored; a planned rung is not, so this ends
+            scored = fully_scored(scale, known(), rates, lengths) if args.estimate else rates
+            more = best_lrs(scale, known(), scored, lengths)[1] if scored else {}
+            if not more:
+                return rates
+            rates = {key: sorted({*lrs, *more.get(key, ())}) for key, lrs in rates.items()}
+
     if not args.render:
         # The rungs an earlier launch added at an edge are part of the sweep: the later stages choose among
         # them too (swept), so the sweep must extend from them, not from the plan's first rates alone.
         ran = swept(scale, known())
         rates = {key: sorted({*lrs, *ran[key]}) for key, lrs in initial_rates(scale).items()}
         if "sweep" in args.stages:
-            while True:  # extend each variant's rates until its best sits inside them
-                go(sweep_plan(scale, rates))
-                # --estimate: a rung is known only where the sweep is scored; a planned rung is not, so this ends
-                scored = fully_scored(scale, known(), rates) if args.estimate else rates
-                more = best_lrs(scale, known(), scored)[1] if scored else {}
-                if not more:
-                    break
-                rates = {key: sorted({*lrs, *more.get(key, ())}) for key, lrs in rates.items()}
-        later = [s for s in args.stages if s != "sweep"]
-        if later:
+            rates = extend(rates)
+        later = [s for s in args.stages if s not in ("sweep", "resweep")]
+        if later or "resweep" in args.stages:
             if args.estimate:
                 best, _ = planned_rates(scale, known(), rates)
                 print("learning rate per size and variant (the sweep's best where seed 1 has scored all its rates, "
@@ -183,7 +192,14 @@ def main() -> None:
             else:
                 best, _ = best_lrs(scale, rows(), swept(scale, rows()))
                 print("best learning rate per size and variant (sweep, seed 1):", best)
-            go(later_plan(scale, later, best, args.seeds))
+            ran = swept(scale, known(), scale.resweep)
+            again = {key: sorted({*lrs, *ran[key]}) for key, lrs in resweep_rates(scale, best).items()}
+            if "resweep" in args.stages:
+                again = extend(again, scale.resweep)
+            found = resweep_best(scale, known(), again)
+            if found:
+                print("best learning rate at the resweep's length (seed 1):", found)
+            go(later_plan(scale, later, best, args.seeds, found))
             if "probe" in later and not args.estimate:
                 probe(scale, rows(), best, Path(f"{out}-probe"))
     if args.estimate:
@@ -194,6 +210,15 @@ def main() -> None:
                   "the later stages then run at the best rates)")  # fmt: skip
     elif Path(f"{runs_file}.json").is_file():
         render(json.loads(Path(f"{runs_file}.json").read_text()), out, tune=scale.tune)
+
+
+def resweep_best(scale: Scale, rows: dict[str, dict], rates: dict) -> dict[str, dict[str, float]]:
+    """The resweep's best rate per size and variant, for each size whose resweep has finished: every rate
+    scored and no variant's best at an edge (else the length stage keeps the size's own best rates)."""
+    scored = fully_scored(scale, rows, rates, scale.resweep)
+    found, more = best_lrs(scale, rows, scored, scale.resweep) if scored else ({}, {})
+    return {size: by_v for size, by_v in found.items()
+            if all((size, v) in scored and (size, v) not in more for v in PAPER)}  # fmt: skip
 
 
 def _check_gpu_data(scale: Scale, extra: list[str]) -> None:

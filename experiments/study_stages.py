@@ -23,7 +23,8 @@ class Scale:
 
     CPU: every size is swept (seed 1) around the rate v2 found; S and M also train to L's token count
     (1,024 updates), and S along a training-length axis (0.5, 2, 4.7 and 8 tokens per non-embedding
-    parameter); gf2 (every size) and random_full (M) draw another codebook for each further seed.
+    parameter), its rates swept again at 1,024 updates (``resweep``); gf2 (every size) and random_full (M)
+    draw another codebook for each further seed.
     GPU: the sweep runs at S only, its best rate serves every size, and there is no length axis.
     """
 
@@ -35,12 +36,15 @@ class Scale:
         if gpu:
             self.sweep: dict[str, tuple[float, ...]] = {"s": (3e-4, 1e-3, 3e-3)}
             self.lengths: dict[str, tuple[int, ...]] = {}
+            self.resweep: dict[str, int] = {}
             self.codebooks: tuple[tuple[str, str], ...] = ()
         else:
             self.sweep = {"s": (1e-3, 2e-3, 3e-3, 5e-3, 1e-2), "m": (3e-4, 1e-3, 2e-3, 3e-3, 5e-3, 1e-2),
                           "l": (2e-3, 3e-3, 5e-3)}  # fmt: skip
             # M at L's tokens first: with S at L's tokens it separates size from length at equal tokens
-            self.lengths = {"m": (1024,), "s": (432, 1024, 1728)}
+            self.lengths = {"m": (1024,), "s": (1024, 432, 1728)}
+            # S's axis reaches 16x its own 108 updates, where a rate chosen at 108 may no longer be best
+            self.resweep = {"s": 1024}
             self.codebooks = (("l", "gf2"), ("m", "random_full"), ("m", "gf2"), ("s", "gf2"))
 
     def configs(self, variant: str, size: str, tokenizer: str) -> tuple[Path, ...]:
@@ -80,17 +84,34 @@ def matched_ffn(decoder: dict) -> int:
     return decoder["ffn_dim"] + round(decoder["vocab_size"] / (3 * decoder["n_layers"]))
 
 
-def sweep_plan(scale: Scale, rates: dict[tuple[str, str], list[float]]) -> list[tuple]:
-    """Seed 1 of every (size, variant) at each of its rates; the smallest size first (the cheapest)."""
-    return [step(scale, size, variant, lr, 1) for (size, variant), lrs in rates.items() for lr in lrs]
+def sweep_plan(scale: Scale, rates: dict[tuple[str, str], list[float]], lengths: dict[str, int] | None = None
+               ) -> list[tuple]:  # fmt: skip
+    """Seed 1 of every (size, variant) at each of its rates, for ``lengths[size]`` updates where given (else
+    the size's own); the smallest size first (the cheapest)."""
+    lengths = lengths or {}
+    return [step(scale, size, variant, lr, 1, steps=lengths.get(size)) for (size, variant), lrs in rates.items()
+            for lr in lrs]  # fmt: skip
 
 
 def initial_rates(scale: Scale) -> dict[tuple[str, str], list[float]]:
     return {(size, v): sorted(lrs) for size, lrs in scale.sweep.items() for v in PAPER}
 
 
-def best_lrs(scale: Scale, rows: dict[str, dict], rates: dict[tuple[str, str], list[float]]) -> tuple[dict, dict]:
-    """Each swept (size, variant)'s best rate among its ``rates`` (seed 1), and the rungs still to run.
+def resweep_rates(scale: Scale, best: dict[str, dict[str, float]]) -> dict[tuple[str, str], list[float]]:
+    """The resweep's first rates: each variant's own-length best and the ladder's rungs either side (the edge
+    rule extends them, so its best is still never at an edge of what ran)."""
+    rates = {}
+    for size in scale.resweep:
+        for v in PAPER:
+            rung = LADDER.index(best[size][v])
+            rates[(size, v)] = list(LADDER[max(0, rung - 1) : rung + 2])
+    return rates
+
+
+def best_lrs(scale: Scale, rows: dict[str, dict], rates: dict[tuple[str, str], list[float]],
+             lengths: dict[str, int] | None = None) -> tuple[dict, dict]:  # fmt: skip
+    """Each swept (size, variant)'s best rate among its ``rates`` (seed 1, at ``lengths[size]`` updates where
+    given), and the rungs still to run.
 
     A variant whose best rate is the lowest or highest it ran asks for the next rung of the ladder at
     that size, so a best rate is never at the edge of what was tried (unless the ladder ends).
@@ -99,7 +120,8 @@ def best_lrs(scale: Scale, rows: dict[str, dict], rates: dict[tuple[str, str], l
     best: dict[str, dict[str, float]] = {}
     more: dict[tuple[str, str], list[float]] = {}
     for (size, variant), lrs in rates.items():
-        scored = {lr: score(rows, name(scale.tokenizer, size, variant, lr, 1)) for lr in lrs}
+        steps = (lengths or {}).get(size)
+        scored = {lr: score(rows, name(scale.tokenizer, size, variant, lr, 1, steps)) for lr in lrs}
         scored = {lr: x for lr, x in scored.items() if x is not None}
         if not scored:
             raise SystemExit(f"study: no finished sweep run of {variant} at size {size} ({lrs}): run the sweep")
@@ -120,14 +142,18 @@ def score(rows: dict[str, dict], run_name: str) -> float | None:
     return row[METRIC] if math.isfinite(row[METRIC]) else math.inf
 
 
-def swept(scale: Scale, rows: dict[str, dict]) -> dict[tuple[str, str], list[float]]:
-    """The rates each (swept size, paper variant) finished with seed 1 at the size's own length and codebook."""
-    rates = {key: set() for key in initial_rates(scale)}
+def swept(scale: Scale, rows: dict[str, dict], lengths: dict[str, int] | None = None
+          ) -> dict[tuple[str, str], list[float]]:  # fmt: skip
+    """The rates each (swept size, paper variant) finished with seed 1 at the size's own length (or
+    ``lengths[size]`` updates: then only the sizes it names) and codebook."""
+    lengths = lengths or {}
+    rates = {key: set() for key in initial_rates(scale) if not lengths or key[0] in lengths}
     for n in rows:
         if not NAME.match(n):  # a row of another plan in the file
             continue
         r = parse_name(n)
-        own = r["tok"] == scale.tokenizer and r["seed"] == 1 and r["steps"] is None and r["code"] is None
+        own = r["tok"] == scale.tokenizer and r["seed"] == 1 and r["steps"] == lengths.get(r["size"])
+        own = own and r["code"] is None
         if own and (r["size"], r["variant"]) in rates:
             rates[(r["size"], r["variant"])].add(r["lr"])
     return {key: sorted(lrs) for key, lrs in rates.items()}
@@ -138,16 +164,34 @@ def rate_at(scale: Scale, best: dict[str, dict[str, float]], size: str, variant:
     return best.get(size, best[scale.tune if scale.tune in best else next(iter(best))])[variant]
 
 
-def later_plan(scale: Scale, stages: list[str], best: dict[str, dict[str, float]], seeds: list[int]) -> list[tuple]:
+def own_steps(scale: Scale, size: str) -> int:
+    return merged_config(scale.configs("learned", size, scale.tokenizer))["trainer"]["max_steps"]
+
+
+def length_rate(scale: Scale, best: dict[str, dict[str, float]], again: dict[str, dict[str, float]], size: str,
+                variant: str, steps: int) -> float:  # fmt: skip
+    """A paper variant's rate at ``size`` trained ``steps`` updates: the resweep's best (``again``) where the
+    size was swept again at a length nearer ``steps`` in log updates than its own (at S: 432 updates are 2.4x
+    from 1,024, 4x from 108), else the size's own best."""
+    resweep = scale.resweep.get(size)
+    if resweep and size in again and abs(math.log(steps / resweep)) < abs(math.log(steps / own_steps(scale, size))):
+        return again[size][variant]
+    return rate_at(scale, best, size, variant)
+
+
+def later_plan(scale: Scale, stages: list[str], best: dict[str, dict[str, float]], seeds: list[int],
+               again: dict[str, dict[str, float]] | None = None) -> list[tuple]:  # fmt: skip
     """Stages in priority order (a study stopped early has answered the first questions); seeds outermost
-    within a stage, so it has whole seeds."""
+    within a stage, so it has whole seeds, but in the length stage cells outermost, so it has whole cells.
+    ``again``: the resweep's best rates, for the lengths nearer its length than the size's own."""
     steps = []
     if "sizes" in stages:
         steps += [step(scale, size, v, rate_at(scale, best, size, v), seed) for seed in seeds for size in scale.sizes
                   for v in PAPER]  # fmt: skip
     if "length" in stages:
-        steps += [step(scale, size, v, rate_at(scale, best, size, v), seed, steps=n) for seed in seeds
-                  for size, lengths in scale.lengths.items() for n in lengths for v in PAPER]  # fmt: skip
+        steps += [step(scale, size, v, length_rate(scale, best, again or {}, size, v, n), seed, steps=n)
+                  for size, lengths in scale.lengths.items() for n in lengths for v in PAPER
+                  for seed in seeds]  # fmt: skip
     if "codebooks" in stages:  # seed s > 1 draws codebook s: the spread over seeds holds the codebook's
         steps += [step(scale, size, v, rate_at(scale, best, size, CONTROLS.get(v, v)), seed, code=seed)
                   for seed in seeds if seed > 1 for size, v in scale.codebooks]  # fmt: skip
@@ -174,10 +218,14 @@ def smoke_plan(scale: Scale) -> list[tuple]:
     return steps + [step(scale, scale.tune, v, 1e-3, 1) for v in others]
 
 
-def fully_scored(scale: Scale, rows: dict[str, dict], rates: dict[tuple[str, str], list[float]]) -> dict:
-    """The (size, variant)s of ``rates`` whose every rate seed 1 has scored, with their rates."""
+def fully_scored(scale: Scale, rows: dict[str, dict], rates: dict[tuple[str, str], list[float]],
+                 lengths: dict[str, int] | None = None) -> dict:  # fmt: skip
+    """The (size, variant)s of ``rates`` whose every rate seed 1 has scored (at ``lengths[size]`` updates where
+    given), with their rates."""
+    lengths = lengths or {}
     return {(size, v): lrs for (size, v), lrs in rates.items()
-            if all(score(rows, name(scale.tokenizer, size, v, lr, 1)) is not None for lr in lrs)}  # fmt: skip
+            if all(score(rows, name(scale.tokenizer, size, v, lr, 1, lengths.get(size))) is not None
+                   for lr in lrs)}  # fmt: skip
 
 
 def planned_rates(scale: Scale, rows: dict[str, dict], rates: dict[tuple[str, str], list[float]]) -> tuple[dict, bool]:
