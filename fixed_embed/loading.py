@@ -12,7 +12,7 @@ from tokenizers import Tokenizer
 from fixed_embed.accounting import derived_buffers
 from fixed_embed.data.tokenizer import load_tokenizer
 from fixed_embed.errors import CheckpointError, MissingFileError
-from fixed_embed.fsdp import UnsafeCheckpointError, consolidate, load_weights_only
+from fixed_embed.fsdp import consolidate, load_weights_only
 from fixed_embed.module import LanguageModel
 
 
@@ -27,16 +27,7 @@ def load_checkpoint(
     elif not path.is_file():
         raise MissingFileError(f"checkpoint not found: {path}")
     else:
-        try:
-            checkpoint = load_weights_only(path, path, mmap=True)
-        except UnsafeCheckpointError:
-            raise
-        except Exception as error:  # torch raises several types for a file that is not a checkpoint
-            first = str(error).splitlines()[0].split(". ")[0] if str(error) else ""  # its first sentence, whole
-            raise CheckpointError(
-                f"{path} is not a readable PyTorch checkpoint ({type(error).__name__}: {first[:200]}); pass a "
-                "checkpoint written by fixed-embed fit"
-            ) from error
+        checkpoint = load_weights_only(path, path, mmap=True)
     if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint or "hyper_parameters" not in checkpoint:
         keys = sorted(checkpoint)[:8] if isinstance(checkpoint, dict) else type(checkpoint).__name__
         raise CheckpointError(

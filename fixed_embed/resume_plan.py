@@ -37,12 +37,8 @@ def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
         checkpoint = load_weights_only(target, path, mmap=True)
     except UnsafeCheckpointError:
         raise
-    except Exception as error:
-        first = str(error).splitlines()[0].split(". ")[0] if str(error) else ""  # torch's first sentence says it
-        raise CheckpointError(
-            f"cannot read checkpoint {path}: it is not a checkpoint written by fixed-embed fit, or is cut short "
-            f"({type(error).__name__}: {first[:200]}){_instead(path)}"
-        ) from error
+    except CheckpointError as error:
+        raise CheckpointError(f"{error}{_instead(path)}") from None
     hparams = checkpoint.get("hyper_parameters") if isinstance(checkpoint, dict) else None
     if (
         not isinstance(checkpoint, dict)

@@ -38,6 +38,11 @@ def is_launching_rank(environ: dict[str, str] | None = None) -> bool:
     return all(env.get(name, "0").strip() in ("", "0") for name in _RANK_VARIABLES)
 
 
+def is_node_leader() -> bool:
+    """Whether this process is local rank 0 of its node: the one that checks files every rank on the node reads."""
+    return all(os.environ.get(name, "0").strip() in ("", "0") for name in ("LOCAL_RANK", "SLURM_LOCALID"))
+
+
 def _process_start(pid: int) -> str | None:
     """The process's start time in clock ticks since boot (Linux ``/proc``), to tell a reused pid apart."""
     try:

@@ -5,14 +5,16 @@
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
 import os
 import sys
 import sysconfig
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
-from fixed_embed.atomic import atomic_path
+from fixed_embed.atomic import atomic_path, atomic_write
 from fixed_embed.data.sharding import is_held_out
 
 VALID_PER_MILLE = 50
@@ -57,20 +59,34 @@ def _documents() -> Iterator[tuple[str, str]]:
 
 
 def default_corpus() -> Path:
-    """The folder holding ``train.jsonl`` and ``valid.jsonl``, built on first use."""
+    """The folder holding ``train.jsonl`` and ``valid.jsonl``, built on first use, and rebuilt (with a warning)
+    when their bytes no longer match the SHA-256 written with them (2 MB: hashed on every use)."""
     folder = cache_root() / f"default-corpus-py{sys.version_info.major}.{sys.version_info.minor}"
-    if (folder / "valid.jsonl").is_file():
-        return folder
-    # valid.jsonl existing means the corpus is complete, so it must land last: contexts exit in
-    # reverse, so train.jsonl (entered after it) is closed and renamed into place first.
-    with (
-        atomic_path(folder / "valid.jsonl") as valid_tmp,
-        atomic_path(folder / "train.jsonl") as train_tmp,
-        open(train_tmp, "w") as train,
-        open(valid_tmp, "w") as valid,
-    ):
-        for doc_id, text in _documents():
-            (valid if is_held_out(doc_id, VALID_PER_MILLE) else train).write(
-                json.dumps({"id": doc_id, "text": text}) + "\n"
-            )
+    if (sums := folder / "sha256.json").is_file():
+        try:
+            written = json.loads(sums.read_text())
+            changed = [folder / name for name, digest in _digests(folder).items() if written[name] != digest]
+        except (ValueError, KeyError, TypeError):  # the sums file itself changed
+            changed = [sums]
+        if not changed:
+            return folder
+        warnings.warn(f"the cached offline corpus changed since it was written ({', '.join(map(str, changed))}); "
+                      "rebuilding it", stacklevel=2)  # fmt: skip
+    with atomic_path(folder / "train.jsonl") as train_tmp, atomic_path(folder / "valid.jsonl") as valid_tmp:
+        with open(train_tmp, "w") as train, open(valid_tmp, "w") as valid:
+            for doc_id, text in _documents():
+                (valid if is_held_out(doc_id, VALID_PER_MILLE) else train).write(
+                    json.dumps({"id": doc_id, "text": text}) + "\n"
+                )
+        digests = {name: hashlib.sha256(Path(tmp).read_bytes()).hexdigest()
+                   for name, tmp in (("train.jsonl", train_tmp), ("valid.jsonl", valid_tmp))}  # fmt: skip
+    with atomic_write(sums, "w") as file:  # last: its presence means the corpus is complete
+        json.dump(digests, file)
     return folder
+
+
+def _digests(folder: Path) -> dict[str, str | None]:
+    return {
+        name: hashlib.sha256((folder / name).read_bytes()).hexdigest() if (folder / name).is_file() else None
+        for name in ("train.jsonl", "valid.jsonl")
+    }

@@ -14,6 +14,7 @@ import numpy as np
 from lightning.pytorch.utilities import rank_zero_warn
 
 from fixed_embed.errors import ConfigError, DataError, MissingFileError
+from fixed_embed.run_lock import is_node_leader
 
 INDEX = "token_shards.json"
 TOKENIZER_FILE = "tokenizer.json"
@@ -34,8 +35,7 @@ def checksum(path: Path) -> str:  # a shard's, as the index records it (docs/dat
 @functools.cache  # once per process: a fit's pre-flight check and its data module read the same shards
 def _matches(path: str, size: int, mtime_ns: int, sha256: str) -> bool:
     """Whether the shard hashes to ``sha256``, on one process per node (the other ranks read the same files)."""
-    other_rank = any(os.environ.get(name, "0") not in ("", "0") for name in ("LOCAL_RANK", "SLURM_LOCALID"))
-    return other_rank or checksum(Path(path)) == sha256
+    return not is_node_leader() or checksum(Path(path)) == sha256
 
 
 def shard_folder(path: str | os.PathLike | None) -> Path | None:
