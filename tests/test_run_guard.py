@@ -355,3 +355,40 @@ def test_ctrl_c_is_said_on_the_console(monkeypatch):
     monkeypatch.setattr(params, "run", lambda argv: (_ for _ in ()).throw(KeyboardInterrupt()))
     result = run_cli("params", "x.yaml")
     assert result.returncode == 130 and "fixed-embed params: interrupted (Ctrl-C)" in result.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", ["torchrun", "srun"])
+def test_every_rank_of_an_external_launch_of_a_run_in_use_prints_its_refusal(launcher, trained, tmp_path, corpus):
+    """Ranks started at once: two torchrun agents (two "nodes" on 127.0.0.1, torchrun's store), or two srun tasks
+    (SLURM's variables; rank 0 hosts the store). Rank 1 reads nothing of the run until rank 0 holds the lock and
+    learns its refusal from it: each prints the same one line and exits, none waits for a timeout."""
+    run = copy_run(trained, tmp_path)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    fit = args(tmp_path, corpus, "--trainer.max_steps", "4", "--ckpt_path", "last", "--trainer.strategy", "ddp",
+               "--trainer.accelerator", "cpu")  # fmt: skip
+    if launcher == "torchrun":
+        command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
+                   "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "guard", "-m",
+                   "fixed_embed", *fit, "--trainer.num_nodes", "2"]  # fmt: skip
+        tasks = [({}, command)] * 2
+    else:
+        slurm = {"SLURM_NTASKS": "2", "SLURM_NTASKS_PER_NODE": "2", "SLURM_JOB_ID": "4242", "SLURM_NODEID": "0",
+                 "SLURM_NODELIST": "localhost", "SLURM_JOB_NAME": "fit", "MASTER_PORT": str(port)}  # fmt: skip
+        command = [sys.executable, "-m", "fixed_embed", *fit, "--trainer.devices", "2"]
+        tasks = [({**slurm, "SLURM_PROCID": str(n), "SLURM_LOCALID": str(n)}, command) for n in range(2)]
+    held, started = acquire(run), time.monotonic()  # as a first launch still training would
+    try:
+        ranks = [subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, cwd=ROOT, env={**os.environ, **env})
+                 for env, argv in tasks]  # fmt: skip
+        said = [rank.communicate(timeout=300)[1] for rank in ranks]
+    finally:
+        held.release()
+    print(f"{launcher}: both refused in {time.monotonic() - started:.1f} s:\n" + "\n".join(said))
+    errors = [[line for line in out.splitlines() if line.startswith("fixed-embed fit: error:")] for out in said]
+    assert [len(lines) for lines in errors] == [1, 1] and errors[0] == errors[1], said
+    assert f"run folder {run} is in use by another launch (pid {os.getpid()}" in errors[0][0]
+    assert [rank.returncode for rank in ranks] == ([1, 1] if launcher == "torchrun" else [2, 2])  # torchrun: 1
+    assert not any(word in out for out in said for word in ("DistNetworkError", "DistStoreError", "timed out"))

@@ -22,7 +22,7 @@ from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.strategies import StrategyRegistry
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
-from fixed_embed import rank_watch, run_lock
+from fixed_embed import launch_agreement, rank_watch, run_lock
 from fixed_embed.config import CONFIG_FILE_FLAGS, DEFAULT_RUN, config_values, expand_config_args
 from fixed_embed.data import TextDataModule
 from fixed_embed.errors import ConfigError, RunWriteError, environment_error
@@ -89,18 +89,8 @@ class FixedEmbedCLI(LightningCLI):
         # and a relaunch from that file must mean the same); what it resolves to is applied at instantiation.
         config.ckpt_path = self._ckpt_path
         if subcommand == "fit":
-            folder = pin_run_folder(config.trainer, config.run)
-            if folder is not None and is_launching_rank():
-                # Before anything else is read or written: a second launch of this run must not even resume.
-                self._locks.append(run_lock.acquire(folder))
-            self._max_steps, how = run_length(config)
-            rank_zero_info(how)
-            if isinstance(every := config.trainer.val_check_interval, int) and every > (steps := self._max_steps):
-                rank_zero_warn(f"trainer.val_check_interval {every} > the run's {steps} updates: no validation runs")
-            checkpoints = checkpoint_folder(folder) if folder is not None else None
-            self._ckpt_path, self._resumed_step = plan_fit(config, checkpoints, self._max_steps)
-            if self._resumed_step is None:
-                _preflight(config)
+            self._ckpt_path, self._resumed_step = launch_agreement.in_turn(lambda: self._plan(config),
+                                                                           config.trainer.num_nodes)  # fmt: skip
         else:  # validate, test: the checkpoint and the data, before any work
             if config.ckpt_path in ("last", "best"):
                 raise ConfigError(
@@ -110,6 +100,22 @@ class FixedEmbedCLI(LightningCLI):
             if config.ckpt_path is not None:
                 read_checkpoint(config.ckpt_path)
             _preflight(config)
+
+    def _plan(self, config: Any) -> tuple[str | None, int | None]:
+        """The run lock, then what this launch resumes; global rank 0 first (launch_agreement)."""
+        folder = pin_run_folder(config.trainer, config.run)
+        if folder is not None and is_launching_rank():
+            # Before anything else is read or written: a second launch of this run must not even resume.
+            self._locks.append(run_lock.acquire(folder))
+        self._max_steps, how = run_length(config)
+        rank_zero_info(how)
+        if isinstance(every := config.trainer.val_check_interval, int) and every > (steps := self._max_steps):
+            rank_zero_warn(f"trainer.val_check_interval {every} > the run's {steps} updates: no validation runs")
+        checkpoints = checkpoint_folder(folder) if folder is not None else None
+        ckpt_path, resumed_step = plan_fit(config, checkpoints, self._max_steps)
+        if resumed_step is None:
+            _preflight(config)
+        return ckpt_path, resumed_step
 
     def instantiate_trainer(self, **kwargs: Any) -> Any:
         if self._max_steps is not None:
