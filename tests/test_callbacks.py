@@ -170,7 +170,9 @@ def test_benchmark_callback_logs_in_the_loop_without_perturbing_training(tmp_pat
     assert [s for s, _ in tags["bench/fixed_embed_word_order/acc"]] == [1, 3, 4]  # steps 2, 4 and the end (5)
     assert all(0 <= v <= 1 for _, v in tags["bench/fixed_embed_word_order/acc"])
     results = tmp_path / "bench" / "benchmarks" / "step_00000004" / "results.json"
-    assert json.loads(results.read_text())["lm_eval"]["0-shot"]["results"]["fixed_embed_word_order"]["sample_len"] == 6
+    saved = json.loads(results.read_text())
+    assert saved["lm_eval"]["0-shot"]["results"]["fixed_embed_word_order"]["sample_len"] == 6
+    assert saved["update"] == 4 and "checkpoint" in saved  # what was scored (no checkpoint callback here: None)
 
 
 def test_benchmark_task_typo_fails_when_fitting_starts(tmp_path, corpus):

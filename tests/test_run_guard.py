@@ -54,6 +54,8 @@ def trained(tmp_path_factory, corpus):
     run = tmp / "logs" / "tiny" / "gf2" / "default"
     assert sorted(p.name for p in (run / "checkpoints").glob("step=*")) == ["step=00000001.ckpt", "step=00000002.ckpt"]
     assert not (run / LOCK_NAME).exists()  # released on the way out
+    scored = json.loads((run / "benchmarks" / "step_00000002" / "results.json").read_text())
+    assert (scored["checkpoint"], scored["update"]) == (str(run / "checkpoints" / "step=00000002.ckpt"), 2)
     return tmp, run
 
 
