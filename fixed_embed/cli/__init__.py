@@ -16,10 +16,12 @@ shows their traceback too. Any other exception is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import os
 import sys
 from collections.abc import Iterator
+from typing import NoReturn
 
 from fixed_embed import console
 from fixed_embed.errors import UserError, environment_error
@@ -55,6 +57,13 @@ commands:
   lm-eval ARGS        lm-eval's own CLI with --model fixed_embed registered
   prefetch            on a login node: cache the paper suite's task data and the tokenizer for offline nodes
 """
+
+
+class CommandParser(argparse.ArgumentParser):
+    """A sub-command's parser: a usage error (an unknown choice, a missing argument) is one line, not the usage."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (--help lists the options)\n")
 
 
 def main(argv: list[str] | None = None, configure_console: bool | None = None) -> int:

@@ -7,16 +7,16 @@ each checkpoint's own tokenizer.
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 from fixed_embed.atomic import atomic_write_text
+from fixed_embed.cli import CommandParser
 from fixed_embed.config import positive
 
 
 def run(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="fixed-embed analyze", description=__doc__)
+    parser = CommandParser(prog="fixed-embed analyze", description=__doc__)
     parser.add_argument("analysis", choices=["probe", "ablate"])
     parser.add_argument("checkpoints", nargs="+", help="LanguageModel checkpoints (files or sharded folders)")
     parser.add_argument("--labels", nargs="+", help="one label per checkpoint (default: the interface names)")

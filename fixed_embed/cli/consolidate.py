@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import argparse
+from fixed_embed.cli import CommandParser
 
 
 def run(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="fixed-embed consolidate", description=__doc__)
+    parser = CommandParser(prog="fixed-embed consolidate", description=__doc__)
     parser.add_argument("folder", help="a sharded checkpoint (e.g. .../checkpoints/last.ckpt written under FSDP2)")
     parser.add_argument("out", help="the single-file checkpoint to write (weights + hyper-parameters)")
     args = parser.parse_args(argv[1:])

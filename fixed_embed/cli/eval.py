@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import lm_eval.api.registry
 from rich.console import Console
 from rich.markdown import Markdown
 
+from fixed_embed.cli import CommandParser
 from fixed_embed.config import positive
 from fixed_embed.inputs import check_output, check_task_folders
 from fixed_embed.run_lock import acquire
@@ -26,7 +26,7 @@ from fixed_embed.suite import (
 
 
 def run(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="fixed-embed eval", description=__doc__)
+    parser = CommandParser(prog="fixed-embed eval", description=__doc__)
     parser.add_argument("checkpoint", nargs="?", help="a LanguageModel .ckpt")
     parser.add_argument("--hf", metavar="MODEL", help="score a transformers model instead (hub id or folder)")
     parser.add_argument("--suite", choices=sorted(SUITES), help="default: paper, unless --tasks is given")

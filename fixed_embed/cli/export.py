@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import argparse
+from fixed_embed.cli import CommandParser
 
 
 def run(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="fixed-embed export", description=__doc__)
+    parser = CommandParser(prog="fixed-embed export", description=__doc__)
     parser.add_argument("checkpoint", help="a LanguageModel .ckpt")
     parser.add_argument("out", help="the folder to write (must not exist or be empty)")
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")

@@ -8,13 +8,23 @@ import argparse
 from rich.console import Console
 from rich.table import Table
 
+from fixed_embed.cli import CommandParser
 from fixed_embed.config import positive
+
+#: micro-batches traced: the first, one like every later one but the last, and the last (FSDP2's reduce-scatter)
+TRACED_MICRO_BATCHES = 3
 
 
 def run(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="fixed-embed params", description=__doc__)
+    parser = CommandParser(prog="fixed-embed params", description=__doc__)
     parser.add_argument("config", help="experiment YAML (e.g. experiments/paper/binary16.yaml)")
     parser.add_argument("--world-size", type=positive("--world-size"), help="GPUs in all (default: from the config)")
+    parser.add_argument(
+        "--trace",
+        action="store_true",
+        help="also trace one update on fake tensors (fixed_embed.trace; ~1 min at the paper's shape): the peak "
+        "per rank beside the estimate",
+    )
     args = parser.parse_args(argv[1:])
     # Lazy: torch + Lightning take seconds to import; --help and usage errors answer without them.
     from fixed_embed.config import load_experiment
@@ -57,6 +67,8 @@ def run(argv: list[str]) -> int:
     for name, value in estimate.rows():
         memory_table.add_row(name, f"{value / 2**30:,.2f}")
     console.print(memory_table)
+    if args.trace:
+        _print_trace(console, args.config, args.world_size, estimate.allocated)
     plan = Table(
         title=f"does it fit? {estimate.world_size} GPU(s), required vs {100 * USABLE_FRACTION:.0f} % of each GPU",
         caption="cost order of the ways out: micro-batch / 2 (~3 %), FSDP2 (~5 %), activation checkpointing (~33 %)",
@@ -73,3 +85,25 @@ def run(argv: list[str]) -> int:
         plan.add_row(row["gpu"], strategy, required, usable, "yes" if row["fits"] else "NO", change)
     console.print(plan)
     return 0
+
+
+def _print_trace(console: Console, config: str, world_size: int | None, estimated: int) -> None:
+    from fixed_embed.experiment import run_settings
+    from fixed_embed.trace import trace_update
+
+    model, run = run_settings(config, world_size)
+    traced = trace_update(model, run, TRACED_MICRO_BATCHES)
+    table = Table(
+        title=f"traced update, rank 0 of {run.world_size}: the peak of live tensors by kind",
+        caption=f"fixed_embed.trace.trace_update: {traced.micro_batches} micro-batches (the peak of any longer "
+        f"accumulation), {traced.seconds:.0f} s",
+    )
+    table.add_column("memory")
+    table.add_column("GiB", justify="right")
+    for kind, size in traced.kinds.items():
+        table.add_row(kind, f"{size / 2**30:,.2f}")
+    table.add_row("traced peak per rank", f"{traced.peak / 2**30:,.2f}")
+    table.add_row("estimate's allocated peak", f"{estimated / 2**30:,.2f} ({100 * (estimated / traced.peak - 1):+.1f} %)")
+    table.add_row("training FLOPs per token traced (flash and checkpointing recompute included)",
+                  f"{traced.flops_per_token:,}")  # fmt: skip
+    console.print(table)

@@ -9,13 +9,13 @@ with the same ``HF_HOME`` (or ``HF_DATASETS_CACHE``) as the compute nodes; then 
 
 from __future__ import annotations
 
-import argparse
+from fixed_embed.cli import CommandParser
 
 PAPER_TOKENIZER = "HuggingFaceTB/SmolLM2-135M"
 
 
 def run(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="fixed-embed prefetch", description=__doc__)
+    parser = CommandParser(prog="fixed-embed prefetch", description=__doc__)
     parser.add_argument("--suite", default="paper", help="a suite of fixed_embed.suite.SUITES (default: paper)")
     parser.add_argument("--tasks", help="comma-separated tasks instead of a suite")
     parser.add_argument("--include-path", action="append", default=[], help="folder of extra task YAMLs")

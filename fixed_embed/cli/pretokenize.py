@@ -7,18 +7,18 @@ arguments, keeps its finished shards. Format and rules: docs/data.md (token shar
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from fixed_embed.cli import CommandParser
 from fixed_embed.config import positive
 
 
 def run(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="fixed-embed pretokenize", description=__doc__)
+    parser = CommandParser(prog="fixed-embed pretokenize", description=__doc__)
     parser.add_argument("--data", required=True, help="file, folder, glob (.txt/.jsonl/.parquet) or hub id")
     parser.add_argument("--tokenizer", required=True, help="a hub id, a tokenizer.json or a folder holding one")
     parser.add_argument("--out", type=Path, required=True, help="the folder to write the shards to")

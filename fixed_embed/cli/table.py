@@ -3,16 +3,16 @@ notes on how to read it that every ``table.md`` carries."""
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
+from fixed_embed.cli import CommandParser
 from fixed_embed.inputs import check_output
 from fixed_embed.suite import TABLE_NOTES, markdown_table
 
 
 def run(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="fixed-embed table", description=__doc__)
+    parser = CommandParser(prog="fixed-embed table", description=__doc__)
     parser.add_argument("results", nargs="+", help="results.json files written by fixed-embed eval")
     parser.add_argument("--output", help="also write the table to this file")
     args = parser.parse_args(argv[1:])

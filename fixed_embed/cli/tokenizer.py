@@ -6,15 +6,15 @@ Without ``--out`` the tokenizer is cached in a folder keyed by the corpus and th
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
+from fixed_embed.cli import CommandParser
 from fixed_embed.config import positive
 from fixed_embed.errors import ConfigError
 
 
 def run(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="fixed-embed tokenizer", description=__doc__)
+    parser = CommandParser(prog="fixed-embed tokenizer", description=__doc__)
     parser.add_argument("--data", default=None, help="file, folder, glob or hub id (default: the offline corpus)")
     parser.add_argument("--text-field", default="text")
     parser.add_argument("--vocab-size", type=positive("--vocab-size"), default=8192)
