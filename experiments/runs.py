@@ -131,17 +131,19 @@ def run(name: str, config: Configs, logs: str, extra: list[str], threads: int | 
         "curves": logged,
     }
     if evaluate:
-        row["scores"] = evaluate_run(run_dir, name, evaluate, env, eval_device)
+        row["scores"], row["scored"] = evaluate_run(run_dir, name, evaluate, env, eval_device)
     return row
 
 
-def evaluate_run(run_dir: Path, name: str, suite: str, env: dict[str, str], device: str = "cpu") -> dict:
-    """Score ``run_dir``'s last checkpoint on ``suite``; its ``{column key: {value, stderr}}``."""
+def evaluate_run(run_dir: Path, name: str, suite: str, env: dict[str, str], device: str = "cpu") -> tuple[dict, dict]:
+    """Score ``run_dir``'s last checkpoint on ``suite``: its ``{column key: {value, stderr}}``, and what was scored
+    (the checkpoint file ``last.ckpt`` resolved to, and its update)."""
     out = run_dir / "eval"
     args = [sys.executable, "-m", "fixed_embed", "eval", str(run_dir / "checkpoints" / "last.ckpt"), "--suite", suite,
             "--device", device, "--batch-size", "32", "--name", name, "--output", str(out), "--overwrite"]  # fmt: skip
     subprocess.run(args, check=True, cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
-    return json.loads((out / "results.json").read_text())["scores"]
+    results = json.loads((out / "results.json").read_text())
+    return results["scores"], {key: results[key] for key in ("checkpoint", "update")}
 
 
 def tiny_variants(extra: list[str]) -> list[tuple[str, Path, list[str]]]:

@@ -118,4 +118,5 @@ def test_cli_analyze_writes_json_and_png(tmp_path, corpus):
         assert (tmp_path / "out" / f"{analysis}.png").stat().st_size > 1000
     probe = json.loads((tmp_path / "out" / "probe.json").read_text())["binary"]
     assert probe["interface"] == "BinaryCodeInput"
+    assert (probe["checkpoint"], probe["update"]) == (str(checkpoint.resolve()), 2)  # the file the link resolved to
     assert set(probe["majority"]) == {"position", "type"} and 0 <= probe["majority"]["type"]["bit_accuracy"] <= 1

@@ -44,7 +44,7 @@ def run(argv: list[str]) -> int:
         label = args.labels[i] if args.labels else f"{type(model.interface).__name__} ({Path(path).name})"
         probe = args.analysis == "probe"
         result = identity_probe(model.decoder, blocks) if probe else layer_ablation(model.decoder, blocks, args.mode)
-        results[label] = {**result, "checkpoint": str(path)}
+        results[label] = {**result, **model.provenance}  # the file a last.ckpt link resolved to, and its update
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / f"{args.analysis}.json", json.dumps(results, indent=2) + "\n")
