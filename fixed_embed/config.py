@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import re
 from collections.abc import Callable
 from math import inf
 from pathlib import Path
@@ -168,3 +169,12 @@ def positive(flag: str, kind: type = int, zero: bool = False) -> Callable[[str],
         raise UserError(f"{flag} must be a finite {kind.__name__} {'>=' if zero else '>'} 0, got {text!r}")
 
     return parse
+
+
+def refused_value(message: str) -> str:
+    """jsonargparse's refusal in one line: the keys, then the innermost reason (a dataclass's keys are nested)."""
+    keys = re.findall(r'Parser key "([^"]+)":', message)
+    reason = (re.split(r'Parser key "[^"]+":', message)[-1].strip().splitlines() or [""])[0].strip(" -")
+    reason = re.sub(r"Not of type (.+?): (?:.*: )?(.+?)( does not conform .*| not an integer)?$",
+                    r"must be \1, got \2", reason)  # fmt: skip
+    return f"{'.'.join(keys)}: {reason}" if keys else " ".join(message.split())

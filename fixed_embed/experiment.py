@@ -10,6 +10,7 @@ is counted in seconds. :func:`parameter_reports` and :func:`training_memory` are
 from __future__ import annotations
 
 import inspect
+from argparse import ArgumentError
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -19,12 +20,13 @@ import torch
 from jsonargparse import ArgumentParser
 
 from fixed_embed.accounting import ParameterReport, parameter_report
-from fixed_embed.config import load_experiment
+from fixed_embed.config import load_experiment, refused_value
 from fixed_embed.data import TextDataModule
 from fixed_embed.errors import ConfigError
 from fixed_embed.fsdp import shards_parameters
 from fixed_embed.interfaces import LearnedInput
 from fixed_embed.memory import GPU_KINDS, MemoryEstimate, RunShape, cheapest_fit, model_memory_estimate
+from fixed_embed.model import DecoderConfig
 from fixed_embed.module import LanguageModel
 from fixed_embed.recipe import steps_for_budget
 
@@ -34,6 +36,7 @@ __all__ = [
     "memory_plan",
     "parameter_reports",
     "run_length",
+    "run_settings",
     "trainer_world_size",
     "training_memory",
 ]
@@ -45,7 +48,12 @@ def build_model(model_config: dict[str, Any], device: str | torch.device = "meta
     """A LanguageModel from an experiment's ``model:`` section, parsed exactly as LightningCLI does."""
     parser = ArgumentParser(exit_on_error=False)
     parser.add_class_arguments(LanguageModel, "model")
-    cfg = parser.parse_object({"model": model_config})
+    try:
+        cfg = parser.parse_object({"model": model_config})
+    except ArgumentError as error:
+        raise ConfigError(refused_value(str(error))) from None
+    if cfg.model.decoder is not None:  # its checks across fields, in its words (instantiating hides them)
+        DecoderConfig(**cfg.model.decoder.as_dict())
     with torch.device(device):
         return parser.instantiate_classes(cfg).model
 
@@ -103,7 +111,7 @@ def parameter_reports(config_path: str | Path) -> tuple[str, ParameterReport, Pa
 def training_memory(config_path: str | Path, world_size: int | None = None) -> MemoryEstimate:
     """The experiment's per-GPU training memory: its trainer (devices x nodes, precision, strategy),
     data (micro-batch, ctx) and model (checkpointing, loss chunking, FSDP2 param dtype) settings."""
-    return model_memory_estimate(*_run_settings(config_path, world_size))
+    return model_memory_estimate(*run_settings(config_path, world_size))
 
 
 def memory_plan(config_path: str | Path, world_size: int | None = None) -> list[dict[str, Any]]:
@@ -113,7 +121,7 @@ def memory_plan(config_path: str | Path, world_size: int | None = None) -> list[
     The configured strategy keeps the config's precision; the other one gets what its strategy
     file pairs it with (DDP: ``bf16-mixed``, the paper's; FSDP2: ``experiments/strategies/fsdp.yaml``'s
     ``32-true`` with ``model.parallel.param_dtype``)."""
-    model, run = _run_settings(config_path, world_size)
+    model, run = run_settings(config_path, world_size)
     rows = []
     for strategy, sharded in (("DDP", False), ("FSDP", True)):
         precision = run.precision if sharded == run.sharded else ("32-true" if sharded else "bf16-mixed")
@@ -127,7 +135,8 @@ def memory_plan(config_path: str | Path, world_size: int | None = None) -> list[
     return rows
 
 
-def _run_settings(config_path: str | Path, world_size: int | None) -> tuple[Any, RunShape]:
+def run_settings(config_path: str | Path, world_size: int | None) -> tuple[Any, RunShape]:
+    """The experiment's model (on the meta device) and the shape of its run at ``world_size`` (None: the config's)."""
     experiment = load_experiment(config_path)
     trainer, data = experiment.get("trainer") or {}, experiment.get("data") or {}
     defaults = inspect.signature(TextDataModule).parameters

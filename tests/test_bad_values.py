@@ -151,13 +151,14 @@ def test_the_generators_find_the_options():
 
 @pytest.mark.parametrize(("key", "kind", "value"), list(fit_cases()))
 def test_a_bad_fit_value_is_refused_in_one_line_naming_the_key(key, kind, value):
-    from fixed_embed.cli.train import _check_values, _refused_value
+    from fixed_embed.cli.train import _check_values
+    from fixed_embed.config import refused_value
 
     given = f"[0.9, {value}]" if kind == "numbers" else value
     try:
         config = fit_parser().parse_args(["--config", _tiny_config(), f"--{key}", given])
     except argparse.ArgumentError as error:
-        message = _refused_value(str(error))
+        message = refused_value(str(error))
     else:
         try:
             _check_values(config)
@@ -168,6 +169,29 @@ def test_a_bad_fit_value_is_refused_in_one_line_naming_the_key(key, kind, value)
             return
     assert (key, value) not in LEGAL, f"--{key} {value} is listed as legal but refused: {message}"
     assert "\n" not in message and key.split(".")[-1] in message, message
+
+
+def model_cases():
+    for key, kind, value in (case.values for case in fit_cases()):
+        if key.startswith("model.") and (key, value) not in LEGAL:
+            yield pytest.param(key, kind, value, id=f"params:{key}:{value}")
+
+
+@pytest.mark.parametrize(("key", "kind", "value"), list(model_cases()))
+def test_params_refuses_a_bad_model_value_of_its_config_in_one_line(key, kind, value):
+    """``fixed-embed params CONFIG`` builds the config's model section as fit does (experiment.build_model)."""
+    import yaml
+
+    from fixed_embed.config import load_experiment
+    from fixed_embed.experiment import build_model
+
+    model = load_experiment(CONFIG)["model"]
+    *path, last = key.split(".")[1:]
+    section = functools.reduce(lambda node, name: node.setdefault(name, {}) or node[name], path, model)
+    section[last] = [0.9, yaml.safe_load(value)] if kind == "numbers" else yaml.safe_load(value)
+    with pytest.raises(ConfigError) as refused:
+        build_model(model)
+    assert "\n" not in str(refused.value) and last in str(refused.value), str(refused.value)
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import errno
 import math
-import re
 import sys
 from argparse import ArgumentError
 from pathlib import Path
@@ -23,7 +22,7 @@ from lightning.pytorch.strategies import StrategyRegistry
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from fixed_embed import launch_agreement, rank_watch, run_lock
-from fixed_embed.config import CONFIG_FILE_FLAGS, DEFAULT_RUN, config_values, expand_config_args
+from fixed_embed.config import CONFIG_FILE_FLAGS, DEFAULT_RUN, config_values, expand_config_args, refused_value
 from fixed_embed.data import TextDataModule
 from fixed_embed.errors import ConfigError, RunWriteError, environment_error
 from fixed_embed.experiment import run_length, trainer_world_size
@@ -71,7 +70,7 @@ class FixedEmbedCLI(LightningCLI):
         try:
             super().parse_arguments(parser, args)
         except ArgumentError as error:
-            print(f"fixed-embed {(args or ['fit'])[0]}: error: {_refused_value(str(error))}", file=sys.stderr)
+            print(f"fixed-embed {(args or ['fit'])[0]}: error: {refused_value(str(error))}", file=sys.stderr)
             raise SystemExit(2) from None
         # LightningCLI, right after parsing, replaces the model config by the hyper-parameters of a
         # checkpoint file given as ckpt_path, silently dropping what the user changed. The path is held
@@ -170,15 +169,6 @@ def _check_values(config: Any) -> None:
 POSITIVE = {f"trainer.{key}" for key in ("accumulate_grad_batches", "max_steps", "max_epochs", "num_nodes",
             "val_check_interval", "check_val_every_n_epoch")}  # fmt: skip
 MINUS_ONE = {f"trainer.{key}" for key in ("max_steps", "max_epochs", "num_sanity_val_steps", "devices")}  # -1: all
-
-
-def _refused_value(message: str) -> str:
-    """jsonargparse's refusal in one line: the keys, then the innermost reason (a dataclass's keys are nested)."""
-    keys = re.findall(r'Parser key "([^"]+)":', message)
-    reason = (re.split(r'Parser key "[^"]+":', message)[-1].strip().splitlines() or [""])[0].strip(" -")
-    reason = re.sub(r"Not of type (.+?): (?:.*: )?(.+?)( does not conform .*| not an integer)?$",
-                    r"must be \1, got \2", reason)  # fmt: skip
-    return f"{'.'.join(keys)}: {reason}" if keys else " ".join(message.split())
 
 
 def run(argv: list[str]) -> int:
