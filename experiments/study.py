@@ -193,7 +193,7 @@ def main() -> None:
                 best, _ = best_lrs(scale, rows(), swept(scale, rows()))
                 print("best learning rate per size and variant (sweep, seed 1):", best)
             ran = swept(scale, known(), scale.resweep)
-            again = {key: sorted({*lrs, *ran[key]}) for key, lrs in resweep_rates(scale, best).items()}
+            again = {key: sorted({*lrs, *ran[key]}) for key, lrs in resweep_rates(scale, best, known()).items()}
             if "resweep" in args.stages:
                 again = extend(again, scale.resweep)
             found = resweep_best(scale, known(), again)
@@ -209,7 +209,8 @@ def main() -> None:
             print("(assumes each guessed best rate is inside its sweep; a rung added at an edge is one more run, and "
                   "the later stages then run at the best rates)")  # fmt: skip
     elif Path(f"{runs_file}.json").is_file():
-        render(json.loads(Path(f"{runs_file}.json").read_text()), out, tune=scale.tune)
+        render(json.loads(Path(f"{runs_file}.json").read_text()), out, tune=scale.tune,
+               adoption=Path(f"{out}-adoption.json"))  # fmt: skip
 
 
 def resweep_best(scale: Scale, rows: dict[str, dict], rates: dict) -> dict[str, dict[str, float]]:

@@ -56,17 +56,24 @@ def _pick(numbers_: dict, keys: list[str]) -> dict:
     return {k: numbers_["scores"][k] for k in keys}
 
 
-def check_lines(record: dict) -> list[str]:
-    """The report's account of the check (study_report.py)."""
-    lines = ["Adopted rows retrained at this study's code (docs/results/study-v3-adoption.json):", "",
-             "| run | v2 commit | val bits/byte (v2) | v3 commit | val bits/byte (v3) | curves and scores |",
-             "|---|---|---|---|---|---|"]  # fmt: skip
-    for c in record["checks"]:
-        dirty = " (+ uncommitted code)" if c["retrained"]["code_changed"] else ""
-        same = "identical" if c["equal"] else "differ"
-        lines.append(f"| {c['name']} | {c['adopted']['commit'][:8]} | {c['adopted']['val_bpb']!r} | "
-                     f"{c['retrained']['commit'][:8]}{dirty} | {c['retrained']['val_bpb']!r} | {same} |")  # fmt: skip
-    return lines
+def check_lines(record: dict, source: str) -> list[str]:
+    """The report's account of the check (study_report.py), from ``record`` (the file ``source``)."""
+    checks = record["checks"]
+    lines = [f"Adopted rows stand for reruns only if this study's code trains them to the same numbers: "
+             f"{len(checks)} were retrained at it (`experiments/study_adoption.py`, [`{source}`]({source})), every "
+             "curve but throughput, the validation bits/byte and the scores both rows hold compared exactly:", "",
+             "| run | adopted: commit | val bits/byte | retrained: commit | val bits/byte | compared | same |",
+             "|---|---|---:|---|---:|---|---|"]  # fmt: skip
+    for c in checks:
+        dirty = " (uncommitted changes)" if c["retrained"]["code_changed"] else ""
+        compared = f"{len(c['compared']['curves'])} curves, {len(c['compared']['scores'])} scores"
+        lines.append(f"| {c['name']} | `{c['adopted']['commit'][:10]}` | {c['adopted']['val_bpb']!r} | "
+                     f"`{c['retrained']['commit'][:10]}`{dirty} | {c['retrained']['val_bpb']!r} | {compared} | "
+                     f"{'yes' if c['equal'] else 'no'} |")  # fmt: skip
+    differ = sum(not c["equal"] for c in checks)
+    verdict = f"{differ} of {len(checks)} differ: an adopted row is not a rerun of this code" if differ else ""
+    verdict = verdict or "every compared number identical, bit for bit"
+    return [*lines, "", f"Result: {verdict}."]
 
 
 def main() -> None:
@@ -80,7 +87,7 @@ def main() -> None:
         retrained = run(name, configs, "logs/study-v3-adoption", adopted["extra"], threads=1, evaluate="study")
         checks.append(compare(adopted, retrained))
     RECORD.write_text(json.dumps({"checks": checks}, indent=2) + "\n")
-    print("\n".join(check_lines({"checks": checks})))
+    print("\n".join(check_lines({"checks": checks}, RECORD.name)))
 
 
 if __name__ == "__main__":

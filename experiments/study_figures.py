@@ -12,6 +12,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, NullLocator
 
 from experiments.study_plan import CONTROLS, LABELS, PAPER
@@ -44,11 +45,16 @@ def _millions(x: float) -> str:
     return f"{x / 1e6:.3g}M"
 
 
-def _save(figure, axes, path: Path, columns: int = 3) -> None:
-    """The first panel's legend below every panel (never over data), and the file."""
+def _save(figure, axes, path: Path, columns: int = 3, note: str = "") -> None:
+    """The first panel's legend below every panel (never over data), a note under it, and the file."""
     handles, labels = axes[0].get_legend_handles_labels()
-    figure.legend(handles, labels, loc="lower center", ncol=columns, fontsize=8, frameon=False)
-    figure.tight_layout(rect=(0, 0.1, 1, 1))
+    rows = math.ceil(len(labels) / columns)
+    bottom = 0.06 * rows + (0.05 if note else 0.0)
+    figure.legend(handles, labels, loc="lower center", ncol=columns, fontsize=8, frameon=False,
+                  bbox_to_anchor=(0.5, 0.05 if note else 0.0))  # fmt: skip
+    if note:
+        figure.text(0.5, 0.01, note, ha="center", va="bottom", fontsize=8, wrap=True)
+    figure.tight_layout(rect=(0, bottom, 1, 1))
     _write_png(figure, path)
 
 
@@ -59,54 +65,68 @@ def _write_png(figure, path: Path) -> None:
     plt.close(figure)
 
 
-def plot_sweep(study: Study, tok: str, sizes: Sequence[str], path: Path) -> None:
-    figure, axes = plt.subplots(1, len(sizes), figsize=(4.4 * len(sizes), 3.8), squeeze=False)
-    for axis, size in zip(axes[0], sizes, strict=True):
+def plot_sweep(study: Study, tok: str, sweeps: Sequence[tuple[str, int | None]], path: Path) -> None:
+    """A panel per sweep (size, length): seed 1 at each rate, the best circled, with a band from it to + the seed
+    sd there (study.spread): a rate inside the band is a near-tie one seed cannot order."""
+    figure, axes = plt.subplots(1, len(sweeps), figsize=(4.4 * len(sweeps), 3.9), squeeze=False)
+    for axis, (size, steps) in zip(axes[0], sweeps, strict=True):
         rates = []
         for v in PAPER:
-            scored = {lr: x for lr, x in sorted(study.swept(tok, size, v).items()) if math.isfinite(x)}
+            scored = {lr: x for lr, x in sorted(study.swept(tok, size, v, steps).items()) if math.isfinite(x)}
             rates += scored
             axis.plot(list(scored), list(scored.values()), marker="o", color=COLORS[v], label=LABELS[v])
-            best = study.best(tok, size, v)
+            best, (spread, _) = study.best(tok, size, v, steps), study.spread(tok, size, v, steps)
             if best in scored:
                 axis.scatter([best], [scored[best]], s=90, facecolors="none", edgecolors="black", zorder=3)
-        _axes(axis, f"size {size.upper()} (seed 1; circle: best)", "peak learning rate", "validation bits/byte")
+                if spread.n > 1:
+                    axis.axhspan(scored[best], scored[best] + spread.sd, color=COLORS[v], alpha=0.2, linewidth=0)
+        length = f"{updates(study.first(tok, size, steps)):,} updates"
+        _axes(axis, f"size {size.upper()}, {length} (seed 1)", "peak learning rate", "validation bits/byte")
         _ticks_at(axis, rates, lambda lr: f"{lr:g}")
-    _save(figure, axes[0], path)
+    _save(figure, axes[0], path, note="circle: each variant's best; band: from the best to + 1 seed sd over seeds "
+                                      "(a rate inside it is a near-tie one seed cannot order)")  # fmt: skip
 
 
 def _gap_series(study: Study, tok: str, points: Sequence[tuple[str, int | None]], split: str, x: str):
     for a, b in GAPS:
         label = b if a == "learned" else f"{b} − {a}"
-        xs, means, sds = [], [], []
+        kept, xs, means, sds = [], [], [], []
         for size, steps in points:
             gap = study.gap(tok, size, a, b, split, steps)
             if gap.n:
                 row = study.first(tok, size, steps)
+                kept.append((size, steps))
                 xs.append(non_embedding(row) if x == "params" else row["tokens_seen"] / non_embedding(row))
                 means.append(gap.mean)
                 sds.append(0.0 if math.isnan(gap.sd) else gap.sd)
-        yield label, xs, means, sds
+        yield label, kept, xs, means, sds
 
 
-def plot_gaps(study: Study, tok: str, series: dict[str, list[tuple[str, int | None]]], x: str, path: Path) -> None:
-    """A panel per split; a line per gap (fixed code − learned, and gf2 − binary16) per series of points."""
-    figure, axes = plt.subplots(1, len(SPLITS), figsize=(11, 4.2), squeeze=False)
+def plot_gaps(study: Study, tok: str, series: dict[str, list[tuple[str, int | None]]], x: str, path: Path,
+              note: str = "") -> None:  # fmt: skip
+    """A panel per split; a line per gap (fixed code − learned, and gf2 − binary16) per series of points. A point
+    an earlier series drew (the same runs) is joined by a later series' line but not drawn again."""
+    figure, axes = plt.subplots(1, len(SPLITS), figsize=(11, 4.6), squeeze=False)
     styles = ("-", "--", ":")
     for axis, split in zip(axes[0], SPLITS, strict=True):
-        plotted = []
+        plotted, drawn = [], set()
         for (name, points), style in zip(series.items(), styles, strict=False):
-            for label, xs, means, sds in _gap_series(study, tok, points, split, x):
+            for label, kept, xs, means, sds in _gap_series(study, tok, points, split, x):
                 plotted += xs
-                if xs:
-                    text = f"{label} − learned" if label in PAPER else label
-                    axis.errorbar(xs, means, yerr=sds, marker="o", capsize=4, linestyle=style,
-                                  color=GAP_COLORS[label], label=f"{text}{name}")  # fmt: skip
+                if not xs:
+                    continue
+                text = f"{label} − learned" if label in PAPER else label
+                new = [i for i, point in enumerate(kept) if (point, label) not in drawn]
+                drawn.update((point, label) for point in kept)
+                axis.plot(xs, means, marker="o", markevery=new, linestyle=style, color=GAP_COLORS[label],
+                          label=f"{text}{name}")  # fmt: skip
+                axis.errorbar([xs[i] for i in new], [means[i] for i in new], yerr=[sds[i] for i in new], fmt="none",
+                              capsize=4, color=GAP_COLORS[label])  # fmt: skip
         axis.axhline(0, color="black", linewidth=0.8)
         xlabel = "non-embedding parameters" if x == "params" else "training tokens per non-embedding parameter"
         _axes(axis, SPLITS[split], xlabel, f"gap, {SPLITS[split].split(' (')[0]} (mean ± sd)")
         _ticks_at(axis, plotted, _millions if x == "params" else (lambda n: f"{n:.2g}"))
-    _save(figure, axes[0], path)
+    _save(figure, axes[0], path, columns=2 if len(series) > 1 else 3, note=note)
 
 
 def plot_curves(study: Study, tok: str, sizes: Sequence[str], path: Path) -> None:
@@ -114,7 +134,10 @@ def plot_curves(study: Study, tok: str, sizes: Sequence[str], path: Path) -> Non
     every training length of the size on the same axes."""
     figure, axes = plt.subplots(1, len(sizes), figsize=(4.6 * len(sizes), 3.9), squeeze=False)
     for axis, size in zip(axes[0], sizes, strict=True):
+        key = []
         for steps, style in zip(study.lengths(tok, size), ("-", "--", "-.", ":"), strict=False):
+            n = updates(study.first(tok, size, steps))
+            key.append(Line2D([], [], color="black", linestyle=style, label=f"{n:,} updates"))
             for v in PAPER:
                 runs = [r for r in study.cell(tok, size, v, steps).values() if r["curves"].get("val/bits_per_byte")]
                 if not runs:
@@ -131,7 +154,9 @@ def plot_curves(study: Study, tok: str, sizes: Sequence[str], path: Path) -> Non
                 low = [m - s for m, s in zip(mean, sd, strict=True)]
                 high = [m + s for m, s in zip(mean, sd, strict=True)]
                 axis.fill_between(xs, low, high, color=COLORS[v], alpha=0.2)
-        _axes(axis, f"size {size.upper()} (longer runs dashed)", "training tokens", "validation bits/byte")
+        _axes(axis, f"size {size.upper()}", "training tokens", "validation bits/byte")
+        if len(key) > 1:  # the line styles differ by panel: each panel keys its own
+            axis.legend(handles=key, fontsize=7, loc="upper right", title="trained for", title_fontsize=7)
         # 1-2-5 labels only: a curve's axis spans one or two decades, where minor labels overlap
         axis.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
         axis.xaxis.set_major_formatter(FuncFormatter(lambda x, _: _millions(x)))
@@ -140,12 +165,13 @@ def plot_curves(study: Study, tok: str, sizes: Sequence[str], path: Path) -> Non
 
 
 def plot_controls(study: Study, tok: str, size: str, path: Path) -> None:
-    """Each control minus learned and minus binary16, paired by seed: mean, 95 % CI and the seeds."""
-    variants = [v for v in ("gf2", *CONTROLS) if study.cell(tok, size, v)]
-    figure, axes = plt.subplots(1, 2, figsize=(11, 4.4), squeeze=False)
-    for axis, ref in zip(axes[0], ("learned", "binary16"), strict=True):
+    """Each control minus learned and minus binary16, paired by seed, and its position on the line from learned
+    (0) to binary16 (1): mean, 95 % CI and the seeds."""
+    variants = [v for v in CONTROLS if study.cell(tok, size, v)]
+    figure, axes = plt.subplots(1, 3, figsize=(15, 4.6), squeeze=False)
+    for axis, ref in zip(axes[0], ("learned", "binary16", "position"), strict=True):
         for i, v in enumerate(variants):
-            p = study.gap(tok, size, ref, v, "val")
+            p = study.position(tok, size, v) if ref == "position" else study.gap(tok, size, ref, v, "val")
             if not p.n:
                 continue
             low, high = p.ci()
@@ -154,13 +180,17 @@ def plot_controls(study: Study, tok: str, size: str, path: Path) -> None:
                               color=COLORS[v], zorder=2)  # fmt: skip
             axis.scatter([i + 0.12] * p.n, p.diffs, color="black", s=9, zorder=3)
         gap = study.gap(tok, size, "learned", "binary16", "val")
-        if gap.n:
+        if ref == "position":
+            for y, v in ((0, "learned"), (1, "binary16")):
+                axis.axhline(y, color=COLORS[v], linestyle="--", linewidth=1, label=f"{v} ({y})")
+        elif gap.n:
             sign, label = (1, "binary16 − learned") if ref == "learned" else (-1, "learned − binary16")
             axis.axhline(sign * gap.mean, color="tab:orange", linestyle="--", linewidth=1, label=label)
         axis.axhline(0, color="black", linewidth=0.8)
         axis.set_xticks(range(len(variants)), variants, rotation=25, ha="right", fontsize=8)
-        axis.set_ylabel(f"validation bits/byte − {ref} (paired)")
-        axis.set_title(f"size {size.upper()}: minus {ref} (◆ mean, 95 % CI; dots: seeds)", fontsize=10)
+        what = "position: learned 0, binary16 1" if ref == "position" else f"minus {ref}"
+        axis.set_ylabel("position (val, per seed)" if ref == "position" else f"validation bits/byte − {ref} (paired)")
+        axis.set_title(f"size {size.upper()}: {what}\n(◆ mean, 95 % CI, uncorrected; dots: seeds)", fontsize=10)
         axis.grid(alpha=0.3, axis="y")
         axis.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.28), frameon=False)
     figure.tight_layout()

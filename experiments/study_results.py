@@ -95,30 +95,65 @@ class Study:
         found = {key[1] for key in self.index if key[0] == tok}
         return [s for s in SIZES if s in found]
 
-    def swept(self, tok: str, size: str, variant: str) -> dict[float, float]:
-        """Seed 1's validation bits/byte per rate at the size's own length and codebook."""
-        by_lr = self.index.get((tok, size, variant, None), {})
+    def swept(self, tok: str, size: str, variant: str, steps: int | None = None) -> dict[float, float]:
+        """Seed 1's validation bits/byte per rate at ``steps`` updates (None: the size's own) and the config's
+        codebook."""
+        by_lr = self.index.get((tok, size, variant, steps), {})
         return {lr: _finite(seeds[1][None].get(METRIC)) for lr, seeds in by_lr.items() if None in seeds.get(1, {})}
 
-    def best(self, tok: str, size: str, variant: str) -> float | None:
-        scored = self.swept(tok, size, variant)
+    def best(self, tok: str, size: str, variant: str, steps: int | None = None) -> float | None:
+        scored = self.swept(tok, size, variant, steps)
         return min(scored, key=scored.get) if len(scored) > 1 else None
 
+    def sweeps(self, tok: str, size: str) -> list[int | None]:
+        """The lengths the size was swept at (seed 1 of every paper variant at 2 or more rates), shortest first."""
+        return [n for n in self.lengths(tok, size) if all(len(self.swept(tok, size, v, n)) > 1 for v in PAPER)]
+
+    def chosen_at(self, tok: str, size: str, steps: int | None) -> int | None:
+        """The sweep whose best rates a run of ``steps`` updates uses, as the study chose them (study_stages'
+        ``length_rate``): the swept length nearest it in log updates, the size's own on a tie or where none ran."""
+        own = self.own_updates(tok, size)
+        found, target = self.sweeps(tok, size), steps or own
+        if not found or target is None:
+            return None
+        return min(found, key=lambda n: (abs(math.log(target / (n or own))), n is not None))
+
     def rate(self, tok: str, size: str, variant: str, steps: int | None = None) -> float | None:
-        """The rate a variant is compared at: its best of the size's sweep (a control: its paper variant's),
-        as the study chose it; for a run outside the plan, the rate with the most seeds."""
+        """The rate a variant is compared at: its best of the sweep it was chosen by (a control: its paper
+        variant's), as the study chose it; for a run outside the plan, the rate with the most seeds."""
         by_lr = self.index.get((tok, size, variant, steps), {})
-        chosen = self.best(tok, size, CONTROLS.get(variant, variant))
+        chosen = self.best(tok, size, CONTROLS.get(variant, variant), self.chosen_at(tok, size, steps))
         if chosen in by_lr:
             return chosen
         return max(by_lr, key=lambda lr: (len(by_lr[lr]), -lr)) if by_lr else None
 
-    def cell(self, tok: str, size: str, variant: str, steps: int | None = None, fold: bool = True) -> Cell:
-        """Seed -> row at the compared rate; with ``fold``, seed s uses codebook s where it was drawn."""
-        lr = self.rate(tok, size, variant, steps)
+    def cell(self, tok: str, size: str, variant: str, steps: int | None = None, fold: bool = True,
+             lr: float | None = None) -> Cell:  # fmt: skip
+        """Seed -> row at ``lr`` (default: the compared rate); with ``fold``, seed s uses codebook s where it was
+        drawn."""
+        lr = lr or self.rate(tok, size, variant, steps)
         seeds = self.index.get((tok, size, variant, steps), {}).get(lr, {})
         own = {s: codes[s] for s, codes in seeds.items() if fold and s > 1 and s in codes}  # seed 1: the config's
         return {s: own.get(s, codes.get(None)) for s, codes in sorted(seeds.items()) if s in own or None in codes}
+
+    def spread(self, tok: str, size: str, variant: str, steps: int | None = None) -> tuple[Paired, float | None]:
+        """The seed noise a sweep's margins are read against: the val values over seeds at the variant's best
+        rate of the sweep at ``steps``, or where that has one seed, at the rate with the most; and that rate."""
+        by_lr = self.index.get((tok, size, variant, steps), {})
+        lr = self.best(tok, size, variant, steps)
+        if len(by_lr.get(lr, {})) < 2 and by_lr:
+            lr = max(by_lr, key=lambda r: (len(by_lr[r]), -r))
+        values = self.values(self.cell(tok, size, variant, steps, lr=lr), "val").values()
+        return Paired(tuple(x for x in values if math.isfinite(x))), lr  # a diverged run has no spread to give
+
+    def position(self, tok: str, size: str, variant: str) -> Paired:
+        """Per seed, where ``variant`` sits on the line from learned (0) to binary16 (1) on val."""
+        learned, binary = (self.values(self.cell(tok, size, v), "val") for v in ("learned", "binary16"))
+        mine = self.values(self.cell(tok, size, variant), "val")
+        shares = [
+            (mine[s] - learned[s]) / (binary[s] - learned[s]) for s in sorted(mine) if s in learned and s in binary
+        ]
+        return Paired(tuple(x for x in shares if math.isfinite(x)))
 
     def values(self, cell: Cell, split: str) -> dict[int, float]:
         return {s: self.value(row, split) for s, row in cell.items()}
@@ -131,7 +166,13 @@ class Study:
         """The training lengths any paper variant ran at ``size``, shortest first (None: the size's own); a
         variant that has not run one shows "--" there."""
         found = {steps for t, s, v, steps in self.index if (t, s) == (tok, size) and v in PAPER}
-        return sorted(found, key=lambda n: self.tokens(tok, size, n))
+        return sorted(found, key=lambda n: n or self.own_updates(tok, size))
+
+    def own_updates(self, tok: str, size: str) -> int | None:
+        """The size file's updates (None where no run of the size trained them)."""
+        key = (tok, size, None)
+        return next((updates(r) for r in self.rows if (parse(r)["tok"], parse(r)["size"], parse(r)["steps"]) == key),
+                    None)  # fmt: skip
 
     def tokens(self, tok: str, size: str, steps: int | None) -> int:
         return self.first(tok, size, steps)["tokens_seen"]

@@ -97,15 +97,26 @@ def initial_rates(scale: Scale) -> dict[tuple[str, str], list[float]]:
     return {(size, v): sorted(lrs) for size, lrs in scale.sweep.items() for v in PAPER}
 
 
-def resweep_rates(scale: Scale, best: dict[str, dict[str, float]]) -> dict[tuple[str, str], list[float]]:
+def resweep_rates(scale: Scale, best: dict[str, dict[str, float]], rows: dict[str, dict]
+                  ) -> dict[tuple[str, str], list[float]]:  # fmt: skip
     """The resweep's first rates: each variant's own-length best and the ladder's rungs either side (the edge
-    rule extends them, so its best is still never at an edge of what ran)."""
+    rule extends them, so its best is still never at an edge of what ran). The variant whose own-length best
+    came nearest a tie (the smallest margin of another rate over it, seed 1) runs first: a resweep stopped
+    early has answered the least sure choice."""
     rates = {}
     for size in scale.resweep:
         for v in PAPER:
             rung = LADDER.index(best[size][v])
             rates[(size, v)] = list(LADDER[max(0, rung - 1) : rung + 2])
-    return rates
+    return dict(sorted(rates.items(), key=lambda item: _tie(scale, rows, best, *item[0])))
+
+
+def _tie(scale: Scale, rows: dict[str, dict], best: dict[str, dict[str, float]], size: str, variant: str) -> float:
+    """The smallest margin of another own-length rate over the variant's best (inf where none has scored)."""
+    scored = {lr: score(rows, name(scale.tokenizer, size, variant, lr, 1)) for lr in LADDER}
+    top = scored.get(best[size][variant])
+    margins = [x - top for lr, x in scored.items() if x is not None and top is not None and lr != best[size][variant]]
+    return min(margins, default=math.inf)
 
 
 def best_lrs(scale: Scale, rows: dict[str, dict], rates: dict[tuple[str, str], list[float]],

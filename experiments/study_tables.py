@@ -11,7 +11,7 @@ import statistics
 from collections.abc import Sequence
 
 from experiments.study_plan import CODED, CONTROLS, LABELS, PAPER
-from experiments.study_results import GAPS, SPLITS, Study, non_embedding, updates
+from experiments.study_results import GAPS, SPLITS, Study, non_embedding, parse, updates
 from experiments.study_stats import Paired, holm, paired, slope_fit
 
 SCORES = [  # (column key, title, scale, decimals)
@@ -42,20 +42,66 @@ def _cells(study: Study, tok: str, size: str, variants: Sequence[str], steps: in
 def sweep_lines(study: Study, tok: str, sizes: Sequence[str]) -> list[str]:
     lines = ["## The learning-rate sweep (seed 1, validation bits/byte)", "",
              "Each size is swept on its own; a variant whose best rate was at the edge of its rates got the next "
-             "rung. The best rate (bold) is the one every later stage uses at that size.", ""]  # fmt: skip
+             "rung. The best rate (bold) is the one the later stages use at that size; a size swept again at "
+             "another length gives its best to the runs nearer that length in log updates. In brackets each "
+             "rate's margin over the best, against the seed sd: the sd over seeds of the variant at its best rate "
+             "there (or, where that has one seed, at its rate with the most seeds); a margin below it is a near-tie "
+             "that one seed cannot order.", ""]  # fmt: skip
     for size in sizes:
-        lrs = sorted({lr for v in PAPER for lr in study.swept(tok, size, v)})
-        if len(lrs) < 2:
-            continue
-        lines += [f"Size {size.upper()}:", "", "| variant | " + " | ".join(f"{lr:g}" for lr in lrs) + " | best |",
-                  "|---|" + "---:|" * (len(lrs) + 1)]  # fmt: skip
-        for v in PAPER:
-            scored, best = study.swept(tok, size, v), study.best(tok, size, v)
-            cells = [("**{:.4f}**" if lr == best else "{:.4f}").format(scored[lr]) if lr in scored else "--"
-                     for lr in lrs]  # fmt: skip
-            lines.append(f"| {v} | " + " | ".join(cells) + f" | {'--' if best is None else f'{best:g}'} |")
-        lines.append("")
+        for steps in study.sweeps(tok, size):
+            lines += _sweep_table(study, tok, size, steps)
     return lines
+
+
+def _sweep_table(study: Study, tok: str, size: str, steps: int | None) -> list[str]:
+    lrs = sorted({lr for v in PAPER for lr in study.swept(tok, size, v, steps)})
+    length = f"{updates(study.first(tok, size, steps)):,} updates"
+    uses = [f"{updates(study.first(tok, size, n)):,}" for n in study.lengths(tok, size)
+            if study.chosen_at(tok, size, n) == steps]  # fmt: skip
+    lines = [f"Size {size.upper()}, {length} (its rates serve the runs of {', '.join(uses)} updates):", "",
+             "| variant | " + " | ".join(f"{lr:g}" for lr in lrs) + " | best | seed sd (seeds, at rate) |",
+             "|---|" + "---:|" * (len(lrs) + 2)]  # fmt: skip
+    for v in PAPER:
+        scored, best = study.swept(tok, size, v, steps), study.best(tok, size, v, steps)
+        spread, at = study.spread(tok, size, v, steps)
+        cells = ["--" if lr not in scored else f"**{scored[lr]:.4f}**" if lr == best
+                 else f"{scored[lr]:.4f} ({scored[lr] - scored[best]:+.4f})" for lr in lrs]  # fmt: skip
+        sd = "--" if math.isnan(spread.sd) else f"{spread.sd:.4f} ({spread.n}, {at:g})"
+        lines.append(f"| {v} | " + " | ".join(cells) + f" | {'--' if best is None else f'{best:g}'} | {sd} |")
+    ties = near_ties(study, tok, size, steps)
+    return [*lines, "", f"Near-ties with the best: {'; '.join(ties)}." if ties else "No near-tie with the best.", ""]
+
+
+def near_ties(study: Study, tok: str, size: str, steps: int | None, variants: Sequence[str] = PAPER) -> list[str]:
+    """The rates of a sweep within one seed sd of their variant's best (the sd over seeds at the best rate)."""
+    ties = []
+    for v in variants:
+        scored, best = study.swept(tok, size, v, steps), study.best(tok, size, v, steps)
+        sd = study.spread(tok, size, v, steps)[0].sd
+        ties += [f"{v} {lr:g} (+{x - scored[best]:.4f} against {sd:.4f})" for lr, x in sorted(scored.items())
+                 if lr != best and x - scored[best] < sd]  # fmt: skip
+    return ties
+
+
+def rates_note(study: Study, tok: str, size: str) -> str:
+    """Which sweep chose the rates of each of the size's lengths, and the near-ties in those sweeps."""
+    used: dict[int | None, list[int | None]] = {}
+    for n in study.lengths(tok, size):
+        used.setdefault(study.chosen_at(tok, size, n), []).append(n)
+    sweeps = [sweep for sweep in used if sweep in study.sweeps(tok, size)]
+    if not sweeps:
+        return ""
+
+    def count(n: int | None) -> str:
+        return f"{updates(study.first(tok, size, n)):,}"
+
+    parts = [f"its sweep at {count(sweep)} updates for {', '.join(map(count, used[sweep]))}" for sweep in sweeps]
+    text = f"{size.upper()}'s rates: " + "; ".join(parts) + " updates (the sweep nearest in log updates)."
+    if any(n != sweep for sweep in sweeps for n in used[sweep]):
+        ties = [t for sweep in sweeps for t in near_ties(study, tok, size, sweep)]
+        text += " A slope across these lengths joins points whose rates were chosen at another length, each only "
+        text += "as sure as its sweep's margins" + (f" (near-ties: {'; '.join(ties)})." if ties else ".")
+    return text
 
 
 def gap_table(study: Study, tok: str, points: Sequence[tuple[str, int | None]], first: str) -> list[str]:
@@ -78,13 +124,7 @@ def fit_lines(study: Study, tok: str, points: Sequence[tuple[str, int | None]], 
     lines = []
     for split in SPLITS:
         for a, b in GAPS[:2]:
-            xs, samples = [], []
-            for size, steps in points:
-                gap = study.gap(tok, size, a, b, split, steps)
-                if gap.n:
-                    row = study.first(tok, size, steps)
-                    xs.append(non_embedding(row) if x == "params" else row["tokens_seen"])
-                    samples.append(gap.diffs)
+            xs, samples = _points(study, tok, points, a, b, split, x)
             if len(xs) < 2:
                 continue
             slope, low, high = slope_fit(xs, samples)
@@ -137,17 +177,20 @@ def codebook_lines(study: Study, tok: str) -> list[str]:
     if not lines:
         return []
     return ["## Codebook variance", "",
-            "Seed s > 1 of a drawn code also ran with code_seed s: the spread over seeds with one codebook (the "
-            "config's, every seed) against one codebook per seed (seed 1 keeps the config's). The gaps in this "
-            "report use the second.", "",
+            "Seed s > 1 of a drawn code also ran with code_seed s, at each size's own length only: the spread over "
+            "seeds with one codebook (the config's, every seed) against one codebook per seed (seed 1 keeps the "
+            "config's). The gaps at a size's own length use the second; the training-length and equal-token runs "
+            "use the first (each table says which).", "",
             "| size | variant | split | one codebook, mean ± sd | a codebook per seed | the drawn codebooks (seed: "
             "value) | gap to learned, a codebook per seed |", "|---|---|---|---:|---:|---|---:|",
             *lines, ""]  # fmt: skip
 
 
-def control_lines(study: Study, tok: str, size: str) -> list[str]:
-    lines = [f"| variant (size {size.upper()}) | lr | seeds | trainable params | val bits/byte | − learned (95 % CI) | "
-             "− binary16 (95 % CI) | position: learned 0, binary16 1 (95 % CI) |",
+def control_lines(study: Study, tok: str, size: str, corrected: dict[str, float]) -> list[str]:
+    """A row per control; each difference led by its Holm p from ``corrected`` (test label -> p)."""
+    lines = [f"| variant (size {size.upper()}) | lr | seeds | trainable params | val bits/byte | − learned: Holm p; "
+             "mean ± sd (95 % CI) | − binary16: Holm p; mean ± sd (95 % CI) | position: learned 0, binary16 1 "
+             "(95 % CI) |",
              "|---|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
     learned = study.values(study.cell(tok, size, "learned"), "val")
     binary = study.values(study.cell(tok, size, "binary16"), "val")
@@ -157,12 +200,13 @@ def control_lines(study: Study, tok: str, size: str) -> list[str]:
             continue
         mine = study.values(cell, "val")
         cols = []
-        for ref in (learned, binary):
+        for name, ref in (("learned", learned), ("binary16", binary)):
             p = paired(ref, mine)
             low, high = p.ci()
-            cols.append(fmt(p) + ("" if math.isnan(low) else f" ({low:+.3f}, {high:+.3f})"))
-        share = Paired(tuple(x for x in ((mine[s] - learned[s]) / (binary[s] - learned[s]) for s in sorted(mine)
-                                         if s in learned and s in binary) if math.isfinite(x)))  # fmt: skip
+            adjusted = corrected.get(f"{v} − {name}, {size.upper()}, val", math.nan)
+            holm_p = "--" if math.isnan(adjusted) else f"{adjusted:.3g}"
+            cols.append(f"{holm_p}; {fmt(p)}" + ("" if math.isnan(low) else f" ({low:+.3f}, {high:+.3f})"))
+        share = study.position(tok, size, v)
         low, high = share.ci()
         where = f"{share.mean:.2f}" + ("" if math.isnan(low) else f" ({low:.2f}, {high:.2f})") if share.n else "--"
         lines.append(f"| {v}: {LABELS[v]} | {study.rate(tok, size, v):g} | {len(cell)} | "
@@ -203,3 +247,58 @@ def test_lines(family: list[tuple[str, Paired]]) -> list[str]:
         low, high = p.ci()
         lines.append(f"| {label} | {p.n} | {p.mean:+.4f} | {low:+.4f}, {high:+.4f} | {p.p:.3g} | {adj:.3g} |")
     return lines
+
+
+def codebook_note(study: Study, tok: str, points: Sequence[tuple[str, int | None]]) -> str:
+    """Which of the points' gf2 cells use a codebook per seed and which the config's at every seed, and how far
+    the per-seed codebooks move gf2's mean from the config's."""
+    per_seed, one = [], []
+    for size, steps in points:
+        cell = study.cell(tok, size, "gf2", steps)
+        if not cell:
+            continue
+        where = f"{size.upper()} at {updates(study.first(tok, size, steps)):,} updates"
+        if any(parse(r)["code"] is not None for r in cell.values()):
+            config = study.cell(tok, size, "gf2", steps, fold=False)
+            moved = ", ".join(f"{_mean(study, cell, split) - _mean(study, config, split):+.4f} {split}"
+                              for split in SPLITS)  # fmt: skip
+            per_seed.append(f"{where} (against the config's at every seed: {moved})")
+        else:
+            one.append(where)
+    parts = [f"one per seed at {'; '.join(per_seed)}"] if per_seed else []
+    if one:
+        parts.append(f"the config's at every seed at {', '.join(one)} (no codebook per seed ran there)")
+    return f"gf2's GF(2) matrix: {'; '.join(parts)}." if parts else ""
+
+
+def _mean(study: Study, cell: dict, split: str) -> float:
+    finite = [x for x in study.values(cell, split).values() if math.isfinite(x)]  # a diverged run counts for none
+    return statistics.mean(finite) if finite else math.nan
+
+
+def design_lines(study: Study, tok: str, per_param: Sequence, per_token: Sequence) -> list[str]:
+    """Each gap's size slope at equal tokens per parameter and at equal tokens, side by side."""
+    lines = []
+    for split in SPLITS:
+        for a, b in GAPS[:2]:
+            fits = [_points(study, tok, points, a, b, split, "params") for points in (per_param, per_token)]
+            if min(len(xs) for xs, _ in fits) < 2:
+                continue
+            fits = [slope_fit(xs, samples) for xs, samples in fits]
+            text = [f"{slope:+.3f} ({'no interval' if math.isnan(low) else f'95 % {low:+.3f} to {high:+.3f}'}; "
+                    f"{'includes' if low <= 0 <= high else 'excludes'} zero)" for slope, low, high in fits]  # fmt: skip
+            lines.append(f"- {b} − {a} ({split}): {text[0]} at equal tokens per parameter; {text[1]} at equal "
+                         "tokens")  # fmt: skip
+    return lines
+
+
+def _points(study: Study, tok: str, points: Sequence, a: str, b: str, split: str, x: str) -> tuple[list, list]:
+    """A fit's x (non-embedding parameters or training tokens) and per-seed gaps, at the points with a gap."""
+    xs, samples = [], []
+    for size, steps in points:
+        gap = study.gap(tok, size, a, b, split, steps)
+        if gap.n:
+            row = study.first(tok, size, steps)
+            xs.append(non_embedding(row) if x == "params" else row["tokens_seen"])
+            samples.append(gap.diffs)
+    return xs, samples

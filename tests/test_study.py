@@ -156,6 +156,40 @@ def test_a_best_rate_at_the_edge_of_the_sweep_asks_for_the_next_rung():
     assert stages.rate_at(scale, best, "s", "gf2") == 1e-3  # an unswept size borrows the tuning size's rate
 
 
+def test_the_resweep_starts_around_each_own_length_best_and_serves_the_lengths_nearer_it():
+    scale = stages.Scale(False)
+    best = {"s": {"learned": 3e-3, "binary16": 2e-3, "gf2": 1e-3}, "m": {v: 3e-3 for v in PAPER}}
+    rates = stages.resweep_rates(scale, best, {})
+    assert rates == {("s", "learned"): [2e-3, 3e-3, 5e-3], ("s", "binary16"): [1e-3, 2e-3, 3e-3],
+                     ("s", "gf2"): [5e-4, 1e-3, 2e-3]}  # fmt: skip
+    own = {run_name("bpe8k", "s", v, lr, 1): {"val_bpb": x} for v, lr, x in
+           (("learned", 3e-3, 2.0), ("learned", 2e-3, 2.1), ("gf2", 1e-3, 2.0), ("gf2", 2e-3, 2.001))}  # fmt: skip
+    assert list(stages.resweep_rates(scale, best, own)) == [("s", "gf2"), ("s", "learned"), ("s", "binary16")]
+    plan = [n for n, _, _ in stages.sweep_plan(scale, rates, scale.resweep)]
+    assert len(plan) == 9 and all(n.endswith("-seed1-steps1024") for n in plan)
+    # seed 1 at the resweep's length: gf2's best at its lowest rung asks for the next one down
+    bpb = {"learned": [1.9, 1.8, 1.85], "binary16": [2.0, 1.9, 1.95], "gf2": [1.9, 2.0, 2.1]}
+    rows = {run_name("bpe8k", "s", v, lr, 1, steps=1024): {"val_bpb": x}
+            for v, xs in bpb.items() for lr, x in zip(rates[("s", v)], xs, strict=True)}  # fmt: skip
+    found, more = stages.best_lrs(scale, rows, rates, scale.resweep)
+    assert found == {"s": {"learned": 3e-3, "binary16": 2e-3, "gf2": 5e-4}} and more == {("s", "gf2"): [3e-4]}
+    assert study.resweep_best(scale, rows, rates) == {}  # not finished: the length stage keeps S's own rates
+    rows[run_name("bpe8k", "s", "gf2", 3e-4, 1, steps=1024)] = {"val_bpb": 2.0}
+    rates[("s", "gf2")] = [3e-4, *rates[("s", "gf2")]]
+    assert stages.swept(scale, rows, scale.resweep)[("s", "gf2")] == rates[("s", "gf2")]
+    again = study.resweep_best(scale, rows, rates)
+    assert again == {"s": {"learned": 3e-3, "binary16": 2e-3, "gf2": 5e-4}}
+    # 108 updates keep the own-length sweep's rate; 432 (2.4x from 1,024, 4x from 108) and longer take the resweep's
+    assert stages.length_rate(scale, best, again, "s", "gf2", 108) == 1e-3
+    assert all(stages.length_rate(scale, best, again, "s", "gf2", n) == 5e-4 for n in (432, 1024, 1728))
+    assert stages.length_rate(scale, best, again, "m", "gf2", 1024) == 3e-3  # M was not swept again
+    names = [n for n, _, _ in stages.later_plan(scale, ["length"], best, [1, 2, 3], again)]
+    assert names[:3] == [f"bpe8k-m/learned-lr0.003-seed{s}-steps1024" for s in (1, 2, 3)]  # whole cells first
+    assert names[3:6] == [f"bpe8k-m/binary16-lr0.003-seed{s}-steps1024" for s in (1, 2, 3)]
+    assert names[9] == "bpe8k-s/learned-lr0.003-seed1-steps1024"  # S: the equal-token length first
+    assert "bpe8k-s/gf2-lr0.0005-seed3-steps432" in names and "bpe8k-s/gf2-lr0.001-seed3-steps432" not in names
+
+
 def test_every_study_config_composes_at_both_scales():
     """Every variant and control at the tuning size, and every GPU size, parses as one `fit` config."""
     cpu, gpu = stages.Scale(False), stages.Scale(True)
@@ -224,7 +258,8 @@ def test_the_estimate_lists_every_planned_run_once(tmp_path, monkeypatch, capsys
     scale = stages.Scale(False)
     sweep = 3 * sum(map(len, scale.sweep.values()))
     lengths = 3 * 3 * sum(map(len, scale.lengths.values()))
-    n = sweep + (27 - 9) + lengths + 2 * len(scale.codebooks) + 15
+    resweep = 3 * 2 * len(scale.resweep)  # each variant's rungs either side (the middle: a length run's seed 1)
+    n = sweep + resweep + (27 - 9) + lengths + 2 * len(scale.codebooks) + 15
     assert len(runs) == n and total.startswith(f"{n} runs (0 finished, 0 to adopt, {n} to run): ")
 
 

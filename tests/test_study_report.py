@@ -69,8 +69,9 @@ def test_the_report_compares_each_size_at_its_own_rates_and_folds_the_codebooks(
     rows = _study_rows()
     report.render({"title": "Study v3: x", "runs": rows}, tmp_path / "study-v3")
     text = (tmp_path / "study-v3.md").read_text()
-    assert "| learned | **2.0000** | 3.0000 | 0.003 |" not in text  # seed 1 of learned at S is 1.99
-    assert "| learned | **1.9900** | 3.0000 | 0.003 |" in text  # the sweep table, the best in bold
+    assert "| learned | **2.0000** |" not in text  # seed 1 of learned at S is 1.99
+    # the sweep table: the best in bold, each other rate's margin over it, the seed sd at the best (3 seeds)
+    assert "| learned | **1.9900** | 3.0000 (+1.0100) | 0.003 | 0.0100 (3, 0.003) |" in text
     # the gaps at each size's own rates: S and M at 3e-3, L at 2e-3 (its gf2 with a codebook per seed)
     assert "| S | 443,040 | 108 | 0.50 | 0.003/0.003/0.003 | 3/3/3 | +0.3000 ± 0.0000 | +0.3000 ± 0.0100 |" in text
     assert "| +0.6000 ± 0.0000 | +0.3000 ± 0.0100 |" in text  # S's test gaps
@@ -101,7 +102,9 @@ def test_the_report_compares_each_size_at_its_own_rates_and_folds_the_codebooks(
     assert "(no interval: a point has one seed; 3 points, 5 runs)" in length
     # controls: matched sits where binary16 does, on the learned-binary16 line
     assert "| matched: binary16, SwiGLU widened to learned's trainable params | 0.003 | 3 |" in text
-    assert "| +0.1500 ± 0.0000 (+0.150, +0.150) | -0.0500 ± 0.0000 (-0.050, -0.050) | 0.75 (0.75, 0.75) |" in text
+    # each control's difference leads with its Holm p ("--" where the seeds do not differ: no test)
+    controls = "; +0.1500 ± 0.0000 (+0.150, +0.150) | --; -0.0500 ± 0.0000 (-0.050, -0.050) | 0.75 (0.75, 0.75) |"
+    assert controls in text
     assert "comparisons in one family" in text
     for suffix in ("sweep", "gap", "length", "val-bpb", "controls"):
         assert (tmp_path / f"study-v3-{suffix}.png").stat().st_size > 10_000
@@ -215,5 +218,41 @@ def test_the_committed_report_is_drawn_from_the_committed_runs(tmp_path):
     committed = ROOT / "docs" / "results" / "study-v3.md"
     if not committed.is_file():
         pytest.skip("the study v3 report has not been drawn yet")
-    report.render(json.loads(runs_file.read_text()), tmp_path / "study-v3")
+    adoption = ROOT / "docs" / "results" / "study-v3-adoption.json"
+    report.render(json.loads(runs_file.read_text()), tmp_path / "study-v3", adoption=adoption)
     assert (tmp_path / "study-v3.md").read_text() == committed.read_text()
+
+
+def test_a_size_swept_again_at_a_longer_length_gives_its_best_to_the_lengths_nearer_it(tmp_path):
+    """S swept again at 1,024 updates: its runs of 432 and longer are compared at that sweep's best where they ran
+    it, 108 at the own-length sweep's; the report prints the new sweep with margins and says which rates each
+    length took."""
+    rows = _study_rows()
+    for v in PAPER:  # at 1,024 updates 1e-3 beats S's own best, 3e-3, for every variant
+        rows.append(_row(f"bpe8k-s/{v}-lr0.003-seed1-steps1024", 1.7, 2.6))
+        rows += [_row(f"bpe8k-s/{v}-lr0.001-seed{s}-steps1024", 1.5 + (v != "learned") * 0.1 + s / 1000, 2.5)
+                 for s in (1, 2, 3)]  # fmt: skip
+    study = Study(rows)
+    assert study.sweeps("bpe8k", "s") == [None, 1024]
+    assert [study.chosen_at("bpe8k", "s", n) for n in (None, 432, 1024, 1728)] == [None, 1024, 1024, 1024]
+    assert study.rate("bpe8k", "s", "gf2", 1024) == 1e-3 and study.rate("bpe8k", "s", "gf2") == 3e-3
+    assert study.rate("bpe8k", "s", "gf2", 432) == 3e-3  # not rerun at the new rate: the rate it ran at
+    assert study.gap("bpe8k", "s", "learned", "gf2", "val", 1024).mean == pytest.approx(0.1)
+    report.render({"title": "Study v3: x", "runs": rows}, tmp_path / "study-v3")
+    text = (tmp_path / "study-v3.md").read_text()
+    assert "Size S, 1,024 updates (its rates serve the runs of 432, 1,024, 1,728 updates):" in text
+    assert "| learned | **1.5010** | 1.7000 (+0.1990) | 0.001 | 0.0010 (3, 0.001) |" in text
+    assert "S's rates: its sweep at 108 updates for 108; its sweep at 1,024 updates for 432, 1,024, 1,728" in text
+
+
+def test_the_adoption_check_is_printed_from_its_record():
+    from experiments.study_adoption import check_lines, compare
+
+    adopted = _row("bpe8k-s/gf2-lr0.003-seed1", 2.5, 3.6) | {"commit": "a" * 40, "adopted_from": "v2"}
+    same = _row("bpe8k-s/gf2-lr0.003-seed1", 2.5, 3.6) | {"commit": "b" * 40, "code_changed": False}
+    other = same | {"val_bpb": 2.5000001}
+    text = "\n".join(check_lines({"checks": [compare(adopted, same)]}, "x.json"))
+    assert "| bpe8k-s/gf2-lr0.003-seed1 | `aaaaaaaaaa` | 2.5 | `bbbbbbbbbb` | 2.5 | 1 curves, 2 scores | yes |" in text
+    assert "Result: every compared number identical, bit for bit." in text
+    text = "\n".join(check_lines({"checks": [compare(adopted, same), compare(adopted, other)]}, "x.json"))
+    assert "| no |" in text and "Result: 1 of 2 differ" in text and "bit for bit" not in text
