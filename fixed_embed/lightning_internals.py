@@ -60,6 +60,19 @@ TORCH_INTERNALS: tuple[Internal, ...] = (
              used_by="fixed_embed/interfaces: a fixed code's stored state checked against its spec, naming both"),
     Internal("torch", "_assert_async",
              used_by="fixed_embed/interfaces/base.py: the id range checked on the device, without a host sync"),
+    # fixed_embed/trace.py: torch's memory tracing has no public API yet (torchtitan's estimator uses these)
+    Internal("torch._subclasses.fake_tensor", "FakeTensorMode", used_by="fixed_embed/trace.py: storage-less tensors"),
+    Internal("torch._subclasses.fake_tensor", "is_fake",
+             used_by="fixed_embed/interfaces/base.py: fake ids have no values to check (trace_update)"),
+    Internal("torch.distributed._tools.mem_tracker", "MemTracker", used_by="fixed_embed/trace.py: the peak, by kind"),
+    Internal("torch.distributed._tools.fsdp2_mem_tracker", "FSDPMemTracker",
+             used_by="fixed_embed/trace.py: the peak, by kind, with FSDP2's gathers and reduce-scatters"),
+    Internal("torch.testing._internal.distributed.fake_pg", "FakeStore",
+             used_by="fixed_embed/trace.py: importing it registers the 'fake' process group (one rank of W)"),
+    Internal("torch.ops.aten", "_scaled_dot_product_flash_attention_for_cpu",
+             used_by="fixed_embed/trace.py: its FLOPs, which FlopCounterMode counts for the CUDA kernels only"),
+    Internal("torch.ops.aten", "_scaled_dot_product_flash_attention_for_cpu_backward",
+             used_by="fixed_embed/trace.py: as the forward"),
 )  # fmt: skip
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch._subclasses.fake_tensor import is_fake
 
 _PACKAGE = __name__.rpartition(".")[0]  # fixed_embed.interfaces
 
@@ -57,7 +58,7 @@ class InputInterface(nn.Module):
         """Reject non-integer or out-of-vocabulary ids instead of silently encoding them."""
         if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
             raise TypeError(f"token ids must be an integer tensor, got dtype {ids.dtype}")
-        if ids.device.type == "meta" or ids.numel() == 0:
+        if ids.device.type == "meta" or ids.numel() == 0 or is_fake(ids):  # shapes only: no values to check
             return
         if ids.device.type == "cuda":
             # No host sync on the hot path: the check fails asynchronously on the device.
