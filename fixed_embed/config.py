@@ -175,6 +175,9 @@ def refused_value(message: str) -> str:
     """jsonargparse's refusal in one line: the keys, then the innermost reason (a dataclass's keys are nested)."""
     keys = re.findall(r'Parser key "([^"]+)":', message)
     reason = (re.split(r'Parser key "[^"]+":', message)[-1].strip().splitlines() or [""])[0].strip(" -")
+    if "Union subtypes" in reason and (tried := re.search(r"Errors:\s*- (.+?)(?=\n\s*- |\n\s*Given value|$)", message,
+                                                          re.S)):  # fmt: skip
+        reason = " ".join(tried.group(1).split())  # what the first type refused: an unknown class_path, say
     reason = re.sub(r"Not of type (.+?): (?:.*: )?(.+?)( does not conform .*| not an integer)?$",
                     r"must be \1, got \2", reason)  # fmt: skip
     return f"{'.'.join(keys)}: {reason}" if keys else " ".join(message.split())

@@ -302,3 +302,16 @@ def test_every_experiment_passes_the_value_checks(files, tmp_path):
     for extra in ([], [devices]):
         args = [arg for path in (*files, *extra) for arg in ("--config", str(path))]
         _check_values(fit_parser().parse_args(expand_config_args(args)))
+
+
+def test_a_class_path_that_does_not_import_is_named_in_one_line(tmp_path, corpus):
+    """A saved config naming a renamed or removed class (a callback of an older version, say)."""
+    from tests.test_lifecycle import fit_args
+
+    old = tmp_path / "old.yaml"
+    old.write_text("trainer:\n  callbacks:\n    - class_path: callbacks.throughput.ThroughputMonitor\n")
+    result = run_cli(*fit_args(tmp_path, corpus, "gf2", "--config", str(old)))
+    errors = [line for line in result.stderr.splitlines() if "error:" in line]
+    assert result.returncode == 2 and len(errors) == 1, result.stderr[-2000:]
+    assert "trainer.callbacks: Problem with given class_path 'callbacks.throughput.ThroughputMonitor': module " \
+           "'callbacks.throughput' has no attribute 'ThroughputMonitor'" in errors[0]  # fmt: skip
