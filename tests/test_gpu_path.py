@@ -354,6 +354,16 @@ def test_prefetch_caches_the_paper_suite_and_the_tokenizer(monkeypatch):
     assert loaded == ["HuggingFaceTB/SmolLM2-135M"] and "cached tokenizer" in result.stdout
 
 
+def test_prefetch_refuses_an_unknown_task_before_loading_the_tokenizer(monkeypatch):
+    import fixed_embed.data.tokenizer as tokenizer
+    from tests.cli import run_cli
+
+    loaded = []
+    monkeypatch.setattr(tokenizer, "load_tokenizer", lambda spec: loaded.append(spec))  # a hub download otherwise
+    result = run_cli("prefetch", "--tasks", "no_such_task")
+    assert result.returncode == 2 and "no_such_task" in result.stderr and not loaded, result.stderr[-2000:]
+
+
 # -- 4. make gpu-check, end to end on CPU ------------------------------------------------------------------------
 
 

@@ -29,10 +29,10 @@ def run(argv: list[str]) -> int:
     named = [t for t in (args.tasks or "").split(",") if t]
     tasks = [column.task for column in columns_for(None if args.tasks else args.suite, named)]
     check_task_folders(args.include_path)
-    if args.tokenizer.lower() != "none":  # first: a local tokenizer that does not load is refused before any download
+    manager = check_tasks(tasks, args.include_path)  # an unknown task is refused before any download
+    if args.tokenizer.lower() != "none":  # then a tokenizer that does not load, before the tasks' downloads
         load_tokenizer(args.tokenizer)
         print(f"cached tokenizer: {args.tokenizer}")
-    manager = check_tasks(tasks, args.include_path)
     for task in prefetch_tasks(tasks, manager):
         print(f"cached task data: {task}")
     return 0
