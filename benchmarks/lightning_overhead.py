@@ -116,9 +116,13 @@ def build(variant: str, steps: int, log_dir: str, monitors: bool = True):
         f"--trainer.logger.init_args.save_dir={log_dir}",
     ]  # fmt: skip
     cli = FixedEmbedCLI(args=args, run=False)
-    # No ModelCheckpoint (the plain loop saves nothing either), no in-loop lm-eval.
-    dropped = {"ModelCheckpoint", "BenchmarkCallback", *(() if monitors else MONITORS)}
-    cli.trainer.callbacks = [c for c in cli.trainer.callbacks if type(c).__name__ not in dropped]
+    # No checkpoints (the plain loop saves nothing either), no in-loop lm-eval.
+    from lightning.pytorch.callbacks import Checkpoint
+
+    from callbacks.benchmarks import BenchmarkCallback
+
+    cli.trainer.callbacks = [c for c in cli.trainer.callbacks if not isinstance(c, (Checkpoint, BenchmarkCallback))
+                             and (monitors or type(c).__name__ not in MONITORS)]  # fmt: skip
     return cli
 
 
