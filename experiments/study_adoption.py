@@ -65,7 +65,7 @@ def check_lines(record: dict, source: str) -> list[str]:
              "| run | adopted: commit | val bits/byte | retrained: commit | val bits/byte | compared | same |",
              "|---|---|---:|---|---:|---|---|"]  # fmt: skip
     for c in checks:
-        dirty = " (uncommitted changes)" if c["retrained"]["code_changed"] else ""
+        dirty = " + uncommitted edits" if c["retrained"]["code_changed"] else ""
         compared = f"{len(c['compared']['curves'])} curves, {len(c['compared']['scores'])} scores"
         lines.append(f"| {c['name']} | `{c['adopted']['commit'][:10]}` | {c['adopted']['val_bpb']!r} | "
                      f"`{c['retrained']['commit'][:10]}`{dirty} | {c['retrained']['val_bpb']!r} | {compared} | "
