@@ -12,6 +12,7 @@ and overlap each other's start-up and evaluation). With ``evaluate``, a suite of
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -30,6 +31,8 @@ from rich.table import Table
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from fixed_embed.atomic import atomic_write_text
+from fixed_embed.errors import UserError
+from fixed_embed.run_lock import RunLock, acquire
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -155,8 +158,10 @@ def run_all(plan: list[tuple[str, Configs, list[str]]], logs: str, title: str, o
             jobs: int = 1, evaluate: str | None = None, eval_device: str = "cpu") -> list[dict]:  # fmt: skip
     """Run the plan's missing rows, ``jobs`` at a time; rows keep the plan's order in ``out``."""
     done = {}
+    if out:
+        hold(f"{out}.json")  # before any run: a second sweep on this --out would train and write the same rows
     if out and Path(f"{out}.json").is_file():
-        done = {row["name"]: row for row in json.loads(Path(f"{out}.json").read_text())["runs"]}
+        done = {row["name"]: row for row in read_runs(f"{out}.json")["runs"]}
     planned = {name for name, _, _ in plan}
     kept = [row for name, row in done.items() if name not in planned]  # earlier runs outside this plan stay
     rows: dict[str, dict] = {name: done[name] for name, _, _ in plan if name in done}
@@ -226,7 +231,31 @@ def _code_changed() -> bool:
     return bool(status.stdout.strip())
 
 
+def read_runs(path: str | Path) -> dict:
+    """A runs file (``{title, commit, runs}``), or a one-line refusal naming it: a study resumes from its rows,
+    skips the runs they hold and renders its report from them, so a file it cannot read must stop it."""
+    try:
+        data = json.loads(Path(path).read_text())
+        if not isinstance(data, dict) or not all(isinstance(row, dict) for row in data["runs"]):
+            raise ValueError("not a {title, commit, runs: [row, ...]} object")
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        reason = " ".join(str(error).split())[:200]
+        raise SystemExit(f"cannot read the runs file {path} ({type(error).__name__}: {reason}): restore it "
+                         f"(git checkout -- {path}) or move it away to rerun its runs") from None  # fmt: skip
+    return data
+
+
+@functools.cache  # held until this process exits, whatever number of run_all / write_rows calls it makes
+def hold(runs_file: str) -> RunLock:
+    """One writer per runs file: this process, or a one-line refusal naming the live holder."""
+    try:
+        return acquire(Path(runs_file), "or pass another --out", beside=True)
+    except UserError as error:
+        raise SystemExit(str(error)) from None
+
+
 def write_rows(rows: list[dict], title: str, out: str, commit: str | None = None) -> None:
+    hold(f"{out}.json")
     commit = commit or _git_commit()
     # a reader (or the next launch, after a kill) never sees half a runs file: it resumes from it
     atomic_write_text(f"{out}.json", json.dumps({"title": title, "commit": commit, "runs": rows}, indent=2) + "\n")
@@ -257,5 +286,5 @@ def seed_groups(rows: list[dict]) -> dict[str, list[float]]:
 
 
 if __name__ == "__main__":  # re-render OUT.md from OUT.json: python experiments/runs.py OUT
-    data = json.loads(Path(f"{sys.argv[1]}.json").read_text())
+    data = read_runs(f"{sys.argv[1]}.json")
     write_rows(data["runs"], data["title"], sys.argv[1], commit=data["commit"])

@@ -40,13 +40,12 @@ its expected compute without running anything.
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 from collections.abc import Collection
 from pathlib import Path
 
-from experiments.runs import ROOT, merged_config, run_all
+from experiments.runs import ROOT, merged_config, read_runs, run_all
 from experiments.study_estimate import CPU_RATE, GPU_RATE, estimate
 from experiments.study_plan import CONTROLS, PAPER
 from experiments.study_plan import run_name as name
@@ -76,7 +75,7 @@ def adoptable(source: Path | None, plan: list[tuple], have: Collection[str] = ()
     if source is None or not source.is_file():
         return []
     wanted = {n: flags for n, _, flags in plan if n not in have}
-    return [{**row, "adopted_from": source.name} for row in json.loads(source.read_text())["runs"]
+    return [{**row, "adopted_from": source.name} for row in read_runs(source)["runs"]
             if wanted.get(row["name"]) == row["extra"]]  # fmt: skip
 
 
@@ -86,7 +85,7 @@ def adopt(runs_file: Path, source: Path, plan: list[tuple], title: str) -> int:
     stands for the run it would be."""
     from experiments.runs import write_rows
 
-    mine = json.loads(runs_file.read_text())["runs"] if runs_file.is_file() else []
+    mine = read_runs(runs_file)["runs"] if runs_file.is_file() else []
     copied = adoptable(source, plan, {row["name"] for row in mine})
     if copied:
         write_rows(mine + copied, title, str(runs_file.with_suffix("")))  # write_rows adds .json
@@ -138,7 +137,7 @@ def main() -> None:
 
     def rows() -> dict[str, dict]:
         path = Path(f"{runs_file}.json")
-        return {r["name"]: r for r in json.loads(path.read_text())["runs"]} if path.is_file() else {}
+        return {r["name"]: r for r in read_runs(path)["runs"]} if path.is_file() else {}
 
     planned: dict[str, tuple] = {}  # --estimate: every stage's runs, each once
     adopted: dict[str, dict] = {}  # --estimate: the rows a launch would adopt before it trains anything
@@ -209,7 +208,7 @@ def main() -> None:
             print("(assumes each guessed best rate is inside its sweep; a rung added at an edge is one more run, and "
                   "the later stages then run at the best rates)")  # fmt: skip
     elif Path(f"{runs_file}.json").is_file():
-        render(json.loads(Path(f"{runs_file}.json").read_text()), out, tune=scale.tune,
+        render(read_runs(f"{runs_file}.json"), out, tune=scale.tune,
                adoption=Path(f"{out}-adoption.json"))  # fmt: skip
 
 

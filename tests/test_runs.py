@@ -110,3 +110,26 @@ def test_a_resumed_row_shows_no_rate_even_where_it_carries_one(tmp_path):
     table = (tmp_path / "out.md").read_text()
     assert "| m/lowrank | 10 | 5.330 | 206.3 | resumed | 4.4 (last attempt) |" in table and "3,373" not in table
     assert "| m/learned | 10 | 5.180 | 177.6 | 1 | 1.0 |" in table
+
+
+def test_a_runs_file_changed_in_place_is_refused_in_one_line_naming_it(tmp_path):
+    from tests.test_corrupt_contents import flip
+
+    out = str(tmp_path / "out")
+    runs.write_rows([row("a", 1.0), row("b", 2.0)], "T", out, commit="abc")
+    flip(Path(f"{out}.json"))  # the same size, other bytes: a study must not resume from or render it
+    with pytest.raises(SystemExit, match=rf"^cannot read the runs file {out}\.json \(\w+: [^\n]*\): restore it"):
+        runs.read_runs(f"{out}.json")
+
+
+def test_a_second_writer_of_a_runs_file_is_refused_naming_the_holder(tmp_path):
+    """A second study (controls, recodings) on one --out would train and write the same rows."""
+    import os
+
+    path = str(tmp_path / "out.json")
+    first = runs.hold(path)
+    runs.hold.cache_clear()  # as another process would: it does not hold the lock yet
+    with pytest.raises(SystemExit, match=rf"is in use by another launch \(pid {os.getpid()} .* or pass another --out"):
+        runs.hold(path)
+    first.release()
+    assert not list(tmp_path.iterdir())  # released: the lock file gone, nothing stray
