@@ -62,7 +62,8 @@ class MemoryEstimate:
     # What `total` leaves out and `allocated` counts:
     autocast_weights: int  # autocast's 16-bit copies of the matmul weights, saved for backward
     backward_transient: int  # gradients of one block's activations while backward runs through it
-    fsdp_gathered: int  # FSDP2: unsharded parameters (root, head, 2 blocks) and 2 blocks' gradients
+    recomputed_block: int  # one block's activations, recomputed in its backward under checkpointing
+    fsdp_gathered: int  # FSDP2: unsharded parameters (root, head, 2 blocks) and, syncing, 2 blocks' gradients
     unsharded_gradients: int  # FSDP2 accumulating without reduce-scatter: the full gradients
     accumulate: int
 
@@ -85,9 +86,17 @@ class MemoryEstimate:
 
     @property
     def allocated(self) -> int:
-        """The peak of live tensors: what ``torch.cuda.max_memory_allocated`` measures."""
-        extra = self.autocast_weights + self.backward_transient + self.fsdp_gathered + self.unsharded_gradients
-        return self.total + extra
+        """The peak of live tensors: what ``torch.cuda.max_memory_allocated`` measures. As traced
+        (:mod:`fixed_embed.trace`), at the loss (every activation saved, the loss's buffers, autocast's weight
+        copies) or in a block's backward (its activations' gradients; under checkpointing the block recomputed and
+        autocast's copies gone), whichever holds more; both with the model state and FSDP2's buffers. FSDP2
+        accumulating unsharded gradients has no sharded ones until the last micro-batch frees those."""
+        ac = self.activation_checkpointing
+        at_loss = self.saved_activations - (self.recomputed_block if ac else 0) + self.loss + self.autocast_weights
+        in_backward = self.saved_activations + self.backward_transient + (0 if ac else self.autocast_weights)
+        gradients = 0 if self.unsharded_gradients else self.gradients
+        state = self.weights + gradients + self.optimizer + self.fsdp_gathered + self.unsharded_gradients
+        return state + max(at_loss, in_backward)
 
     @property
     def fragmentation(self) -> int:
@@ -110,6 +119,7 @@ class MemoryEstimate:
         shard = f" / {self.world_size} (FSDP)" if self.sharded and self.world_size > 1 else ""
         ac, chunked = self.activation_checkpointing, bool(self.loss_chunk_tokens)
         chunk = self.loss_chunk_tokens or DEFAULT_LOSS_CHUNK_TOKENS
+        synced = "" if self.unsharded_gradients else " + 2 blocks' gradients"
         return [
             (f"weights (fp32 master){shard}", self.weights),
             (f"gradients (fp32){shard}", self.gradients),
@@ -121,7 +131,7 @@ class MemoryEstimate:
             ("total (weights, gradients, optimizer and the rows marked *)", self.total),
             ("autocast: 16-bit weight copies saved for backward", self.autocast_weights),
             ("backward: gradients of one block's activations", self.backward_transient),
-            ("FSDP2: gathered parameters (root, head, 2 blocks) + 2 blocks' gradients", self.fsdp_gathered),
+            (f"FSDP2: gathered parameters (root, head, 2 blocks){synced}", self.fsdp_gathered),
             (f"FSDP2: unsharded gradients, accumulating {self.accumulate} micro-batches", self.unsharded_gradients),
             ("allocated peak (live tensors: torch.cuda.max_memory_allocated)", self.allocated),
             (f"allocator fragmentation ({100 * FRAGMENTATION:.0f} % of allocated)", self.fragmentation),
@@ -178,9 +188,10 @@ def memory_estimate(
         g = 2 if gathered_16bit or mode == "bfloat16" else 4
         block = parameter_count(decoder.layers[0]) if layers else 0
         head = 0 if config.tie_embeddings else parameter_count(decoder.head)
-        fsdp_gathered = g * (parameter_count(decoder.interface) + head + parameter_count(decoder.norm) + 4 * block)
         if accumulate > 1 and not sync_every_micro_batch:
             unsharded_gradients = (4 if reduce_dtype == "float32" else 2) * trainable
+        blocks = 2 if unsharded_gradients else 4  # their gradients: in the unsharded ones when accumulating
+        fsdp_gathered = g * (parameter_count(decoder.interface) + head + parameter_count(decoder.norm) + blocks * block)
     return MemoryEstimate(
         weights=-(-4 * total // shards),
         gradients=-(-4 * trainable // shards),
@@ -197,7 +208,9 @@ def memory_estimate(
         sharded=sharded,
         mode=mode,
         autocast_weights=2 * matmul if mode == "mixed" and not gathered_16bit else 0,
-        backward_transient=tokens * per_block,
+        # the gradients of gate, up and their product (p F each) and of two [B, T, d] (traced at the paper's shape)
+        backward_transient=tokens * p * (3 * f + 2 * d),
+        recomputed_block=tokens * per_block,
         fsdp_gathered=fsdp_gathered,
         unsharded_gradients=unsharded_gradients,
         accumulate=accumulate,

@@ -285,8 +285,8 @@ def test_paper_ddp_needs_a_change_on_80gb_and_fits_on_h200():
     config = ROOT / "experiments" / "paper" / "binary16.yaml"
     est = training_memory(config)
     gib = 2**30
-    # issue 24: 78.6 GiB of tensors before; autocast's bf16 copies (~3.2 GiB) and one block's gradients in backward
-    assert 78 * gib < est.total < 79 * gib and 83 * gib < est.allocated < 86 * gib
+    # 78.6 GiB of tensors; the peak, at the loss with autocast's bf16 copies (~3.2 GiB): 81.7 GiB (traced, issue 33)
+    assert 78 * gib < est.total < 79 * gib and 81 * gib < est.allocated < 83 * gib
     assert est.required > est.allocated + gib  # fragmentation, context, NCCL (2 GPUs)
     rows = {(r["gpu"], r["strategy"]): r for r in memory_plan(config)}
     assert not rows["H100-80", "DDP"]["fits"] and not rows["A100-80", "DDP"]["fits"]

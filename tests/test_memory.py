@@ -124,7 +124,7 @@ def test_memory_warning_compares_the_estimate_with_the_device():
     assert memory_warning(model, trainer) is None  # CPU: no device memory to compare with
     # The device must hold what the run requires (the tensors plus transients, fragmentation, the CUDA
     # context) within 90 % of its memory (issue 24: comparing the tensors' total with 100 % missed OOMs).
-    assert est.required > est.allocated > est.total
+    assert est.required > est.allocated >= est.total
     enough = -(-est.required * 10 // 9)
     assert memory_warning(model, trainer, device_bytes=enough) is None
     warning = memory_warning(model, trainer, device_bytes=enough - 10)
