@@ -4,7 +4,8 @@ For each paper variant x strategy (DDP bf16-mixed: experiments/strategies/ddp.ya
 experiments/strategies/fsdp.yaml) x world size x activation checkpointing, one update is traced on fake
 tensors (:func:`fixed_embed.trace.trace_update`, rank 0 of a fake process group under FSDP2) and its
 per-rank peak of live tensors set beside :func:`fixed_embed.memory.memory_estimate`'s allocated peak,
-term by term: the traced peak's kinds (MemTracker's) against the estimate's rows that hold them. DDP's
+term by term: the model state, FSDP2's gathered parameters, and the rest (activations, the loss, autocast's
+copies, temporaries, FSDP2's unsharded gradients), from the traced peak's kinds (MemTracker's). DDP's
 per-rank memory does not depend on the world size: it is traced once per variant and checkpointing
 setting. Rows go to ``--out`` (JSON lines) as they are measured; FLOPs per token traced (FlopCounterMode,
 recomputed forwards included) against ``Decoder.flops_per_token`` (the MFU numerator) in each row.
@@ -43,31 +44,17 @@ def cell(variant: str, strategy: str, world_size: int, ac: bool, micro_batches: 
     model = build_model(model_config)
     traced = trace_update(model, run, micro_batches)
     kinds = traced.kinds
-    if run.sharded:
-        pairs = {
-            "state (weights, gradients, AdamW)": (
-                kinds["Sharded Param"] + kinds["Sharded Grad"] + kinds["OptState"],
-                estimate.model_state,
-            ),
-            "gathered parameters": (kinds["Unsharded Param"] + kinds["All Gather"], estimate.fsdp_gathered),
-            "activations + loss": (kinds["Activation"], estimate.saved_activations + estimate.loss),
-            "temporaries: unsharded gradients + backward": (
-                kinds["Temp"] + kinds["Unsharded Grad"] + kinds["Reduce Scatter"],
-                estimate.unsharded_gradients + estimate.backward_transient,
-            ),
-        }
-    else:
-        pairs = {
-            "state (weights, gradients, AdamW)": (
-                kinds["Parameter"] + kinds["Gradient"] + kinds["Optstate"],
-                estimate.model_state,
-            ),
-            "activations + loss + autocast copies": (
-                kinds["Activation"],
-                estimate.saved_activations + estimate.loss + estimate.autocast_weights,
-            ),
-            "temporaries (backward)": (kinds["Temp"], estimate.backward_transient),
-        }
+    names = ("Parameter", "Gradient", "Optstate", "Sharded Param", "Sharded Grad", "OptState", "Buffer")
+    state = sum(kinds.get(name, 0) for name in names)
+    gathered = kinds.get("Unsharded Param", 0) + kinds.get("All Gather", 0)
+    # accumulating unsharded gradients, the sharded ones do not exist at the peak (memory.MemoryEstimate.allocated)
+    gradients = 0 if estimate.unsharded_gradients else estimate.gradients
+    estimated_state = estimate.weights + estimate.optimizer + gradients
+    pairs = {
+        "model state": (state, estimated_state),
+        "FSDP2 gathered parameters": (gathered, estimate.fsdp_gathered),
+        "the rest": (traced.peak - state - gathered, estimate.allocated - estimated_state - estimate.fsdp_gathered),
+    }
     return {
         "variant": variant,
         "strategy": strategy,
