@@ -117,12 +117,11 @@ def build(variant: str, steps: int, log_dir: str, monitors: bool = True):
     ]  # fmt: skip
     cli = FixedEmbedCLI(args=args, run=False)
     # No checkpoints (the plain loop saves nothing either), no in-loop lm-eval.
-    from lightning.pytorch.callbacks import Checkpoint
+    from callbacks.benchmarks import BenchmarkCallback  # with FixedEmbedCLI: this script's --help needs neither
 
-    from callbacks.benchmarks import BenchmarkCallback
-
-    cli.trainer.callbacks = [c for c in cli.trainer.callbacks if not isinstance(c, (Checkpoint, BenchmarkCallback))
-                             and (monitors or type(c).__name__ not in MONITORS)]  # fmt: skip
+    dropped = (L.pytorch.callbacks.Checkpoint, BenchmarkCallback)
+    kept = [c for c in cli.trainer.callbacks if not isinstance(c, dropped)]
+    cli.trainer.callbacks = [c for c in kept if monitors or type(c).__name__ not in MONITORS]
     return cli
 
 

@@ -30,7 +30,7 @@ from callbacks.update_boundary import UpdateCallback, due
 from fixed_embed.config import NonNegativeInt, PositiveInt
 from fixed_embed.data.tokenizer import load_tokenizer
 from fixed_embed.parallel import eager_evaluation
-from fixed_embed.run_folder import STEP_FILENAME, benchmark_folder
+from fixed_embed.run_folder import benchmark_folder, step_checkpoint
 
 
 class BenchmarkCallback(UpdateCallback):
@@ -156,7 +156,7 @@ class BenchmarkCallback(UpdateCallback):
         }
         for logger in trainer.loggers:
             logger.log_metrics(metrics, step=step - 1)  # the index of the last update, as train/loss
-        saved = Path(checkpoints) / f"{STEP_FILENAME.format(step=step)}.ckpt" if checkpoints else None
+        saved = step_checkpoint(Path(checkpoints), step) if checkpoints else None
         scored = {"checkpoint": str(saved) if saved and saved.exists() else None, "update": step}  # what was scored
         path = write_results({**scored, **results}, f"step {step}", benchmark_folder(run_folder, step))
         rank_zero_info(f"BenchmarkCallback at step {step}: {metrics} ({path})")

@@ -19,7 +19,7 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from callbacks.update_boundary import UpdateCallback
 from fixed_embed.atomic import atomic_symlink
 from fixed_embed.config import PositiveInt
-from fixed_embed.run_folder import LAST, STEP_FILENAME, checkpoint_folder, step_checkpoints, step_of
+from fixed_embed.run_folder import LAST, checkpoint_folder, step_checkpoint, step_checkpoints, step_of
 
 
 class CheckpointPolicy(UpdateCallback, Checkpoint):
@@ -86,7 +86,7 @@ class CheckpointPolicy(UpdateCallback, Checkpoint):
         folder, step = Path(self.dirpath), trainer.global_step
         if step == self._saved_step:
             return folder / LAST
-        path = folder / f"{STEP_FILENAME.format(step=step)}.ckpt"
+        path = step_checkpoint(folder, step)
         trainer.save_checkpoint(path, weights_only=self.save_weights_only)
         self._saved_step = step
         rank_zero_info(f"checkpoint at update {step}: {path}")

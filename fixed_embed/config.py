@@ -180,4 +180,4 @@ def refused_value(message: str) -> str:
         reason = " ".join(tried.group(1).split())  # what the first type refused: an unknown class_path, say
     reason = re.sub(r"Not of type (.+?): (?:.*: )?(.+?)( does not conform .*| not an integer)?$",
                     r"must be \1, got \2", reason)  # fmt: skip
-    return f"{'.'.join(keys)}: {reason}" if keys else " ".join(message.split())
+    return (f"{'.'.join(keys)}: {reason}" if keys else " ".join(message.split()))[:400]

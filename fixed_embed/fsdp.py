@@ -46,7 +46,7 @@ def load_weights_only(source: str | os.PathLike | io.BytesIO, path: str | os.Pat
     """``torch.load(source, weights_only=True)`` of a file whose every record matches the CRC-32 torch.save wrote;
     a pickled callable or class is an :class:`UnsafeCheckpointError`, anything else unreadable a CheckpointError."""
     try:
-        if not isinstance(source, io.BytesIO) and (bad := _changed_record(str(source), os.stat(source).st_mtime_ns)):
+        if not isinstance(source, io.BytesIO) and (bad := _changed_record(_version(source))):
             raise CheckpointError(
                 f"cannot read checkpoint {path}: its record {bad} does not match the CRC-32 written with it "
                 "(its bytes changed after the save)"
@@ -65,14 +65,21 @@ def load_weights_only(source: str | os.PathLike | io.BytesIO, path: str | os.Pat
         ) from error
 
 
+def _version(path: str | os.PathLike) -> tuple[str, int, int, int, int]:
+    """One key per file version, whatever path (link, relative) names it."""
+    stat = os.stat(path)
+    return os.path.realpath(path), stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns
+
+
 @functools.cache  # once per process and file version: the resume plan and the load read the same checkpoint
-def _changed_record(path: str, mtime_ns: int) -> str | None:
+def _changed_record(version: tuple[str, int, int, int, int]) -> str | None:
     """The first record of a torch.save zip file whose CRC-32 fails (1.8 GB/s: ~12 s for the paper's 22 GB
-    resume checkpoint), on one process per node; ``None`` when all match, or for a file that is no zip."""
-    if not is_node_leader() or not zipfile.is_zipfile(path):
+    resume checkpoint), on one process per node; ``None`` when all match, for a file that is no zip, or one saved
+    with CRC-32s turned off (``torch.serialization.set_crc32_options(False)`` writes 0 for each)."""
+    if not is_node_leader() or not zipfile.is_zipfile(path := version[0]):
         return None
     with zipfile.ZipFile(path) as archive:
-        return archive.testzip()
+        return archive.testzip() if any(info.CRC for info in archive.infolist() if info.file_size) else None
 
 
 class _MetadataUnpickler(pickle.Unpickler):

@@ -38,7 +38,7 @@ def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     except UnsafeCheckpointError:
         raise
     except CheckpointError as error:
-        raise CheckpointError(f"{error}{_instead(path)}") from None
+        raise CheckpointError(f"{error}{_instead(path)}") from error
     hparams = checkpoint.get("hyper_parameters") if isinstance(checkpoint, dict) else None
     if (
         not isinstance(checkpoint, dict)
@@ -57,12 +57,13 @@ def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
 def _instead(path: Path) -> str:
     """The fix for an unreadable checkpoint: the newest step=N.ckpt beside it that loads, and how to resume it."""
     for other in reversed(step_checkpoints(path.resolve().parent)):
-        try:  # memory-mapped, so cheap; plan_fit checks it against the config once it is passed
+        if other.resolve() == path.resolve():
+            continue
+        try:  # its CRC-32s checked (seconds a GB); plan_fit checks it against the config once it is passed
             step = load_weights_only(other / "meta.pt" if other.is_dir() else other, other, mmap=True)["global_step"]
         except Exception:
             continue
-        if other.resolve() != path.resolve():
-            return f";\nrelaunch with --ckpt_path {other} to resume the newest readable one beside it (update {step})"
+        return f";\nrelaunch with --ckpt_path {other} to resume the newest readable one beside it (update {step})"
     return "; pass the run's last.ckpt or step=N.ckpt"
 
 

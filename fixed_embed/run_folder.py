@@ -15,13 +15,17 @@ from typing import Any
 from fixed_embed.errors import ConfigError
 from fixed_embed.run_lock import is_launching_rank
 
-STEP_FILENAME = "step={step:08d}"  # step=00001000.ckpt: names sort by update
 LAST = "last.ckpt"  # a link to the newest step=N.ckpt
 _STEP = re.compile(r"step=(\d+)")
 
 
 def checkpoint_folder(run: Path) -> Path:
     return run / "checkpoints"
+
+
+def step_checkpoint(folder: Path, step: int) -> Path:
+    """The checkpoint of update ``step`` in ``folder``: step=00001000.ckpt, names sorting by update."""
+    return folder / f"step={step:08d}.ckpt"
 
 
 def benchmark_folder(run: Path, step: int) -> Path:

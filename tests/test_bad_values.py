@@ -187,7 +187,7 @@ def test_params_refuses_a_bad_model_value_of_its_config_in_one_line(key, kind, v
 
     model = load_experiment(CONFIG)["model"]
     *path, last = key.split(".")[1:]
-    section = functools.reduce(lambda node, name: node.setdefault(name, {}) or node[name], path, model)
+    section = functools.reduce(lambda node, name: node.setdefault(name, {}), path, model)
     section[last] = [0.9, yaml.safe_load(value)] if kind == "numbers" else yaml.safe_load(value)
     with pytest.raises(ConfigError) as refused:
         build_model(model)

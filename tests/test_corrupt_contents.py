@@ -211,3 +211,24 @@ def test_an_index_without_checksums_warns_and_a_bad_id_names_its_shard_and_block
     ):
         shards.blocks(np.arange(shards.block_count(width)), width)
     assert shards.blocks(np.array([block + 1]), width).max() < 300  # the blocks around it still read
+
+
+# -- checkpoints: torch.save's CRC-32s, whatever path names the file ----------------------------------------------
+
+
+def test_a_checkpoint_is_refused_by_its_crc32_and_one_saved_without_them_is_read(tmp_path):
+    from fixed_embed.errors import CheckpointError
+    from fixed_embed.fsdp import load_weights_only
+
+    torch.save({"weights": torch.arange(4096.0)}, tmp_path / "a.ckpt")
+    flip(tmp_path / "a.ckpt")
+    (tmp_path / "link.ckpt").symlink_to("a.ckpt")
+    for name in ("a.ckpt", "link.ckpt"):
+        with pytest.raises(CheckpointError, match=rf"{name}: its record \S+ does not match the CRC-32 written with it"):
+            load_weights_only(tmp_path / name, tmp_path / name)
+    torch.serialization.set_crc32_options(False)  # torch writes 0 for every record: nothing to check against
+    try:
+        torch.save({"weights": torch.arange(4096.0)}, tmp_path / "b.ckpt")
+    finally:
+        torch.serialization.set_crc32_options(True)
+    assert load_weights_only(tmp_path / "b.ckpt", tmp_path / "b.ckpt")["weights"][-1] == 4095

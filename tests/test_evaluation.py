@@ -174,7 +174,7 @@ def test_bad_inputs_are_clear_errors(tmp_path, checkpoint):
     with pytest.raises(FileNotFoundError, match="checkpoint not found"):
         load_checkpoint(tmp_path / "missing.ckpt")
     (tmp_path / "junk.ckpt").write_bytes(b"not a checkpoint")
-    with pytest.raises(ValueError, match="cannot read checkpoint .*: it is not a checkpoint written by fixed-embed fit"):
+    with pytest.raises(ValueError, match=r"cannot read checkpoint .*: it is not a checkpoint written by fixed-embed"):
         load_checkpoint(tmp_path / "junk.ckpt")
     torch.save({"weights": torch.zeros(2)}, tmp_path / "other.ckpt")
     with pytest.raises(ValueError, match="not a fixed-embed LanguageModel checkpoint"):

@@ -381,16 +381,62 @@ def test_every_rank_of_an_external_launch_of_a_run_in_use_prints_its_refusal(lau
                  "SLURM_NODELIST": "localhost", "SLURM_JOB_NAME": "fit", "MASTER_PORT": str(port)}  # fmt: skip
         command = [sys.executable, "-m", "fixed_embed", *fit, "--trainer.devices", "2"]
         tasks = [({**slurm, "SLURM_PROCID": str(n), "SLURM_LOCALID": str(n)}, command) for n in range(2)]
-    held, started = acquire(run), time.monotonic()  # as a first launch still training would
+    held, started, ranks = acquire(run), time.monotonic(), []  # as a first launch still training would
     try:
         ranks = [subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, cwd=ROOT, env={**os.environ, **env})
                  for env, argv in tasks]  # fmt: skip
         said = [rank.communicate(timeout=300)[1] for rank in ranks]
     finally:
         held.release()
+        for rank in ranks:
+            rank.kill()
     print(f"{launcher}: both refused in {time.monotonic() - started:.1f} s:\n" + "\n".join(said))
     errors = [[line for line in out.splitlines() if line.startswith("fixed-embed fit: error:")] for out in said]
     assert [len(lines) for lines in errors] == [1, 1] and errors[0] == errors[1], said
     assert f"run folder {run} is in use by another launch (pid {os.getpid()}" in errors[0][0]
     assert [rank.returncode for rank in ranks] == ([1, 1] if launcher == "torchrun" else [2, 2])  # torchrun: 1
     assert not any(word in out for out in said for word in ("DistNetworkError", "DistStoreError", "timed out"))
+
+
+PEER = """
+import sys
+from fixed_embed.errors import ConfigError
+from fixed_embed.launch_agreement import in_turn
+rank, what = int(sys.argv[1]), sys.argv[2]
+def plan():
+    if rank == 1 and what == "refuse":
+        raise ConfigError("rank 1 refuses")
+    if rank == 1 and what == "bug":
+        raise RuntimeError("a bug on rank 1")
+    return "planned"
+print(in_turn(plan, 1))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("what", "rank_0", "rank_1"),
+    [
+        ("go", "planned", "planned"),
+        ("refuse", "RefusedOnAnotherRank: rank 1 refuses", "ConfigError: rank 1 refuses"),
+        ("bug", "RefusedOnAnotherRank: global rank 1 failed: its traceback says why", "RuntimeError: a bug on rank 1"),
+    ],
+)
+def test_a_refusal_or_a_bug_on_a_peer_reaches_rank_0_which_hosts_the_store(what, rank_0, rank_1):
+    """srun's tasks (rank 0 hosts the store): a peer's refusal is rank 0's too, a peer's bug stops rank 0 at once
+    (it does not wait for the process group's timeout), and each exits within seconds."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    slurm = {"SLURM_NTASKS": "2", "SLURM_NTASKS_PER_NODE": "2", "SLURM_JOB_ID": "4242", "SLURM_NODEID": "0",
+             "SLURM_NODELIST": "localhost", "SLURM_JOB_NAME": "fit", "MASTER_PORT": str(port)}  # fmt: skip
+    envs = [{**os.environ, **slurm, "SLURM_PROCID": str(n), "SLURM_LOCALID": str(n)} for n in range(2)]
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True, "cwd": ROOT}
+    ranks = [subprocess.Popen([sys.executable, "-c", PEER, str(n), what], env=e, **pipes) for n, e in enumerate(envs)]
+    try:
+        said = [rank.communicate(timeout=120) for rank in ranks]
+    finally:
+        for rank in ranks:
+            rank.kill()
+    last = [(out.strip() or err.strip()).splitlines()[-1] for out, err in said]
+    assert last[0].endswith(rank_0) and last[1].endswith(rank_1), said

@@ -26,11 +26,15 @@ def run(argv: list[str]) -> int:
     args = parser.parse_args(argv[1:])
     # Lazy: torch + Lightning take seconds to import; --help and usage errors answer without them.
     from fixed_embed.config import load_experiment
+    from fixed_embed.errors import ConfigError
     from fixed_embed.experiment import memory_plan, parameter_reports, training_memory
     from fixed_embed.memory import USABLE_FRACTION, optimizer_state_bytes
 
     load_experiment(args.config)  # a missing or unreadable file: one line
-    interface_name, report, control = parameter_reports(args.config)  # a bad model section: one line
+    try:
+        interface_name, report, control = parameter_reports(args.config)
+    except ConfigError as error:  # a bad model section: one line, naming the file
+        raise ConfigError(f"{args.config}: {error}") from error
     table = Table(title=f"{args.config}: {interface_name}")
     table.add_column("parameters")
     table.add_column("count", justify="right")

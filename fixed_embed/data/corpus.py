@@ -72,6 +72,7 @@ def default_corpus() -> Path:
             return folder
         warnings.warn(f"the cached offline corpus changed since it was written ({', '.join(map(str, changed))}); "
                       "rebuilding it", stacklevel=2)  # fmt: skip
+        sums.unlink(missing_ok=True)  # a rebuild cut short must not look like a changed corpus next time
     with atomic_path(folder / "train.jsonl") as train_tmp, atomic_path(folder / "valid.jsonl") as valid_tmp:
         with open(train_tmp, "w") as train, open(valid_tmp, "w") as valid:
             for doc_id, text in _documents():
