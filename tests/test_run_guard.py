@@ -440,3 +440,32 @@ def test_a_refusal_or_a_bug_on_a_peer_reaches_rank_0_which_hosts_the_store(what,
             rank.kill()
     last = [(out.strip() or err.strip()).splitlines()[-1] for out, err in said]
     assert last[0].endswith(rank_0) and last[1].endswith(rank_1), said
+
+
+def test_the_processes_started_at_once_are_found_as_lightning_will_see_them(monkeypatch):
+    from fixed_embed.launch_agreement import peers
+
+    ranks = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "GROUP_RANK", "NODE_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+             "MASTER_PORT"}  # fmt: skip
+    for name in [n for n in os.environ if n.startswith(("SLURM_", "TORCHELASTIC_")) or n in ranks]:
+        monkeypatch.delenv(name)
+    assert peers(1) is None and peers(2) is None  # a lone launcher (Lightning starts its ranks after it)
+    slurm = {"SLURM_NTASKS": "4", "SLURM_NTASKS_PER_NODE": "4", "SLURM_PROCID": "2", "SLURM_LOCALID": "2",
+             "SLURM_NODELIST": "localhost", "SLURM_JOB_ID": "4242", "MASTER_PORT": "29511"}  # fmt: skip
+    for name, value in slurm.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("SLURM_JOB_NAME", "interactive")  # an allocation Lightning launches in itself: no agreement
+    assert peers(1) is None
+    monkeypatch.setenv("SLURM_JOB_NAME", "fit")  # srun's tasks
+    assert peers(1) == (2, 4, "localhost", 29511)
+    for name in slurm:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("GROUP_RANK", "1")  # node 1 of a two-node Lightning launch (NODE_RANK unset: GROUP_RANK)
+    assert peers(2) is None  # without MASTER_PORT Lightning cannot join the nodes either
+    monkeypatch.setenv("MASTER_PORT", "29511")
+    assert peers(2)[:2] == (1, 2) and peers(2)[3] == 29511 and peers(1) is None
+    torchrun = {"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "GROUP_RANK": "1", "LOCAL_WORLD_SIZE": "2",
+                "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500", "TORCHELASTIC_RUN_ID": "x"}  # fmt: skip
+    for name, value in torchrun.items():
+        monkeypatch.setenv(name, value)
+    assert peers(1) == (3, 8, "10.0.0.1", 29500)
