@@ -161,6 +161,7 @@ def memory_estimate(
     loss_chunk_tokens: int | None = None,
     world_size: int = 1,
     sharded: bool = False,
+    shard_group_size: int | None = None,
     param_dtype: str | None = None,
     reduce_dtype: str = "float32",
     accumulate: int = 1,
@@ -177,7 +178,7 @@ def memory_estimate(
     residual = 2 if mode == "bfloat16" else 4
     per_block = 16 * d + 8 + p * (5 * d + 2 * d_kv + 4 * f) + (3 * p * d if mode == "mixed" else 0) + 4 * h
     final_norm = 8 * d + 12
-    shards = world_size if sharded else 1
+    shards = min(shard_group_size or world_size, world_size) if sharded else 1  # HSDP: within groups
     total, trainable = parameter_count(decoder), parameter_count(decoder, trainable=True)
     chunk = min(loss_chunk_tokens or DEFAULT_LOSS_CHUNK_TOKENS, tokens)
     copy = p if p < 4 else 0  # the 16-bit copy of an fp32 buffer
@@ -262,6 +263,7 @@ def model_memory_estimate(model: Any, run: RunShape, activation_checkpointing: b
         loss_chunk_tokens=model.loss_chunk_tokens,
         world_size=run.world_size,
         sharded=run.sharded,
+        shard_group_size=parallel.shard_group_size,
         param_dtype=param_dtype,
         reduce_dtype=parallel.reduce_dtype,
         accumulate=run.accumulate,

@@ -48,6 +48,8 @@ def test_tiny_config_by_hand():
 
     sharded = memory_estimate(decoder(), micro_batch=2, seq_len=16, world_size=4, sharded=True)
     assert (sharded.weights, sharded.optimizer) == (30240, 2 * 30240)
+    hybrid = memory_estimate(decoder(), micro_batch=2, seq_len=16, world_size=8, sharded=True, shard_group_size=2)
+    assert (hybrid.weights, hybrid.optimizer) == (2 * 30240, 4 * 30240)  # sharded within groups of 2
     assert sharded.activations == est.activations  # activations are per device, not sharded
 
 

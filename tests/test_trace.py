@@ -12,9 +12,10 @@ from fixed_embed.trace import trace_update
 TINY = {"vocab_size": 512, "d_model": 64, "n_layers": 2, "n_heads": 4, "ffn_dim": 128, "max_seq_len": 32}
 
 
-def _model(interface="BinaryCodeInput", ac=False):
+def _model(interface="BinaryCodeInput", ac=False, group=None):
     return build_model({"decoder": TINY, "interface": {"class_path": f"fixed_embed.interfaces.{interface}"},
-                        "parallel": {"activation_checkpointing": ac}, "loss_chunk_tokens": 16})  # fmt: skip
+                        "parallel": {"activation_checkpointing": ac, "shard_group_size": group},
+                        "loss_chunk_tokens": 16})  # fmt: skip
 
 
 def _ddp(accumulate=4):
@@ -25,22 +26,23 @@ def test_traced_ddp_update_holds_the_state_the_estimate_counts_and_peaks_near_it
     model = _model("LearnedInput")
     estimate = model_memory_estimate(model, _ddp())
     traced = trace_update(model, _ddp())
-    assert traced.micro_batches == 4 and traced.tokens == 4 * 2 * 32
+    assert traced.micro_batches == 4 and traced.tokens == 2 * 32
     assert traced.kinds["Parameter"] == estimate.weights and traced.kinds["Gradient"] == estimate.gradients
     assert estimate.optimizer <= traced.kinds["Optstate"] <= estimate.optimizer + 4096  # + AdamW's step counters
-    assert 0.9 < estimate.allocated / traced.peak < 1.3
+    assert 0.95 < estimate.allocated / traced.peak < 1.05  # docs/benchmarks.md: within 4 % at the paper shape
 
 
-@pytest.mark.parametrize("world_size", [2, 8])
-def test_traced_fsdp2_update_is_rank_0_of_a_sharded_world(world_size):
+@pytest.mark.parametrize(("world_size", "group"), [(2, None), (8, None), (8, 2)])
+def test_traced_fsdp2_update_is_rank_0_of_a_sharded_world(world_size, group):
+    """FSDP2 over every rank, or hybrid: sharded within groups of ``group`` ranks, replicated across them."""
     run = RunShape(micro_batch=2, seq_len=32, world_size=world_size, sharded=True, accumulate=3)
-    model = _model()
+    model = _model(group=group)
     estimate = model_memory_estimate(model, run)
     traced = trace_update(model, run)
     assert not torch.distributed.is_initialized()  # the fake process group is gone
     assert traced.kinds["Sharded Param"] == pytest.approx(estimate.weights, rel=0.05)  # shards padded per tensor
     assert traced.kinds["OptState"] == pytest.approx(estimate.optimizer, rel=0.05)
-    assert 0.9 < estimate.allocated / traced.peak < 1.5
+    assert 0.95 < estimate.allocated / traced.peak < 1.15  # the gathered blocks weigh more at tiny shapes
 
 
 @pytest.mark.parametrize("ac", [False, True])

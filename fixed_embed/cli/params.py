@@ -20,7 +20,7 @@ def run(argv: list[str]) -> int:
     parser.add_argument(
         "--trace",
         action="store_true",
-        help="also trace one update on fake tensors (fixed_embed.trace; ~1 min at the paper's shape): the peak "
+        help="also trace one update on fake tensors (fixed_embed.trace; minutes at the paper's shape): the peak "
         "per rank beside the estimate",
     )
     args = parser.parse_args(argv[1:])
