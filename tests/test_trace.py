@@ -25,14 +25,14 @@ def _ddp(accumulate=4):
 def test_traced_ddp_update_holds_the_state_the_estimate_counts_and_peaks_near_it():
     model = _model("LearnedInput")
     estimate = model_memory_estimate(model, _ddp())
-    traced = trace_update(model, _ddp())
-    assert traced.micro_batches == 4 and traced.tokens == 2 * 32
+    traced = trace_update(model, _ddp(), micro_batches=2)  # of the update's 4: its peak (docs/benchmarks.md)
+    assert traced.micro_batches == 2 and traced.tokens == 2 * 32
     assert traced.kinds["Parameter"] == estimate.weights and traced.kinds["Gradient"] == estimate.gradients
     assert estimate.optimizer <= traced.kinds["Optstate"] <= estimate.optimizer + 4096  # + AdamW's step counters
     assert 0.95 < estimate.allocated / traced.peak < 1.05  # docs/benchmarks.md: within 4 % at the paper shape
 
 
-@pytest.mark.parametrize(("world_size", "group"), [(2, None), (8, None), (8, 2)])
+@pytest.mark.parametrize(("world_size", "group"), [(8, None), (8, 2)])
 def test_traced_fsdp2_update_is_rank_0_of_a_sharded_world(world_size, group):
     """FSDP2 over every rank, or hybrid: sharded within groups of ``group`` ranks, replicated across them."""
     run = RunShape(micro_batch=2, seq_len=32, world_size=world_size, sharded=True, accumulate=3)
@@ -70,8 +70,7 @@ def test_fake_ids_pass_the_id_check_and_real_ones_are_still_checked():
         interface.check_ids(torch.tensor([[0, 512]]))
 
 
-@pytest.mark.parametrize(("interface", "ac", "graphs"), [("LearnedInput", False, 1), ("LearnedInput", True, 1),
-                                                         ("BinaryCodeInput", False, 2)])  # fmt: skip
+@pytest.mark.parametrize(("interface", "ac", "graphs"), [("LearnedInput", True, 1), ("BinaryCodeInput", False, 2)])
 def test_the_paper_block_compiles_without_graph_breaks(monkeypatch, interface, ac, graphs):
     """As fit compiles it (apply_parallelism: Module.compile per block), with fullgraph: a graph break or a
     data-dependent branch would raise. Every block shares one graph; a fixed code's first block a second one
