@@ -165,15 +165,18 @@ def main() -> None:
         return
 
     def extend(rates: dict, lengths: dict[str, int] | None = None) -> dict:
-        """Sweep ``rates`` (seed 1), each variant's next rung while its best sits at an edge; the rates run."""
+        """Sweep ``rates`` (seed 1), each variant's next rung while its best sits at an edge; the rates run. A
+        variant whose rates have all scored gets its rung before the launch runs, alongside the unfinished."""
+        launched = False
         while True:
-            go(sweep_plan(scale, rates, lengths))
             # --estimate: a rung is known only where the sweep is scored; a planned rung is not, so this ends
-            scored = fully_scored(scale, known(), rates, lengths) if args.estimate else rates
+            scored = fully_scored(scale, known(), rates, lengths)
             more = best_lrs(scale, known(), scored, lengths)[1] if scored else {}
-            if not more:
+            grown = {key: sorted({*lrs, *more.get(key, ())}) for key, lrs in rates.items()}
+            if launched and grown == rates:
                 return rates
-            rates = {key: sorted({*lrs, *more.get(key, ())}) for key, lrs in rates.items()}
+            rates, launched = grown, True
+            go(sweep_plan(scale, rates, lengths))
 
     if not args.render:
         # The rungs an earlier launch added at an edge are part of the sweep: the later stages choose among

@@ -321,3 +321,16 @@ def test_the_gpu_plan_reads_token_shards_and_says_how_to_make_them(tmp_path, mon
     study._check_gpu_data(scale, ["--data.train=/data/other/"])  # DATA= is the user's choice
     (tmp_path / "shards" / "fineweb-edu-smollm2").mkdir(parents=True)
     study._check_gpu_data(scale, [])
+
+
+def test_a_relaunched_resweep_adds_a_finished_variants_edge_rung_before_the_rest_finish(tmp_path, monkeypatch, capsys):
+    """gf2's resweep has scored all its rates, its best at the top edge; the other variants' have not: the launch
+    plans gf2's next rung now, beside the unfinished rates, not after them."""
+    scale = stages.Scale(False)
+    rows = [r for r in _sweep_rows(scale, best_at=2) if r["name"].startswith("bpe8k-s/")]  # S's best: 3e-3
+    rows += [{"name": run_name("bpe8k", "s", "gf2", lr, 1, steps=1024), "val_bpb": x}
+             for lr, x in ((2e-3, 2.0), (3e-3, 1.9), (5e-3, 1.8))]  # fmt: skip
+    (tmp_path / "study-runs.json").write_text(json.dumps({"title": "t", "runs": rows}))
+    runs, _ = _estimate(monkeypatch, capsys, "--out", str(tmp_path / "study"), "--adopt", "none", "--stages", "resweep")
+    assert runs[run_name("bpe8k", "s", "gf2", 1e-2, 1, steps=1024)][-1] == "h"  # the rung above 5e-3
+    assert runs[run_name("bpe8k", "s", "learned", 2e-3, 1, steps=1024)][-1] == "h"
