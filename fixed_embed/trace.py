@@ -41,12 +41,12 @@ _CPU_ATTENTION_FLOPS = {
 
 @dataclass(frozen=True)
 class TracedUpdate:
-    """Per-rank bytes at the update's peak, by MemTracker's kinds; FLOPs over the micro-batches traced."""
+    """Per-rank bytes at the update's peak, by MemTracker's kinds; the FLOPs of one micro-batch."""
 
     peak: int
     kinds: dict[str, int]
     flops: int
-    tokens: int  # targets of the traced micro-batches on this rank
+    tokens: int  # targets of one micro-batch
     micro_batches: int
     seconds: float
 
@@ -81,26 +81,33 @@ def trace_update(model: Any, run: RunShape, micro_batches: int | None = None) ->
             p.grad = torch.zeros_like(p)
         optimizer.step()
         optimizer.zero_grad(set_to_none=sharded)
-        tracker = FSDPMemTracker(model.decoder, optimizer) if sharded else MemTracker()
-        tracker.track_external(model, optimizer)
         block = torch.zeros(run.micro_batch, seq_len + 1, dtype=torch.long)
         autocast = "mixed" in str(run.precision) and not sharded
         half = torch.bfloat16 if str(run.precision).startswith("bf16") else torch.float16
-        flops = flop_counter.FlopCounterMode(display=False, custom_mapping=_CPU_ATTENTION_FLOPS)
-        with tracker, flops:
+
+        def micro_batch(last: bool) -> None:
+            if sharded and not model.parallel_config.sync_every_micro_batch:
+                model.decoder.set_requires_gradient_sync(last)
+            with torch.autocast("cpu", dtype=half, enabled=autocast):
+                loss, _ = model.block_loss(block)
+            (loss / run.accumulate).backward()
+
+        # FLOPs apart: the counter's module hooks keep checkpointed blocks' recomputed activations alive
+        with flop_counter.FlopCounterMode(display=False, custom_mapping=_CPU_ATTENTION_FLOPS) as flops:
+            micro_batch(last=True)
+        optimizer.zero_grad(set_to_none=sharded)
+        tracker = FSDPMemTracker(model.decoder, optimizer) if sharded else MemTracker()
+        tracker.track_external(model, optimizer)
+        with tracker:
             for index in range(count):
                 tracker.reset_mod_stats()  # MemTracker's per-module stats hold one iteration
-                if sharded and not model.parallel_config.sync_every_micro_batch:
-                    model.decoder.set_requires_gradient_sync(index == count - 1)
-                with torch.autocast("cpu", dtype=half, enabled=autocast):
-                    loss, _ = model.block_loss(block)
-                (loss / run.accumulate).backward()
+                micro_batch(last=index == count - 1)
             torch.nn.utils.clip_grad_norm_(params, 1.0)
             optimizer.step()
             optimizer.zero_grad()
         peak = tracker.get_tracker_snapshot("peak")[torch.device("cpu")]
     kinds = {str(getattr(kind, "value", kind)): size for kind, size in peak.items() if kind != "Total"}
-    return TracedUpdate(peak["Total"], kinds, flops.get_total_flops(), count * run.micro_batch * seq_len, count,
+    return TracedUpdate(peak["Total"], kinds, flops.get_total_flops(), run.micro_batch * seq_len, count,
                         time.perf_counter() - start)  # fmt: skip
 
 
