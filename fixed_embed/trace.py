@@ -4,7 +4,7 @@ docs/benchmarks.md).
 
 Tensors carry shapes, dtypes and devices but no storage (FakeTensorMode); every allocation of the update
 is attributed and the peak kept by torch's MemTracker (FSDPMemTracker under FSDP2), and FlopCounterMode
-counts each matmul and attention op. FSDP2 runs for rank 0 of ``world_size`` on a fake process group.
+counts each matmul and attention op of one micro-batch. FSDP2 runs for rank 0 of ``world_size`` on a fake process group.
 The update is what ``fixed-embed fit`` runs per optimizer step: each micro-batch's :meth:`block_loss` under
 autocast (``*-mixed``) or FSDP2's MixedPrecisionPolicy, its backward (FSDP2's reduce-scatter on the last
 micro-batch only, as ``LanguageModel.on_train_batch_start`` sets it), gradient clipping and the AdamW step
