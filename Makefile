@@ -22,7 +22,7 @@ fit = $(BIN)/fixed-embed fit --config experiments/paper/$(1).yaml --config exper
 	--trainer.devices=$(GPUS) --trainer.num_nodes=$(NODES) --ckpt_path=last \
 	$(if $(DATA),--data.train=$(DATA)) $(if $(TOKENIZER),--data.tokenizer=$(TOKENIZER)) $(ARGS)
 
-.PHONY: help install test test-fast lint bench bench-core bench-data bench-loop bench-eval bench-memory bench-gpu gpu-check demo rehearsal study study-gpu controls sweep-recodings tensorboard fit-learned fit-binary16 fit-gf2
+.PHONY: help install test test-fast lint bench bench-core bench-data bench-loop bench-eval bench-memory bench-trace bench-gpu gpu-check demo rehearsal study study-gpu controls sweep-recodings tensorboard fit-learned fit-binary16 fit-gf2
 
 help:
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -75,6 +75,9 @@ bench-eval: install ## lm-eval requests/s: our model class vs lm-eval's hf backe
 
 bench-memory: install ## peak RSS of one training step (V 49,152, T 2,048, batch 8): full logits vs chunked loss (~12 GiB RAM)
 	$(BIN)/python benchmarks/memory.py $(ARGS)
+
+bench-trace: install ## the paper's update traced on fake tensors (memory per rank, FLOPs) against the estimate (~30 min)
+	$(BIN)/python benchmarks/traced_memory.py $(ARGS)
 
 bench: bench-core bench-data bench-loop bench-eval bench-memory ## every CPU benchmark
 
