@@ -101,6 +101,14 @@ def rates_note(study: Study, tok: str, size: str) -> str:
         ties = [t for sweep in sweeps for t in near_ties(study, tok, size, sweep)]
         text += " A slope across these lengths joins points whose rates were chosen at another length, each only "
         text += "as sure as its sweep's margins" + (f" (near-ties: {'; '.join(ties)})." if ties else ".")
+    stale = []
+    for n in study.lengths(tok, size):
+        for v in PAPER:
+            chosen, ran = study.best(tok, size, v, study.chosen_at(tok, size, n)), study.rate(tok, size, v, n)
+            if chosen is not None and ran != chosen:
+                stale.append(f"{v} at {count(n)} updates ({ran:g}, not {chosen:g})")
+    if stale:
+        text += f" Not yet run at the chosen rate, so shown at the rate they ran: {'; '.join(stale)}."
     return text
 
 
