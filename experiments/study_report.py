@@ -23,6 +23,7 @@ from experiments.study_tables import (
     design_lines,
     fit_lines,
     gap_table,
+    moved_lines,
     rates_note,
     size_table,
     sweep_lines,
@@ -106,7 +107,8 @@ def render(data: dict, out: Path, tune: str = "m", adoption: Path | None = None)
                   "Warm-up 10 % of the updates at every length."]  # fmt: skip
         for size, points in long.items():
             lines += ["", *gap_table(study, tok, points, "size"), "", rates_note(study, tok, size),
-                      codebook_note(study, tok, points), "", *fit_lines(study, tok, points, "tokens")]  # fmt: skip
+                      codebook_note(study, tok, points), "", *fit_lines(study, tok, points, "tokens"), "",
+                      *moved_lines(study, tok, size)]  # fmt: skip
         lines += ["", f"![gap vs training length]({stem}-length.png)", ""]
         drawn = any(parse(r)["steps"] and parse(r)["code"] for r in study.rows)
         note = "" if drawn else ("gf2: one GF(2) matrix per seed at each size's own length only; at every longer "

@@ -310,3 +310,30 @@ def _points(study: Study, tok: str, points: Sequence, a: str, b: str, split: str
             xs.append(non_embedding(row) if x == "params" else row["tokens_seen"])
             samples.append(gap.diffs)
     return xs, samples
+
+
+def moved_lines(study: Study, tok: str, size: str) -> list[str]:
+    """Each length whose rates came from a sweep at another length than the size's own: its gaps at the own-length
+    sweep's rates beside those at the chosen sweep's (the seeds each has run), so the move is read where it is."""
+    own = {v: study.best(tok, size, v) for v in PAPER}
+    rows = []
+    for n in study.lengths(tok, size):
+        sweep = study.chosen_at(tok, size, n)
+        chosen = {v: study.best(tok, size, v, sweep) for v in PAPER}
+        if sweep is None or None in (*chosen.values(), *own.values()) or chosen == own:
+            continue
+        for label, rates in ((f"{updates(study.first(tok, size, None)):,}", own), (f"{sweep:,}", chosen)):
+            cells = {v: study.cell(tok, size, v, n, lr=rates[v]) for v in PAPER}
+            gaps = [fmt(paired(study.values(cells[a], split), study.values(cells[b], split)))
+                    for split in SPLITS for a, b in GAPS]  # fmt: skip
+            lr = "/".join(f"{rates[v]:g}" for v in PAPER)
+            seeds = "/".join(str(len(cells[v])) for v in PAPER)
+            rows.append(
+                f"| {updates(study.first(tok, size, n)):,} | {label} | {lr} | {seeds} | " + " | ".join(gaps) + " |"
+            )
+    if not rows:
+        return []
+    head = [f"{b} − {a} ({split})" for split in SPLITS for a, b in GAPS]
+    return [f"How the rates swept at another length move {size.upper()}'s gaps (each at the seeds run so far):", "",
+            "| updates | rates swept at (updates) | lr (l/b/g) | seeds (l/b/g) | " + " | ".join(head) + " |",
+            "|---:|---:|---|---:|" + "---:|" * len(head), *rows, ""]  # fmt: skip

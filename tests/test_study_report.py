@@ -244,6 +244,9 @@ def test_a_size_swept_again_at_a_longer_length_gives_its_best_to_the_lengths_nea
     assert "| learned | **1.5010** | 1.7000 (+0.1990) | 0.001 | 0.0010 (3, 0.001) |" in text
     assert "S's rates: its sweep at 108 updates for 108; its sweep at 1,024 updates for 432, 1,024, 1,728" in text
     assert "so shown at the rate they ran: learned at 432 updates (0.003, not 0.001)" in text
+    # the move, at the seeds each rate has: the own-length sweep's rates beside the 1,024-update sweep's
+    assert "| 1,024 | 108 | 0.003/0.003/0.003 | 1/1/1 | +0.0000 (1 run) |" in text
+    assert "| 1,024 | 1,024 | 0.001/0.001/0.001 | 3/3/3 | +0.1000 ± 0.0000 |" in text
 
 
 def test_the_adoption_check_is_printed_from_its_record():
