@@ -105,7 +105,7 @@ def rates_note(study: Study, tok: str, size: str) -> str:
     for n in study.lengths(tok, size):
         for v in PAPER:
             chosen, ran = study.best(tok, size, v, study.chosen_at(tok, size, n)), study.rate(tok, size, v, n)
-            if chosen is not None and ran != chosen:
+            if None not in (chosen, ran) and ran != chosen:  # a variant that never ran there shows "--"
                 stale.append(f"{v} at {count(n)} updates ({ran:g}, not {chosen:g})")
     if stale:
         text += f" Not yet run at the chosen rate, so shown at the rate they ran: {'; '.join(stale)}."
