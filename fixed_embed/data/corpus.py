@@ -73,16 +73,18 @@ def default_corpus() -> Path:
         warnings.warn(f"the cached offline corpus changed since it was written ({', '.join(map(str, changed))}); "
                       "rebuilding it", stacklevel=2)  # fmt: skip
         sums.unlink(missing_ok=True)  # a rebuild cut short must not look like a changed corpus next time
-    with atomic_path(folder / "train.jsonl") as train_tmp, atomic_path(folder / "valid.jsonl") as valid_tmp:
-        with open(train_tmp, "w") as train, open(valid_tmp, "w") as valid:
-            for doc_id, text in _documents():
-                (valid if is_held_out(doc_id, VALID_PER_MILLE) else train).write(
-                    json.dumps({"id": doc_id, "text": text}) + "\n"
-                )
-        digests = {name: hashlib.sha256(Path(tmp).read_bytes()).hexdigest()
-                   for name, tmp in (("train.jsonl", train_tmp), ("valid.jsonl", valid_tmp))}  # fmt: skip
+    with (
+        atomic_path(folder / "train.jsonl") as train_tmp,
+        atomic_path(folder / "valid.jsonl") as valid_tmp,
+        open(train_tmp, "w") as train,
+        open(valid_tmp, "w") as valid,
+    ):
+        for doc_id, text in _documents():
+            (valid if is_held_out(doc_id, VALID_PER_MILLE) else train).write(
+                json.dumps({"id": doc_id, "text": text}) + "\n"
+            )
     with atomic_write(sums, "w") as file:  # last: its presence means the corpus is complete
-        json.dump(digests, file)
+        json.dump(_digests(folder), file)
     return folder
 
 
