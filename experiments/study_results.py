@@ -110,8 +110,10 @@ class Study:
         return [n for n in self.lengths(tok, size) if all(len(self.swept(tok, size, v, n)) > 1 for v in PAPER)]
 
     def chosen_at(self, tok: str, size: str, steps: int | None) -> int | None:
-        """The sweep whose best rates a run of ``steps`` updates uses, as the study chose them (study_stages'
-        ``length_rate``): the swept length nearest it in log updates, the size's own on a tie or where none ran."""
+        """The sweep whose best rates a run of ``steps`` updates uses: the swept length nearest it in log updates,
+        the size's own on a tie or where none ran. The study ran each length at the nearest sweep's rates
+        (study_stages' ``length_rate``); a length that then also ran at another rate is a sweep of its own, and
+        its best on seed 1 is used there, as at every sweep."""
         own = self.own_updates(tok, size)
         found, target = self.sweeps(tok, size), steps or own
         if not found or target is None:
@@ -145,6 +147,12 @@ class Study:
             lr = max(by_lr, key=lambda r: (len(by_lr[r]), -r))
         values = self.values(self.cell(tok, size, variant, steps, lr=lr), "val").values()
         return Paired(tuple(x for x in values if math.isfinite(x))), lr  # a diverged run has no spread to give
+
+    def against_best(self, tok: str, size: str, variant: str, steps: int | None, lr: float) -> Paired:
+        """Val bits/byte at ``lr`` minus at the sweep's best rate, paired by seed (the config's codebook)."""
+        at = [self.values(self.cell(tok, size, variant, steps, fold=False, lr=rate), "val")
+              for rate in (self.best(tok, size, variant, steps), lr)]  # fmt: skip
+        return paired(*at)
 
     def position(self, tok: str, size: str, variant: str) -> Paired:
         """Per seed, where ``variant`` sits on the line from learned (0) to binary16 (1) on val."""

@@ -45,8 +45,9 @@ def sweep_lines(study: Study, tok: str, sizes: Sequence[str]) -> list[str]:
              "rung. The best rate (bold) is the one the later stages use at that size; a size swept again at "
              "another length gives its best to the runs nearer that length in log updates. In brackets each "
              "rate's margin over the best, against the seed sd: the sd over seeds of the variant at its best rate "
-             "there (or, where that has one seed, at its rate with the most seeds); a margin below it is a near-tie "
-             "that one seed cannot order.", ""]  # fmt: skip
+             "there (or, where that has one seed, at its rate with the most seeds), or at the rate itself where that "
+             "ran more seeds and varies more; a margin below it is a near-tie that one seed cannot order. Where "
+             "more seeds ran at two rates, their paired differences follow the table.", ""]  # fmt: skip
     for size in sizes:
         for steps in study.sweeps(tok, size):
             lines += _sweep_table(study, tok, size, steps)
@@ -68,19 +69,46 @@ def _sweep_table(study: Study, tok: str, size: str, steps: int | None) -> list[s
                  else f"{scored[lr]:.4f} ({scored[lr] - scored[best]:+.4f})" for lr in lrs]  # fmt: skip
         sd = "--" if math.isnan(spread.sd) else f"{spread.sd:.4f} ({spread.n}, {at:g})"
         lines.append(f"| {v} | " + " | ".join(cells) + f" | {'--' if best is None else f'{best:g}'} | {sd} |")
-    ties = near_ties(study, tok, size, steps)
-    return [*lines, "", f"Near-ties with the best: {'; '.join(ties)}." if ties else "No near-tie with the best.", ""]
+    ties, seeded = near_ties(study, tok, size, steps), seeded_margins(study, tok, size, steps)
+    lines += ["", f"Near-ties with the best: {'; '.join(ties)}." if ties else "No near-tie with the best.", ""]
+    if seeded:
+        lines += ["Rates run at more than one seed, paired by seed against the best (mean ± sd; 95 % interval): "
+                  + "; ".join(seeded) + ".", ""]  # fmt: skip
+    return lines
+
+
+def seeded_margins(study: Study, tok: str, size: str, steps: int | None) -> list[str]:
+    """Each rate with two or more seeds beside the best, as its paired difference over seeds from the best: where
+    seed 1 ordered two rates that more seeds also ran, what those seeds say of the order."""
+    found = []
+    for v in PAPER:
+        best = study.best(tok, size, v, steps)
+        for lr in sorted(study.swept(tok, size, v, steps)):
+            diff = study.against_best(tok, size, v, steps, lr)
+            if lr != best and diff.n > 1:
+                low, high = diff.ci()
+                found.append(f"{v} {lr:g} − {best:g} {diff.mean:+.4f} ± {diff.sd:.4f} ({diff.n} seeds; "
+                             f"{low:+.4f} to {high:+.4f})")  # fmt: skip
+    return found
 
 
 def near_ties(study: Study, tok: str, size: str, steps: int | None, variants: Sequence[str] = PAPER) -> list[str]:
-    """The rates of a sweep within one seed sd of their variant's best (the sd over seeds at the best rate)."""
+    """The rates of a sweep within one seed sd of their variant's best: the sd over seeds at the best rate, or at
+    the rate itself where that ran more seeds and varies more (a rate that is unstable over seeds ties more)."""
     ties = []
     for v in variants:
         scored, best = study.swept(tok, size, v, steps), study.best(tok, size, v, steps)
-        sd = study.spread(tok, size, v, steps)[0].sd
-        ties += [f"{v} {lr:g} (+{x - scored[best]:.4f} against {sd:.4f})" for lr, x in sorted(scored.items())
-                 if lr != best and x - scored[best] < sd]  # fmt: skip
+        at_best = study.spread(tok, size, v, steps)[0].sd
+        for lr, x in sorted(scored.items()):
+            own = study.values(study.cell(tok, size, v, steps, fold=False, lr=lr), "val").values()
+            sd = max(at_best, Paired(tuple(y for y in own if math.isfinite(y))).sd, key=_nan_last)
+            if lr != best and x - scored[best] < sd:
+                ties.append(f"{v} {lr:g} (+{x - scored[best]:.4f} against {sd:.4f})")
     return ties
+
+
+def _nan_last(sd: float) -> float:
+    return -math.inf if math.isnan(sd) else sd
 
 
 def rates_note(study: Study, tok: str, size: str) -> str:

@@ -260,3 +260,21 @@ def test_the_adoption_check_is_printed_from_its_record():
     assert "Result: every compared number identical, bit for bit." in text
     text = "\n".join(check_lines({"checks": [compare(adopted, same), compare(adopted, other)]}, "x.json"))
     assert "| no |" in text and "Result: 1 of 2 differ" in text and "bit for bit" not in text
+
+
+def test_a_rate_that_varies_over_seeds_ties_and_more_seeds_order_what_seed_one_did(tmp_path):
+    """Seed 1 ordered two rates that 3 seeds ran: a rate unstable over seeds is read against its own spread (a
+    near-tie, though seed 1 put it well behind a steady best), and the paired differences over seeds are printed."""
+    rows = _study_rows()
+    for v in PAPER:  # at 432 updates S also ran 1e-2 at 3 seeds: seed 1 worse than at 3e-3, seeds 2-3 better
+        rows += [_row(f"bpe8k-s/{v}-lr0.01-seed{s}-steps432", x, 3.0) for s, x in ((1, 1.7), (2, 1.3), (3, 1.35))]
+    study = Study(rows)
+    assert study.best("bpe8k", "s", "learned", 432) == 3e-3  # seed 1 chooses, as the protocol says
+    diff = study.against_best("bpe8k", "s", "learned", 432, 1e-2)
+    assert diff.diffs == pytest.approx((0.199, -0.202, -0.153))
+    report.render({"title": "Study v3: x", "runs": rows}, tmp_path / "study-v3")
+    text = (tmp_path / "study-v3.md").read_text()
+    sweep = text.split("Size S, 432 updates")[1].split("Size M")[0]
+    assert "learned 0.01 (+0.1990 against 0.2179)" in sweep  # its own sd, not 3e-3's 0.0010
+    low, high = diff.ci()
+    assert f"learned 0.01 − 0.003 {diff.mean:+.4f} ± {diff.sd:.4f} (3 seeds; {low:+.4f} to {high:+.4f})" in sweep
