@@ -362,6 +362,6 @@ def moved_lines(study: Study, tok: str, size: str) -> list[str]:
     if not rows:
         return []
     head = [f"{b} − {a} ({split})" for split in SPLITS for a, b in GAPS]
-    return [f"How the rates swept at another length move {size.upper()}'s gaps (each at the seeds run so far):", "",
+    return [f"How the rates swept at another length move {size.upper()}'s gaps (each at the seeds it ran):", "",
             "| updates | rates swept at (updates) | lr (l/b/g) | seeds (l/b/g) | " + " | ".join(head) + " |",
             "|---:|---:|---|---:|" + "---:|" * len(head), *rows, ""]  # fmt: skip
