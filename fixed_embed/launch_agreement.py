@@ -65,8 +65,9 @@ def in_turn(plan: Callable[[], T], num_nodes: int) -> T:
                 result = plan()
             except (UserError, RunComplete) as error:
                 own, said = error, f"{'complete' if isinstance(error, RunComplete) else 'refused'} {error}"
-            except BaseException as error:
-                own, said = error, f"failed global rank {rank} failed: its traceback says why"
+            except BaseException as error:  # its own process prints it in full: the others name it in one line
+                first = (str(error).splitlines() or [""])[0][:300]
+                own, said = error, f"failed global rank {rank} failed: {type(error).__name__}: {first}"
         store.set(key(rank), said)
         store.wait([key(other) for other in range(count)])
         words = [word.decode() for word in store.multi_get([key(other) for other in range(count)])]
