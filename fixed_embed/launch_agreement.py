@@ -66,8 +66,8 @@ def in_turn(plan: Callable[[], T], num_nodes: int) -> T:
             except (UserError, RunComplete) as error:
                 own, said = error, f"{'complete' if isinstance(error, RunComplete) else 'refused'} {error}"
             except BaseException as error:  # its own process prints it in full: the others name it in one line
-                first = (str(error).splitlines() or [""])[0][:300]
-                own, said = error, f"failed global rank {rank} failed: {type(error).__name__}: {first}"
+                named = ": ".join([type(error).__name__, *str(error).splitlines()[:1]])[:300]
+                own, said = error, f"failed global rank {rank} failed: {named}"
         store.set(key(rank), said)
         store.wait([key(other) for other in range(count)])
         words = [word.decode() for word in store.multi_get([key(other) for other in range(count)])]
