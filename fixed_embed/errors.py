@@ -39,6 +39,11 @@ ENVIRONMENT_ERRNOS = frozenset(
 )
 
 
+def in_one_line(error: BaseException) -> str:
+    """``Type: the first line of its message`` (the type alone for none), at most 300 characters."""
+    return ": ".join([type(error).__name__, *str(error).splitlines()[:1]])[:300]
+
+
 def environment_error(error: BaseException | None) -> OSError | None:
     """The OSError of :data:`ENVIRONMENT_ERRNOS` that ``error`` was raised from or during, if any."""
     seen = set()

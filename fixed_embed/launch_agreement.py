@@ -17,7 +17,7 @@ from typing import TypeVar
 from lightning.fabric.plugins.environments import LightningEnvironment, SLURMEnvironment, TorchElasticEnvironment
 from torch.distributed import TCPStore
 
-from fixed_embed.errors import UserError
+from fixed_embed.errors import UserError, in_one_line
 from fixed_embed.resume_plan import RunComplete
 
 T = TypeVar("T")
@@ -66,8 +66,7 @@ def in_turn(plan: Callable[[], T], num_nodes: int) -> T:
             except (UserError, RunComplete) as error:
                 own, said = error, f"{'complete' if isinstance(error, RunComplete) else 'refused'} {error}"
             except BaseException as error:  # its own process prints it in full: the others name it in one line
-                named = ": ".join([type(error).__name__, *str(error).splitlines()[:1]])[:300]
-                own, said = error, f"failed global rank {rank} failed: {named}"
+                own, said = error, f"failed global rank {rank} failed: {in_one_line(error)}"
         store.set(key(rank), said)
         store.wait([key(other) for other in range(count)])
         words = [word.decode() for word in store.multi_get([key(other) for other in range(count)])]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from fixed_embed.errors import DataError
+from fixed_embed.errors import DataError, in_one_line
 
 
 def check_task_data(tasks: Iterable[str], manager: Any) -> None:
@@ -23,7 +23,7 @@ def check_task_data(tasks: Iterable[str], manager: Any) -> None:
         try:
             get_task_dict([task], manager)
         except Exception as error:  # datasets raises many kinds (ConnectionError, FileNotFoundError, ...)
-            failed[task] = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"[:300]
+            failed[task] = in_one_line(error)
     if failed:
         detail = "; ".join(f"{task}: {why}" for task, why in failed.items())
         raise DataError(

@@ -256,3 +256,11 @@ def test_undecodable_text_is_refused_in_the_first_mib_and_replaced_beyond(tmp_pa
     check_corpus(file, "data.train")
     [document] = DocumentSource(str(file)).open()  # one .txt file, one document
     assert document["text"].count("\ufffd") == int(bad) and len(document["text"]) == len(body) - len(inserted) + 1
+
+
+def test_an_error_named_in_one_line_is_its_type_and_its_first_line():
+    from fixed_embed.errors import in_one_line
+
+    assert in_one_line(KeyboardInterrupt()) == "KeyboardInterrupt"  # no message: no dangling ": "
+    assert in_one_line(RuntimeError("what failed\n  a second line")) == "RuntimeError: what failed"
+    assert in_one_line(ValueError("x" * 1000)) == ("ValueError: " + "x" * 1000)[:300]

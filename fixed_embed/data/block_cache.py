@@ -13,6 +13,7 @@ import torch
 
 from fixed_embed.atomic import atomic_write
 from fixed_embed.data.corpus import cache_root
+from fixed_embed.errors import in_one_line
 
 
 class BlockCache:
@@ -31,10 +32,7 @@ class BlockCache:
         except FileNotFoundError:
             return None
         except Exception as error:  # truncated, corrupt, unreadable: any of many types
-            reason = (str(error).splitlines() or [""])[0][:200]
-            warnings.warn(
-                f"block cache {self.path} is unreadable ({type(error).__name__}: {reason}); rebuilding", stacklevel=2
-            )
+            warnings.warn(f"block cache {self.path} is unreadable ({in_one_line(error)}); rebuilding", stacklevel=2)
             return None
         blocks = saved.get("blocks") if isinstance(saved, dict) else None
         usable = (
