@@ -48,9 +48,11 @@ test: install ## the whole test suite, as CI runs it (CPU, offline, <= 10 min on
 test-fast: install ## the inner loop: every in-process test, no subprocess or multi-rank run (<= 2.5 min)
 	$(BIN)/python -m pytest -q -ra $(test_jobs) -m "not slow" --durations=5
 
-lint: install ## ruff: lint rules and formatting (pyproject.toml [tool.ruff])
+lint: install ## ruff (rules, formatting), the layers' import contracts, the library's line budget (pyproject.toml)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
+	$(BIN)/python -m pytest -q tests/test_layout.py
 
 bench-core: install ## input-layer forward+backward time and training-state bytes per interface
 	$(BIN)/python benchmarks/input_layer.py

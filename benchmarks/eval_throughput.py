@@ -25,7 +25,7 @@ class Request:
 
 
 def requests() -> dict[str, list[Request]]:
-    from fixed_embed.tasks.offline_data import docs_ppl, word_order
+    from fixed_embed.evaluation.tasks.offline_data import docs_ppl, word_order
 
     items = word_order()["test"]
     choice = [Request(item["query"], c) for item in items for c in item["choices"]]
@@ -49,8 +49,8 @@ def main() -> None:
     from lm_eval.models.huggingface import HFLM
 
     from fixed_embed.cli.train import FixedEmbedCLI
-    from fixed_embed.evaluation import FixedEmbedLM
-    from fixed_embed.export import export_llama
+    from fixed_embed.evaluation.export import export_llama
+    from fixed_embed.evaluation.lm_eval_model import FixedEmbedLM
 
     with tempfile.TemporaryDirectory() as tmp:
         cli = FixedEmbedCLI(args=["--config", str(ROOT / f"experiments/tiny/{args.variant}.yaml")], run=False)

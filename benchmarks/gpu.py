@@ -7,7 +7,7 @@ Modes: ``eager``, ``compile`` (regional, per block), ``ac`` (activation checkpoi
 and ``compile+ac``. MFU = model FLOPs per token (the model's own report, 6N + 12 L d T) x tokens/s
 / dense peak (H200/H100: 989 TFLOP/s bf16). Each row is printed, and the JSON (``--out``)
 rewritten, as soon as it finishes; a row that runs out of memory is reported as such and the next
-one runs. Next to each peak: the estimate of :func:`fixed_embed.memory.memory_estimate`
+one runs. Next to each peak: the estimate of :func:`fixed_embed.measure.memory.memory_estimate`
 (allocated peak) for that row. Sized to finish in under 5 minutes on one H100/H200 (``make bench-gpu``).
 
 ``--tiny --device cpu`` runs the same code on the tiny config, as a smoke test.
@@ -34,11 +34,11 @@ MODES = {"eager": (False, False), "compile": (True, False), "ac": (False, True),
 
 def run(variant: str, mode: str, args: argparse.Namespace) -> dict:
     from fixed_embed.config import load_experiment
-    from fixed_embed.experiment import build_model
-    from fixed_embed.memory import memory_estimate
-    from fixed_embed.parallel import ParallelConfig, apply_parallelism
-    from fixed_embed.peak_flops import peak_flops
-    from fixed_embed.recipe import AdamWConfig, build_adamw
+    from fixed_embed.distributed.parallel import ParallelConfig, apply_parallelism
+    from fixed_embed.measure.memory import memory_estimate
+    from fixed_embed.measure.peak_flops import peak_flops
+    from fixed_embed.model.recipe import AdamWConfig, build_adamw
+    from fixed_embed.train.experiment import build_model
 
     device = torch.device(args.device)
     config = load_experiment(ROOT / "experiments" / ("tiny" if args.tiny else "paper") / f"{variant}.yaml")["model"]

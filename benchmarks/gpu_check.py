@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from experiments.rehearsal import launch, scalars  # noqa: E402
 from fixed_embed.errors import UserError  # noqa: E402
-from fixed_embed.run_lock import acquire  # noqa: E402
+from fixed_embed.run.lock import acquire  # noqa: E402
 
 STEPS = 8
 CALLBACKS = [

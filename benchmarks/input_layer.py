@@ -78,8 +78,8 @@ def paper_training_state(n_gpus: int = 2) -> Table:
     all of it; FSDP divides it by the number of GPUs.
     """
     from fixed_embed.config import load_experiment
-    from fixed_embed.experiment import build_model
-    from fixed_embed.recipe import AdamWConfig, build_adamw
+    from fixed_embed.model.recipe import AdamWConfig, build_adamw
+    from fixed_embed.train.experiment import build_model
 
     root = Path(__file__).resolve().parents[1] / "experiments" / "paper"
     sizes = {}

@@ -135,7 +135,7 @@ def run_fit(cli, steps: int) -> tuple[list[float], HookTimer, InputLayerTimer]:
 
 
 def run_plain(cli, steps: int) -> tuple[list[float], None, None]:
-    from fixed_embed.recipe import build_adamw, lr_at
+    from fixed_embed.model.recipe import build_adamw, lr_at
 
     model, datamodule = cli.model, cli.datamodule
     datamodule.setup("fit")

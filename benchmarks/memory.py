@@ -6,9 +6,9 @@ SwiGLU 1024), on CPU in fp32, so that the head and the loss dominate. Each mode 
 subprocess; after the model and the batch are built, the process's peak RSS is reset (Linux:
 ``/proc/self/clear_refs``; elsewhere the ``ru_maxrss`` delta) and the step's growth of the peak over
 that baseline is reported. ``unchunked`` is ``model.loss_chunk_tokens=0`` (``F.cross_entropy`` over
-the full fp32 [B, T, V] logits, the path :mod:`fixed_embed.loss` replaces); ``chunked`` the default
+the full fp32 [B, T, V] logits, the path :mod:`fixed_embed.model.loss` replaces); ``chunked`` the default
 chunk (``--chunk``). Full fp32 logits alone are B T V x 4 bytes = 3.0 GiB here. Each row also gives
-:func:`fixed_embed.memory.memory_estimate`'s growth for the same step (its allocated peak less the
+:func:`fixed_embed.measure.memory.memory_estimate`'s growth for the same step (its allocated peak less the
 weights and AdamW moments, which a forward + backward does not add: gradients, activations, loss,
 backward transient; fp32 on CPU) and its error against the measured growth; ``--calibrate``
 measures several shapes for that comparison (docs/benchmarks.md).
@@ -60,7 +60,7 @@ def measure(mode: str, args: argparse.Namespace) -> dict:
     """One training step in this process; the peak RSS growth over the state after building."""
     import torch
 
-    from fixed_embed.module import LanguageModel
+    from fixed_embed.train.module import LanguageModel
 
     torch.manual_seed(0)
     decoder = {"vocab_size": args.vocab, "d_model": args.d_model, "n_layers": args.layers, "n_heads": args.heads,
@@ -79,7 +79,7 @@ def measure(mode: str, args: argparse.Namespace) -> dict:
     # without the reset: a lower bound if building the model peaked above the baseline
     peak = _hwm_bytes() if exact else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     growth = peak - (baseline if exact else before)
-    from fixed_embed.memory import memory_estimate
+    from fixed_embed.measure.memory import memory_estimate
 
     # what the estimate says one forward + backward adds over the built model (fp32 on CPU)
     estimate = memory_estimate(model.decoder, args.batch, args.seq, mode="float32", loss_chunk_tokens=chunk)
@@ -126,7 +126,7 @@ def main() -> int:
     if args.chunk is None:
         import inspect
 
-        from fixed_embed.module import LanguageModel
+        from fixed_embed.train.module import LanguageModel
 
         args.chunk = inspect.signature(LanguageModel).parameters["loss_chunk_tokens"].default
     if args.one:

@@ -2,8 +2,8 @@
 
 For each paper variant x strategy (DDP bf16-mixed: experiments/strategies/ddp.yaml; FSDP2:
 experiments/strategies/fsdp.yaml) x world size x activation checkpointing, one update is traced on fake
-tensors (:func:`fixed_embed.trace.trace_update`, rank 0 of a fake process group under FSDP2) and its
-per-rank peak of live tensors set beside :func:`fixed_embed.memory.memory_estimate`'s allocated peak,
+tensors (:func:`fixed_embed.measure.trace.trace_update`, rank 0 of a fake process group under FSDP2) and its
+per-rank peak of live tensors set beside :func:`fixed_embed.measure.memory.memory_estimate`'s allocated peak,
 term by term: the model state, FSDP2's gathered parameters, and the rest (activations, the loss, autocast's
 copies, temporaries, FSDP2's unsharded gradients), from the traced peak's kinds (MemTracker's). DDP's
 per-rank memory does not depend on the world size: it is traced once per variant and checkpointing
@@ -27,10 +27,10 @@ GIB = 2**30
 
 def cell(variant: str, strategy: str, world_size: int, ac: bool, micro_batches: int | None) -> dict:
     from fixed_embed.config import deep_merge, load_experiment
-    from fixed_embed.experiment import build_model
-    from fixed_embed.fsdp import shards_parameters
-    from fixed_embed.memory import RunShape, model_memory_estimate
-    from fixed_embed.trace import trace_update
+    from fixed_embed.distributed.fsdp import shards_parameters
+    from fixed_embed.measure.memory import RunShape, model_memory_estimate
+    from fixed_embed.measure.trace import trace_update
+    from fixed_embed.train.experiment import build_model
 
     config = deep_merge(
         load_experiment(ROOT / f"experiments/paper/{variant}.yaml"),

@@ -1,12 +1,12 @@
 """BenchmarkCallback: is the model getting better at the benchmarks? lm-eval tasks on the live weights.
 
 Every ``every_n_steps`` updates (:mod:`callbacks.update_boundary`) and at the end of training, runs
-lm-eval on the model being trained (:class:`fixed_embed.evaluation.FixedEmbedLM`, no copy), logs
+lm-eval on the model being trained (:class:`fixed_embed.evaluation.lm_eval_model.FixedEmbedLM`, no copy), logs
 ``bench/<task>/<metric>`` at step n - 1 and writes the results to ``<run folder>/benchmarks/step_<N>/``.
 
 - Every rank takes part (lm-eval splits the requests and pads the ranks alike); keep ``limit`` small
   enough for the process group's timeout.
-- The tasks and their data (:func:`fixed_embed.task_data.check_task_data`) are checked when fitting
+- The tasks and their data (:func:`fixed_embed.evaluation.task_data.check_task_data`) are checked when fitting
   starts. An evaluation that fails fails the run on every rank; ``on_error: warn`` logs and goes on,
   safe only where the error is the same on every rank (a dataset out of reach).
 - The checkpoint due at this update is written first; a stop request stops the evaluation within one
@@ -29,8 +29,8 @@ from callbacks.preemption import PreemptionCheckpoint
 from callbacks.update_boundary import UpdateCallback, due
 from fixed_embed.config import NonNegativeInt, PositiveInt
 from fixed_embed.data.tokenizer import load_tokenizer
-from fixed_embed.parallel import eager_evaluation
-from fixed_embed.run_folder import benchmark_folder, step_checkpoint
+from fixed_embed.distributed.parallel import eager_evaluation
+from fixed_embed.run.folder import benchmark_folder, step_checkpoint
 
 
 class BenchmarkCallback(UpdateCallback):
@@ -88,8 +88,8 @@ class BenchmarkCallback(UpdateCallback):
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         # A misspelt task fails now, not 5,000 updates into the run.
         if self.enabled and stage == "fit":
-            from fixed_embed.suite import check_tasks
-            from fixed_embed.task_data import check_task_data
+            from fixed_embed.evaluation.suite import check_tasks
+            from fixed_embed.evaluation.task_data import check_task_data
 
             check_task_data(self.tasks, check_tasks(self.tasks, self.include_path))  # and their data
 
@@ -110,8 +110,8 @@ class BenchmarkCallback(UpdateCallback):
         self.evaluate(trainer, pl_module)
 
     def evaluate(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, float]:
-        from fixed_embed.evaluation import EvaluationInterrupted, FixedEmbedLM
-        from fixed_embed.suite import columns_for, run_suite, write_results
+        from fixed_embed.evaluation.lm_eval_model import EvaluationInterrupted, FixedEmbedLM
+        from fixed_embed.evaluation.suite import columns_for, run_suite, write_results
 
         step = trainer.global_step
         if self.tokenizer is not None:

@@ -3,7 +3,7 @@
 A ``step=N.ckpt`` every ``every_n_steps`` updates and at the run's last (before any end-of-run
 evaluation); the ``keep_last`` newest kept, plus every ``keep_every``-th for good; ``last.ckpt`` an
 atomically swapped symlink to the newest, which ``--ckpt_path last`` resumes
-(:func:`fixed_embed.resume_plan.choose_checkpoint`). The sizes behind it: docs/faults.md.
+(:func:`fixed_embed.run.resume_plan.choose_checkpoint`). The sizes behind it: docs/faults.md.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from callbacks.update_boundary import UpdateCallback
 from fixed_embed.atomic import atomic_symlink
 from fixed_embed.config import PositiveInt
-from fixed_embed.run_folder import LAST, checkpoint_folder, step_checkpoint, step_checkpoints, step_of
+from fixed_embed.run.folder import LAST, checkpoint_folder, step_checkpoint, step_checkpoints, step_of
 
 
 class CheckpointPolicy(UpdateCallback, Checkpoint):

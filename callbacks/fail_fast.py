@@ -1,7 +1,7 @@
 """FailFast: an exception on one rank ends every rank within seconds, with that rank's error named.
 
 Otherwise the others wait in their next collective until the process group's timeout. The failing
-rank publishes its error through :mod:`fixed_embed.rank_watch`, whose thread on every other rank
+rank publishes its error through :mod:`fixed_embed.distributed.rank_watch`, whose thread on every other rank
 prints it and exits with status 1; the failing rank raises as usual.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import lightning as L
 
-from fixed_embed import rank_watch
 from fixed_embed.config import PositiveFinite
+from fixed_embed.distributed import rank_watch
 
 
 class FailFast(L.Callback):

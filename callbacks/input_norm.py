@@ -18,7 +18,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 
 from callbacks._global_metrics import log_global
 from callbacks.update_boundary import UpdateCallback
-from fixed_embed.norms import global_sq_sums
+from fixed_embed.distributed.norms import global_sq_sums
 
 
 class InputNormMonitor(UpdateCallback):

@@ -12,12 +12,12 @@ from lightning.pytorch.callbacks import ModelSummary
 from rich.console import Console
 from rich.table import Table
 
-from fixed_embed.accounting import module_costs
-from fixed_embed.memory import optimizer_state_bytes
+from fixed_embed.measure.memory import optimizer_state_bytes
+from fixed_embed.model.accounting import module_costs
 
 
 def summary_table(module: L.LightningModule) -> Table:
-    """The table for a LanguageModel (anything with a ``decoder`` built by fixed_embed.model)."""
+    """The table for a LanguageModel (anything with a ``decoder`` built by fixed_embed.model.decoder)."""
     decoder = module.decoder
     rows = module_costs(decoder)
     table = Table(title=f"{type(module).__name__} with {type(decoder.interface).__name__}")

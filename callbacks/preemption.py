@@ -2,7 +2,7 @@
 
 Lightning's own handler raises at the next micro-batch (possibly mid-accumulation, losing its
 gradients) and exits with an error. Here the handler only records the signal and tells the other
-ranks through :mod:`fixed_embed.rank_watch`; after the next update the ranks vote, save through
+ranks through :mod:`fixed_embed.distributed.rank_watch`; after the next update the ranks vote, save through
 :func:`callbacks.checkpointing.save_now` and stop (docs/faults.md). An evaluation in flight polls
 :meth:`PreemptionCheckpoint.stop_requested` between batches (:mod:`callbacks.benchmarks`).
 """
@@ -18,7 +18,7 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from callbacks.checkpointing import save_now
 from callbacks.update_boundary import UpdateCallback
-from fixed_embed import rank_watch
+from fixed_embed.distributed import rank_watch
 from fixed_embed.lightning_internals import skip_sigterm_broadcast
 
 

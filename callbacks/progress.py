@@ -4,7 +4,7 @@ Lightning's bars count an epoch's micro-batches; this one counts updates up to `
 from ``trainer.global_step`` (a resumed run starts where it stopped) and reads its metrics once per
 update (each read is a host sync). Validation and test passes get a bar while they run; each
 validation of a fit ends with one line of its metrics. At set-up it opens the run's log file
-(:func:`fixed_embed.console.attach_run_folder`). Drawn with ``rich`` on Lightning's public ``ProgressBar``.
+(:func:`fixed_embed.run.console.attach_run_folder`). Drawn with ``rich`` on Lightning's public ``ProgressBar``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from rich.progress import (
 )
 from rich.text import Text
 
-from fixed_embed import console
+from fixed_embed.run import console
 
 
 class _RateColumn(ProgressColumn):

@@ -7,7 +7,7 @@ validation in it are left out; the callbacks after this one run between windows.
 
 - ``perf/tokens_per_sec``, ``perf/samples_per_sec``: over all ranks, prediction tokens;
 - ``perf/mfu``: the model's FLOPs per token (``Decoder.flops_per_token``) x tokens/s over the devices'
-  dense peak (:mod:`fixed_embed.peak_flops`) in the dtype the matmuls run in; not on CPU;
+  dense peak (:mod:`fixed_embed.measure.peak_flops`) in the dtype the matmuls run in; not on CPU;
 - ``perf/peak_mem_gb``: peak allocated CUDA memory, or peak RSS on CPU; the maximum over ranks;
 - ``perf/data_wait_frac``: the share spent in the loop's ``next()`` on the dataloader
   (:class:`fixed_embed.lightning_internals.FetchTimer`).
@@ -28,7 +28,7 @@ from callbacks._global_metrics import log_global
 from callbacks.update_boundary import UpdateCallback
 from fixed_embed.config import NonNegativeInt
 from fixed_embed.lightning_internals import FetchTimer
-from fixed_embed.peak_flops import peak_flops, training_matmul_dtype
+from fixed_embed.measure.peak_flops import peak_flops, training_matmul_dtype
 
 
 class SpeedMonitor(UpdateCallback):

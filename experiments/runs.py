@@ -7,7 +7,7 @@ read back from its TensorBoard events. With ``--out``, rows go to ``OUT.json`` a
 to ``OUT.md`` with the git commit that produced it. ``jobs`` runs several fits at once, the cores
 split between them (on 2 cores, two 1-thread fits train ~7 % more tokens/s than one 2-thread fit
 and overlap each other's start-up and evaluation). With ``evaluate``, a suite of
-``fixed_embed.suite`` scores each run's final checkpoint and its scores join the row.
+``fixed_embed.evaluation.suite`` scores each run's final checkpoint and its scores join the row.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from fixed_embed.atomic import atomic_write_text
 from fixed_embed.errors import UserError
-from fixed_embed.run_lock import RunLock, acquire
+from fixed_embed.run.lock import RunLock, acquire
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -83,8 +83,8 @@ def run(name: str, config: Configs, logs: str, extra: list[str], threads: int | 
     """
     from fixed_embed.config import DEFAULT_RUN
     from fixed_embed.errors import CheckpointError
-    from fixed_embed.experiment import build_model
-    from fixed_embed.resume_plan import choose_checkpoint
+    from fixed_embed.run.resume_plan import choose_checkpoint
+    from fixed_embed.train.experiment import build_model
 
     configs = [config] if isinstance(config, Path) else list(config)
     env = {**os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {})}
@@ -96,7 +96,7 @@ def run(name: str, config: Configs, logs: str, extra: list[str], threads: int | 
     # The code the run starts from, and whether a checkpoint of an earlier attempt is resumed (its wall time
     # and tokens/s then cover this attempt only).
     commit, dirty = _git_commit(), _code_changed()
-    try:  # what fit's --ckpt_path last resumes (one rule: fixed_embed.resume_plan.choose_checkpoint)
+    try:  # what fit's --ckpt_path last resumes (one rule: fixed_embed.run.resume_plan.choose_checkpoint)
         resumed = choose_checkpoint(run_dir / "checkpoints")[0] is not None
     except CheckpointError:  # a stale last.ckpt: there is a run, and the fit says why it refuses it
         resumed = True

@@ -36,7 +36,7 @@ def estimate(steps: list[tuple], flops_per_sec: float, finished: Collection[str]
              adopt: Collection[str] = ()) -> list[str]:  # fmt: skip
     """One line per run (targets, training FLOPs, and hours at ``flops_per_sec``, or "finished" for a run in
     the runs file, "adopt" for one to copy from an earlier runs file) and the total still to run."""
-    from fixed_embed.experiment import build_model
+    from fixed_embed.train.experiment import build_model
 
     lines, left, counts = [], 0.0, {"finished": 0, "adopt": 0}
     for run_name, configs, flags in steps:

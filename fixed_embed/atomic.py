@@ -13,6 +13,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
+from fixed_embed.errors import ConfigError
+
 
 def temporary_name(path: str | os.PathLike) -> Path:
     """The hidden sibling ``.<name>.tmp-<pid>`` that :func:`atomic_path` writes before the rename."""
@@ -67,25 +69,22 @@ def atomic_symlink(target: str | os.PathLike, link: str | os.PathLike) -> None:
 
 
 @contextmanager
-def atomic_folder(path: str | os.PathLike, fix: str = "or choose another folder") -> Iterator[Path]:
+def atomic_folder(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a new, empty temporary folder to fill; on success it replaces ``path`` as a whole; on an exception it
-    is removed and ``path`` is untouched. One writer at a time: it holds the run lock ``.<name>.lock`` beside it."""
-    from fixed_embed.run_lock import acquire  # it imports this module
-
+    is removed and ``path`` is untouched. The caller holds the folder's lock (one writer at a time)."""
     path = Path(path)
     tmp, old = temporary_name(path), path.with_name(f".{path.name}.old-{os.getpid()}")
-    with acquire(path, fix, beside=True):
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
-        try:
-            yield tmp
-            if path.exists():
-                shutil.rmtree(old, ignore_errors=True)
-                os.replace(path, old)
-            os.replace(tmp, path)
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        yield tmp
+        if path.exists():
             shutil.rmtree(old, ignore_errors=True)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+            os.replace(path, old)
+        os.replace(tmp, path)
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def remove_orphans(folder: str | os.PathLike) -> list[Path]:
@@ -109,3 +108,16 @@ def process_running(pid: int) -> bool:
     except PermissionError:  # another user's process
         return True
     return True
+
+
+def check_output(path: str | os.PathLike, what: str) -> None:
+    """Refuse an output path that cannot be made: a name longer than the file system takes, a parent that is a file."""
+    path = Path(path)
+    for part in path.parts:
+        if len(os.fsencode(part)) > 255:
+            raise ConfigError(f"{what} {path}: the name {part[:40]}... is {len(os.fsencode(part))} bytes; at most 255")
+    for parent in [path, *path.parents]:
+        if parent.exists():
+            if parent != path and not parent.is_dir():
+                raise ConfigError(f"{what} {path}: {parent} is a file, not a folder; choose another path")
+            return

@@ -33,6 +33,10 @@ class RunWriteError(UserError):
     """The file system refused a write of the run (no space, file too large, name too long, permission)."""
 
 
+class RunComplete(Exception):
+    """The checkpoint to resume is at the run's length: nothing to train (the message says so, and what is left)."""
+
+
 # OSErrors that say the environment refuses a write or a name -- never a bug: the CLI prints one line, exit 2.
 ENVIRONMENT_ERRNOS = frozenset(
     {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.ENAMETOOLONG, errno.EACCES, errno.EPERM, errno.EROFS}

@@ -3,7 +3,7 @@
 Lightning is pinned (``pyproject.toml``); ``tests/test_lightning_internals.py`` checks every name,
 signature and call in :data:`LIGHTNING_INTERNALS` and :data:`TORCH_INTERNALS`, so an upgrade fails
 there by name (docs/design.md, "Lightning internals"). Imports neither Lightning nor torch:
-:mod:`fixed_embed.console` uses it before any library is imported.
+:mod:`fixed_embed.run.console` uses it before any library is imported.
 """
 
 from __future__ import annotations
@@ -53,26 +53,28 @@ TORCH_INTERNALS: tuple[Internal, ...] = (
     Internal("tqdm.std.tqdm", "__init__", "method", ("self", "iterable", "desc", "total", "leave", "file", "..."),
              used_by="route_tqdm: file is the 5th positional parameter"),
     Internal("torch.distributed.distributed_c10d", "_get_default_store", "method", (),
-             used_by="fixed_embed/rank_watch.py: the launcher's store, for a stop no collective can carry"),
+             used_by="fixed_embed/distributed/rank_watch.py: the launcher's store, for a stop no collective carries"),
     Internal("torch.nn.Module", "_apply", "method", ("self", "fn", "recurse"),
-             used_by="fixed_embed/model.py: RoPE tables recomputed in fp32 after a dtype move (no public hook)"),
+             used_by="fixed_embed/model/decoder.py: RoPE tables recomputed in fp32 after a dtype move (no hook)"),
     Internal("torch.nn.Module", "_load_from_state_dict", "method", ("self", "state_dict", "prefix", "..."),
              used_by="fixed_embed/interfaces: a fixed code's stored state checked against its spec, naming both"),
     Internal("torch", "_assert_async",
              used_by="fixed_embed/interfaces/base.py: the id range checked on the device, without a host sync"),
-    # fixed_embed/trace.py: torch's memory tracing has no public API yet (torchtitan's estimator uses these)
-    Internal("torch._subclasses.fake_tensor", "FakeTensorMode", used_by="fixed_embed/trace.py: storage-less tensors"),
+    # fixed_embed/measure/trace.py: torch's memory tracing has no public API yet (torchtitan's estimator uses these)
+    Internal("torch._subclasses.fake_tensor", "FakeTensorMode",
+             used_by="fixed_embed/measure/trace.py: storage-less tensors"),
     Internal("torch._subclasses.fake_tensor", "is_fake",
              used_by="fixed_embed/interfaces/base.py: fake ids have no values to check (trace_update)"),
-    Internal("torch.distributed._tools.mem_tracker", "MemTracker", used_by="fixed_embed/trace.py: the peak, by kind"),
+    Internal("torch.distributed._tools.mem_tracker", "MemTracker",
+             used_by="fixed_embed/measure/trace.py: the peak, by kind"),
     Internal("torch.distributed._tools.fsdp2_mem_tracker", "FSDPMemTracker",
-             used_by="fixed_embed/trace.py: the peak, by kind, with FSDP2's gathers and reduce-scatters"),
+             used_by="fixed_embed/measure/trace.py: the peak, by kind, with FSDP2's gathers and reduce-scatters"),
     Internal("torch.testing._internal.distributed.fake_pg", "FakeStore",
-             used_by="fixed_embed/trace.py: importing it registers the 'fake' process group (one rank of W)"),
+             used_by="fixed_embed/measure/trace.py: importing it registers the 'fake' process group (one rank of W)"),
     Internal("torch.ops.aten", "_scaled_dot_product_flash_attention_for_cpu",
-             used_by="fixed_embed/trace.py: its FLOPs, which FlopCounterMode counts for the CUDA kernels only"),
+             used_by="fixed_embed/measure/trace.py: its FLOPs, which FlopCounterMode counts for the CUDA kernels only"),
     Internal("torch.ops.aten", "_scaled_dot_product_flash_attention_for_cpu_backward",
-             used_by="fixed_embed/trace.py: as the forward"),
+             used_by="fixed_embed/measure/trace.py: as the forward"),
 )  # fmt: skip
 
 
@@ -192,7 +194,7 @@ def route_tqdm(stream: Any) -> None:
 def take_over_logger(logger: logging.Logger, cls: type[logging.Logger]) -> None:
     """Make the existing ``logger`` an instance of ``cls`` (a ``logging.Logger`` subclass adding no state).
 
-    Why: libraries configure their logger when imported, after :func:`fixed_embed.console.setup`, and
+    Why: libraries configure their logger when imported, after :func:`fixed_embed.run.console.setup`, and
     ``logging.setLoggerClass`` affects only loggers created later.
     """
     logger.__class__ = cls

@@ -27,9 +27,9 @@ from callbacks.benchmarks import BenchmarkCallback
 from callbacks.fail_fast import FailFast
 from callbacks.gradients import GradientMonitor
 from callbacks.input_norm import InputNormMonitor
-from fixed_embed.fsdp import FSDP2Strategy
+from fixed_embed.distributed.fsdp import FSDP2Strategy
 from fixed_embed.interfaces import LearnedInput
-from fixed_embed.module import LanguageModel
+from fixed_embed.train.module import LanguageModel
 
 GLOBAL_BATCH, SEQ, VOCAB = 8, 16, 300
 

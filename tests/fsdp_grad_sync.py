@@ -25,9 +25,9 @@ MICRO = 3
 def grads(rank: int, sync_every: bool, shard_group_size: int | None) -> dict[str, torch.Tensor]:
     from torch.distributed.device_mesh import init_device_mesh
 
+    from fixed_embed.distributed.parallel import ParallelConfig, apply_parallelism
     from fixed_embed.interfaces import LearnedInput
-    from fixed_embed.model import Decoder, DecoderConfig
-    from fixed_embed.parallel import ParallelConfig, apply_parallelism
+    from fixed_embed.model.decoder import Decoder, DecoderConfig
 
     torch.manual_seed(0)
     config = DecoderConfig(**TINY)

@@ -5,7 +5,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 
 from fixed_embed.data import TextDataModule
 from fixed_embed.interfaces import GF2CodeInput
-from fixed_embed.module import LanguageModel
+from fixed_embed.train.module import LanguageModel
 
 TINY_DECODER = {"vocab_size": 300, "d_model": 32, "n_layers": 2, "n_heads": 4, "ffn_dim": 64, "max_seq_len": 16}
 

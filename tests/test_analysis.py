@@ -5,12 +5,12 @@ import json
 import pytest
 import torch
 
-from fixed_embed.analysis import identity_probe, layer_ablation, text_blocks
-from fixed_embed.analysis.ablation import _loss
-from fixed_embed.analysis.probe import majority_baseline, plot_probe, probe_sample
 from fixed_embed.data.tokenizer import load_tokenizer
+from fixed_embed.evaluation.analysis import identity_probe, layer_ablation, text_blocks
+from fixed_embed.evaluation.analysis.ablation import _loss
+from fixed_embed.evaluation.analysis.probe import majority_baseline, plot_probe, probe_sample
 from fixed_embed.interfaces import BinaryCodeInput, LearnedInput
-from fixed_embed.model import Decoder, DecoderConfig
+from fixed_embed.model.decoder import Decoder, DecoderConfig
 from tests.cli import run_cli
 from tests.helpers import fit_tiny
 

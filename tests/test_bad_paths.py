@@ -127,7 +127,7 @@ def commands() -> list[str]:
 @pytest.fixture(scope="module")
 def valid(tmp_path_factory, corpus):
     from fixed_embed.data.tokenizer import load_tokenizer
-    from fixed_embed.module import LanguageModel
+    from fixed_embed.train.module import LanguageModel
     from tests.helpers import TINY_DECODER
     from tests.test_safety import dcp_folder
 

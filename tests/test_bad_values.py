@@ -183,7 +183,7 @@ def test_params_refuses_a_bad_model_value_of_its_config_in_one_line(key, kind, v
     import yaml
 
     from fixed_embed.config import load_experiment
-    from fixed_embed.experiment import build_model
+    from fixed_embed.train.experiment import build_model
 
     model = load_experiment(CONFIG)["model"]
     *path, last = key.split(".")[1:]

@@ -19,9 +19,9 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from callbacks.gradients import GradientMonitor
 from callbacks.input_norm import InputNormMonitor
 from callbacks.throughput import SpeedMonitor
-from fixed_embed.codes import bits_of
 from fixed_embed.interfaces import BinaryCodeInput, GF2CodeInput, LearnedInput
-from fixed_embed.peak_flops import peak_flops
+from fixed_embed.interfaces.codes import bits_of
+from fixed_embed.measure.peak_flops import peak_flops
 from tests import distributed_fit
 from tests.helpers import fit_tiny
 
@@ -244,7 +244,7 @@ class Probe(L.Callback):
         self.seen = []
 
     def on_train_batch_end(self, trainer, module, *args):
-        from fixed_embed import rank_watch
+        from fixed_embed.distributed import rank_watch
 
         self.seen.append({
             "forward hooks": len(module.decoder.interface._forward_hooks),

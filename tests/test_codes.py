@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from fixed_embed.codes import (
+from fixed_embed.interfaces.codes import (
     bits_of,
     code_width,
     decode_bits,

@@ -11,7 +11,7 @@ import pytest
 
 from callbacks.progress import UpdateProgressBar
 from fixed_embed.data import TextDataModule
-from fixed_embed.module import LanguageModel
+from fixed_embed.train.module import LanguageModel
 from tests.helpers import TINY_DECODER
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -20,7 +20,7 @@ ROUTING = """
 import logging, sys, warnings
 from pathlib import Path
 from tqdm import tqdm
-from fixed_embed import console
+from fixed_embed.run import console
 
 console.setup("fit")
 import lightning  # adds its own stderr handler when imported: refused
@@ -84,7 +84,7 @@ def test_the_console_shows_this_projects_lines_and_the_log_file_has_everything(t
 @pytest.mark.slow
 def test_a_command_without_a_run_folder_logs_to_logs_command_log(tmp_path):
     code = (
-        "import logging, sys; sys.argv[0] = 'fixed-embed'; from fixed_embed import console; "
+        "import logging, sys; sys.argv[0] = 'fixed-embed'; from fixed_embed.run import console; "
         "console.setup('eval'); logging.getLogger('lm_eval').info('x')"
     )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=60)

@@ -5,7 +5,6 @@ import math
 import pytest
 import torch
 
-from fixed_embed.codes import bits_of
 from fixed_embed.interfaces import (
     BinaryCodeInput,
     GF2CodeInput,
@@ -15,7 +14,8 @@ from fixed_embed.interfaces import (
     RandomCodeInput,
     binary_code_norm,
 )
-from fixed_embed.module import _interface_factory
+from fixed_embed.interfaces.codes import bits_of
+from fixed_embed.train.module import _interface_factory
 from tests.helpers import fit_tiny
 
 V, D = 300, 40  # K = 9; d is not a multiple of K, so the truncated last copy is exercised

@@ -22,8 +22,8 @@ from fixed_embed.data import DocumentSource, TextDataModule
 from fixed_embed.data.pretokenize import pretokenize
 from fixed_embed.data.token_shards import INDEX, TokenShards
 from fixed_embed.errors import DataError, UserError
-from fixed_embed.loading import load_checkpoint
-from fixed_embed.resume_plan import read_checkpoint
+from fixed_embed.evaluation.loading import load_checkpoint
+from fixed_embed.run.resume_plan import read_checkpoint
 from tests.cli import run_cli
 from tests.test_lifecycle import fit_args
 
@@ -217,8 +217,8 @@ def test_an_index_without_checksums_warns_and_a_bad_id_names_its_shard_and_block
 
 
 def test_a_checkpoint_is_refused_by_its_crc32_and_one_saved_without_them_is_read(tmp_path):
+    from fixed_embed.distributed.checkpoint import load_weights_only
     from fixed_embed.errors import CheckpointError
-    from fixed_embed.fsdp import load_weights_only
 
     torch.save({"weights": torch.arange(4096.0)}, tmp_path / "a.ckpt")
     flip(tmp_path / "a.ckpt")

@@ -8,12 +8,12 @@ import torch
 
 from fixed_embed.cli import main
 from fixed_embed.data.tokenizer import load_tokenizer
-from fixed_embed.evaluation import FixedEmbedLM
-from fixed_embed.export import export_llama
+from fixed_embed.evaluation.export import export_llama
+from fixed_embed.evaluation.lm_eval_model import FixedEmbedLM
+from fixed_embed.evaluation.loading import load_checkpoint
+from fixed_embed.evaluation.suite import TABLE_NOTES, Column, markdown_table, run_suite
 from fixed_embed.interfaces import BinaryCodeInput, GF2CodeInput, LearnedInput
-from fixed_embed.loading import load_checkpoint
-from fixed_embed.module import LanguageModel
-from fixed_embed.suite import TABLE_NOTES, markdown_table, run_suite
+from fixed_embed.train.module import LanguageModel
 from tests.cli import run_cli
 from tests.helpers import TINY_DECODER, fit_tiny
 
@@ -66,7 +66,7 @@ def test_scores_equal_lm_eval_hf_backend_on_the_export(tmp_path, checkpoint):
     import lm_eval
     from lm_eval.tasks import TaskManager
 
-    from fixed_embed.tasks import tasks_dir
+    from fixed_embed.evaluation.tasks import tasks_dir
 
     model, tokenizer = load_checkpoint(checkpoint)
     export_llama(model, tokenizer, tmp_path / "hf")
@@ -185,4 +185,4 @@ def test_bad_inputs_are_clear_errors(tmp_path, checkpoint):
         FixedEmbedLM(str(checkpoint), device="cpu", dtyp="bfloat16")
     lm = FixedEmbedLM(str(checkpoint), device="cpu")
     with pytest.raises(ValueError, match=r"lm-eval knows no task \['no_such_task_xyz'\]"):
-        run_suite(lm, [__import__("fixed_embed.suite").suite.Column("no_such_task_xyz", "acc")])
+        run_suite(lm, [Column("no_such_task_xyz", "acc")])

@@ -12,14 +12,14 @@ import pytest
 import torch
 
 from callbacks.preemption import PreemptionCheckpoint
-from fixed_embed.checkpoint_io import AtomicCheckpointIO
+from fixed_embed.distributed.checkpoint import AtomicCheckpointIO
 from tests.helpers import fit_tiny
 
 ROOT = Path(__file__).resolve().parents[1]
 
 SAVE_FOREVER = """
 import sys, torch
-from fixed_embed.checkpoint_io import AtomicCheckpointIO
+from fixed_embed.distributed.checkpoint import AtomicCheckpointIO
 io, path = AtomicCheckpointIO(), sys.argv[1]
 weights = torch.arange(6_000_000, dtype=torch.float32)  # 24 MB: a save takes a while
 step = 0

@@ -17,11 +17,11 @@ from jsonargparse import ArgumentParser
 from lightning.pytorch.plugins.precision import HalfPrecision, MixedPrecision, Precision
 from lightning.pytorch.strategies import DDPStrategy
 
+from fixed_embed.distributed.fsdp import FSDP2Strategy
 from fixed_embed.errors import ConfigError
-from fixed_embed.fsdp import FSDP2Strategy
 from fixed_embed.interfaces import GF2CodeInput, LearnedInput
-from fixed_embed.module import LanguageModel
-from fixed_embed.peak_flops import PEAK_FLOPS, peak_flops, training_matmul_dtype
+from fixed_embed.measure.peak_flops import PEAK_FLOPS, peak_flops, training_matmul_dtype
+from fixed_embed.train.module import LanguageModel
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = {"vocab_size": 300, "d_model": 32, "n_layers": 2, "n_heads": 4, "ffn_dim": 64, "max_seq_len": 16}
@@ -152,8 +152,8 @@ def test_no_host_sync_on_non_final_micro_batches(tmp_path, corpus, monkeypatch):
 def test_validation_and_evaluation_do_not_recompile_the_training_graph(tmp_path, corpus, monkeypatch):
     from torch._dynamo.testing import CompileCounter
 
-    from fixed_embed.evaluation import FixedEmbedLM
-    from fixed_embed.parallel import eager_evaluation
+    from fixed_embed.distributed.parallel import eager_evaluation
+    from fixed_embed.evaluation.lm_eval_model import FixedEmbedLM
     from tests.helpers import fit_tiny
 
     torch._dynamo.reset()
@@ -202,8 +202,8 @@ class FakeMesh:
 def test_fsdp2_root_keeps_torch_default_and_blocks_reshard(monkeypatch):
     import torch.distributed.fsdp as fsdp
 
-    from fixed_embed.model import Decoder, DecoderConfig
-    from fixed_embed.parallel import ParallelConfig, apply_parallelism
+    from fixed_embed.distributed.parallel import ParallelConfig, apply_parallelism
+    from fixed_embed.model.decoder import Decoder, DecoderConfig
 
     calls = []
     monkeypatch.setattr(fsdp, "fully_shard", lambda module, **kw: calls.append((module, kw)))
@@ -263,7 +263,7 @@ def test_fsdp2_gradients_without_per_micro_batch_reduce_scatter_equal_todays(tmp
 
 
 def test_rope_rotates_in_fp32_and_keeps_fp32_tables_under_bf16():
-    from fixed_embed.model import RotaryEmbedding
+    from fixed_embed.model.decoder import RotaryEmbedding
 
     reference = RotaryEmbedding(8, 2048)
     rope = RotaryEmbedding(8, 2048).to(torch.bfloat16)  # bf16-true converts the whole module
@@ -279,8 +279,8 @@ def test_rope_rotates_in_fp32_and_keeps_fp32_tables_under_bf16():
 
 
 def test_paper_ddp_needs_a_change_on_80gb_and_fits_on_h200():
-    from fixed_embed.experiment import memory_plan, training_memory
-    from fixed_embed.memory import GPU_KINDS
+    from fixed_embed.measure.memory import GPU_KINDS
+    from fixed_embed.train.experiment import memory_plan, training_memory
 
     config = ROOT / "experiments" / "paper" / "binary16.yaml"
     est = training_memory(config)
@@ -296,7 +296,7 @@ def test_paper_ddp_needs_a_change_on_80gb_and_fits_on_h200():
 
 
 def test_fit_refuses_to_start_when_the_estimate_exceeds_the_device(monkeypatch):
-    import fixed_embed.memory as memory
+    import fixed_embed.measure.memory as memory
 
     model = LanguageModel(decoder=TINY, interface=GF2CodeInput)
     model.trainer = SimpleNamespace(max_steps=3)
@@ -326,8 +326,8 @@ metric_list:
 
 def test_a_task_whose_data_cannot_be_loaded_fails_at_fit_start_with_the_way_out(tmp_path):
     from fixed_embed.errors import DataError
-    from fixed_embed.suite import check_tasks
-    from fixed_embed.task_data import check_task_data
+    from fixed_embed.evaluation.suite import check_tasks
+    from fixed_embed.evaluation.task_data import check_task_data
 
     tasks = tmp_path / "tasks"
     tasks.mkdir()
@@ -341,7 +341,7 @@ def test_prefetch_caches_the_paper_suite_and_the_tokenizer(monkeypatch):
     import lm_eval.tasks
 
     import fixed_embed.data.tokenizer as tokenizer
-    import fixed_embed.suite as suite
+    import fixed_embed.evaluation.suite as suite
     from tests.cli import run_cli
 
     built, loaded = [], []

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 import fixed_embed.interfaces as interfaces
-from fixed_embed.codes import bits_of, matrix_from_rows, random_invertible_gf2
 from fixed_embed.interfaces import BinaryCodeInput, GF2CodeInput, InputInterface, LearnedInput
-from fixed_embed.model import Decoder, DecoderConfig
+from fixed_embed.interfaces.codes import bits_of, matrix_from_rows, random_invertible_gf2
+from fixed_embed.model.decoder import Decoder, DecoderConfig
 
 V, D = 49152, 2048
 

@@ -1,7 +1,12 @@
-"""The library never imports the ``fixed-embed`` command; the command's modules are shells of one shape."""
+"""The tree's shape: the layers' import contracts (pyproject.toml), the library's line budget, files of at most
+400 lines; the library never imports the ``fixed-embed`` command, whose modules are shells of one shape."""
 
 import ast
+import subprocess
+import tomllib
 from pathlib import Path
+
+from importlinter.cli import lint_imports
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = ROOT / "fixed_embed" / "cli"
@@ -40,3 +45,28 @@ def test_every_command_module_exposes_run_argv_and_no_library():
             run = defined.get("run")
             assert isinstance(run, ast.FunctionDef), f"{path.name} has no run(argv)"
             assert [a.arg for a in run.args.args] == ["argv"], f"{path.name}: run must take (argv)"
+
+
+def library_lines() -> int:
+    files = [*(ROOT / "fixed_embed").rglob("*.py"), *(ROOT / "callbacks").rglob("*.py")]
+    return sum(len(path.read_text().splitlines()) for path in files)
+
+
+def test_the_library_stays_within_its_line_budget():
+    budget = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["fixed-embed"]["library_lines"]
+    lines = library_lines()
+    assert lines <= budget, (
+        f"fixed_embed/ + callbacks/ hold {lines:,} lines, over the budget of {budget:,} (pyproject.toml "
+        "[tool.fixed-embed]): delete before you add"
+    )
+
+
+def test_every_import_keeps_the_layer_contracts(capsys):
+    # grimp reads the source; nothing is imported. The output names each broken contract and its import chain.
+    assert lint_imports(config_filename=str(ROOT / "pyproject.toml"), no_cache=True) == 0, capsys.readouterr().out
+
+
+def test_no_file_in_the_tree_is_over_400_lines():
+    tracked = subprocess.run(["git", "ls-files", "*.py"], cwd=ROOT, capture_output=True, text=True).stdout.split()
+    long = {name: n for name in tracked if (n := len((ROOT / name).read_text().splitlines())) > 400}
+    assert not long, f"files over 400 lines (split them by concept): {long}"

@@ -143,7 +143,7 @@ class SigtermInEvaluation(PreemptionCheckpoint):
     """Sends itself SIGTERM from inside the end-of-run evaluation's first forward pass."""
 
     def on_train_end(self, trainer, module):
-        from fixed_embed.evaluation import FixedEmbedLM
+        from fixed_embed.evaluation.lm_eval_model import FixedEmbedLM
 
         original = FixedEmbedLM._logits
 

@@ -7,9 +7,9 @@ import torch
 import torch.nn.functional as F
 
 from fixed_embed.interfaces import GF2CodeInput, LearnedInput
-from fixed_embed.loss import linear_cross_entropy
-from fixed_embed.model import Decoder, DecoderConfig
-from fixed_embed.module import LanguageModel
+from fixed_embed.model.decoder import Decoder, DecoderConfig
+from fixed_embed.model.loss import linear_cross_entropy
+from fixed_embed.train.module import LanguageModel
 
 CONFIG = DecoderConfig(vocab_size=300, d_model=32, n_layers=2, n_heads=4, ffn_dim=64, max_seq_len=16)
 N = 3 * 16  # tokens of a [3, 16] batch
@@ -140,8 +140,8 @@ def _fsdp_worker(rank, world, port, results):
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
-    from fixed_embed.norms import global_sq_sums
-    from fixed_embed.parallel import ParallelConfig, apply_parallelism
+    from fixed_embed.distributed.norms import global_sq_sums
+    from fixed_embed.distributed.parallel import ParallelConfig, apply_parallelism
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:

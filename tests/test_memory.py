@@ -11,9 +11,9 @@ import torch
 import yaml
 
 from fixed_embed.interfaces import GF2CodeInput, LearnedInput
-from fixed_embed.memory import RunShape, activation_mode, memory_estimate, memory_warning, model_memory_estimate
-from fixed_embed.model import Decoder, DecoderConfig
-from fixed_embed.module import LanguageModel
+from fixed_embed.measure.memory import RunShape, activation_mode, memory_estimate, memory_warning, model_memory_estimate
+from fixed_embed.model.decoder import Decoder, DecoderConfig
+from fixed_embed.train.module import LanguageModel
 from tests.cli import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -136,7 +136,7 @@ def test_memory_warning_compares_the_estimate_with_the_device():
 
 
 def test_params_command_prints_the_memory_estimate(tmp_path):
-    from fixed_embed.experiment import training_memory
+    from fixed_embed.train.experiment import training_memory
 
     paper = ROOT / "experiments" / "paper"
     est = training_memory(str(paper / "binary16.yaml"))

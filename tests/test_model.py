@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from fixed_embed.interfaces import BinaryCodeInput, GF2CodeInput, LearnedInput
-from fixed_embed.model import Decoder, DecoderConfig, RotaryEmbedding
+from fixed_embed.model.decoder import Decoder, DecoderConfig, RotaryEmbedding
 
 CONFIG = DecoderConfig(vocab_size=256, d_model=32, n_layers=2, n_heads=4, ffn_dim=64, max_seq_len=16)
 INTERFACES = [LearnedInput, BinaryCodeInput, GF2CodeInput]
@@ -83,7 +83,7 @@ def test_flops_match_6n_plus_attention_formula():
 
 
 def test_head_flops_are_reported_once_tied_or_not():
-    from fixed_embed.accounting import module_costs
+    from fixed_embed.model.accounting import module_costs
 
     for tie in (False, True):
         config = DecoderConfig(**{**CONFIG.to_dict(), "tie_embeddings": tie})

@@ -22,9 +22,9 @@ from unittest import mock
 
 import pytest
 
-from fixed_embed import run_lock
 from fixed_embed.cli import COMMANDS
-from fixed_embed.run_lock import LOCK_NAME, acquire
+from fixed_embed.run import lock as run_lock
+from fixed_embed.run.lock import LOCK_NAME, acquire
 from tests.cli import run_cli
 from tests.helpers import fit_tiny
 from tests.test_bad_paths import OUTPUT, arguments

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from fixed_embed.evaluation import FixedEmbedLM
-from fixed_embed.export import export_llama
-from fixed_embed.fsdp import consolidate, is_sharded_checkpoint
+from fixed_embed.distributed.checkpoint import consolidate, is_sharded_checkpoint
+from fixed_embed.evaluation.export import export_llama
+from fixed_embed.evaluation.lm_eval_model import FixedEmbedLM
+from fixed_embed.evaluation.loading import load_checkpoint
 from fixed_embed.interfaces import BinaryCodeInput, LearnedInput
-from fixed_embed.loading import load_checkpoint
-from fixed_embed.model import Decoder, DecoderConfig
+from fixed_embed.model.decoder import Decoder, DecoderConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "tests" / "distributed_fit.py"
@@ -53,8 +53,8 @@ def test_fsdp_sharded_checkpoint_resumes_exactly_then_consolidates_for_eval_and_
 
 
 def test_an_orphaned_shard_folder_never_shadows_last(tmp_path):
-    from fixed_embed.fsdp import _SHARDS_PREFIX
-    from fixed_embed.resume_plan import choose_checkpoint
+    from fixed_embed.distributed.checkpoint import _SHARDS_PREFIX
+    from fixed_embed.run.resume_plan import choose_checkpoint
 
     # A save killed mid-write leaves a hidden folder, newer than last; "last" must not see it.
     torch.save({"global_step": 3, "hyper_parameters": {}}, tmp_path / "step=00000003.ckpt")
@@ -105,7 +105,7 @@ def test_activation_checkpointing_changes_nothing_but_memory():
 
 @pytest.mark.slow
 def test_regional_compile_with_checkpointing_keeps_outputs_and_parameter_names():
-    from fixed_embed.parallel import ParallelConfig, apply_parallelism
+    from fixed_embed.distributed.parallel import ParallelConfig, apply_parallelism
 
     compiled, reference, ids = twin_decoders()
     apply_parallelism(compiled, ParallelConfig(compile=True, activation_checkpointing=True))

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fixed_embed.experiment import parameter_reports
+from fixed_embed.train.experiment import parameter_reports
 from tests.cli import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,9 +58,9 @@ def test_variants_differ_only_in_interface():
 
 @pytest.mark.parametrize(("variant", "interface", "fixed_state"), [("gf2", 0, 16 * 16), ("learned", 49152 * 2048, 0)])
 def test_module_costs_add_up_to_the_report(variant, interface, fixed_state):
-    from fixed_embed.accounting import module_costs, parameter_report
     from fixed_embed.config import load_experiment
-    from fixed_embed.experiment import build_model
+    from fixed_embed.model.accounting import module_costs, parameter_report
+    from fixed_embed.train.experiment import build_model
 
     decoder = build_model(load_experiment(str(PAPER / f"{variant}.yaml"))["model"]).decoder
     rows = {row.name: row for row in module_costs(decoder)}
@@ -77,7 +77,7 @@ def test_model_summary_callback_table_shows_trainable_frozen_and_fixed():
 
     from callbacks.model_summary import summary_table
     from fixed_embed.interfaces import GF2CodeInput
-    from fixed_embed.module import LanguageModel
+    from fixed_embed.train.module import LanguageModel
 
     model = LanguageModel(decoder={"vocab_size": 300, "d_model": 32, "n_layers": 2, "n_heads": 4, "ffn_dim": 64,
                                    "max_seq_len": 16}, interface=GF2CodeInput)  # fmt: skip

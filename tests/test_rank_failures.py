@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fixed_embed import rank_watch
+from fixed_embed.distributed import rank_watch
 from tests.cli import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -84,7 +84,7 @@ def test_ctrl_c_is_said_on_the_console(monkeypatch):
 PEER = """
 import sys
 from fixed_embed.errors import ConfigError
-from fixed_embed.launch_agreement import in_turn
+from fixed_embed.distributed.launch_agreement import in_turn
 rank, what = int(sys.argv[1]), sys.argv[2]
 def plan():
     if rank == 1 and what == "refuse":
@@ -137,7 +137,7 @@ def test_a_refusal_or_a_bug_on_a_peer_reaches_rank_0_which_hosts_the_store(what,
 
 
 def test_the_processes_started_at_once_are_found_as_lightning_will_see_them(monkeypatch):
-    from fixed_embed.launch_agreement import peers
+    from fixed_embed.distributed.launch_agreement import peers
 
     ranks = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "GROUP_RANK", "NODE_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
              "MASTER_PORT"}  # fmt: skip

@@ -8,8 +8,8 @@ from jsonargparse import ArgumentParser
 
 from fixed_embed.errors import CheckpointError
 from fixed_embed.interfaces import GF2CodeInput, LearnedInput, LowRankLearnedInput
-from fixed_embed.module import LanguageModel
-from fixed_embed.recipe import AdamWConfig, build_adamw, parameter_groups, parameter_groups_change
+from fixed_embed.model.recipe import AdamWConfig, build_adamw, parameter_groups, parameter_groups_change
+from fixed_embed.train.module import LanguageModel
 
 DECODER = {"vocab_size": 300, "d_model": 32, "n_layers": 2, "n_heads": 4, "ffn_dim": 64, "max_seq_len": 16}
 

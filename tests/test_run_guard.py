@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from fixed_embed import run_lock
-from fixed_embed.run_lock import LOCK_NAME, RunInUseError, acquire, is_launching_rank
+from fixed_embed.distributed.ranks import is_launching_rank
+from fixed_embed.run import lock as run_lock
+from fixed_embed.run.lock import LOCK_NAME, RunInUseError, acquire
 from tests.cli import run_cli
 from tests.test_lifecycle import fit_args, scalars
 
@@ -139,7 +140,7 @@ def test_a_second_launch_of_a_run_in_use_is_refused_naming_the_holder(trained, t
 @pytest.mark.slow
 def test_a_lock_held_by_another_process_is_refused_until_it_is_killed(tmp_path, caplog):
     code = (
-        "import sys, time; from fixed_embed.run_lock import acquire; acquire(sys.argv[1]); "
+        "import sys, time; from fixed_embed.run.lock import acquire; acquire(sys.argv[1]); "
         "print('held', flush=True); time.sleep(60)"
     )
     holder = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True,
@@ -259,7 +260,7 @@ def test_after_a_crash_the_resumed_curve_has_each_step_once(trained, tmp_path, c
 
 
 def test_a_refused_checkpoint_write_is_one_line_naming_the_intact_checkpoint(tmp_path, corpus, monkeypatch):
-    import fixed_embed.checkpoint_io as checkpoint_io
+    import fixed_embed.distributed.checkpoint as checkpoint_io
 
     saves, real = [], torch.save
 

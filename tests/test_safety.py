@@ -18,8 +18,8 @@ import pytest
 import torch
 import yaml
 
-from fixed_embed.fsdp import UnsafeCheckpointError, consolidate
-from fixed_embed.loading import load_checkpoint
+from fixed_embed.distributed.checkpoint import UnsafeCheckpointError, consolidate
+from fixed_embed.evaluation.loading import load_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = ("fixed_embed", "callbacks", "experiments", "benchmarks")
@@ -79,7 +79,7 @@ def test_a_checkpoint_file_with_pickled_objects_is_refused_and_runs_nothing(tmp_
 
 
 def test_the_lm_eval_model_refuses_a_hostile_checkpoint_too(tmp_path):
-    from fixed_embed.evaluation import FixedEmbedLM
+    from fixed_embed.evaluation.lm_eval_model import FixedEmbedLM
 
     marker = tmp_path / "marker"
     path = tmp_path / "hostile.ckpt"
@@ -181,7 +181,7 @@ def dotted(node: ast.AST) -> str:
 
 def test_every_load_in_the_source_tree_is_safe():
     files = python_files()
-    assert len(files) > 20 and ROOT / "fixed_embed" / "loading.py" in files
+    assert len(files) > 20 and ROOT / "fixed_embed" / "evaluation" / "loading.py" in files
     problems, torch_loads = [], 0
     for path in files:
         where = path.relative_to(ROOT)

@@ -12,7 +12,7 @@ from experiments.runs import merged_config
 from experiments.study_estimate import tokens_per_param
 from experiments.study_plan import CONTROLS, PAPER, non_embedding_params, run_name
 from experiments.study_results import parse
-from fixed_embed.tasks import offline_data
+from fixed_embed.evaluation.tasks import offline_data
 from tests.cli import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,7 +46,7 @@ def test_a_missing_local_file_names_the_path_and_the_variable(tmp_path, monkeypa
 
 
 def test_the_study_tasks_build_from_the_shared_data(shared_data, monkeypatch):
-    from fixed_embed.suite import STUDY, check_tasks
+    from fixed_embed.evaluation.suite import STUDY, check_tasks
 
     monkeypatch.setenv("FIXED_EMBED_DATA", str(shared_data))
     check_tasks({c.task for c in STUDY})  # lm-eval finds all three YAMLs
@@ -85,7 +85,7 @@ def test_every_size_trains_the_same_tokens_per_parameter_and_the_sizes_span_8x(g
 
 
 def test_the_non_embedding_count_is_the_models(shared_data):
-    from fixed_embed.experiment import build_model
+    from fixed_embed.train.experiment import build_model
 
     model = build_model(_configs(stages.Scale(False))["model"])
     blocks = sum(p.numel() for n, p in model.decoder.named_parameters() if n.startswith(("layers", "norm")))
@@ -94,7 +94,7 @@ def test_the_non_embedding_count_is_the_models(shared_data):
 
 @pytest.mark.parametrize("gpu", [False, True])
 def test_the_matched_baseline_has_the_learned_models_trainable_parameters(gpu):
-    from fixed_embed.experiment import build_model
+    from fixed_embed.train.experiment import build_model
 
     scale = stages.Scale(gpu)
     name, configs, flags = stages.step(scale, scale.tune, "matched", 1e-3, 1)

@@ -1,13 +1,13 @@
-"""The traced update (fixed_embed/trace.py) at tiny shapes: its peak against the estimate, its FLOPs against
+"""The traced update (fixed_embed/measure/trace.py) at tiny shapes: its peak against the estimate, its FLOPs against
 the MFU formula, the id check on fake tensors, and the compiled paper block without graph breaks."""
 
 import pytest
 import torch
 
-from fixed_embed.experiment import build_model
-from fixed_embed.memory import RunShape, model_memory_estimate
-from fixed_embed.parallel import ParallelConfig, apply_parallelism
-from fixed_embed.trace import trace_update
+from fixed_embed.distributed.parallel import ParallelConfig, apply_parallelism
+from fixed_embed.measure.memory import RunShape, model_memory_estimate
+from fixed_embed.measure.trace import trace_update
+from fixed_embed.train.experiment import build_model
 
 TINY = {"vocab_size": 512, "d_model": 64, "n_layers": 2, "n_heads": 4, "ffn_dim": 128, "max_seq_len": 32}
 
@@ -104,7 +104,7 @@ def test_params_prints_the_traced_peak_per_rank_beside_the_estimate(tmp_path):
     config = tmp_path / "tiny_fsdp.yaml"
     config.write_text(yaml.safe_dump({
         "__base__": str(PAPER / "binary16.yaml"),
-        "trainer": {"strategy": {"class_path": "fixed_embed.fsdp.FSDP2Strategy"}, "precision": "32-true"},
+        "trainer": {"strategy": {"class_path": "fixed_embed.distributed.fsdp.FSDP2Strategy"}, "precision": "32-true"},
         "data": {"batch_size": 2, "seq_len": 32},
         "model": {"decoder": TINY},
     }))  # fmt: skip

@@ -8,8 +8,8 @@ import torch
 
 from fixed_embed.config import load_experiment
 from fixed_embed.interfaces import GF2CodeInput
-from fixed_embed.module import LanguageModel
-from fixed_embed.recipe import lr_at, steps_for_budget
+from fixed_embed.model.recipe import lr_at, steps_for_budget
+from fixed_embed.train.module import LanguageModel
 from tests.cli import print_config, run_cli
 from tests.helpers import fit_tiny as _fit
 
@@ -55,7 +55,7 @@ def test_a_later_config_changes_one_callback_by_name(tmp_path):
 )
 def test_the_world_size_is_counted_as_lightning_counts_devices(devices, world):
     """A token budget resolves at every form of trainer.devices Lightning takes (-1: all, here the CPU's one)."""
-    from fixed_embed.experiment import trainer_world_size
+    from fixed_embed.train.experiment import trainer_world_size
 
     assert trainer_world_size({"devices": devices, "num_nodes": 2, "accelerator": "cpu"}) == world
 
@@ -95,7 +95,7 @@ def test_load_from_checkpoint_rebuilds_the_exact_interface(tmp_path, corpus):
 def test_fixed_interface_is_not_in_the_optimizer_and_norms_do_not_decay():
     model = LanguageModel(decoder={"vocab_size": 300, "d_model": 32, "n_layers": 2, "n_heads": 4, "ffn_dim": 64,
                                    "max_seq_len": 16}, interface=GF2CodeInput)  # fmt: skip
-    from fixed_embed.recipe import build_adamw
+    from fixed_embed.model.recipe import build_adamw
 
     optimizer = build_adamw(model, model.optimizer_config)
     decay, no_decay = optimizer.param_groups

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 
 from fixed_embed.cli import main
+from fixed_embed.data.corpus_check import HEAD_BYTES, check_corpus
 from fixed_embed.data.sources import DocumentSource
 from fixed_embed.data.tokenizer import bpe_cache_dir, load_tokenizer, train_bpe
 from fixed_embed.errors import ConfigError, DataError, MissingFileError, OutputExistsError, UserError
-from fixed_embed.inputs import HEAD_BYTES, check_corpus
-from fixed_embed.suite import default_eval_dir
+from fixed_embed.evaluation.suite import default_eval_dir
 
 
 def cli(argv, capsys, expected=UserError):
@@ -104,8 +104,8 @@ def test_export_refuses_non_empty_folder(tmp_path, capsys):
 
 def test_export_overwrite_replaces_an_earlier_export_whole(tmp_path, corpus):
     pytest.importorskip("transformers")
-    from fixed_embed.export import export_llama
-    from fixed_embed.module import LanguageModel
+    from fixed_embed.evaluation.export import export_llama
+    from fixed_embed.train.module import LanguageModel
     from tests.helpers import TINY_DECODER
 
     model = LanguageModel(decoder=TINY_DECODER).eval()

@@ -20,9 +20,9 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from fixed_embed.data import TextDataModule
-from fixed_embed.fsdp import FSDP2Strategy
+from fixed_embed.distributed.fsdp import FSDP2Strategy
 from fixed_embed.interfaces import LearnedInput
-from fixed_embed.module import LanguageModel
+from fixed_embed.train.module import LanguageModel
 
 SEQ, BATCH = 16, 2
 

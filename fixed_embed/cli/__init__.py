@@ -23,8 +23,8 @@ import sys
 from collections.abc import Iterator
 from typing import NoReturn
 
-from fixed_embed import console
 from fixed_embed.errors import UserError, environment_error
+from fixed_embed.run import console
 
 COMMANDS = {
     "fit": "fixed_embed.cli.train",
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None, configure_console: bool | None = None) -
     if command not in COMMANDS:
         print(f"fixed-embed: unknown command {command!r}\n\n{USAGE}", end="", file=sys.stderr)
         return 2
-    if configure_console:  # before the command's imports: see fixed_embed/console.py
+    if configure_console:  # before the command's imports: see fixed_embed/run/console.py
         console.setup(command)
     module = importlib.import_module(COMMANDS[command])  # only the command run: its imports, no other's
     try:

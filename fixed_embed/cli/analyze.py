@@ -29,11 +29,12 @@ def run(argv: list[str]) -> int:
     args = parser.parse_args(argv[1:])
     if args.labels and len(args.labels) != len(args.checkpoints):
         parser.error(f"{len(args.labels)} labels for {len(args.checkpoints)} checkpoints")
-    from fixed_embed.analysis import identity_probe, layer_ablation, text_blocks
-    from fixed_embed.analysis.ablation import plot_ablation
-    from fixed_embed.analysis.probe import plot_probe
-    from fixed_embed.inputs import check_corpus, check_output
-    from fixed_embed.loading import load_checkpoint
+    from fixed_embed.atomic import check_output
+    from fixed_embed.data.corpus_check import check_corpus
+    from fixed_embed.evaluation.analysis import identity_probe, layer_ablation, text_blocks
+    from fixed_embed.evaluation.analysis.ablation import plot_ablation
+    from fixed_embed.evaluation.analysis.probe import plot_probe
+    from fixed_embed.evaluation.loading import load_checkpoint
 
     check_corpus(args.data, "--data")
     check_output(args.out, "--out")

@@ -10,9 +10,9 @@ def run(argv: list[str]) -> int:
     parser.add_argument("folder", help="a sharded checkpoint (e.g. .../checkpoints/last.ckpt written under FSDP2)")
     parser.add_argument("out", help="the single-file checkpoint to write (weights + hyper-parameters)")
     args = parser.parse_args(argv[1:])
-    from fixed_embed.fsdp import consolidate
-    from fixed_embed.inputs import check_output
-    from fixed_embed.run_lock import acquire
+    from fixed_embed.atomic import check_output
+    from fixed_embed.distributed.checkpoint import consolidate
+    from fixed_embed.run.lock import acquire
 
     check_output(args.out, "OUT")
     with acquire(args.out, "or choose another OUT", beside=True):  # before the (long) read of the shards

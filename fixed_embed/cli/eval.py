@@ -8,11 +8,10 @@ import lm_eval.api.registry
 from rich.console import Console
 from rich.markdown import Markdown
 
+from fixed_embed.atomic import check_output
 from fixed_embed.cli import CommandParser
 from fixed_embed.config import positive
-from fixed_embed.inputs import check_output, check_task_folders
-from fixed_embed.run_lock import acquire
-from fixed_embed.suite import (
+from fixed_embed.evaluation.suite import (
     SUITES,
     check_tasks,
     columns_for,
@@ -23,6 +22,8 @@ from fixed_embed.suite import (
     run_suite,
     write_results,
 )
+from fixed_embed.evaluation.tasks import check_task_folders
+from fixed_embed.run.lock import acquire
 
 
 def run(argv: list[str]) -> int:
@@ -69,7 +70,7 @@ def run(argv: list[str]) -> int:
             )
         else:
             # Lazy: our lm-eval model needs torch + Lightning (seconds), which --help, usage errors and --hf do not.
-            from fixed_embed.evaluation import FixedEmbedLM
+            from fixed_embed.evaluation.lm_eval_model import FixedEmbedLM
 
             lm = FixedEmbedLM(args.checkpoint, args.tokenizer, batch_size=args.batch_size, device=args.device)
             name = args.name or f"{type(lm.module.interface).__name__} {run_label(lm.module.provenance['checkpoint'])}"

@@ -15,9 +15,9 @@ def run(argv: list[str]) -> int:
     args = parser.parse_args(argv[1:])
     import torch
 
-    from fixed_embed.export import check_export_dir, export_llama
-    from fixed_embed.inputs import check_output
-    from fixed_embed.loading import load_checkpoint
+    from fixed_embed.atomic import check_output
+    from fixed_embed.evaluation.export import check_export_dir, export_llama
+    from fixed_embed.evaluation.loading import load_checkpoint
 
     check_output(args.out, "export folder")
     check_export_dir(args.out, args.overwrite)  # before loading the checkpoint

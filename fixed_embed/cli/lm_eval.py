@@ -11,8 +11,8 @@ import sys
 
 from lm_eval.__main__ import cli_evaluate
 
-import fixed_embed.evaluation  # noqa: F401  (registers the model)
-from fixed_embed.tasks import tasks_dir
+import fixed_embed.evaluation.lm_eval_model  # noqa: F401  (registers the model)
+from fixed_embed.evaluation.tasks import tasks_dir
 
 
 def run(argv: list[str]) -> int:

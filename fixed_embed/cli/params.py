@@ -1,5 +1,5 @@
 """``fixed-embed params CONFIG``: exact parameter counts of an experiment, on the meta device, and an
-estimate of its per-GPU training memory (:func:`fixed_embed.memory.memory_estimate`)."""
+estimate of its per-GPU training memory (:func:`fixed_embed.measure.memory.memory_estimate`)."""
 
 from __future__ import annotations
 
@@ -20,15 +20,15 @@ def run(argv: list[str]) -> int:
     parser.add_argument(
         "--trace",
         action="store_true",
-        help="also trace one update on fake tensors (fixed_embed.trace; minutes at the paper's shape): the peak "
-        "per rank beside the estimate",
+        help="also trace one update on fake tensors (fixed_embed.measure.trace; minutes at the paper's shape): "
+        "the peak per rank beside the estimate",
     )
     args = parser.parse_args(argv[1:])
     # Lazy: torch + Lightning take seconds to import; --help and usage errors answer without them.
     from fixed_embed.config import load_experiment
     from fixed_embed.errors import ConfigError
-    from fixed_embed.experiment import memory_plan, parameter_reports, training_memory
-    from fixed_embed.memory import USABLE_FRACTION, optimizer_state_bytes
+    from fixed_embed.measure.memory import USABLE_FRACTION, optimizer_state_bytes
+    from fixed_embed.train.experiment import memory_plan, parameter_reports, training_memory
 
     load_experiment(args.config)  # a missing or unreadable file: one line
     try:
@@ -55,7 +55,7 @@ def run(argv: list[str]) -> int:
         f"per-GPU training memory estimate: micro-batch {estimate.micro_batch} x ctx {estimate.seq_len}, "
         f"{estimate.world_size} GPU(s), {'FSDP' if estimate.sharded else 'replicated (DDP)'}, {estimate.mode}"
     )
-    memory_table = Table(title=title, caption="formulas: fixed_embed.memory.memory_estimate")
+    memory_table = Table(title=title, caption="formulas: fixed_embed.measure.memory.memory_estimate")
     memory_table.add_column("memory")
     memory_table.add_column("GiB", justify="right")
     for name, value in estimate.rows():
@@ -82,14 +82,14 @@ def run(argv: list[str]) -> int:
 
 
 def _print_trace(console: Console, config: str, world_size: int | None, estimated: int) -> None:
-    from fixed_embed.experiment import run_settings
-    from fixed_embed.trace import trace_update
+    from fixed_embed.measure.trace import trace_update
+    from fixed_embed.train.experiment import run_settings
 
     model, run = run_settings(config, world_size)
     traced = trace_update(model, run, TRACED_MICRO_BATCHES)
     table = Table(
         title=f"traced update, rank 0 of {run.world_size}: the peak of live tensors by kind",
-        caption=f"fixed_embed.trace.trace_update: {traced.micro_batches} micro-batches (the peak of any longer "
+        caption=f"fixed_embed.measure.trace.trace_update: {traced.micro_batches} micro-batches (the peak of any longer "
         f"accumulation), {traced.seconds:.0f} s",
     )
     table.add_column("memory")

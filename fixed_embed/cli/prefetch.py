@@ -16,15 +16,17 @@ PAPER_TOKENIZER = "HuggingFaceTB/SmolLM2-135M"
 
 def run(argv: list[str]) -> int:
     parser = CommandParser(prog="fixed-embed prefetch", description=__doc__)
-    parser.add_argument("--suite", default="paper", help="a suite of fixed_embed.suite.SUITES (default: paper)")
+    parser.add_argument(
+        "--suite", default="paper", help="a suite of fixed_embed.evaluation.suite.SUITES (default: paper)"
+    )
     parser.add_argument("--tasks", help="comma-separated tasks instead of a suite")
     parser.add_argument("--include-path", action="append", default=[], help="folder of extra task YAMLs")
     parser.add_argument("--tokenizer", default=PAPER_TOKENIZER, help="tokenizer to cache ('none': skip)")
     args = parser.parse_args(argv[1:])
     from fixed_embed.data.tokenizer import load_tokenizer
-    from fixed_embed.inputs import check_task_folders
-    from fixed_embed.suite import check_tasks, columns_for
-    from fixed_embed.task_data import prefetch_tasks
+    from fixed_embed.evaluation.suite import check_tasks, columns_for
+    from fixed_embed.evaluation.task_data import prefetch_tasks
+    from fixed_embed.evaluation.tasks import check_task_folders
 
     named = [t for t in (args.tasks or "").split(",") if t]
     tasks = [column.task for column in columns_for(None if args.tasks else args.suite, named)]

@@ -33,10 +33,11 @@ def run(argv: list[str]) -> int:
     parser.add_argument("--overwrite", action="store_true", help="replace token shards already in --out")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (the final line only)")
     args = parser.parse_args(argv[1:])
+    from fixed_embed.atomic import check_output
+    from fixed_embed.data.corpus_check import check_corpus
     from fixed_embed.data.pretokenize import pretokenize, summary_line
     from fixed_embed.data.sources import DocumentSource
-    from fixed_embed.inputs import check_corpus, check_output
-    from fixed_embed.run_lock import acquire
+    from fixed_embed.run.lock import acquire
 
     check_corpus(args.data, "--data", args.text_field)  # before any shard is written
     check_output(args.out, "--out")

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from fixed_embed.atomic import check_output
 from fixed_embed.cli import CommandParser
-from fixed_embed.inputs import check_output
-from fixed_embed.suite import TABLE_NOTES, markdown_table
+from fixed_embed.evaluation.suite import TABLE_NOTES, markdown_table
 
 
 def run(argv: list[str]) -> int:

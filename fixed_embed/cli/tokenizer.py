@@ -23,10 +23,11 @@ def run(argv: list[str]) -> int:
     args = parser.parse_args(argv[1:])
     if args.out is not None and args.out.exists() and not args.out.is_dir():
         raise ConfigError(f"--out {args.out} is a file; --out names the folder to hold tokenizer.json")
+    from fixed_embed.atomic import check_output
     from fixed_embed.data.corpus import default_corpus
+    from fixed_embed.data.corpus_check import check_corpus
     from fixed_embed.data.sources import DocumentSource
     from fixed_embed.data.tokenizer import bpe_for_source
-    from fixed_embed.inputs import check_corpus, check_output
 
     check_corpus(args.data, "--data", args.text_field)
     if args.out is not None:

@@ -1,9 +1,9 @@
 """``fixed-embed fit|validate|test``: LightningCLI over LanguageModel and TextDataModule.
 
 What this shell adds to LightningCLI, all decided before any work starts: one folder per run,
-relaunch-safe (:mod:`fixed_embed.run_folder`); a resume plan in which the config given now wins over
-the checkpoint's hyper-parameters (:mod:`fixed_embed.resume_plan`); the run length from
-``model.token_budget`` (:func:`fixed_embed.experiment.run_length`); ``trainer.val_check_interval`` in
+relaunch-safe (:mod:`fixed_embed.run.folder`); a resume plan in which the config given now wins over
+the checkpoint's hyper-parameters (:mod:`fixed_embed.run.resume_plan`); the run length from
+``model.token_budget`` (:func:`fixed_embed.train.experiment.run_length`); ``trainer.val_check_interval`` in
 optimizer updates, like every other interval (Lightning counts micro-batches). And one boundary
 (:func:`run`): locks released on every way out, a refused write, a lost rank and Ctrl-C in one line.
 """
@@ -21,17 +21,18 @@ from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.strategies import StrategyRegistry
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
-from fixed_embed import launch_agreement, rank_watch, run_lock
 from fixed_embed.config import CONFIG_FILE_FLAGS, DEFAULT_RUN, config_values, expand_config_args, refused_value
 from fixed_embed.data import TextDataModule
-from fixed_embed.errors import ConfigError, RunWriteError, environment_error
-from fixed_embed.experiment import run_length, trainer_world_size
-from fixed_embed.inputs import check_corpus
-from fixed_embed.model import DecoderConfig
-from fixed_embed.module import LanguageModel
-from fixed_embed.resume_plan import RunComplete, plan_fit, read_checkpoint
-from fixed_embed.run_folder import checkpoint_folder, pin_run_folder, purge_curve_after, step_checkpoints
-from fixed_embed.run_lock import is_launching_rank
+from fixed_embed.data.corpus_check import check_corpus
+from fixed_embed.distributed import launch_agreement, rank_watch
+from fixed_embed.distributed.ranks import is_launching_rank
+from fixed_embed.errors import ConfigError, RunComplete, RunWriteError, environment_error
+from fixed_embed.model.decoder import DecoderConfig
+from fixed_embed.run import lock as run_lock
+from fixed_embed.run.folder import checkpoint_folder, pin_run_folder, purge_curve_after, step_checkpoints
+from fixed_embed.run.resume_plan import plan_fit, read_checkpoint
+from fixed_embed.train.experiment import run_length, trainer_world_size
+from fixed_embed.train.module import LanguageModel
 
 
 class FixedEmbedCLI(LightningCLI):

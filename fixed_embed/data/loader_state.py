@@ -1,7 +1,7 @@
 """The data position in a checkpoint: every rank's gathered when saving, each rank's own handed back at load.
 
 Lightning saves the loader state of global rank 0 only; every rank's is kept under ``loader_states_per_rank``
-(a key checkpoints hold: never renamed). :class:`fixed_embed.module.LanguageModel`'s checkpoint hooks call
+(a key checkpoints hold: never renamed). :class:`fixed_embed.train.module.LanguageModel`'s checkpoint hooks call
 these; whether a position resumes is ``TextDataModule.resume_refusals``'s call.
 """
 

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -11,13 +11,11 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from fixed_embed.data.block_order import GLOBAL_POSITION, RankBatches, TokenBlockLoader
 from fixed_embed.data.loader_state import find_states, fingerprint_refusal, saved_loader_state
+from fixed_embed.data.source_settings import SourceSettings
 from fixed_embed.data.token_shards import TokenShards, shard_folder
 from fixed_embed.data.tokenizer import tokenizer_fingerprint
 from fixed_embed.data.validation import spread_document_blocks
 from fixed_embed.errors import DataError
-
-if TYPE_CHECKING:
-    from fixed_embed.data.datamodule import TextDataModule
 
 
 class TokenShardSource:
@@ -27,7 +25,7 @@ class TokenShardSource:
     def claims(path: str | None) -> bool:
         return shard_folder(path) is not None
 
-    def __init__(self, data: TextDataModule, role: str) -> None:
+    def __init__(self, data: SourceSettings, role: str) -> None:
         self.data, self.role = data, role
         self.folder = shard_folder(data.hparams[role])
         self._splits: dict[str, TokenShards] = {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
@@ -17,13 +17,11 @@ from fixed_embed.data.corpus import default_corpus
 from fixed_embed.data.loader_state import LOADER_STATES, find_states, fingerprint_refusal, saved_loader_state
 from fixed_embed.data.packing import PackedBlocks
 from fixed_embed.data.sharding import virtual_shard_count
+from fixed_embed.data.source_settings import SourceSettings
 from fixed_embed.data.sources import DocumentSource
 from fixed_embed.data.tokenizer import bpe_for_source
 from fixed_embed.data.validation import spread_blocks
 from fixed_embed.errors import DataError, MissingFileError
-
-if TYPE_CHECKING:
-    from fixed_embed.data.datamodule import TextDataModule
 
 # The validation stream's virtual shards: a constant, so the validation set never depends on
 # data.num_shards or the world; changing it changes the blocks, and val/loss stops comparing across runs.
@@ -39,7 +37,7 @@ class TextStreamSource:
     def claims(path: str | None) -> bool:
         return True  # registered last: whatever no other source claims is text
 
-    def __init__(self, data: TextDataModule, role: str) -> None:
+    def __init__(self, data: SourceSettings, role: str) -> None:
         self.data, self.role = data, role
         self.path = data.hparams[role]
 

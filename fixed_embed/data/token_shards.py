@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 from lightning.pytorch.utilities import rank_zero_warn
 
+from fixed_embed.distributed.ranks import is_node_leader
 from fixed_embed.errors import ConfigError, DataError, MissingFileError
-from fixed_embed.run_lock import is_node_leader
 
 INDEX = "token_shards.json"
 TOKENIZER_FILE = "tokenizer.json"

@@ -7,9 +7,9 @@ import math
 import torch
 from torch import nn
 
-from fixed_embed.codes import bits_of, random_injection
-from fixed_embed.codes import code_width as minimal_code_width
 from fixed_embed.interfaces.base import InputInterface
+from fixed_embed.interfaces.codes import bits_of, random_injection
+from fixed_embed.interfaces.codes import code_width as minimal_code_width
 from fixed_embed.interfaces.paper import BinaryCodeInput, LearnedInput
 from fixed_embed.interfaces.tiling import binary_code_norm, tile, tiled_norm
 

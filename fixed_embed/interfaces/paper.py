@@ -7,7 +7,8 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from fixed_embed.codes import (
+from fixed_embed.interfaces.base import InputInterface
+from fixed_embed.interfaces.codes import (
     bits_of,
     decode_bits,
     gf2_apply,
@@ -16,8 +17,7 @@ from fixed_embed.codes import (
     random_invertible_gf2,
     rows_from_matrix,
 )
-from fixed_embed.codes import code_width as minimal_code_width
-from fixed_embed.interfaces.base import InputInterface
+from fixed_embed.interfaces.codes import code_width as minimal_code_width
 from fixed_embed.interfaces.tiling import tile, tiled_norm
 
 

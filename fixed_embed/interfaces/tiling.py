@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from fixed_embed.codes import bits_of, code_width
+from fixed_embed.interfaces.codes import bits_of, code_width
 
 
 def tile(x: torch.Tensor, d_model: int) -> torch.Tensor:

@@ -1,0 +1,81 @@
+"""A corpus a user names, checked before any work: its files readable as what they claim.
+
+Reading a 100B-token corpus to find its one bad record is the training's job (it stops with a
+:class:`~fixed_embed.errors.DataError` naming it); what can be seen at once is checked here, in
+milliseconds, by every command that takes such a path: the files exist, are not empty, and their
+first :data:`HEAD_BYTES` parse as what their suffix says (``.jsonl`` records with the text field,
+``.txt`` UTF-8, ``.parquet`` its magic bytes).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from fixed_embed.data.sources import DocumentSource, resolve_files
+from fixed_embed.data.token_shards import shard_folder
+from fixed_embed.errors import DataError, MissingFileError
+
+HEAD_BYTES = 1 << 20  # what a check reads of each file at most
+
+
+def check_corpus(spec: str | os.PathLike | None, what: str, text_field: str = "text") -> None:
+    """Refuse a local corpus (file, folder or glob; a hub id passes) that cannot be read as documents."""
+    if spec is None:
+        return
+    if shard_folder(spec) is not None or not DocumentSource(str(spec)).is_local:
+        return  # token shards: their index is read (and checked) when the data module opens them
+    try:
+        files = resolve_files(str(spec))
+    except FileNotFoundError as error:
+        raise MissingFileError(f"{what}: {error}") from error
+    except OSError as error:
+        raise DataError(f"{what}: cannot read {spec}: {error.strerror}") from error
+    empty = 0
+    for file in files:
+        try:
+            with open(file, "rb") as handle:
+                head = handle.read(HEAD_BYTES)
+                at_end = not handle.read(1)
+        except OSError as error:
+            raise DataError(f"{what}: cannot read {file}: {error.strerror}") from error
+        if not head.strip():
+            empty += 1
+            continue
+        suffix = Path(file).suffix
+        if suffix == ".parquet":
+            if not head.startswith(b"PAR1"):
+                raise DataError(f"{what}: {file} is not a Parquet file (no PAR1 magic bytes); point data at documents")
+            continue
+        try:
+            text = head.decode("utf-8")
+        except UnicodeDecodeError as error:
+            if at_end or error.reason != "unexpected end of data":  # not merely a character cut by the read limit
+                raise DataError(
+                    f"{what}: {file} is not UTF-8 text (byte {error.start}: {error.reason}); point data at documents"
+                ) from None
+            text = head[: error.start].decode("utf-8")
+        if suffix in (".jsonl", ".json"):
+            _check_records(file, text, at_end, what, text_field)
+    if empty == len(files):
+        raise DataError(f"{what}: {spec}: every file is empty ({len(files)} file(s)); point data at documents")
+
+
+def _check_records(file: str, text: str, at_end: bool, what: str, text_field: str) -> None:
+    lines = text.splitlines()
+    if not at_end and lines:
+        lines = lines[:-1]  # the last may be cut by the read limit
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError as error:
+            raise DataError(f"{what}: {file} line {number} is not a JSON record ({error}); fix or remove it") from None
+        if not isinstance(record, dict) or not isinstance(record.get(text_field), str):
+            keys = sorted(record) if isinstance(record, dict) else type(record).__name__
+            raise DataError(
+                f"{what}: {file} line {number} has no text field {text_field!r} (found {keys}); fix it or set the "
+                "text field (data.text_field, --text-field)"
+            )

@@ -1,0 +1,87 @@
+"""One verdict for every process a launcher starts at once (torchrun's ranks, srun's tasks, the nodes of a
+multi-node Lightning launch): global rank 0 takes the run lock and plans first; the others read nothing of the
+run until it has said "go" on the store the process group will use, then plan; every process then raises the
+first refusal any of them met, in the same words, before a process group exists. A single launching process
+(Lightning's launcher starts its other ranks only after it) needs no agreement.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import TypeVar
+
+from lightning.fabric.plugins.environments import LightningEnvironment, SLURMEnvironment, TorchElasticEnvironment
+from torch.distributed import TCPStore
+
+from fixed_embed.errors import RunComplete, UserError, in_one_line
+
+T = TypeVar("T")
+_PLAN_TIMEOUT = timedelta(minutes=30)  # the longest a peer waits for another's plan (a resume's checks included)
+_READ_TIMEOUT_S = 60.0  # the longest a hosting rank 0 stays up, after the verdict, for its peers to read it
+_stores: list[TCPStore] = []  # a store rank 0 hosts lives as long as the process: the process group reuses it
+
+
+class RefusedOnAnotherRank(UserError):
+    """Another process of this launch refused it: the same message on every process."""
+
+
+def peers(num_nodes: int) -> tuple[int, int, str, int] | None:
+    """(this process's index, how many, the store's address and port) among the processes started at once, as
+    Lightning will see them, or ``None`` for a lone launching process."""
+    if TorchElasticEnvironment.detect():
+        elastic = TorchElasticEnvironment()
+        found = elastic.global_rank(), elastic.world_size(), elastic.main_address, elastic.main_port
+    elif SLURMEnvironment.detect():  # srun's tasks (an interactive allocation is not: Lightning launches there)
+        slurm = SLURMEnvironment()
+        found = slurm.global_rank(), slurm.world_size(), slurm.main_address, slurm.main_port
+    elif num_nodes > 1 and "LOCAL_RANK" not in os.environ and "MASTER_PORT" in os.environ:
+        lightning = LightningEnvironment()  # a node's launching process: its local ranks start after this
+        found = lightning.node_rank(), num_nodes, lightning.main_address, lightning.main_port
+    else:
+        return None
+    return found if found[1] > 1 else None
+
+
+def in_turn(plan: Callable[[], T], num_nodes: int) -> T:
+    """``plan()`` on global rank 0, then on every other process started with it; the first refusal raised by any
+    process (a :class:`UserError`, or :class:`RunComplete`) is raised by all, a bug by its own process."""
+    if (where := peers(num_nodes)) is None:
+        return plan()
+    rank, count, address, port = where
+    host = rank == 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True"  # torchrun's agent hosts it
+    store = TCPStore(address, port, count, is_master=host, multi_tenant=True, timeout=_PLAN_TIMEOUT,
+                     wait_for_workers=False)  # fmt: skip
+    _stores.append(store)
+    key = f"fixed-embed/launch/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/{{}}".format
+    result, own, said, words = None, None, "go", []
+    try:
+        if rank == 0 or (said := store.get(key(0)).decode()) == "go":  # a refusal of rank 0's: read nothing
+            try:
+                result = plan()
+            except (UserError, RunComplete) as error:
+                own, said = error, f"{'complete' if isinstance(error, RunComplete) else 'refused'} {error}"
+            except BaseException as error:  # its own process prints it in full: the others name it in one line
+                own, said = error, f"failed global rank {rank} failed: {in_one_line(error)}"
+        store.set(key(rank), said)
+        store.wait([key(other) for other in range(count)])
+        words = [word.decode() for word in store.multi_get([key(other) for other in range(count)])]
+    finally:
+        with contextlib.suppress(RuntimeError):  # the host may be gone: then there is no one left to wait for
+            read, deadline = store.add(key("read"), 1), time.monotonic() + _READ_TIMEOUT_S
+            going = len(words) == count and all(word == "go" for word in words)  # the process group takes it over
+            while host and not going and read < count and time.monotonic() < deadline:
+                time.sleep(0.05)  # else the store dies with this process: its peers read the verdict first
+                read = store.add(key("read"), 0)
+    if own is not None and not isinstance(own, (UserError, RunComplete)):
+        raise own
+    for word in words:
+        kind, _, message = word.partition(" ")
+        if kind != "go":
+            if own is not None and said == word:
+                raise own
+            raise RunComplete(message) if kind == "complete" else RefusedOnAnotherRank(message)
+    return result  # type: ignore[return-value]

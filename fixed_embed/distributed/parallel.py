@@ -1,0 +1,82 @@
+"""How the decoder is made to run fast and fit: activation checkpointing, compile, FSDP2 -- in that order
+(docs/design.md, "How parallelism is built"); none changes parameter names or checkpoints."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from fixed_embed.config import PositiveInt
+from fixed_embed.errors import ConfigError
+from fixed_embed.model.decoder import Decoder
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+@dataclass
+class ParallelConfig:
+    """Args:
+    activation_checkpointing: recompute each block's activations in backward (memory for compute).
+    compile: ``torch.compile`` each block (regional).
+    param_dtype: FSDP2 compute dtype of parameters (the fp32 master copy is what is sharded).
+    reduce_dtype: FSDP2 dtype of the gradient reduce-scatter.
+    reshard_after_forward: FSDP2 frees each block's gathered parameters after forward (ZeRO-3) or keeps
+        them until backward (ZeRO-2-like: more memory, one all-gather fewer).
+    shard_group_size: FSDP2 hybrid sharding: shard over groups of this many ranks (e.g. a node's GPUs),
+        replicate across them. ``None``: shard over every rank.
+    sync_every_micro_batch: FSDP2 reduce-scatters gradients after every micro-batch (Lightning's way)
+        instead of on an update's last one only (the unsharded gradients accumulate in ``reduce_dtype``).
+    """
+
+    activation_checkpointing: bool = False
+    compile: bool = False
+    param_dtype: Literal["float32", "bfloat16"] = "bfloat16"
+    reduce_dtype: Literal["float32", "bfloat16"] = "float32"
+    reshard_after_forward: bool = True
+    shard_group_size: PositiveInt | None = None
+    sync_every_micro_batch: bool = False
+
+
+def apply_parallelism(decoder: Decoder, config: ParallelConfig, device_mesh=None) -> None:
+    """Apply checkpointing, compile and (with a ``device_mesh``) FSDP2 to ``decoder``, in place."""
+    decoder.activation_checkpointing = config.activation_checkpointing
+    if config.compile:
+        for block in decoder.layers:
+            block.compile()
+    if device_mesh is None:
+        return
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    if decoder.config.tie_embeddings:
+        raise ConfigError(
+            "tie_embeddings=true cannot be sharded with FSDP2: the tied weight would belong to two FSDP groups "
+            "(the head's and the root's). Untie it (model.decoder.tie_embeddings false, the paper's setting) "
+            "or train with DDP (--config experiments/strategies/ddp.yaml)"
+        )
+    mesh = device_mesh["data_parallel"] if "data_parallel" in (device_mesh.mesh_dim_names or ()) else device_mesh
+    group, world = config.shard_group_size, mesh.size()
+    if group is not None and group != world:  # HSDP: shard within groups of `group` ranks, replicate across
+        if world % group:
+            raise ConfigError(f"model.parallel.shard_group_size {group} must divide the {world} data-parallel ranks")
+        from torch.distributed.device_mesh import init_device_mesh
+
+        mesh = init_device_mesh(mesh.device_type, (world // group, group), mesh_dim_names=("replicate", "shard"))
+    policy = MixedPrecisionPolicy(param_dtype=_DTYPES[config.param_dtype], reduce_dtype=_DTYPES[config.reduce_dtype])
+    shard = {"mesh": mesh, "mp_policy": policy}
+    for block in decoder.layers:
+        fully_shard(block, reshard_after_forward=config.reshard_after_forward, **shard)
+    # The head is used last in forward and first in backward: no point resharding it in between.
+    fully_shard([decoder.norm, decoder.head], reshard_after_forward=False, **shard)
+    fully_shard(decoder, **shard)  # the root: torch's default keeps its parameters from forward to backward
+
+
+@contextlib.contextmanager
+def eager_evaluation() -> Iterator[None]:
+    """Run compiled blocks eagerly inside: evaluation's grad modes and lm-eval's lengths would each add a
+    graph (tens of seconds at d 2,048) until the recompile limit; training keeps its one graph."""
+    with torch.compiler.set_stance("force_eager"):
+        yield

@@ -1,0 +1,19 @@
+"""Which process this is, from the variables Lightning's launcher, torchrun and srun set: before any process group."""
+
+from __future__ import annotations
+
+import os
+
+_RANK_VARIABLES = ("RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "SLURM_PROCID")
+
+
+def is_launching_rank(environ: dict[str, str] | None = None) -> bool:
+    """Whether this process is global rank 0's launching process: none of the rank variables that Lightning's
+    DDP launcher, torchrun or srun set for the other ranks is other than 0."""
+    env = os.environ if environ is None else environ
+    return all(env.get(name, "0").strip() in ("", "0") for name in _RANK_VARIABLES)
+
+
+def is_node_leader() -> bool:
+    """Whether this process is local rank 0 of its node: the one that checks files every rank on the node reads."""
+    return all(os.environ.get(name, "0").strip() in ("", "0") for name in ("LOCAL_RANK", "SLURM_LOCALID"))

@@ -1,0 +1,74 @@
+"""Layer ablation: how much does the loss rise when one block is taken out?
+
+For each block i, a forward hook replaces the block's output x + f(x) by x (``zero``: the block
+contributes nothing) or by x + mean(f(x)) (``mean``: its contribution averaged over every token
+of the batch), and the next-token loss on held-out blocks is compared with the intact model's.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from fixed_embed.model.decoder import Decoder
+
+
+@torch.no_grad()
+def _loss(decoder: Decoder, blocks: torch.Tensor, batch_size: int) -> float:
+    device = next(decoder.parameters()).device
+    total, count = 0.0, 0
+    for start in range(0, len(blocks), batch_size):
+        block = blocks[start : start + batch_size].to(device)
+        logits = decoder(block[:, :-1])
+        total += F.cross_entropy(logits.float().flatten(0, 1), block[:, 1:].flatten(), reduction="sum").item()
+        count += block[:, 1:].numel()
+    return total / count
+
+
+def layer_ablation(decoder: Decoder, blocks: torch.Tensor, mode: str = "zero", batch_size: int = 8) -> dict:
+    """The intact loss and, per block, the loss with that block ablated; a JSON-ready dict."""
+    if mode not in ("zero", "mean"):
+        raise ValueError(f"mode must be 'zero' or 'mean', got {mode!r}")
+
+    def ablate(module, args, output):
+        x = args[0]
+        return x if mode == "zero" else x + (output - x).mean(dim=(0, 1), keepdim=True)
+
+    was_training = decoder.training
+    decoder.eval()
+    try:
+        base = _loss(decoder, blocks, batch_size)
+        rows = []
+        for i, block in enumerate(decoder.layers):
+            handle = block.register_forward_hook(ablate)
+            try:
+                loss = _loss(decoder, blocks, batch_size)
+            finally:
+                handle.remove()
+            rows.append({"block": i, "loss": loss, "increase": loss - base})
+    finally:
+        decoder.train(was_training)
+    return {"interface": type(decoder.interface).__name__, "mode": mode, "loss": base, "blocks": rows}
+
+
+def plot_ablation(results: dict[str, dict], path: str) -> None:
+    """Loss increase per ablated block, one group of bars per model."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4))
+    width = 0.8 / max(1, len(results))
+    for j, (label, result) in enumerate(results.items()):
+        xs = [row["block"] + j * width for row in result["blocks"]]
+        ax.bar(xs, [row["increase"] for row in result["blocks"]], width=width, label=label)
+    ax.set_xticks([row["block"] for row in next(iter(results.values()))["blocks"]])
+    ax.set_xlabel("ablated block")
+    ax.set_ylabel("validation loss increase (nats/token)")
+    ax.set_title(f"{next(iter(results.values()))['mode']}-ablation of one block at a time")
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

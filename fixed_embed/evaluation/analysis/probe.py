@@ -1,0 +1,183 @@
+"""Identity probe: how linearly decodable is each token's id from the hidden state at its position?
+
+For every layer l (0 = the interface's output, l = after block l), a logistic-regression probe
+maps the hidden state to the K = ceil(log2 V) bits of the token's id (the same target for every
+interface), scored by bit accuracy and id accuracy (all K bits right) on two held-out splits:
+
+* ``position``: the tokens after the first ``train_fraction`` of the blocks. Most are types seen in
+  training, so recognising each type's state (a lookup) succeeds without a linear bit layout.
+* ``type``: a seeded quarter of the token types, never trained on: success needs the bits themselves.
+
+The floor is :func:`majority_baseline` (docs/controls.md), not 50 %: a token stream's high id bits are
+mostly 0.
+"""
+
+from __future__ import annotations
+
+import json
+
+import torch
+import torch.nn.functional as F
+
+from fixed_embed.interfaces.codes import bits_of, code_width
+from fixed_embed.model.decoder import Decoder
+
+TYPE_SEED = 20261201  # which quarter of the vocabulary the type split holds out
+
+
+@torch.no_grad()
+def _states(decoder: Decoder, blocks: torch.Tensor, batch_size: int) -> list[torch.Tensor]:
+    device = next(decoder.parameters()).device
+    per_layer: list[list[torch.Tensor]] = []
+    for start in range(0, len(blocks), batch_size):
+        ids = blocks[start : start + batch_size, :-1].to(device)
+        for i, state in enumerate(decoder.hidden_states(ids)):
+            if len(per_layer) <= i:
+                per_layer.append([])
+            per_layer[i].append(state.float().flatten(0, 1).cpu())
+    return [torch.cat(chunks) for chunks in per_layer]
+
+
+def _fit_probe(x: torch.Tensor, y: torch.Tensor, steps: int, lr: float) -> torch.nn.Linear:
+    probe = torch.nn.Linear(x.shape[1], y.shape[1])
+    optimizer = torch.optim.Adam(probe.parameters(), lr=lr, weight_decay=1e-4)
+    for _ in range(steps):
+        optimizer.zero_grad(set_to_none=True)
+        F.binary_cross_entropy_with_logits(probe(x), y).backward()
+        optimizer.step()
+    return probe
+
+
+def probe_sample(
+    blocks: torch.Tensor, vocab_size: int, train_fraction: float = 0.75
+) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    """The probe's samples, one per input position of ``blocks[N, T + 1]`` in :func:`_states`' order: the
+    ids ``[N * T]``, their K-bit targets ``[N * T, K]`` (float 0/1) and each split's training mask (its
+    test samples are the rest), so the probe and :func:`majority_baseline` score the same tokens."""
+    if not 0 < train_fraction < 1 or len(blocks) < 2:
+        raise ValueError(f"need 0 < train_fraction < 1 and >= 2 blocks, got {train_fraction}, {len(blocks)}")
+    ids = blocks[:, :-1].flatten()
+    targets = bits_of(ids, code_width(vocab_size)).float()
+    # position: the first train_fraction of the blocks; type: tokens outside the held-out quarter of types
+    cut = max(1, int(len(blocks) * train_fraction)) * (blocks.shape[1] - 1)
+    held_types = torch.randperm(vocab_size, generator=torch.Generator().manual_seed(TYPE_SEED))
+    held = torch.zeros(vocab_size, dtype=torch.bool)
+    held[held_types[: vocab_size // 4]] = True
+    return ids, targets, {"position": torch.arange(len(ids)) < cut, "type": ~held[ids]}
+
+
+def _scores(predicted: torch.Tensor, targets: torch.Tensor) -> dict[str, float]:
+    correct = predicted == targets
+    return {"bit_accuracy": correct.float().mean().item(), "id_accuracy": correct.all(-1).float().mean().item()}
+
+
+def majority_baseline(targets: torch.Tensor, splits: dict[str, torch.Tensor]) -> dict[str, dict[str, float]]:
+    """Per split, the bit and id accuracy of guessing every bit's most frequent value on the split's
+    training targets (ties: 0), scored on its test targets: the floor the probe's accuracies beat."""
+    baseline = {}
+    for split, train in splits.items():
+        guess = (targets[train].mean(0) > 0.5).float()
+        baseline[split] = _scores(guess.expand_as(targets[~train]), targets[~train])
+    return baseline
+
+
+def identity_probe(
+    decoder: Decoder,
+    blocks: torch.Tensor,
+    train_fraction: float = 0.75,
+    steps: int = 300,
+    lr: float = 1e-2,
+    batch_size: int = 8,
+) -> dict:
+    """Per-layer bit and id accuracy of linear probes on held-out tokens, and ``majority``; a JSON-ready dict.
+
+    Features are standardised per layer with training statistics; full-batch Adam, a small weight decay.
+    """
+    vocab_size = decoder.config.vocab_size
+    ids, targets, splits = probe_sample(blocks, vocab_size, train_fraction)  # validates before the forward passes
+    was_training = decoder.training
+    decoder.eval()
+    try:
+        states = _states(decoder, blocks, batch_size)
+    finally:
+        decoder.train(was_training)
+    layers = []
+    for depth, x in enumerate(states):
+        row = {"layer": depth}
+        for split, train in splits.items():
+            mean, std = x[train].mean(0), x[train].std(0).clamp_min(1e-6)
+            z = (x - mean) / std
+            with torch.enable_grad():
+                probe = _fit_probe(z[train], targets[train], steps, lr)
+            with torch.no_grad():
+                scores = _scores((probe(z[~train]) > 0).float(), targets[~train])
+            suffix = "" if split == "position" else "_unseen_types"
+            row.update({f"{metric}{suffix}": value for metric, value in scores.items()})
+        layers.append(row)
+    cut = int(splits["position"].sum())
+    return {
+        "interface": type(decoder.interface).__name__,
+        "code_bits": targets.shape[1],
+        "train_tokens": cut,
+        "test_tokens": len(ids) - cut,
+        "unseen_type_tokens": int((~splits["type"]).sum()),
+        "layers": layers,
+        "majority": majority_baseline(targets, splits),
+    }
+
+
+def plot_probe(results: dict[str, dict], path: str, seed: int | None = None) -> None:
+    """Bit and id accuracy vs depth for both splits, one line per model (label -> identity_probe output),
+    the training ``seed`` in the title. Each panel draws the majority-class floor of results that carry
+    one: a single black line when every model shares it (same tokens), else one per model."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    fig, axes = plt.subplots(2, 2, figsize=(10, 7.5), sharex=True)
+    styles = ["-", "--", ":", "-."]
+    markers = ["o", "s", "^", "D", "v", "x", "P", "*"]
+    splits = (("position", ""), ("type", "_unseen_types"))
+    metrics = ("bit_accuracy", "id_accuracy")
+    floors = {label: result["majority"] for label, result in results.items() if "majority" in result}
+    shared = len({json.dumps(floor, sort_keys=True) for floor in floors.values()}) == 1
+    for i, (label, result) in enumerate(results.items()):
+        depth = [row["layer"] for row in result["layers"]]
+        # distinct dashes and markers: models with equal accuracies stay visible on top of each other
+        style = {"linestyle": styles[i % len(styles)], "marker": markers[i % len(markers)], "label": label,
+                 "markersize": 7 - i % 4, "alpha": 0.85}  # fmt: skip
+        for r, (split, suffix) in enumerate(splits):
+            for c, metric in enumerate(metrics):
+                values = [row.get(metric + suffix) for row in result["layers"]]
+                if None not in values:
+                    line = axes[r][c].plot(depth, values, **style)[0]
+                    if label in floors and not shared:
+                        axes[r][c].axhline(floors[label][split][metric], color=line.get_color(), linewidth=0.9,
+                                           linestyle=style["linestyle"], alpha=0.6,
+                                           label=f"{label}: majority class")  # fmt: skip
+    if shared:
+        floor = next(iter(floors.values()))
+        for r, (split, _) in enumerate(splits):
+            for c, metric in enumerate(metrics):
+                axes[r][c].axhline(floor[split][metric], color="black", linewidth=1.0, linestyle=(0, (8, 4)), zorder=1,
+                                   label="majority class (each bit's most frequent training value)")  # fmt: skip
+    titles = ["bit accuracy", "id accuracy (all bits right)"]
+    for r, split in enumerate(("held-out positions", "held-out token types")):
+        for c in range(2):
+            ax = axes[r][c]
+            ax.set_title(f"{titles[c]}, {split}", fontsize=10)
+            ax.set_ylim(0, 1.02)
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.grid(alpha=0.3)
+            if r == 1:
+                ax.set_xlabel("layer (0 = input)")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    rows = -(-len(labels) // 4)
+    # below the axes, never over the data: the figure reserves a strip for the legend's rows
+    fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)), fontsize=8, frameon=False)
+    fig.suptitle("Linear identity probes" + (f", seed {seed}" if seed is not None else ""))
+    fig.tight_layout(rect=(0, 0.01 + 0.03 * rows, 1, 1))
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

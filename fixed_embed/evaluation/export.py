@@ -1,0 +1,106 @@
+"""Export a trained model as a Hugging Face ``LlamaForCausalLM`` folder (config, safetensors, tokenizer).
+
+The backbone is a Llama (pre-norm RMSNorm, HF-layout RoPE, SwiGLU, no biases); the input interface
+becomes ``embed_tokens``, a fixed code materialised as the V x d table it computes. What the Llama
+format cannot express is refused, not approximated.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+from tokenizers import Tokenizer
+
+from fixed_embed.atomic import atomic_folder
+from fixed_embed.data.tokenizer import EOS, special_token_id
+from fixed_embed.errors import ConfigError, OutputExistsError
+from fixed_embed.run.lock import acquire
+from fixed_embed.train.module import LanguageModel
+
+MARKER = "fixed_embed.json"  # written last: a folder holding it is a complete export
+
+
+def check_export_dir(out: str | os.PathLike, overwrite: bool = False) -> Path:
+    """``out`` as a Path if an export may be written there (a missing or empty folder, or with ``overwrite``
+    an earlier export: other folders are never deleted); else a ``UserError`` saying why not."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"export path {out} is a file, not a folder; choose a folder")
+    if out.is_dir() and any(out.iterdir()):
+        if not overwrite:
+            raise OutputExistsError(
+                f"export folder {out} exists and is not empty; choose another folder, "
+                "or pass --overwrite to replace an earlier export there"
+            )
+        if not (out / MARKER).is_file():
+            raise OutputExistsError(
+                f"export folder {out} is not empty and is not an earlier export (no {MARKER}): "
+                "--overwrite only replaces exports; choose another folder"
+            )
+    return out
+
+
+def llama_state_dict(model: LanguageModel) -> dict[str, torch.Tensor]:
+    """Our weights under transformers' Llama names (a fixed interface materialised as embed_tokens)."""
+    decoder = model.decoder
+    table = getattr(decoder.interface, "table", None)
+    if table is None:
+        raise ValueError(
+            f"{type(decoder.interface).__name__} cannot be written as a Llama embed_tokens table: "
+            "it has no table() giving the vector of every id"
+        )
+    with torch.no_grad():
+        state = {"model.embed_tokens.weight": table().detach(), "model.norm.weight": decoder.norm.weight}
+        if not decoder.config.tie_embeddings:
+            state["lm_head.weight"] = decoder.head.weight
+        for i, layer in enumerate(decoder.layers):
+            p = f"model.layers.{i}."
+            state[p + "input_layernorm.weight"] = layer.attn_norm.weight
+            state[p + "post_attention_layernorm.weight"] = layer.mlp_norm.weight
+            for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
+                state[p + f"self_attn.{name}.weight"] = getattr(layer.attn, name).weight
+            for name in ("gate_proj", "up_proj", "down_proj"):
+                state[p + f"mlp.{name}.weight"] = getattr(layer.mlp, name).weight
+    return {k: v.detach().contiguous() for k, v in state.items()}
+
+
+def export_llama(
+    model: LanguageModel,
+    tokenizer: Tokenizer,
+    out: str | os.PathLike,
+    dtype: torch.dtype = torch.float32,
+    overwrite: bool = False,
+) -> Path:
+    """Write ``out/`` (config.json, model.safetensors, tokenizer files, fixed_embed.json) as a whole
+    (:func:`~fixed_embed.atomic.atomic_folder`); returns it."""
+    import transformers
+
+    config = model.decoder.config
+    out = check_export_dir(out, overwrite)
+    eos = special_token_id(tokenizer, EOS)
+    hf_config = transformers.LlamaConfig(
+        vocab_size=config.vocab_size, hidden_size=config.d_model, intermediate_size=config.ffn_dim,
+        num_hidden_layers=config.n_layers, num_attention_heads=config.n_heads,
+        num_key_value_heads=config.kv_heads, head_dim=config.head_dim,
+        max_position_embeddings=config.max_seq_len, rms_norm_eps=config.norm_eps, rope_theta=config.rope_theta,
+        tie_word_embeddings=config.tie_embeddings, attention_bias=False, mlp_bias=False, hidden_act="silu",
+        bos_token_id=eos, eos_token_id=eos, torch_dtype=dtype,
+    )  # fmt: skip
+    state = {k: v.to("cpu", dtype).contiguous() for k, v in llama_state_dict(model).items()}
+    with acquire(out, "or choose another OUT", beside=True), atomic_folder(out) as tmp:
+        check_export_dir(out, overwrite)  # again, under its lock: an export that ended meanwhile is kept
+        hf_config.save_pretrained(tmp)
+        save_file(state, tmp / "model.safetensors", metadata={"format": "pt"})
+        fast = transformers.PreTrainedTokenizerFast(
+            tokenizer_object=tokenizer, eos_token=EOS, bos_token=EOS, unk_token=None,
+            model_max_length=config.max_seq_len,
+        )  # fmt: skip
+        fast.save_pretrained(tmp)
+        # provenance: the checkpoint file and update it came from (set by load_checkpoint; absent for a live model)
+        marker = {**getattr(model, "provenance", {}), "interface": model.decoder.interface.spec()}
+        (tmp / MARKER).write_text(json.dumps({**marker, "decoder": config.to_dict()}, indent=2) + "\n")
+    return out

@@ -1,0 +1,71 @@
+"""A trained model and the tokenizer its checkpoint carries, for evaluation and export: read once, memory-mapped
+and weights-only (pickled code is refused: :class:`~fixed_embed.distributed.checkpoint.UnsafeCheckpointError`)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer
+
+from fixed_embed.data.tokenizer import load_tokenizer
+from fixed_embed.distributed.checkpoint import consolidate, load_weights_only
+from fixed_embed.errors import CheckpointError, MissingFileError
+from fixed_embed.model.accounting import derived_buffers
+from fixed_embed.train.module import LanguageModel
+
+
+def load_checkpoint(
+    path: str | os.PathLike, tokenizer: str | None = None, device: str | torch.device = "cpu"
+) -> tuple[LanguageModel, Tokenizer]:
+    """The model (eval mode, on ``device``) and tokenizer of a ``LanguageModel`` checkpoint (file or sharded
+    folder); ``tokenizer`` (a tokenizer.json, a folder holding one, a hub id) overrides the stored one."""
+    path = Path(path)
+    if path.is_dir():
+        checkpoint = consolidate(path)  # FSDP2 shards -> one state dict, in memory
+    elif not path.is_file():
+        raise MissingFileError(f"checkpoint not found: {path}")
+    else:
+        checkpoint = load_weights_only(path, path, mmap=True)
+    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint or "hyper_parameters" not in checkpoint:
+        keys = sorted(checkpoint)[:8] if isinstance(checkpoint, dict) else type(checkpoint).__name__
+        raise CheckpointError(
+            f"{path} is not a fixed-embed LanguageModel checkpoint (expected 'state_dict' and 'hyper_parameters', "
+            f"found {keys})"
+        )
+    hparams = {k: v for k, v in checkpoint["hyper_parameters"].items() if not k.startswith("_")}
+    try:
+        with torch.device("meta"):  # no random init of weights that are about to be overwritten
+            model = LanguageModel(**hparams)
+    except (TypeError, ValueError, KeyError) as error:
+        raise CheckpointError(
+            f"{path} holds hyper-parameters no LanguageModel can be built from ({type(error).__name__}: "
+            f"{str(error)[:200]}); pass a checkpoint written by fixed-embed fit"
+        ) from error
+    model.to_empty(device=device)
+    for owner in dict.fromkeys(name.rpartition(".")[0] for name in derived_buffers(model)):
+        model.get_submodule(owner).reset_parameters()  # derived buffers are rebuilt, not stored
+    try:
+        model.load_state_dict(checkpoint["state_dict"], strict=True)
+    except RuntimeError as error:
+        raise CheckpointError(
+            f"{path}: its weights do not fit the model its hyper-parameters describe ({str(error).splitlines()[0]})"
+        ) from error
+    model.to(device)  # to_empty moved the tensors; this also records the device on the LightningModule
+    model.eval()
+    # What a result scored: the file a last.ckpt link resolves to now, and its update (eval, export record it).
+    model.provenance = {"checkpoint": str(path.resolve()), "update": checkpoint.get("global_step")}
+    return model, _tokenizer(checkpoint, tokenizer, path)
+
+
+def _tokenizer(checkpoint: dict, override: str | None, path: Path) -> Tokenizer:
+    if override is not None:
+        return load_tokenizer(override)
+    for state in checkpoint.values():
+        if isinstance(state, dict) and "tokenizer_json" in state:
+            return Tokenizer.from_str(state["tokenizer_json"])
+    spec = (checkpoint.get("datamodule_hyper_parameters") or {}).get("tokenizer")
+    if spec is not None:
+        return load_tokenizer(spec)
+    raise CheckpointError(f"{path} holds no tokenizer; pass one (a tokenizer.json, a folder with one, or a hub id)")

@@ -1,0 +1,126 @@
+"""One training update traced on fake tensors: the per-rank peak of live tensors and the FLOPs run, at any
+shape, on the CPU, without the memory (docs/design.md#memory; checked against the estimate in
+docs/benchmarks.md).
+
+Tensors carry shapes, dtypes and devices but no storage (FakeTensorMode); every allocation of the update
+is attributed and the peak kept by torch's MemTracker (FSDPMemTracker under FSDP2), and FlopCounterMode
+counts each matmul and attention op of one micro-batch. FSDP2 runs for rank 0 of ``world_size`` on a fake process group.
+The update is what ``fixed-embed fit`` runs per optimizer step: each micro-batch's :meth:`block_loss` under
+autocast (``*-mixed``) or FSDP2's MixedPrecisionPolicy, its backward (FSDP2's reduce-scatter on the last
+micro-batch only, as ``LanguageModel.on_train_batch_start`` sets it), gradient clipping and the AdamW step
+(the fused kernel, as on CUDA), with the optimizer's state and DDP's gradient buckets already there, as in
+every update but the first. Fake CPU tensors stand for CUDA ones: the same shapes and dtypes, CPU autocast's
+op lists (which cast this model's matmuls and attention as CUDA's do). DDP is traced unwrapped (its
+buckets are the gradients, ``gradient_as_bucket_view``); ``compile`` is off (fusion only lowers the peak).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.utils import flop_counter
+
+from fixed_embed.distributed.parallel import apply_parallelism
+from fixed_embed.measure.memory import RunShape
+from fixed_embed.model.recipe import build_adamw
+
+#: FlopCounterMode knows the CUDA attention kernels; the fake CPU tensors run the CPU one (same FLOPs).
+_ATTENTION = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+_ATTENTION_BACKWARD = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
+_CPU_ATTENTION_FLOPS = {
+    _ATTENTION: lambda q, k, v, *_, **__: flop_counter.sdpa_flop_count(q, k, v),
+    _ATTENTION_BACKWARD: lambda grad, q, k, v, *_, **__: flop_counter.sdpa_backward_flop_count(grad, q, k, v),
+}
+
+
+@dataclass(frozen=True)
+class TracedUpdate:
+    """Per-rank bytes at the update's peak, by MemTracker's kinds; the FLOPs of one micro-batch."""
+
+    peak: int
+    kinds: dict[str, int]
+    flops: int
+    tokens: int  # targets of one micro-batch
+    micro_batches: int
+    seconds: float
+
+    @property
+    def flops_per_token(self) -> int:
+        return self.flops // self.tokens
+
+
+def trace_update(model: Any, run: RunShape, micro_batches: int | None = None) -> TracedUpdate:
+    """Trace one update of ``model`` (a ``LanguageModel`` on the meta device, e.g. ``build_model(config)``) at
+    ``run``; ``micro_batches`` (default: ``run.accumulate``) below that traces fewer: each micro-batch between
+    the second and the last allocates as the second does, so 3 give the peak of any longer accumulation."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    start = time.perf_counter()
+    count = min(micro_batches or run.accumulate, run.accumulate)
+    seq_len = run.seq_len or model.config.max_seq_len
+    sharded = run.sharded
+    with contextlib.ExitStack() as stack:
+        mesh = stack.enter_context(_fake_process_group(run.world_size)) if sharded else None
+        # as configured but without compile; FSDP2 shards on the meta device, before the tensors are made
+        apply_parallelism(model.decoder, replace(model.parallel_config, compile=False), mesh)
+        stack.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
+        model.to_empty(device="cpu")
+        config = model.optimizer_config
+        optimizer = build_adamw(model, replace(config, implementation="fused") if config.implementation == "auto"
+                                else config)  # fmt: skip
+        params = [p for p in model.parameters() if p.requires_grad]
+        for p in params:  # the optimizer's state and (DDP) the gradient buckets, as after the first update
+            p.grad = torch.zeros_like(p)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=sharded)
+        block = torch.zeros(run.micro_batch, seq_len + 1, dtype=torch.long)
+        autocast = "mixed" in str(run.precision) and not sharded
+        half = torch.bfloat16 if str(run.precision).startswith("bf16") else torch.float16
+
+        def micro_batch(last: bool) -> None:
+            if sharded and not model.parallel_config.sync_every_micro_batch:
+                model.decoder.set_requires_gradient_sync(last)
+            with torch.autocast("cpu", dtype=half, enabled=autocast):
+                loss, _ = model.block_loss(block)
+            (loss / run.accumulate).backward()
+
+        # FLOPs apart: the counter's module hooks keep checkpointed blocks' recomputed activations alive
+        with flop_counter.FlopCounterMode(display=False, custom_mapping=_CPU_ATTENTION_FLOPS) as flops:
+            micro_batch(last=True)
+        optimizer.zero_grad(set_to_none=sharded)
+        tracker = FSDPMemTracker(model.decoder, optimizer) if sharded else MemTracker()
+        tracker.track_external(model, optimizer)
+        with tracker:
+            for index in range(count):
+                tracker.reset_mod_stats()  # MemTracker's per-module stats hold one iteration
+                micro_batch(last=index == count - 1)
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            optimizer.step()
+            optimizer.zero_grad()
+        peak = tracker.get_tracker_snapshot("peak")[torch.device("cpu")]
+    kinds = {str(getattr(kind, "value", kind)): size for kind, size in peak.items() if kind != "Total"}
+    return TracedUpdate(peak["Total"], kinds, flops.get_total_flops(), run.micro_batch * seq_len, count,
+                        time.perf_counter() - start)  # fmt: skip
+
+
+@contextlib.contextmanager
+def _fake_process_group(world_size: int) -> Iterator[Any]:
+    """Rank 0 of ``world_size`` on torch's fake process group (collectives do nothing), and its mesh."""
+    import torch.testing._internal.distributed.fake_pg as fake_pg  # registers the "fake" backend
+    from torch.distributed.device_mesh import init_device_mesh
+
+    if dist.is_initialized():
+        raise RuntimeError("trace_update makes its own (fake) process group: none may be running")
+    dist.init_process_group("fake", store=fake_pg.FakeStore(), rank=0, world_size=world_size)
+    try:
+        yield init_device_mesh("cpu", (world_size,), mesh_dim_names=("data_parallel",))
+    finally:
+        dist.destroy_process_group()

@@ -1,0 +1,101 @@
+"""Parameter and FLOP accounting: what each part of a model holds and costs per token (on the meta device)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import nn
+
+from fixed_embed.model.decoder import Decoder
+
+
+def parameter_count(module: nn.Module, trainable: bool | None = None) -> int:
+    """Parameters of ``module`` (only the trainable or frozen ones, if given), a shared (tied) one once."""
+    return sum(p.numel() for p in module.parameters() if trainable is None or p.requires_grad == trainable)
+
+
+@dataclass(frozen=True)
+class ParameterReport:
+    total: int
+    trainable: int
+    frozen: int
+    interface_trainable: int
+    head: int
+    backbone: int
+    flops_per_token: int
+    seq_len: int
+
+    def rows(self) -> list[tuple[str, int]]:
+        return [
+            ("total", self.total),
+            ("trainable", self.trainable),
+            ("frozen", self.frozen),
+            ("input interface (trainable)", self.interface_trainable),
+            ("output head", self.head),
+            ("backbone (blocks + final norm)", self.backbone),
+        ]
+
+
+def parameter_report(decoder: Decoder) -> ParameterReport:
+    return ParameterReport(
+        total=parameter_count(decoder),
+        trainable=parameter_count(decoder, trainable=True),
+        frozen=parameter_count(decoder, trainable=False),
+        interface_trainable=decoder.interface.trainable_parameters,
+        head=0 if decoder.config.tie_embeddings else parameter_count(decoder.head),
+        backbone=parameter_count(decoder.layers) + parameter_count(decoder.norm),
+        flops_per_token=decoder.flops_per_token(),
+        seq_len=decoder.config.max_seq_len,
+    )
+
+
+@dataclass(frozen=True)
+class ModuleCost:
+    """One row of a model summary: what a sub-module holds and what it costs per token."""
+
+    name: str
+    kind: str
+    trainable: int
+    frozen: int
+    fixed_state: int  # persistent buffers: e.g. the GF(2) matrix that fixes a code assignment
+    flops_per_token: int
+
+
+def module_costs(decoder: Decoder, seq_len: int | None = None) -> list[ModuleCost]:
+    """Per top-level part of the decoder (interface, blocks, final norm, head), in forward order."""
+    t = seq_len or decoder.config.max_seq_len
+    tied = decoder.config.tie_embeddings  # a tied head is counted once, under the interface that owns it
+    head = decoder.head.flops_per_token()
+    flops = {
+        "interface": decoder.interface.flops_per_token() + (head if tied else 0),
+        "layers": sum(layer.flops_per_token(t) for layer in decoder.layers),
+        "norm": 0,
+        "head": 0 if tied else head,
+    }
+    rows = []
+    for name, module in decoder.named_children():
+        if name not in flops:
+            continue  # RoPE tables: derived, non-persistent
+        kind = type(module).__name__
+        if isinstance(module, nn.ModuleList):
+            kind = f"{len(module)} x {type(module[0]).__name__}" if len(module) else "empty"
+        derived = derived_buffers(module)
+        head_tied = name == "head" and tied
+        rows.append(
+            ModuleCost(
+                name=name,
+                kind=kind + (" (tied)" if head_tied else ""),
+                trainable=0 if head_tied else parameter_count(module, trainable=True),
+                frozen=0 if head_tied else parameter_count(module, trainable=False),
+                fixed_state=sum(b.numel() for key, b in module.named_buffers() if key not in derived),
+                flops_per_token=flops[name],
+            )
+        )
+    return rows
+
+
+def derived_buffers(module: nn.Module) -> list[str]:
+    """Names of the buffers ``module`` rebuilds rather than stores (RoPE tables, GF(2) rows): the
+    non-persistent ones, which its state dict leaves out."""
+    stored = module.state_dict(keep_vars=True).keys()
+    return [name for name, _ in module.named_buffers() if name not in stored]

@@ -1,0 +1,268 @@
+"""Llama-style decoder-only transformer fed by a pluggable input interface: the paper's backbone, with
+our own choices (RoPE theta, initialisation) listed in docs/design.md, "The recipe".
+
+* Input: any :class:`~fixed_embed.interfaces.InputInterface`; the decoder never assumes it is trainable,
+  normalised or non-zero (RMSNorm, in float32, returns exactly 0 for x = 0, with a finite gradient).
+* Pre-norm blocks x + Attn(RMSNorm(x)), x + SwiGLU(RMSNorm(x)), a final RMSNorm; no biases; an untied
+  V x d head (tying only with LearnedInput). Attention through ``F.scaled_dot_product_attention``
+  (flash kernels on GPUs), optionally grouped-query (``n_kv_heads``).
+* RoPE in the Hugging Face Llama layout, so an export to ``LlamaForCausalLM`` is exact.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from fixed_embed.config import PositiveFinite, PositiveInt
+from fixed_embed.errors import ConfigError
+from fixed_embed.interfaces import InputInterface, LearnedInput
+from fixed_embed.model.loss import linear_cross_entropy
+
+
+@dataclass
+class DecoderConfig:
+    """The backbone's schema. Paper: V 49,152, d 2048, 24 layers, 32 heads, SwiGLU 8192, ctx 2048."""
+
+    vocab_size: PositiveInt = 49152
+    d_model: PositiveInt = 2048
+    n_layers: PositiveInt = 24
+    n_heads: PositiveInt = 32
+    n_kv_heads: PositiveInt | None = None
+    ffn_dim: PositiveInt = 8192
+    max_seq_len: PositiveInt = 2048
+    rope_theta: PositiveFinite = 10000.0
+    norm_eps: PositiveFinite = 1e-5
+    init_std: PositiveFinite = 0.02
+    tie_embeddings: bool = False
+
+    def __post_init__(self) -> None:  # ConfigError: fixed-embed fit checks these before any work, in one line
+        if self.d_model % self.n_heads:
+            raise ConfigError(f"model.decoder.d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+        if self.head_dim % 2:
+            raise ConfigError(f"model.decoder: head dim d_model/n_heads = {self.head_dim} must be even for RoPE")
+        if self.n_heads % self.kv_heads:
+            raise ConfigError(f"model.decoder: n_heads {self.n_heads} is not a multiple of n_kv_heads {self.kv_heads}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_kv_heads or self.n_heads
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _matmul_flops(module: nn.Module) -> int:
+    """6 FLOPs (2 forward + 4 backward) per token for every weight of every Linear below ``module``."""
+    return 6 * sum(m.weight.numel() for m in module.modules() if isinstance(m, nn.Linear))
+
+
+class RMSNorm(nn.Module):
+    """x / sqrt(mean(x^2) + eps) * gain, computed in float32, cast back to the input dtype."""
+
+    def __init__(self, dim: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def reset_parameters(self) -> None:
+        nn.init.ones_(self.weight)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x32 = x.float()
+        normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (normed * self.weight.float()).to(x.dtype)
+
+
+class RotaryEmbedding(nn.Module):
+    """RoPE cos/sin tables: position p rotates the pair (x_i, x_{i+h/2}) by p theta^(-2i/h)."""
+
+    def __init__(self, head_dim: int, max_seq_len: int, theta: float = 10000.0) -> None:
+        super().__init__()
+        self.head_dim, self.max_seq_len, self.theta = head_dim, max_seq_len, theta
+        # Non-persistent: derived from the config, recomputed after meta-device init.
+        self.register_buffer("cos", torch.empty(max_seq_len, head_dim // 2), persistent=False)
+        self.register_buffer("sin", torch.empty(max_seq_len, head_dim // 2), persistent=False)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        if self.cos.is_meta:
+            return
+        inv_freq = 1.0 / (self.theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.float64) / self.head_dim))
+        angles = torch.outer(torch.arange(self.max_seq_len, dtype=torch.float64), inv_freq)
+        self.cos.copy_(angles.cos())
+        self.sin.copy_(angles.sin())
+
+    def _apply(self, fn, recurse=True):  # nn.Module._apply
+        # bf16-true (``module.to(torch.bfloat16)``) would round the tables: recompute them in fp32.
+        super()._apply(fn, recurse)
+        if self.cos.dtype != torch.float32:
+            self.cos, self.sin = self.cos.float(), self.sin.float()
+            self.reset_parameters()
+        return self
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Rotate ``x[B, H, T, h]`` in float32 (as torchtitan): a bf16 ``x`` is rounded once, at the end."""
+        cos, sin = self.cos[: x.shape[-2]], self.sin[: x.shape[-2]]
+        x1, x2 = x.float().chunk(2, dim=-1)
+        return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
+
+
+class Attention(nn.Module):
+    def __init__(self, config: DecoderConfig) -> None:
+        super().__init__()
+        d, h, kv = config.d_model, config.head_dim, config.kv_heads
+        self.n_heads, self.n_kv_heads, self.head_dim = config.n_heads, kv, h
+        self.q_proj = nn.Linear(d, config.n_heads * h, bias=False)
+        self.k_proj = nn.Linear(d, kv * h, bias=False)
+        self.v_proj = nn.Linear(d, kv * h, bias=False)
+        self.o_proj = nn.Linear(config.n_heads * h, d, bias=False)
+
+    def forward(self, x: torch.Tensor, rope: RotaryEmbedding) -> torch.Tensor:
+        b, t, _ = x.shape
+        q = self.q_proj(x).view(b, t, self.n_heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        q, k = rope(q), rope(k)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.n_kv_heads != self.n_heads)
+        return self.o_proj(y.transpose(1, 2).reshape(b, t, -1))
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, config: DecoderConfig) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(config.d_model, config.ffn_dim, bias=False)
+        self.up_proj = nn.Linear(config.d_model, config.ffn_dim, bias=False)
+        self.down_proj = nn.Linear(config.ffn_dim, config.d_model, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block: x + attn(norm(x)); x + mlp(norm(x))."""
+
+    def __init__(self, config: DecoderConfig) -> None:
+        super().__init__()
+        self.d_model = config.d_model
+        self.attn_norm = RMSNorm(config.d_model, config.norm_eps)
+        self.attn = Attention(config)
+        self.mlp_norm = RMSNorm(config.d_model, config.norm_eps)
+        self.mlp = SwiGLU(config)
+
+    def forward(self, x: torch.Tensor, rope: RotaryEmbedding) -> torch.Tensor:
+        x = x + self.attn(self.attn_norm(x), rope)
+        return x + self.mlp(self.mlp_norm(x))
+
+    def flops_per_token(self, seq_len: int) -> int:
+        """6 x matmul weights + 12 d T for the attention scores (QK^T and AV, forward + backward)."""
+        return _matmul_flops(self) + 12 * self.d_model * seq_len
+
+
+class OutputHead(nn.Linear):
+    """``head(h)``: logits; ``head(h, targets, chunk_tokens)``: the mean cross-entropy, in the head's own
+    ``forward`` so that FSDP2's hooks gather its weight first (:func:`fixed_embed.model.loss.linear_cross_entropy`)."""
+
+    def forward(
+        self, x: torch.Tensor, targets: torch.Tensor | None = None, chunk_tokens: int | None = None
+    ) -> torch.Tensor:
+        if targets is None:
+            return super().forward(x)
+        return linear_cross_entropy(x, self.weight, targets, chunk_tokens)
+
+    def flops_per_token(self) -> int:
+        """Also when tied: the matmul still runs."""
+        return _matmul_flops(self)
+
+
+class Decoder(nn.Module):
+    """interface -> n_layers pre-norm blocks -> RMSNorm -> head: ``forward(ids) -> logits``."""
+
+    def __init__(self, config: DecoderConfig, interface: InputInterface) -> None:
+        super().__init__()
+        if (interface.vocab_size, interface.d_model) != (config.vocab_size, config.d_model):
+            raise ValueError(
+                f"interface is built for vocab_size={interface.vocab_size}, d_model={interface.d_model} "
+                f"but the decoder has vocab_size={config.vocab_size}, d_model={config.d_model}"
+            )
+        if config.tie_embeddings and not isinstance(interface, LearnedInput):
+            raise ValueError(
+                f"tie_embeddings=True needs a LearnedInput table to tie to, got {type(interface).__name__}"
+            )
+        self.config = config
+        self.interface = interface
+        self.rope = RotaryEmbedding(config.head_dim, config.max_seq_len, config.rope_theta)
+        self.layers = nn.ModuleList(Block(config) for _ in range(config.n_layers))
+        self.norm = RMSNorm(config.d_model, config.norm_eps)
+        self.head = OutputHead(config.d_model, config.vocab_size, bias=False)
+        # Set by fixed_embed.distributed.parallel: recompute each block in backward (names and weights unchanged).
+        self.activation_checkpointing = False
+        self.init_weights()
+        if config.tie_embeddings:
+            self.head.weight = interface.weight
+
+    @torch.no_grad()
+    def init_weights(self) -> None:
+        """Initialise every parameter and buffer (also used after meta-device construction)."""
+        std = self.config.init_std
+        residual_std = std / math.sqrt(2 * self.config.n_layers)
+        for name, module in self.named_modules():
+            if isinstance(module, nn.Linear):
+                is_residual_out = name.endswith(("o_proj", "down_proj"))
+                nn.init.normal_(module.weight, mean=0.0, std=residual_std if is_residual_out else std)
+            elif module is not self and hasattr(module, "reset_parameters"):
+                module.reset_parameters()
+
+    def forward(
+        self, ids: torch.Tensor, targets: torch.Tensor | None = None, chunk_tokens: int | None = None
+    ) -> torch.Tensor:
+        """Logits ``[B, T, V]``; given ``targets[B, T]``, the mean cross-entropy instead (see :meth:`loss`)."""
+        return self.head(self.hidden(ids), targets, chunk_tokens)
+
+    def hidden(self, ids: torch.Tensor) -> torch.Tensor:
+        """The final-normed hidden states ``[B, T, d]``."""
+        x = self.embed(ids)
+        for layer in self.layers:
+            if self.activation_checkpointing and torch.is_grad_enabled():
+                x = checkpoint(layer, x, self.rope, use_reentrant=False)
+            else:
+                x = layer(x, self.rope)
+        return self.norm(x)
+
+    def loss(self, ids: torch.Tensor, targets: torch.Tensor, chunk_tokens: int | None = None) -> torch.Tensor:
+        """Mean next-token cross-entropy, ``chunk_tokens`` positions at a time (0 or ``None``: from the
+        full fp32 logits). Through the module call, so FSDP2's root hooks run as for the logits."""
+        return self(ids, targets, chunk_tokens)
+
+    def embed(self, ids: torch.Tensor) -> torch.Tensor:
+        """The interface's output for ``ids[B, T]``, after checking the shape fits the model."""
+        if ids.dim() != 2:
+            raise ValueError(f"ids must have shape [batch, seq], got {tuple(ids.shape)}")
+        if ids.shape[1] > self.config.max_seq_len:
+            raise ValueError(f"sequence length {ids.shape[1]} exceeds max_seq_len {self.config.max_seq_len}")
+        return self.interface(ids)
+
+    def hidden_states(self, ids: torch.Tensor) -> list[torch.Tensor]:
+        """The residual stream after the interface (index 0) and after each block (index i + 1)."""
+        states = [self.embed(ids)]
+        for layer in self.layers:
+            states.append(layer(states[-1], self.rope))
+        return states
+
+    def flops_per_token(self, seq_len: int | None = None) -> int:
+        """Training FLOPs per token at context ``seq_len`` (default: max_seq_len)."""
+        t = seq_len or self.config.max_seq_len
+        return (
+            self.interface.flops_per_token()
+            + sum(layer.flops_per_token(t) for layer in self.layers)
+            + self.head.flops_per_token()
+        )

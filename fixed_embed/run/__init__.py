@@ -1,0 +1,1 @@
+"""One run on disk: its folder, its lock, the resume plan, the console."""

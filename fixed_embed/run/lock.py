@@ -1,0 +1,168 @@
+"""One writer per folder: ``run.lock`` in it (``.<name>.lock`` beside a file or swapped-in folder) names the holder
+(host, pid, start, command); made with ``O_EXCL`` before any work, removed on every way out; a live holder is refused
+by name, a stale one taken over. Details: docs/faults.md ("One writer per folder")."""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import errno
+import json
+import logging
+import os
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+
+from fixed_embed.atomic import process_running
+from fixed_embed.errors import ConfigError, UserError
+
+LOCK_NAME = "run.lock"
+HEARTBEAT_S = 60.0  # the holder touches its lock this often
+STALE_AFTER_S = 600.0  # a lock of another host not touched for this long is stale (10 missed heartbeats)
+
+_held: set[Path] = set()  # the lock files this process holds (a second in-process launch is refused too)
+
+
+class RunInUseError(UserError):
+    """The run folder is in use by another live launch."""
+
+
+def _process_start(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (Linux ``/proc``), to tell a reused pid apart."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rpartition(")")[2].split()[19]  # field 22, counted after the command name
+
+
+class RunLock(contextlib.AbstractContextManager):
+    """A held lock (:func:`acquire`); :meth:`release` (also on leaving ``with``) is idempotent."""
+
+    def __init__(self, path: Path, record: dict, made: list[Path]) -> None:
+        self.path, self.record, self.made = path, record, made
+        self._stop = threading.Event()
+        threading.Thread(target=self._heartbeat, name="fixed-embed-run-lock", daemon=True).start()
+        atexit.register(self.release)
+
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(HEARTBEAT_S):
+            with contextlib.suppress(OSError):
+                os.utime(self.path)
+
+    def release(self) -> None:
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        _held.discard(self.path)
+        # Only our own lock: never a newer holder's that took over a lock we were believed to have left.
+        if _read(self.path) == self.record:
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()
+        for folder in self.made:  # those the lock made, deepest first: a launch that wrote nothing leaves none
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        atexit.unregister(self.release)
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def _read(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return {}  # unreadable or half-written: a holder that died while writing it
+
+
+def _describe(record: dict) -> str:
+    since = record.get("since")
+    when = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(since)) if isinstance(since, (int, float)) else "?"
+    return f"pid {record.get('pid', '?')} on {record.get('host', '?')}, since {when}"
+
+
+def _stale_reason(record: dict, path: Path) -> str | None:
+    """Why the lock ``record`` no longer holds (None: its holder is alive)."""
+    if not record:
+        return "its lock file is unreadable"
+    host, pid = record.get("host"), record.get("pid")
+    if host == socket.gethostname() and isinstance(pid, int):
+        if pid == os.getpid():
+            return None if path in _held else "it was left by this process"
+        if not process_running(pid):
+            return f"pid {pid} is not running"
+        start = record.get("start")
+        if start is not None and _process_start(pid) not in (None, start):
+            return f"pid {pid} is another process now"
+        return None
+    try:
+        age = time.time() - path.stat().st_mtime
+    except FileNotFoundError:
+        return "it was just released"
+    if age > STALE_AFTER_S:
+        return f"its heartbeat stopped {age / 60:.0f} minutes ago (another host: {host})"
+    return None
+
+
+def acquire(target: str | os.PathLike, fix: str = "or use --run NEW_NAME", beside: bool = False) -> RunLock:
+    """Take ``target/run.lock`` (making the folder), or with ``beside`` (a file, or a folder swapped in whole)
+    ``.<name>.lock`` next to it; refuse with :class:`RunInUseError` naming a live holder and ``fix``."""
+    target = Path(target)
+    folder, path = (target.parent, target.parent / f".{target.name}.lock") if beside else (target, target / LOCK_NAME)
+    made = [p for p in (folder, *folder.parents) if not p.exists()]
+    record = {
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "start": _process_start(os.getpid()),
+        "since": time.time(),
+        "command": " ".join([Path(sys.argv[0]).name.replace("__main__.py", "fixed-embed"), *sys.argv[1:]]),
+    }
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        code = errno.errorcode.get(error.errno or 0, "")
+        raise ConfigError(f"cannot make the folder {folder}: {error.strerror} ({code})") from error
+    for _ in range(3):
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            holder = _read(path)
+            if holder is None:
+                continue  # released meanwhile: try again
+            reason = _stale_reason(holder, path)
+            if reason is None:
+                raise RunInUseError(
+                    f"{'' if beside else 'run folder '}{target} is in use by another launch ({_describe(holder)}: "
+                    f"{holder.get('command', '?')}); wait for it to end or stop it, {fix}. If it is gone, delete {path}"
+                ) from None
+            if _take_over(path, holder):
+                logging.getLogger(__name__).info(f"run lock: taking over {path} from {_describe(holder)}: {reason}")
+            continue
+        except OSError as error:
+            raise ConfigError(f"cannot write the folder {folder}: {error.strerror}") from error
+        with os.fdopen(fd, "w") as file:
+            json.dump(record, file)
+        _held.add(path)
+        return RunLock(path, record, made)
+    raise RunInUseError(f"{target}: another launch is taking its lock ({path}) at the same time")
+
+
+def _take_over(path: Path, holder: dict) -> bool:
+    """Move a stale lock aside, unless another launch replaced it meanwhile (then it is put back)."""
+    aside = path.with_name(f"{path.name}.stale-{os.getpid()}")
+    try:
+        os.replace(path, aside)
+    except FileNotFoundError:
+        return False
+    stale = _read(aside) == holder
+    if not stale:  # someone else's fresh lock: put it back (the O_EXCL retry then sees it)
+        with contextlib.suppress(OSError):
+            os.link(aside, path)
+    with contextlib.suppress(OSError):
+        aside.unlink()
+    return stale

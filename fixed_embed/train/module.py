@@ -1,0 +1,294 @@
+"""LanguageModel: the Lightning wrapper around the decoder and its pluggable input interface.
+
+A batch is a LongTensor of packed blocks ``[B, T + 1]``: inputs are ``block[:, :-1]``,
+targets ``block[:, 1:]``, so every block carries exactly T prediction targets.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import asdict
+from functools import partial
+from typing import Any, Literal
+
+import lightning as L
+import torch
+from lightning.pytorch.strategies import ModelParallelStrategy
+from lightning.pytorch.utilities import rank_zero_warn
+from torchmetrics.aggregation import MeanMetric
+
+from fixed_embed.config import NonNegativeInt, PositiveInt
+from fixed_embed.data.loader_state import gather_loader_states
+from fixed_embed.distributed.parallel import ParallelConfig, apply_parallelism, eager_evaluation
+from fixed_embed.errors import ConfigError
+from fixed_embed.interfaces import BinaryCodeInput, InputInterface
+from fixed_embed.lightning_internals import attached_trainer, ends_update
+from fixed_embed.measure.memory import refuse_unless_it_fits
+from fixed_embed.model.decoder import Decoder, DecoderConfig
+from fixed_embed.model.loss import DEFAULT_LOSS_CHUNK_TOKENS
+from fixed_embed.model.recipe import AdamWConfig, ScheduleConfig, build_adamw, lr_at
+from fixed_embed.train import resume
+
+__all__ = ["LanguageModel"]
+
+InterfaceFactory = Callable[[int, int], InputInterface]
+
+
+class LanguageModel(L.LightningModule):
+    """Next-token language model. The signature is the ``model:`` schema of an experiment YAML.
+
+    Args:
+        decoder: the backbone (vocabulary, width, depth, ...).
+        interface: the input interface class (and its options), built as ``interface(vocab_size, d_model)``.
+        optimizer: AdamW settings.
+        schedule: warm-up and cosine floor.
+        token_budget: prediction tokens to train on: ``fixed-embed fit`` sets ``trainer.max_steps`` from it
+            unless given (:func:`fixed_embed.train.experiment.run_length`).
+        on_nonfinite: on a non-finite loss or gradient, ``stop`` raises naming the step (before
+            the update); ``skip`` drops that update and counts it in ``train/skipped_updates``.
+        max_skipped_updates: with ``skip``, stop (as ``stop`` would) once this many consecutive
+            updates, or ``10 x`` this many in all, were skipped: a run that skips everything must end.
+        parallel: activation checkpointing, compile and FSDP2 settings (:mod:`fixed_embed.distributed.parallel`).
+        loss_chunk_tokens: the head and cross-entropy run over this many tokens at a time, so the full
+            fp32 ``[B, T, V]`` logits (and their gradient) never exist (:mod:`fixed_embed.model.loss`); same
+            loss and gradients. ``0`` or ``None``: unchunked, from the full logits.
+    """
+
+    def __init__(
+        self,
+        decoder: DecoderConfig | None = None,
+        interface: InterfaceFactory = BinaryCodeInput,
+        optimizer: AdamWConfig | None = None,
+        schedule: ScheduleConfig | None = None,
+        token_budget: PositiveInt | None = None,
+        on_nonfinite: Literal["stop", "skip"] = "stop",
+        max_skipped_updates: PositiveInt = 20,
+        parallel: ParallelConfig | None = None,
+        loss_chunk_tokens: NonNegativeInt | None = DEFAULT_LOSS_CHUNK_TOKENS,
+    ) -> None:
+        super().__init__()
+        self.config = _as(DecoderConfig, decoder)
+        self.optimizer_config = _as(AdamWConfig, optimizer)
+        self.parallel_config = _as(ParallelConfig, parallel)
+        self.schedule_config = _as(ScheduleConfig, schedule)
+        self.loss_chunk_tokens = loss_chunk_tokens
+        self.token_budget = token_budget
+        self.on_nonfinite = on_nonfinite
+        self.max_skipped_updates = max_skipped_updates
+        self.consecutive_skips = 0
+        built = _interface_factory(interface)(self.config.vocab_size, self.config.d_model)
+        self.decoder = Decoder(self.config, built)
+
+        # Plain dicts only: the checkpoint then loads with weights_only=True, and both
+        # LightningCLI's and a direct LanguageModel(**hparams) rebuild the same model.
+        self.save_hyperparameters()
+        self.hparams.update(
+            decoder=self.config.to_dict(),
+            interface=built.spec(),
+            optimizer=asdict(self.optimizer_config),
+            schedule=asdict(self.schedule_config),
+            parallel=asdict(self.parallel_config),
+        )
+        self.val_loss = MeanMetric()
+        self.tokens_seen = 0
+        self.skipped_updates = 0
+        self._last_loss: torch.Tensor | None = None
+        self._fresh_groups: list[dict[str, Any]] = []
+        self._parallelized = False
+        self._eager: contextlib.ExitStack | None = None  # open during validation/test with compile on
+        # Set by whoever planned the resume before launch (fixed_embed.run.resume_plan.plan_fit, in fixed-embed fit)
+        # and printed what the config changes: loading the checkpoint then does not say it again.
+        self.resume_planned = False
+
+    @property
+    def interface(self) -> InputInterface:
+        return self.decoder.interface
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.decoder(ids)
+
+    # -- training -------------------------------------------------------------------------
+
+    def block_loss(self, block: torch.Tensor) -> tuple[torch.Tensor, int]:
+        """Mean next-token loss over a batch of packed blocks ``[B, T + 1]`` (chunked head), and its target count."""
+        if block.dim() != 2 or block.shape[1] < 2:
+            raise ValueError(f"a batch must be packed blocks of shape [B, T + 1], got {tuple(block.shape)}")
+        inputs, targets = block[:, :-1], block[:, 1:]
+        loss = self.decoder.loss(inputs, targets, self.loss_chunk_tokens)
+        return loss, targets.numel()
+
+    def training_step(self, block: torch.Tensor, batch_idx: int) -> torch.Tensor:
+        loss, n_targets = self.block_loss(block)
+        # A non-finite loss is not acted on here: its backward makes the gradients non-finite,
+        # and on_before_optimizer_step decides once per update, identically on every rank.
+        self._last_loss = loss.detach()
+        self.tokens_seen += n_targets * self.trainer.world_size
+        # No host sync per micro-batch: Lightning turns every prog_bar=True value into a number after
+        # each micro-batch (a sync), so the loss stays a tensor here and callbacks/progress.py shows it
+        # once per update. Python numbers become device tensors when logged (on CUDA a blocking copy,
+        # i.e. a sync), so they are logged on an update's last micro-batch only.
+        self.log("train/loss", loss)
+        if ends_update(self.trainer):
+            self.log("train/tokens", float(self.tokens_seen), rank_zero_only=True)
+            self.log("train/lr", self.trainer.optimizers[0].param_groups[0]["lr"], rank_zero_only=True)
+        return loss
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        # FSDP2: no gradient reduce-scatter on an update's non-final micro-batches (Lightning's
+        # no_sync covers DDP only); the unsharded gradients accumulate locally until the last one.
+        if self.parallel_config.sync_every_micro_batch:
+            return
+        from torch.distributed.fsdp import FSDPModule
+
+        if isinstance(self.decoder, FSDPModule):
+            self.decoder.set_requires_gradient_sync(ends_update(self.trainer))
+
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        # Runs after the (DDP-reduced) backward and before clipping. One fused norm over all
+        # gradients is non-finite iff some element is; sharded (FSDP) gradients see only their
+        # shard, hence the any-rank vote.
+        grads = [resume.local_shard(p.grad) for p in self.parameters() if p.grad is not None]
+        local_bad = bool(grads) and not bool(torch.isfinite(torch.nn.utils.get_total_norm(grads)))
+        if not self.trainer.strategy.reduce_boolean_decision(local_bad, all=False):
+            self.consecutive_skips = 0
+            return
+        loss = float(self._last_loss) if self._last_loss is not None else float("nan")
+        if self.on_nonfinite == "stop":
+            raise FloatingPointError(
+                f"non-finite gradient at step {self.global_step} (last micro-batch loss {loss}); stopping "
+                "before the update, so no checkpoint with poisoned weights is written. "
+                "Set model.on_nonfinite=skip to drop such updates instead."
+            )
+        self.skipped_updates += 1
+        self.consecutive_skips += 1
+        limit = self.max_skipped_updates
+        if self.consecutive_skips >= limit or self.skipped_updates >= 10 * limit:
+            raise FloatingPointError(
+                f"non-finite gradient at step {self.global_step} (loss {loss}): {self.consecutive_skips} "
+                f"consecutive and {self.skipped_updates} skipped updates in all reach model.max_skipped_updates "
+                f"= {limit} ({10 * limit} in all); stopping. Lower the LR or resume from an earlier checkpoint."
+            )
+        rank_zero_warn(f"non-finite gradient at step {self.global_step} (loss {loss}): update skipped")
+        self.log("train/skipped_updates", float(self.skipped_updates), rank_zero_only=True)
+        # AdamW leaves parameters without a gradient untouched (no moment update, no decay).
+        optimizer.zero_grad(set_to_none=True)
+
+    def validation_step(self, block: torch.Tensor, batch_idx: int) -> None:
+        loss, n_targets = self.block_loss(block)
+        self.val_loss.update(loss.detach(), weight=n_targets)
+
+    test_step = validation_step
+
+    def _enter_eager(self) -> None:
+        if self.parallel_config.compile and self._eager is None:
+            self._eager = contextlib.ExitStack()
+            self._eager.enter_context(eager_evaluation())
+
+    def _exit_eager(self) -> None:
+        if self._eager is not None:
+            self._eager.close()
+            self._eager = None
+
+    # Evaluation runs the compiled blocks eagerly: no recompiles of the training graph (parallel.eager_evaluation).
+    on_validation_start = on_test_start = _enter_eager
+    on_validation_end = on_test_end = _exit_eager
+
+    def on_validation_epoch_end(self) -> None:
+        mean = self.val_loss.compute()
+        self.val_loss.reset()
+        # Already global (torchmetrics reduced it); sync_dist averages identical values, silencing Lightning.
+        self.log("val/loss", mean, prog_bar=True, sync_dist=True)
+        self.log("val/ppl", torch.exp(mean), sync_dist=True)
+        if per_target := getattr(self.trainer.datamodule, "val_bytes_per_target", None):
+            # tokenizer-free: total nats / ln 2 over the UTF-8 bytes the targets stand for
+            self.log("val/bits_per_byte", mean / (math.log(2) * per_target), sync_dist=True)
+
+    def on_test_epoch_end(self) -> None:
+        mean = self.val_loss.compute()
+        self.val_loss.reset()
+        self.log("test/loss", mean, sync_dist=True)
+        self.log("test/ppl", torch.exp(mean), sync_dist=True)
+
+    # -- parallelism --------------------------------------------------------------------------
+
+    def configure_model(self) -> None:
+        # Lightning may call this hook again (e.g. fit then test): apply the wrapping once.
+        if self._parallelized:
+            return
+        trainer = attached_trainer(self)
+        mesh = self.device_mesh if trainer is not None and isinstance(trainer.strategy, ModelParallelStrategy) else None
+        apply_parallelism(self.decoder, self.parallel_config, mesh)
+        self._parallelized = True
+
+    # -- recipe ---------------------------------------------------------------------------
+
+    def setup(self, stage: str) -> None:
+        if stage == "fit":
+            if not self.trainer.max_steps > 0:
+                raise ConfigError(
+                    "set trainer.max_steps to bound training (fixed-embed fit sets it from model.token_budget)"
+                )
+            refuse_unless_it_fits(self, self.trainer)  # CUDA only: nothing to compare with on CPU
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        optimizer = build_adamw(self, self.optimizer_config)
+        max_steps = self.trainer.max_steps
+        sched = self.schedule_config
+        peak = self.optimizer_config.lr
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer,
+            lambda step: lr_at(step, peak, sched.warmup_steps, max_steps, sched.min_lr_ratio) / peak,
+        )
+        self._fresh_groups = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    # -- resume: the policy in fixed_embed/train/resume.py, the data position in fixed_embed/data/loader_state.py --
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        trainer = attached_trainer(self)
+        resume.refuse_poisoned(checkpoint, trainer, self.global_step)
+        checkpoint["tokens_seen"] = self.tokens_seen
+        checkpoint["skipped_updates"] = self.skipped_updates
+        if trainer is not None and trainer.world_size > 1:
+            gather_loader_states(checkpoint, trainer.world_size)
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        resume.check_resume(checkpoint, self, say_changes=not self.resume_planned)
+        self.tokens_seen = checkpoint.get("tokens_seen", 0)
+        self.skipped_updates = checkpoint.get("skipped_updates", 0)
+
+    def on_train_start(self) -> None:
+        # A resume restores the optimizer's and scheduler's settings from the checkpoint; the
+        # config given now wins (LR, betas, weight decay, schedule length): re-apply it.
+        if self.trainer.ckpt_path is None or not self._fresh_groups:
+            return
+        scheduler = self.trainer.lr_scheduler_configs[0].scheduler
+        resume.reapply_config(self.trainer.optimizers[0], scheduler, self._fresh_groups)
+
+
+def _as(cls: type, value: Any) -> Any:
+    """A config dataclass from None (defaults), a mapping (checkpoint hparams) or an instance."""
+    if value is None:
+        return cls()
+    if isinstance(value, Mapping):
+        return cls(**value)
+    if not isinstance(value, cls):
+        raise TypeError(f"expected {cls.__name__} or a mapping of its fields, got {type(value).__name__}")
+    return value
+
+
+def _interface_factory(interface: InterfaceFactory | Mapping) -> InterfaceFactory:
+    """Accept a class, a partial, or a ``{"class_path", "init_args"}`` mapping (as stored in hparams)."""
+    if not isinstance(interface, Mapping):
+        return interface
+    class_path = interface.get("class_path")
+    if not isinstance(class_path, str) or "." not in class_path:
+        raise ValueError(f"interface spec needs a dotted class_path, got {interface!r}")
+    module_name, _, name = class_path.rpartition(".")
+    cls = getattr(importlib.import_module(module_name), name, None)
+    if not (isinstance(cls, type) and issubclass(cls, InputInterface)):
+        raise ValueError(f"interface class_path {class_path!r} is not an InputInterface subclass")
+    return partial(cls, **dict(interface.get("init_args") or {}))
