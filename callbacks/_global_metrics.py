@@ -1,8 +1,5 @@
-"""Log monitor metrics at an exact step, reduced across ranks, straight to the trainer's loggers.
-
-``LightningModule.log`` from a callback writes only on Lightning's flush steps (``log_every_n_steps``),
-losing points of other intervals, and cannot reduce by min or max.
-"""
+"""Log monitor metrics at an exact step, reduced across ranks (``self.log`` from a callback writes only
+every ``log_every_n_steps`` and cannot reduce by min or max)."""
 
 from __future__ import annotations
 

@@ -1,16 +1,7 @@
-"""BenchmarkCallback: is the model getting better at the benchmarks? lm-eval tasks on the live weights.
+"""BenchmarkCallback: lm-eval tasks on the live weights every N updates and at the end (README, "Watch a run").
 
-Every ``every_n_steps`` updates (:mod:`callbacks.update_boundary`) and at the end of training, runs
-lm-eval on the model being trained (:class:`fixed_embed.evaluation.lm_eval_model.FixedEmbedLM`, no copy), logs
-``bench/<task>/<metric>`` at step n - 1 and writes the results to ``<run folder>/benchmarks/step_<N>/``.
-
-- Every rank takes part (lm-eval splits the requests and pads the ranks alike); keep ``limit`` small
-  enough for the process group's timeout.
-- The tasks and their data (:func:`fixed_embed.evaluation.task_data.check_task_data`) are checked when fitting
-  starts. An evaluation that fails fails the run on every rank; ``on_error: warn`` logs and goes on,
-  safe only where the error is the same on every rank (a dataset out of reach).
-- The checkpoint due at this update is written first; a stop request stops the evaluation within one
-  batch (docs/faults.md). lm-eval seeds the global RNGs, so they are restored after it.
+Every rank takes part: keep ``limit`` small enough for the process group's timeout. ``on_error: warn``
+is safe only where the error is the same on every rank (a dataset out of reach).
 """
 
 from __future__ import annotations
@@ -29,13 +20,12 @@ from callbacks.preemption import PreemptionCheckpoint
 from callbacks.update_boundary import UpdateCallback, due
 from fixed_embed.config import NonNegativeInt, PositiveInt
 from fixed_embed.data.tokenizer import load_tokenizer
-from fixed_embed.distributed.parallel import eager_evaluation
 from fixed_embed.run.folder import benchmark_folder, step_checkpoint
 
 
 class BenchmarkCallback(UpdateCallback):
     """Args:
-    tasks: lm-eval task names (built-in, the offline ``fixed_embed_*`` tasks, or from include_path).
+    tasks: lm-eval task names (built-in, offline ``fixed_embed_*``, or from include_path).
     every_n_steps: evaluate every N optimizer updates (0: only at the end of training).
     limit: examples per task (an int), or a fraction.
     num_fewshot: shots for every task.
@@ -91,7 +81,7 @@ class BenchmarkCallback(UpdateCallback):
             from fixed_embed.evaluation.suite import check_tasks
             from fixed_embed.evaluation.task_data import check_task_data
 
-            check_task_data(self.tasks, check_tasks(self.tasks, self.include_path))  # and their data
+            check_task_data(self.tasks, check_tasks(self.tasks, self.include_path))
 
     def on_update_end(self, trainer: L.Trainer, pl_module: L.LightningModule, update: int) -> None:
         if self.due(update):
@@ -128,9 +118,12 @@ class BenchmarkCallback(UpdateCallback):
             distributed=trainer.world_size > 1,
             interrupt=preemption.stop_requested if preemption is not None else None,
         )
-        rng = random.getstate(), np.random.get_state()
+        rng = random.getstate(), np.random.get_state()  # lm-eval seeds the global RNGs
         try:  # compiled blocks run eager: no recompiles of the training graph
-            with torch.random.fork_rng(devices=range(torch.cuda.device_count())), eager_evaluation():
+            with (
+                torch.random.fork_rng(devices=range(torch.cuda.device_count())),
+                torch.compiler.set_stance("force_eager"),
+            ):
                 results = run_suite(lm, columns_for(None, self.tasks, self.num_fewshot), self.limit, self.include_path)
         except EvaluationInterrupted:
             self.interrupted = True

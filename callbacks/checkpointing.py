@@ -1,10 +1,4 @@
-"""CheckpointPolicy: bounded, requeue-safe checkpoints -- a few recent ones, a few permanent ones, ``last`` a link.
-
-A ``step=N.ckpt`` every ``every_n_steps`` updates and at the run's last (before any end-of-run
-evaluation); the ``keep_last`` newest kept, plus every ``keep_every``-th for good; ``last.ckpt`` an
-atomically swapped symlink to the newest, which ``--ckpt_path last`` resumes
-(:func:`fixed_embed.run.resume_plan.choose_checkpoint`). The sizes behind it: docs/faults.md.
-"""
+"""CheckpointPolicy: bounded, requeue-safe checkpoints, ``last.ckpt`` a link (docs/faults.md, "Bounded checkpoints")."""
 
 from __future__ import annotations
 
@@ -76,13 +70,12 @@ class CheckpointPolicy(UpdateCallback, Checkpoint):
         self._saved_step = trainer.global_step  # a resumed run's update is on disk already
 
     def on_update_end(self, trainer: L.Trainer, pl_module: L.LightningModule, update: int) -> None:
-        # The run's last update is saved here, before any end-of-run evaluation (on_train_end).
+        # The last update is saved here, before any end-of-run evaluation (on_train_end).
         if not trainer.fast_dev_run and (self.due(update) or 0 < trainer.max_steps <= update):
             self.save(trainer)
 
     def save(self, trainer: L.Trainer) -> Path:
-        """Save this update as ``step=N.ckpt`` (unless saved already), link ``last.ckpt`` to it, delete the
-        expired ones; returns ``last.ckpt``. Every rank must call it (the save is collective)."""
+        """Save ``step=N.ckpt`` (once per update), relink ``last.ckpt``, prune; returns ``last.ckpt``. Collective."""
         folder, step = Path(self.dirpath), trainer.global_step
         if step == self._saved_step:
             return folder / LAST
@@ -102,8 +95,7 @@ class CheckpointPolicy(UpdateCallback, Checkpoint):
 
 
 def save_now(trainer: L.Trainer) -> Path:
-    """Save now, through the trainer's :class:`CheckpointPolicy` if it has one (else as ``last.ckpt``
-    in the checkpoint callback's folder); return the path that resumes it. Every rank must call it."""
+    """Save now (via :class:`CheckpointPolicy`, else as ``last.ckpt``); returns the path to resume. Collective."""
     callback = trainer.checkpoint_callback
     if isinstance(callback, CheckpointPolicy):
         return callback.save(trainer)
@@ -113,8 +105,7 @@ def save_now(trainer: L.Trainer) -> Path:
 
 
 def checkpoint_bytes(module: torch.nn.Module, with_optimizer: bool = True) -> int:
-    """Bytes of one full checkpoint: every state tensor (whole, also when sharded), plus AdamW's two fp32
-    moments per trainable parameter (not created before the first step)."""
+    """Bytes of one full checkpoint: state tensors (whole, even sharded) + AdamW's two fp32 moments (not yet made)."""
     size = sum(t.numel() * t.element_size() for t in module.state_dict().values() if isinstance(t, torch.Tensor))
     if with_optimizer:
         size += sum(2 * p.numel() * 4 for p in module.parameters() if p.requires_grad)

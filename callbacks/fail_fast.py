@@ -1,9 +1,5 @@
-"""FailFast: an exception on one rank ends every rank within seconds, with that rank's error named.
-
-Otherwise the others wait in their next collective until the process group's timeout. The failing
-rank publishes its error through :mod:`fixed_embed.distributed.rank_watch`, whose thread on every other rank
-prints it and exits with status 1; the failing rank raises as usual.
-"""
+"""FailFast: an exception on one rank ends every rank within seconds, naming it, instead of a collective's
+timeout (:mod:`fixed_embed.distributed.rank_watch`; docs/faults.md, "A failure on one rank")."""
 
 from __future__ import annotations
 
@@ -42,7 +38,6 @@ class FailFast(L.Callback):
         if not self.enabled or rank_watch.current() is None:
             return
         if not self._failed and trainer.world_size > 1:
-            # Rank 0 hosts the store: every rank stops watching before any can exit, or a rank that
-            # finishes first would look like a lost store to the others.
+            # Rank 0 hosts the store: all stop watching first, or an early exit looks like a lost store.
             trainer.strategy.barrier("fail_fast_teardown")
         rank_watch.stop()

@@ -1,13 +1,4 @@
-"""GradientMonitor: are the gradients healthy? Global and per-part norms, once per optimizer step.
-
-For every ``every_n_steps``-th update (logged at step n - 1, :mod:`callbacks.update_boundary`), after
-its gradients are accumulated and reduced, before clipping:
-
-- ``grad/norm``: the global L2 norm that clipping sees (full tensors, also under FSDP);
-- ``grad/clip_coef``: ``min(1, clip / norm)``, when the trainer clips by norm;
-- ``grad/block_{i}``, ``grad/head``, ``grad/final_norm``, ``grad/interface`` (a learned one);
-- with ``parameter_norms``: the same under ``param/`` for the weights.
-"""
+"""GradientMonitor: global and per-part gradient norms after the reduction, before clipping (README's tag table)."""
 
 from __future__ import annotations
 
@@ -16,7 +7,7 @@ import torch
 
 from callbacks._global_metrics import log_global
 from callbacks.update_boundary import UpdateCallback
-from fixed_embed.distributed.norms import global_sq_sums
+from fixed_embed.distributed.norms import global_norms
 
 
 class GradientMonitor(UpdateCallback):
@@ -40,22 +31,21 @@ class GradientMonitor(UpdateCallback):
             return
         parts = self._parts(pl_module)
         grads = {name: [p.grad for p in params if p.grad is not None] for name, params in parts.items()}
-        # The parts' sums of squares add up to the global one.
-        squares = global_sq_sums({name: g for name, g in grads.items() if g})
-        if not squares:
+        norms = global_norms({name: g for name, g in grads.items() if g})
+        if not norms:
             return
-        total = torch.stack(list(squares.values())).sum().sqrt()
+        total = torch.linalg.vector_norm(torch.stack(list(norms.values())))  # the parts' norms make the global one
         metrics = {"grad/norm": total}
         clip = trainer.gradient_clip_val
         if clip and (trainer.gradient_clip_algorithm or "norm") == "norm":
             metrics["grad/clip_coef"] = torch.clamp(clip / (total + 1e-6), max=1.0)
         if self.per_part:
-            metrics.update({f"grad/{name}": sq.sqrt() for name, sq in squares.items()})
+            metrics.update({f"grad/{name}": norm for name, norm in norms.items()})
         if self.parameter_norms:
-            weights = global_sq_sums({name: [p.detach() for p in params] for name, params in parts.items()})
-            metrics["param/norm"] = torch.stack(list(weights.values())).sum().sqrt()
+            weights = global_norms({name: [p.detach() for p in params] for name, params in parts.items()})
+            metrics["param/norm"] = torch.linalg.vector_norm(torch.stack(list(weights.values())))
             if self.per_part:
-                metrics.update({f"param/{name}": sq.sqrt() for name, sq in weights.items()})
+                metrics.update({f"param/{name}": norm for name, norm in weights.items()})
         # Already global (DDP-reduced or all-reduced shards): identical on every rank.
         self.last_metrics = log_global(trainer, {k: (v, "max") for k, v in metrics.items()}, update - 1)
 

@@ -1,11 +1,7 @@
-"""InputNormMonitor: is the input what we think it is? Norms of the interface output on real batches.
+"""InputNormMonitor: norms of the interface's output on real batches, drift, fixed codes checked (README's tags).
 
-For every ``every_n_steps``-th update (:mod:`callbacks.update_boundary`), a forward hook captures
-the interface's output in that update's first training forward (no extra compute; under FSDP the
-table is unsharded only then) and logs at step n - 1 the per-token L2 norms (``input/norm_mean``,
-``_min``, ``_max``), the interface's analytic ``input/norm_expected`` and ``input/norm_error``, the
-largest difference (0 for a fixed code). Learned tables log ``input/drift`` = ||W_n - W_0|| / ||W_0||;
-for fixed interfaces the codes of probe ids are re-computed, and one that moved is a ``RuntimeError``.
+The output is captured by a forward hook in a logged update's first forward: no extra compute, and
+under FSDP the table is unsharded only then.
 """
 
 from __future__ import annotations
@@ -18,7 +14,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 
 from callbacks._global_metrics import log_global
 from callbacks.update_boundary import UpdateCallback
-from fixed_embed.distributed.norms import global_sq_sums
+from fixed_embed.distributed.norms import global_norms
 
 
 class InputNormMonitor(UpdateCallback):
@@ -107,10 +103,10 @@ class InputNormMonitor(UpdateCallback):
                 )
         elif self.track_drift and self._reference:
             params = [p.detach() for p in interface.parameters() if p.requires_grad]
-            sums = global_sq_sums(
+            norms = global_norms(
                 {"delta": [p - r for p, r in zip(params, self._reference, strict=True)], "start": self._reference}
             )
-            metrics["input/drift"] = ((sums["delta"] / sums["start"]).sqrt(), "mean")
+            metrics["input/drift"] = (norms["delta"] / norms["start"], "mean")
         self.last_metrics = log_global(trainer, metrics, update - 1)
         if self.histogram and trainer.is_global_zero:
             for logger in trainer.loggers:

@@ -1,8 +1,6 @@
-"""ParameterSummary: a rich table of what each part of the model holds and costs, at fit start.
+"""ParameterSummary: per part, trainable/frozen parameters, fixed state and FLOPs per token, at fit start.
 
-It replaces Lightning's model summary (a ``ModelSummary`` subclass, so the trainer adds none), whose
-one total per module cannot tell a frozen parameter from a fixed code: here each part has its
-trainable and frozen parameters, its fixed state (persistent buffers) and its FLOPs per token.
+A ``ModelSummary`` subclass, so the trainer adds none: Lightning's cannot tell a frozen parameter from a fixed code.
 """
 
 from __future__ import annotations

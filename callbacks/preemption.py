@@ -1,10 +1,6 @@
-"""PreemptionCheckpoint: on SIGTERM, finish the update in flight, write a resumable checkpoint, exit 0.
+"""PreemptionCheckpoint: on SIGTERM, finish the update in flight, save, exit 0 (docs/faults.md, "Preemption").
 
-Lightning's own handler raises at the next micro-batch (possibly mid-accumulation, losing its
-gradients) and exits with an error. Here the handler only records the signal and tells the other
-ranks through :mod:`fixed_embed.distributed.rank_watch`; after the next update the ranks vote, save through
-:func:`callbacks.checkpointing.save_now` and stop (docs/faults.md). An evaluation in flight polls
-:meth:`PreemptionCheckpoint.stop_requested` between batches (:mod:`callbacks.benchmarks`).
+Lightning's own handler raises at the next micro-batch, possibly mid-accumulation, and exits with an error.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""UpdateProgressBar: the console of a fit -- a bar counting optimizer updates, one line per validation.
+"""UpdateProgressBar: a bar counting optimizer updates (Lightning's count micro-batches), one line per validation.
 
-Lightning's bars count an epoch's micro-batches; this one counts updates up to ``trainer.max_steps``
-from ``trainer.global_step`` (a resumed run starts where it stopped) and reads its metrics once per
-update (each read is a host sync). Validation and test passes get a bar while they run; each
-validation of a fit ends with one line of its metrics. At set-up it opens the run's log file
-(:func:`fixed_embed.run.console.attach_run_folder`). Drawn with ``rich`` on Lightning's public ``ProgressBar``.
+Metrics are read once per update: each read is a host sync. Set-up also opens the run's ``console.log``.
 """
 
 from __future__ import annotations

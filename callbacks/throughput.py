@@ -1,16 +1,7 @@
-"""SpeedMonitor: how fast are we? Tokens/s, samples/s, MFU, peak memory, time spent waiting for data.
+"""SpeedMonitor: tokens/s, samples/s, MFU, peak memory, data wait (README's ``perf/`` tags).
 
-Measured over windows of ``every_n_steps`` updates (:mod:`callbacks.update_boundary`), from the
-fetch of a window's first batch to its last update's end, where alone the device is synchronised.
-The first ``skip_first_steps`` updates of each launch (compilation, warm-up) and any window with a
-validation in it are left out; the callbacks after this one run between windows.
-
-- ``perf/tokens_per_sec``, ``perf/samples_per_sec``: over all ranks, prediction tokens;
-- ``perf/mfu``: the model's FLOPs per token (``Decoder.flops_per_token``) x tokens/s over the devices'
-  dense peak (:mod:`fixed_embed.measure.peak_flops`) in the dtype the matmuls run in; not on CPU;
-- ``perf/peak_mem_gb``: peak allocated CUDA memory, or peak RSS on CPU; the maximum over ranks;
-- ``perf/data_wait_frac``: the share spent in the loop's ``next()`` on the dataloader
-  (:class:`fixed_embed.lightning_internals.FetchTimer`).
+Windows of ``every_n_steps`` updates, from a window's first fetch to its last update's end (the only
+device sync); warm-up updates and windows with a validation in them are left out.
 """
 
 from __future__ import annotations
@@ -102,8 +93,7 @@ class SpeedMonitor(UpdateCallback):
         self._updates += 1
         if not self._first_update_logged:
             self._first_update_logged = True
-            # Start-up cost (imports, data and validation set-up, resume, first forward/backward):
-            # what every preemption pays again. Measured from the process's own start.
+            # Start-up cost, from the process's own start: what every preemption pays again.
             since = time.time() - psutil.Process().create_time()
             rank_zero_info(f"First update done {since:.1f} s after the process started (update {update})")
             log_global(trainer, {"perf/time_to_first_update_s": (since, "max")}, update - 1)

@@ -1,15 +1,8 @@
-"""The optimizer-update boundary and the one trigger convention of every callback in ``callbacks/``.
+"""The optimizer-update boundary and the trigger convention of every callback here (README, "Watch a run").
 
-Lightning's training hooks run once per *micro-batch*; the configs' intervals count *updates*.
-Updates are numbered from 1: update *n* is the one after whose step ``trainer.global_step == n``,
-and ``every_n_steps = N`` acts for update *n* exactly when ``n % N == 0`` (:func:`due`). Most
-monitors act *after* update n (:meth:`UpdateCallback.on_update_end`); gradient norms and the input
-interface's output are seen *during* it (n = ``global_step + 1``). Metrics of update n are logged at
-step ``n - 1``, where Lightning logs its ``train/loss``.
-
-Which micro-batch ends an update is Lightning's decision (:func:`fixed_embed.lightning_internals.ends_update`):
-not ``batch_idx % accumulate_grad_batches``, as the index restarts each epoch, an epoch's last short
-accumulation steps too, and a resumed run starts mid-way.
+Update *n* is the one after whose step ``global_step == n``; its metrics are logged at step ``n - 1``.
+Which micro-batch ends an update is Lightning's call (:func:`fixed_embed.lightning_internals.ends_update`),
+not ``batch_idx % accumulate_grad_batches``: epochs restart the index and may end short, resumes start mid-way.
 """
 
 from __future__ import annotations
@@ -28,9 +21,8 @@ def due(update: int, every_n_steps: int) -> bool:
 
 
 class UpdateCallback(L.Callback):
-    """A callback acting per optimizer update: subclasses override the ``on_update_*`` /
-    ``on_micro_batch_*`` hooks, not Lightning's batch hooks. Disabled, none of them runs; hooks of
-    their own (set-up, teardown, validation) check ``self.enabled``.
+    """Per-update callback: override ``on_update_*`` / ``on_micro_batch_*``, not Lightning's batch hooks
+    (skipped when disabled); other hooks of a subclass check ``self.enabled`` themselves.
 
     Args:
         every_n_steps: the interval, in optimizer updates.

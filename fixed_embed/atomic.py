@@ -1,8 +1,5 @@
 """Atomic writes: a reader, or the next launch after a kill, sees the old file, link or folder or the new one.
-
-Every file, link and folder that a later process reads is written under a temporary name in the
-target's own folder (the rename cannot degrade to a copy), fsynced, and put in place by ``os.replace``.
-"""
+Each is written under a temporary name in the target's own folder (so the rename is never a copy), then replaced."""
 
 from __future__ import annotations
 
@@ -24,8 +21,7 @@ def temporary_name(path: str | os.PathLike) -> Path:
 
 @contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary path to write (by any writer: ``tokenizer.save``, ``torch.save``); on success it
-    replaces ``path``; on an exception it is removed and ``path`` is untouched."""
+    """Yield a temporary path to write; on success it replaces ``path``, on an exception ``path`` is untouched."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temporary_name(path)
@@ -54,8 +50,7 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
 
 
 def atomic_symlink(target: str | os.PathLike, link: str | os.PathLike) -> None:
-    """Make ``link`` a symlink to ``target`` (relative to the link's folder), renamed over what was there
-    (a remove-then-link killed in between would leave no link; a real folder of that name is removed first)."""
+    """Make ``link`` a symlink to ``target`` by a rename over what was there (a real folder of that name is removed)."""
     link = Path(link)
     tmp = temporary_name(link)
     tmp.unlink(missing_ok=True)
@@ -70,8 +65,7 @@ def atomic_symlink(target: str | os.PathLike, link: str | os.PathLike) -> None:
 
 @contextmanager
 def atomic_folder(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a new, empty temporary folder to fill; on success it replaces ``path`` as a whole; on an exception it
-    is removed and ``path`` is untouched. The caller holds the folder's lock (one writer at a time)."""
+    """Yield an empty temporary folder; on success it replaces ``path`` whole. The caller holds the folder's lock."""
     path = Path(path)
     tmp, old = temporary_name(path), path.with_name(f".{path.name}.old-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -88,8 +82,7 @@ def atomic_folder(path: str | os.PathLike) -> Iterator[Path]:
 
 
 def remove_orphans(folder: str | os.PathLike) -> list[Path]:
-    """Remove the temporary files in ``folder`` left by writers of this host that were killed mid-write
-    (their pid no longer runs); the files of live writers stay. Returns what was removed."""
+    """Remove (and return) the temporary files in ``folder`` whose writer's pid no longer runs on this host."""
     removed = []
     for tmp in Path(folder).glob(".*.tmp-*"):
         pid = tmp.name.rpartition(".tmp-")[2]

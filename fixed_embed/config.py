@@ -1,24 +1,9 @@
-"""Experiment YAML files: composition by ``__base__`` and deep merge.
-
-A variant file names its base (relative to itself) and states only what differs::
-
-    __base__: base.yaml
-    model:
-      interface:
-        class_path: fixed_embed.interfaces.GF2CodeInput
-
-Merging is recursive for mappings, except that a mapping whose ``class_path`` changes is
-replaced whole (the old class's ``init_args`` would not fit the new class).
-
-``trainer.callbacks`` may be a mapping of name -> callback (experiments/callbacks.yaml, the one list every
-experiment includes), so that a file changes one callback's arguments by its name, or drops it with
-``name: null``, where a list would be replaced whole. The loaded experiment holds Lightning's list, in the
-mapping's order.
-"""
+"""Experiment YAML files: ``__base__`` composition, deep merge, callbacks by name (docs/design.md, "Configuration")."""
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import math
 import re
 from collections.abc import Callable
@@ -58,6 +43,7 @@ DEFAULT_RUN = "default"  # the run name without --run: its folder is <save_dir>/
 
 
 def deep_merge(base: Any, override: Any) -> Any:
+    """Recursive for mappings, but one whose ``class_path`` changes is replaced whole (its ``init_args`` won't fit)."""
     if not (isinstance(base, dict) and isinstance(override, dict)):
         return override
     if "class_path" in override and override.get("class_path") != base.get("class_path"):
@@ -70,10 +56,7 @@ def deep_merge(base: Any, override: Any) -> Any:
 
 def load_experiment(path: str | Path, named_before: dict[str, Any] | None = None) -> dict[str, Any]:
     """The experiment at ``path`` with its ``__base__`` chain merged in (base first), its callbacks a list.
-
-    ``named_before``: the callbacks named by earlier ``--config`` files, which this file's names change
-    (updated in place), so that a later file changes one callback rather than replacing the list.
-    """
+    ``named_before``: earlier ``--config`` files' named callbacks, which this file's names change (in place)."""
     experiment = _merged(path, ())
     if (callbacks := _named_callbacks(experiment)) is not None:
         if named_before is not None:
@@ -107,11 +90,36 @@ def _merged(path: str | Path, seen: tuple[Path, ...]) -> dict[str, Any]:
         raise ConfigYAMLError(f"{path} is not a readable YAML file: {error}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path} must hold a YAML mapping, got {type(data).__name__}")
+    _refuse_moved_classes(data, path)
     bases = data.pop(BASE_KEY, [])
     merged: dict[str, Any] = {}
     for base in [bases] if isinstance(bases, str) else bases:
         merged = deep_merge(merged, _merged(path.parent / base, (*seen, path)))
     return deep_merge(merged, data)
+
+
+# The packages whose public names are stable class paths (fixed_embed.public_names): where a moved class is now.
+PUBLIC_PACKAGES = ("fixed_embed.interfaces", "fixed_embed.distributed")
+
+
+def _refuse_moved_classes(data: Any, path: Path) -> None:
+    """A ``class_path`` of this package that no longer imports (a config saved before a move): its new path."""
+    if isinstance(data, list | dict):
+        spec = data.get("class_path") if isinstance(data, dict) else None
+        if isinstance(spec, str) and spec.startswith("fixed_embed.") and not _importable(spec):
+            now = [f"{home}.{spec.rpartition('.')[2]}" for home in PUBLIC_PACKAGES]
+            if moved := [new for new in now if _importable(new)]:
+                raise ConfigError(f"{path}: class_path {spec} has moved to {moved[0]}; change it in the file")
+        for value in data.values() if isinstance(data, dict) else data:
+            _refuse_moved_classes(value, path)
+
+
+def _importable(spec: str) -> bool:
+    module, _, name = spec.rpartition(".")
+    try:
+        return hasattr(importlib.import_module(module), name)
+    except ImportError:
+        return False
 
 
 def _composed(path: str) -> bool:

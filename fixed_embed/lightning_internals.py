@@ -1,10 +1,5 @@
-"""Every use of a library's private API, each a function saying why no public way serves.
-
-Lightning is pinned (``pyproject.toml``); ``tests/test_lightning_internals.py`` checks every name,
-signature and call in :data:`LIGHTNING_INTERNALS` and :data:`TORCH_INTERNALS`, so an upgrade fails
-there by name (docs/design.md, "Lightning internals"). Imports neither Lightning nor torch:
-:mod:`fixed_embed.run.console` uses it before any library is imported.
-"""
+"""Every use of a library's private API, each a function saying why no public way serves (docs/design.md,
+"Lightning internals"). Imports neither Lightning nor torch: :mod:`fixed_embed.run.console` uses it first."""
 
 from __future__ import annotations
 

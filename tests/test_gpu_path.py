@@ -152,7 +152,6 @@ def test_no_host_sync_on_non_final_micro_batches(tmp_path, corpus, monkeypatch):
 def test_validation_and_evaluation_do_not_recompile_the_training_graph(tmp_path, corpus, monkeypatch):
     from torch._dynamo.testing import CompileCounter
 
-    from fixed_embed.distributed.parallel import eager_evaluation
     from fixed_embed.evaluation.lm_eval_model import FixedEmbedLM
     from tests.helpers import fit_tiny
 
@@ -175,7 +174,7 @@ def test_validation_and_evaluation_do_not_recompile_the_training_graph(tmp_path,
         trainer.validate(model, trainer.datamodule)  # no-grad: a graph of its own, were it compiled
         tokenizer = trainer.datamodule.tokenizer()
         lm = FixedEmbedLM.from_module(model, tokenizer, batch_size=2)
-        with eager_evaluation():  # what BenchmarkCallback wraps lm-eval in
+        with torch.compiler.set_stance("force_eager"):  # what BenchmarkCallback wraps lm-eval in
             lm._loglikelihood_tokens([(None, [1, 2, 3], [4, 5]), (None, [1, 2, 3, 4, 5, 6, 7], [8])])
         assert counter.frame_count == first.frames  # fit (4 updates), validation, lm-eval: no recompiles
         with torch.no_grad():  # the control: outside the eager stance, evaluation compiles again

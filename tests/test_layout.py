@@ -3,9 +3,9 @@
 
 import ast
 import subprocess
-import tomllib
 from pathlib import Path
 
+import tomllib
 from importlinter.cli import lint_imports
 
 ROOT = Path(__file__).resolve().parents[1]

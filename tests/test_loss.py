@@ -140,7 +140,7 @@ def _fsdp_worker(rank, world, port, results):
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
-    from fixed_embed.distributed.norms import global_sq_sums
+    from fixed_embed.distributed.norms import global_norms
     from fixed_embed.distributed.parallel import ParallelConfig, apply_parallelism
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
@@ -156,7 +156,10 @@ def _fsdp_worker(rank, world, port, results):
                 loss = model.loss(ids[:, :-1], ids[:, 1:], chunk)
                 loss.backward()
                 # one scalar per parameter (identical on all ranks): the sum of squares of its full gradient
-                sums = global_sq_sums({n: [p.grad] for n, p in model.named_parameters()})
+                sums = {
+                    n: norm.square()
+                    for n, norm in global_norms({n: [p.grad] for n, p in model.named_parameters()}).items()
+                }
                 out[dtype, chunk] = (float(loss), {n: float(v) for n, v in sums.items()})
         if rank == 0:
             results.put(out)

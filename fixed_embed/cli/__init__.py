@@ -1,17 +1,7 @@
-"""The ``fixed-embed`` command: one entry point, one module per sub-command.
+"""The ``fixed-embed`` command: one module per sub-command, each ``run(argv) -> int`` (argv[0]: the command's name).
 
-Every sub-command module has one shape: ``run(argv) -> int``, where ``argv`` is the command line
-after ``fixed-embed`` (the command's name first) and the result is the exit status. It parses its
-arguments (argparse; LightningCLI for ``fit|validate|test``, lm-eval's own parser for ``lm-eval``)
-and calls the library; the library lives outside this package and never imports it. Imports sit
-at module top, except torch and Lightning (seconds) where a command can answer without them:
-there they are imported in ``run`` right after the arguments parse, so ``--help`` and usage
-errors answer at once (``eval`` and ``lm-eval`` import lm-eval, and with it torch, at the top:
-their parsers need its task registry and its own command line).
-
-User errors (:class:`fixed_embed.errors.UserError`: bad config, data, paths, checkpoints) print one
-or two lines and exit with status 2; ``--debug`` (anywhere on the line) or ``FIXED_EMBED_DEBUG=1``
-shows their traceback too. Any other exception is a bug and keeps its traceback.
+The library never imports this package. torch and Lightning (seconds) are imported after parsing where a command
+can answer without them, so ``--help`` and usage errors are instant. User errors: docs/user-errors.md.
 """
 
 from __future__ import annotations
@@ -67,9 +57,8 @@ class CommandParser(argparse.ArgumentParser):
 
 
 def main(argv: list[str] | None = None, configure_console: bool | None = None) -> int:
-    """Run ``fixed-embed ARGV``. The console set-up (process-wide logging, warnings and tqdm routing)
-    is for the command's own process: by default only when ``argv`` comes from ``sys.argv``, so a
-    host calling ``main([...])`` in-process (tests) keeps its own logging."""
+    """Run ``fixed-embed ARGV``; returns the exit status. The process-wide console set-up is by default done only
+    when ``argv`` is None (from ``sys.argv``), so an in-process caller (tests) keeps its own logging."""
     if configure_console is None:
         configure_console = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -91,8 +80,7 @@ def main(argv: list[str] | None = None, configure_console: bool | None = None) -
     try:
         return module.run(argv) or 0
     except Exception as error:
-        # Lightning's clean-up after a failed run can raise again (e.g. "Please call
-        # iter(combined_loader) first"), hiding the user's error in the exception's context.
+        # Lightning's clean-up after a failed run can raise again, hiding the user's error in the context.
         user_error = next((cause for cause in _chain(error) if isinstance(cause, UserError)), None)
         refused = (environment_error(error) or _named_path_error(error, argv)) if user_error is None else None
         if refused is not None and not debug:  # no space, too large, name too long, permission: not a bug

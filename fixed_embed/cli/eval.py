@@ -69,7 +69,6 @@ def run(argv: list[str]) -> int:
                 model_args, {"batch_size": args.batch_size}
             )
         else:
-            # Lazy: our lm-eval model needs torch + Lightning (seconds), which --help, usage errors and --hf do not.
             from fixed_embed.evaluation.lm_eval_model import FixedEmbedLM
 
             lm = FixedEmbedLM(args.checkpoint, args.tokenizer, batch_size=args.batch_size, device=args.device)

@@ -1,9 +1,5 @@
-"""``fixed-embed lm-eval ARGS``: lm-eval's own command line, with the ``fixed_embed`` model registered.
-
-lm-eval discovers no model plugins, so ``lm_eval --model fixed_embed`` cannot see ours; this is
-the same CLI after importing it: ``fixed-embed lm-eval --model fixed_embed --model_args
-checkpoint=last.ckpt --tasks hellaswag``. The offline tasks are added to ``--include_path``.
-"""
+"""``fixed-embed lm-eval ARGS``: lm-eval's own CLI with the ``fixed_embed`` model registered (lm-eval loads no
+model plugins) and the offline tasks on ``--include_path``."""
 
 from __future__ import annotations
 

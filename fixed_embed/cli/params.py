@@ -24,7 +24,6 @@ def run(argv: list[str]) -> int:
         "the peak per rank beside the estimate",
     )
     args = parser.parse_args(argv[1:])
-    # Lazy: torch + Lightning take seconds to import; --help and usage errors answer without them.
     from fixed_embed.config import load_experiment
     from fixed_embed.errors import ConfigError
     from fixed_embed.measure.memory import USABLE_FRACTION, optimizer_state_bytes

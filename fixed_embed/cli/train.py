@@ -1,11 +1,7 @@
 """``fixed-embed fit|validate|test``: LightningCLI over LanguageModel and TextDataModule.
 
-What this shell adds to LightningCLI, all decided before any work starts: one folder per run,
-relaunch-safe (:mod:`fixed_embed.run.folder`); a resume plan in which the config given now wins over
-the checkpoint's hyper-parameters (:mod:`fixed_embed.run.resume_plan`); the run length from
-``model.token_budget`` (:func:`fixed_embed.train.experiment.run_length`); ``trainer.val_check_interval`` in
-optimizer updates, like every other interval (Lightning counts micro-batches). And one boundary
-(:func:`run`): locks released on every way out, a refused write, a lost rank and Ctrl-C in one line.
+Added, before any work: run folders and their lock, the resume plan, the run length from ``model.token_budget``,
+``val_check_interval`` in updates; :func:`run` is the boundary (locks released, refusals in one line).
 """
 
 from __future__ import annotations
@@ -41,8 +37,7 @@ class FixedEmbedCLI(LightningCLI):
     def __init__(
         self, args: list[str] | None = None, run: bool = True, locks: list | None = None, trainers: list | None = None
     ) -> None:
-        # What the command's boundary (run) needs after the CLI returned or raised: the locks to
-        # release and the trainer (its launcher's ranks), also when __init__ raises.
+        # Passed in, so run() has the locks and trainer also when __init__ raises.
         self._locks = locks if locks is not None else []
         self._trainers = trainers if trainers is not None else []
         self._ckpt_path: str | None = None
@@ -73,9 +68,8 @@ class FixedEmbedCLI(LightningCLI):
         except ArgumentError as error:
             print(f"fixed-embed {(args or ['fit'])[0]}: error: {refused_value(str(error))}", file=sys.stderr)
             raise SystemExit(2) from None
-        # LightningCLI, right after parsing, replaces the model config by the hyper-parameters of a
-        # checkpoint file given as ckpt_path, silently dropping what the user changed. The path is held
-        # back from it: the resume plan and LanguageModel.on_load_checkpoint check instead.
+        # LightningCLI would replace the model config by a ckpt_path's hyper-parameters, silently dropping
+        # the user's changes: the path is held back (the resume plan and on_load_checkpoint check instead).
         if (subcommand := self.config.get("subcommand")) is not None:
             self._ckpt_path, self.config[subcommand].ckpt_path = self.config[subcommand].ckpt_path, None
             _check_values(self.config[subcommand])  # before LightningCLI seeds (seed_everything) or anything else
@@ -85,8 +79,7 @@ class FixedEmbedCLI(LightningCLI):
         if subcommand is None:
             return
         config = self.config[subcommand]
-        # The parsed config stays as the user wrote it (SaveConfigCallback writes it to the run folder,
-        # and a relaunch from that file must mean the same); what it resolves to is applied at instantiation.
+        # Kept as written (SaveConfigCallback saves it for relaunches); resolved values apply at instantiation.
         config.ckpt_path = self._ckpt_path
         if subcommand == "fit":
             self._ckpt_path, self._resumed_step = launch_agreement.in_turn(lambda: self._plan(config),
@@ -102,10 +95,9 @@ class FixedEmbedCLI(LightningCLI):
             _preflight(config)
 
     def _plan(self, config: Any) -> tuple[str | None, int | None]:
-        """The run lock, then what this launch resumes; global rank 0 first (launch_agreement)."""
+        """The run lock (before anything is read), then what this launch resumes; global rank 0 first."""
         folder = pin_run_folder(config.trainer, config.run)
         if folder is not None and is_launching_rank():
-            # Before anything else is read or written: a second launch of this run must not even resume.
             self._locks.append(run_lock.acquire(folder))
         self._max_steps, how = run_length(config)
         rank_zero_info(how)

@@ -17,9 +17,7 @@ from fixed_embed.errors import in_one_line
 
 
 class BlockCache:
-    """``cache_root() / kind / <sha256 of key>.pt``, holding the blocks, that digest and the blocks' SHA-256 (torch
-    does not check a file's contents). An entry that cannot be read, or does not match, is rebuilt (with a warning
-    naming it), never trusted or fatal; written atomically, concurrent writers race to an identical result."""
+    """``cache_root() / kind / <sha256 of key>.pt``, with the blocks' SHA-256; a bad entry is rebuilt with a warning."""
 
     def __init__(self, key: dict[str, Any], kind: str) -> None:
         self.digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()

@@ -1,10 +1,4 @@
-"""The global, seeded block order of token shards, each rank's slice of every global batch, and its resume state.
-
-Pass ``p`` is a seeded permutation of all ``N`` blocks (PCG64 seeded with ``(seed, p)``); global batch ``k``
-is positions ``[k W B, (k + 1) W B)`` and rank ``r`` takes its ``B`` of them; loader workers deal whole
-batches. The state is one number, the global positions consumed, so a resume on any number of ranks and
-workers reads every block exactly once, in order (docs/data.md, "Reading" and "Resume at any world size").
-"""
+"""Token shards' global seeded block order, each rank's slice of a global batch, its state (docs/data.md, "Reading")."""
 
 from __future__ import annotations
 
@@ -49,11 +43,8 @@ class GlobalBlockOrder:
 
 
 class RankBatches(IterableDataset):
-    """This rank's batches ``[batch_size, seq_len + 1]`` (int64) of the global order, from position ``start``.
-
-    Endless (passes follow each other); ``length`` (batches) is what ``len`` reports, so Lightning
-    does not fetch a batch ahead.
-    """
+    """This rank's endless batches ``[batch_size, seq_len + 1]`` (int64) of the global order, from ``start``.
+    ``length`` (batches) is what ``len`` reports, so Lightning does not fetch a batch ahead."""
 
     def __init__(
         self, shards: TokenShards, seq_len: int, batch_size: int, seed: int, rank: int = 0, world_size: int = 1,
@@ -103,12 +94,8 @@ class RankBatches(IterableDataset):
 
 
 class TokenBlockLoader(DataLoader):
-    """A ``DataLoader`` of :class:`RankBatches` whose state is the global position, counted as batches are handed out.
-
-    ``state_dict()``: ``{"global_blocks_consumed": start + batches handed out x W x B, ...}``, the same
-    on every rank; ``load_state_dict`` continues from it at this loader's world size and workers.
-    Each ``iter()`` starts where the last one stopped.
-    """
+    """A ``DataLoader`` of :class:`RankBatches` whose state is the global position, counted as batches are handed out
+    (the same on every rank; resumable at any world size and workers). Each ``iter()`` goes on from the last."""
 
     def __init__(self, dataset: RankBatches, num_workers: int = 0, **kwargs: Any) -> None:
         super().__init__(dataset, batch_size=None, num_workers=num_workers, **kwargs)

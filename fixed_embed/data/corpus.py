@@ -1,6 +1,4 @@
-"""The offline default corpus: the ``help()`` topics and each standard-library module's docstrings (read with
-``ast``, in sorted order: deterministic for a Python version), cached as ``train.jsonl`` / ``valid.jsonl``
-(5 % held out by hash of the document id)."""
+"""The offline default corpus (docs/data.md, "No data configured"); read in sorted order, deterministic per Python."""
 
 from __future__ import annotations
 

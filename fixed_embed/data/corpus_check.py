@@ -1,11 +1,5 @@
-"""A corpus a user names, checked before any work: its files readable as what they claim.
-
-Reading a 100B-token corpus to find its one bad record is the training's job (it stops with a
-:class:`~fixed_embed.errors.DataError` naming it); what can be seen at once is checked here, in
-milliseconds, by every command that takes such a path: the files exist, are not empty, and their
-first :data:`HEAD_BYTES` parse as what their suffix says (``.jsonl`` records with the text field,
-``.txt`` UTF-8, ``.parquet`` its magic bytes).
-"""
+"""A corpus a user names, checked in milliseconds before any work: its files exist, are not empty, and their first
+:data:`HEAD_BYTES` parse as their suffix says (a bad record further in is the training's DataError to name)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""TextDataModule: training data and a fixed validation set from one of its sources, exactly resumable.
-
-A source is one class in one file, registered in :data:`SOURCES` (the first whose ``claims(path)`` is
-true reads ``data.train`` or ``data.valid``): :mod:`~fixed_embed.data.shard_source`,
-:mod:`~fixed_embed.data.text_stream`. Its methods are those the module below calls on ``train_source``.
-"""
+"""TextDataModule: training data and a fixed validation set, exactly resumable, from one of :data:`SOURCES`
+(the first whose ``claims(path)`` is true; a source's methods are those called on ``train_source`` below)."""
 
 from __future__ import annotations
 
@@ -41,39 +37,31 @@ class _RankSlice(IterableDataset):
 
 
 class TextDataModule(L.LightningDataModule):
-    """Packed ``seq_len + 1`` token blocks streamed from a hub dataset, local files or token shards.
-
-    Every document is ``tokens + <|endoftext|>`` (the tokenizer must have it). Options: the source
-    (``train`` to ``tokenizer_vocab_size``), packing (``seq_len`` to ``tokenize_batch``) and validation
-    (``val_sequences`` to ``holdout_per_mille``); docs/data.md has the detail.
+    """Packed ``seq_len + 1`` token blocks from a hub dataset, local files or token shards (docs/data.md).
 
     Args:
-        train: local file / folder / glob, or a hub dataset id; ``None``: the offline default corpus.
-            A folder of token shards (``fixed-embed pretokenize``) is read memory-mapped in a global
-            order, resumable at any world size; the text-stream options do not apply to it.
+        train: local file / folder / glob, a hub dataset id, or a token-shard folder (``fixed-embed pretokenize``:
+            resumable at any world size; text-stream options do not apply); ``None``: the offline default corpus.
         valid: where validation documents come from; ``None``: the default corpus's ``valid.jsonl``,
             or a hash hold-out of ``holdout_per_mille`` of ``train`` (a token-shard ``train``'s held-out shards).
         hub_name: the config name of a hub dataset.
         train_split: the split a hub ``train`` is read from.
         valid_split: the split a hub ``valid`` is read from.
         text_field: the field holding each document's text.
-        tokenizer: a hub id, ``tokenizer.json`` or a folder; ``None``: a byte-level BPE of
-            ``tokenizer_vocab_size`` trained on ``train`` (cached), or the token shards' own.
+        tokenizer: a hub id, ``tokenizer.json`` or folder; ``None``: a cached BPE trained on ``train``, or the shards'.
         tokenizer_vocab_size: the size of that BPE.
         seq_len: prediction targets per sequence (blocks are ``seq_len + 1`` tokens).
         batch_size: sequences per device per micro-batch.
         num_workers: loader worker processes per device.
-        num_shards: virtual shards of the training stream (``null``: one per reader; raised to the
-            readers, ranks x workers); up to it, the blocks do not depend on the world size.
+        num_shards: virtual shards of the training stream (``null``: one per reader; raised to ranks x workers);
+            up to that many readers, the blocks do not depend on the world size.
         shuffle_buffer: blocks held for a seeded shuffle (0: stream order).
-        seed: the data-order seed; ``None``: the training seed. The default, 0, keeps the batches the
-            same across training seeds.
+        seed: the data-order seed; ``None``: the training seed (the default, 0, keeps batches across training seeds).
         shuffle_documents: read local files as one seeded permutation of all their documents.
         passage_chars: first cut documents at paragraph breaks into passages of at least this many characters.
         tokenize_batch: documents tokenized together (part of the resume check).
         val_sequences: validation blocks in total, split equally over ranks; cached.
-        val_per_document: draw the blocks equally from every validation document instead of taking
-            the stream's first ``val_sequences``.
+        val_per_document: draw blocks equally from every validation document, not the stream's first ``val_sequences``.
         holdout_per_mille: documents (per mille, by hash) training skips; without ``valid``, the validation set.
     """
 
@@ -150,13 +138,10 @@ class TextDataModule(L.LightningDataModule):
         if self.hparams.tokenizer is not None:
             self.tokenizer()
 
-    # -- Lightning hooks ------------------------------------------------------------------------
-
     def setup(self, stage: str) -> None:
         module = self.trainer.lightning_module if self.trainer else None
         model_vocab = getattr(getattr(module, "config", None), "vocab_size", None)
-        # Equal, not merely large enough: extra ids would never occur in the data, yet would change
-        # the fixed codes' width K = ceil(log2 V) and the parameter counts the study compares.
+        # Equal, not merely larger: unused ids would still change the codes' width K = ceil(log2 V) and parameters.
         if model_vocab is not None and model_vocab != self.vocab_size():
             raise ConfigError(
                 f"model vocab_size {model_vocab} does not match the tokenizer's {self.vocab_size()} "
@@ -180,8 +165,7 @@ class TextDataModule(L.LightningDataModule):
         return self.train_source.train_loader(rank, world, length, pin_memory)
 
     def validation_blocks(self) -> torch.Tensor:
-        """All ``val_sequences`` validation blocks (the same for every variant, run and rank): ``data.valid``'s,
-        else the hold-out of ``data.train``'s. No collective (``val_dataloader`` shares rank 0's)."""
+        """All ``val_sequences`` validation blocks: ``data.valid``'s, else ``data.train``'s hold-out. No collective."""
         if self._val_blocks is None:
             if self.valid_source is not None:
                 self._val_blocks = self.valid_source.validation_blocks(held_out=False)
@@ -206,11 +190,8 @@ class TextDataModule(L.LightningDataModule):
     def test_dataloader(self) -> DataLoader:
         return self.val_dataloader()
 
-    # -- checkpoint state ---------------------------------------------------------------------
-
     def state_dict(self) -> dict[str, Any]:
-        # The tokenizer travels inside every checkpoint (~2 MB for SmolLM2's), so evaluation and
-        # export need nothing but the checkpoint -- not the hub, nor a cache on the training machine.
+        # The tokenizer travels in every checkpoint (~2 MB), so evaluation and export need only the checkpoint.
         return {"tokenizer": self.tokenizer_path(), "tokenizer_json": self.tokenizer().to_str()}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -230,7 +211,6 @@ class TextDataModule(L.LightningDataModule):
         )
 
     def resume_refusals(self, checkpoint: dict[str, Any], world_size: int | None) -> list[str]:
-        """Every reason this data cannot resume ``checkpoint`` on ``world_size`` ranks (``None``: not known yet):
-        the tokenizer and the training source's saved position. Called by the resume plan and at load."""
+        """Every reason this data cannot resume ``checkpoint`` on ``world_size`` ranks (``None``: not known yet)."""
         why = self._tokenizer_refusal(checkpoint.get(type(self).__qualname__) or {})
         return ([why] if why else []) + self.train_source.position_refusals(checkpoint, world_size)

@@ -1,9 +1,5 @@
-"""The data position in a checkpoint: every rank's gathered when saving, each rank's own handed back at load.
-
-Lightning saves the loader state of global rank 0 only; every rank's is kept under ``loader_states_per_rank``
-(a key checkpoints hold: never renamed). :class:`fixed_embed.train.module.LanguageModel`'s checkpoint hooks call
-these; whether a position resumes is ``TextDataModule.resume_refusals``'s call.
-"""
+"""The data position in a checkpoint: Lightning saves rank 0's loader state only, so every rank's is gathered under
+``LOADER_STATES`` (a key checkpoints hold: never rename it), and each rank's own is handed back at load."""
 
 from __future__ import annotations
 
@@ -46,8 +42,7 @@ def find_states(state: Any, key: str) -> list[dict[str, Any]]:
 
 
 def fingerprint_refusal(saved: str, expected: Mapping[str, Any]) -> str | None:
-    """Why a position saved with stream settings ``saved`` (JSON) cannot resume a stream of ``expected``, naming
-    each difference; ``None`` when they agree."""
+    """Why a position saved with settings ``saved`` (JSON) cannot resume ``expected`` (naming each change), or None."""
     then, now = json.loads(saved), json.loads(json.dumps(expected))  # as saved: tuples become lists
     changed = "; ".join(
         f"{key}: checkpoint {then.get(key)!r}, now {now.get(key)!r}"

@@ -1,9 +1,5 @@
-"""Tokenize streamed documents, pack them into fixed blocks, shard, shuffle, and resume exactly.
-
-Each document becomes ``tokens + [EOS]``, appended to a running buffer cut into ``seq_len + 1``-token
-blocks (no padding; the remainder carries over). Each virtual shard (:mod:`fixed_embed.data.sharding`)
-packs its own documents with its own carry; the resume state is :mod:`fixed_embed.data.reader_state`.
-"""
+"""Tokenize streamed documents, pack ``tokens + [EOS]`` into ``seq_len + 1`` blocks (each virtual shard with its own
+carry, no padding), shuffle, and resume exactly (state: :mod:`fixed_embed.data.reader_state`)."""
 
 from __future__ import annotations
 
@@ -27,9 +23,7 @@ from fixed_embed.errors import DataError
 @dataclass(eq=False)
 class PackedBlocks(IterableDataset):
     """An endless (or, with ``epochs=1``, one-pass) stream of packed ``LongTensor[seq_len + 1]`` blocks.
-
-    ``num_shards``: virtual shards (:mod:`fixed_embed.data.sharding`); ``None``: one per reader.
-    """
+    ``num_shards``: virtual shards (:mod:`fixed_embed.data.sharding`); ``None``: one per reader."""
 
     source: DocumentSource
     tokenizer: str
@@ -49,13 +43,10 @@ class PackedBlocks(IterableDataset):
     _pending_state: dict | None = field(default=None, init=False, repr=False)
 
     def __len__(self) -> int:
-        # A length lets Lightning skip its one-batch look-ahead, which would otherwise make the
-        # saved loader state one batch too far.
+        # A length stops Lightning's one-batch look-ahead, which would save a loader state one batch too far.
         if self.length is None:
             raise TypeError("this PackedBlocks stream has no length")
         return self.length
-
-    # -- identity -------------------------------------------------------------------------
 
     def config_fingerprint(self) -> dict[str, Any]:
         """What must match for a saved state to be resumed (refused otherwise)."""
@@ -78,8 +69,6 @@ class PackedBlocks(IterableDataset):
         workers, worker = (info.num_workers, info.id) if info else (1, 0)
         return self.rank * workers + worker, self.world_size * workers
 
-    # -- state ----------------------------------------------------------------------------
-
     def state_dict(self) -> dict[str, Any]:
         reader, readers = self._reader()
         fingerprint = json.dumps(self.config_fingerprint(), sort_keys=True)
@@ -91,8 +80,6 @@ class PackedBlocks(IterableDataset):
     @property
     def stats(self) -> PackingStats:
         return self._state.stats if self._state else PackingStats()
-
-    # -- the stream -----------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[torch.Tensor]:
         reader, readers = self._reader()
@@ -108,8 +95,7 @@ class PackedBlocks(IterableDataset):
         block_len = self.seq_len + 1
         while self.epochs is None or state.epoch < self.epochs:
             produced_before = state.stats.blocks
-            # a pass resumed partway may have nothing left (saved right after its last block): only a
-            # whole pass without a block means the data cannot fill one
+            # only a whole pass without a block means the data cannot fill one (a resumed pass may have none left)
             whole_pass = state.source_state is None
             for owned in self._owned_batches(ds, plan, virtual, state):
                 encodings = tokenizer.encode_batch([text for _, text in owned], add_special_tokens=False)
@@ -150,8 +136,7 @@ class PackedBlocks(IterableDataset):
                 )
             state.epoch += 1
             state.source_state, state.source_shard = None, plan[0][0]
-        # one-pass streams (validation) flush what the buffer still holds, in a seeded order (shuffled
-        # once: a stream resumed mid-flush goes on with the same order)
+        # one-pass streams (validation) flush the buffer, shuffled once: a resume mid-flush keeps the order
         if not state.flushing:
             rng.shuffle(state.buffer)
             state.flushing, state.rng_state = True, rng.getstate()
@@ -170,11 +155,8 @@ class PackedBlocks(IterableDataset):
         return out
 
     def _owned_batches(self, ds, plan: list[tuple[int, int, int]], virtual: int, state: ReaderState):
-        """Yield this reader's documents as ``[(virtual shard, text), ...]`` per tokenization batch, resumably.
-
-        Only the source shards in ``plan`` are opened. Before each batch is handed out, ``state``
-        records where the batch starts (source shard, its stream state, document index).
-        """
+        """Yield this reader's documents as ``[(virtual shard, text), ...]`` per tokenization batch, from the shards
+        in ``plan``; before each batch, ``state`` records where it starts (source shard, stream state, index)."""
         restored = state.source_state
         first = 0
         if restored is not None:
@@ -189,13 +171,10 @@ class PackedBlocks(IterableDataset):
                 shard.load_state_dict(restored)
             doc_index = state.source_doc_index if restored is not None else 0
             whole = (lo, hi) == (0, cycle)
-            # ds.iter(), not iter(ds): inside a DataLoader worker, iter(ds) silently reads only that
-            # worker's share of the shards, which would break the document numbering.
+            # .iter(), not iter(): in a DataLoader worker, iter() reads only that worker's share (wrong numbering).
             batches = shard.iter(batch_size=self.tokenize_batch)
             while True:
-                # Right after load_state_dict, datasets reports the *initial* state until the first row
-                # is read (datasets issue #8308): a second resume would restart the shard. Use the
-                # loaded state itself for the first batch.
+                # datasets #8308: until a row is read, state_dict() is the *initial* one, so use the loaded state.
                 start_state = copy.deepcopy(restored if restored is not None else shard.state_dict())
                 start_index, counted, restored = doc_index, restored is None, None  # a resumed batch was counted
                 batch = next(batches, None)

@@ -1,8 +1,5 @@
-"""Write token shards: text documents -> flat id arrays, ``train-NNNNN.bin`` or ``held_out-NNNNN.bin`` per virtual
-shard of the streaming path (:mod:`fixed_embed.data.sharding`: the output never depends on ``workers``). Each shard
-is written atomically with its counts and SHA-256 (``part-NNNNN.json``), kept by a rerun of the same arguments
-(``pretokenize.json``); the index ``token_shards.json`` comes last. docs/data.md, "Writing".
-"""
+"""Write token shards: ``{train,held_out}-NNNNN.bin`` per virtual shard, each atomic with its ``part-NNNNN.json``
+and kept by a rerun of the same arguments; the index comes last (docs/data.md, "Writing")."""
 
 from __future__ import annotations
 
@@ -65,8 +62,7 @@ def pretokenize(
     progress: Progress | None = None,
 ) -> dict[str, Any]:
     """Write ``source``'s documents as token shards into ``out``; returns the totals and the time taken.
-    ``progress`` gets ``{"total_bytes": N}`` first (local files), then increments of ``documents``, ``tokens``
-    and ``text_bytes`` as batches are written, in this process (also for the worker processes')."""
+    ``progress`` (called in this process): ``{"total_bytes": N}``, then increments of documents, tokens, text_bytes."""
     for name, value in (("shards", shards), ("workers", workers), ("tokenize_batch", tokenize_batch)):
         if not isinstance(value, int) or value < 1:
             raise ConfigError(f"pretokenize: --{name.replace('_', '-')} must be an integer >= 1, got {value!r}")
@@ -210,7 +206,6 @@ def _write(job: _Job, progress: Progress | None) -> None:
     s, v_all = ds.num_shards, job.shards
     cycle = document_cycle(s, v_all)
     mine = [v for v in range(job.first, job.stop) if v not in job.done]
-    # each shard is finished when the last source shard it reads from has been read
     last_source = {v: reader_plan(s, v_all, v, v_all)[-1][0] for v in mine}
     open_shards = {v: _Shard(out, v) for v in mine}
     eos = np.array([job.eos_id], dtype=dtype)

@@ -1,8 +1,5 @@
-"""The resume state of one ``PackedBlocks`` reader (small and exact: a resumed stream continues with the first
-block not yet delivered), and its checkpoint form: plain ints, lists and tensors, carried by torchdata's
-``StatefulDataLoader``. Checkpoints hold these keys, so a key may be added (read with a default), never
-renamed or dropped. Whether the stream and its readers match is ``TextDataModule.resume_refusals``'s check.
-"""
+"""The exact resume state of one ``PackedBlocks`` reader, and its checkpoint form (ints, lists, tensors).
+Checkpoints hold these keys: a key may be added (read with a default), never renamed or dropped."""
 
 from __future__ import annotations
 
@@ -15,8 +12,7 @@ import torch
 
 from fixed_embed.errors import CheckpointError
 
-# Version of the saved reader state; states without it (one global document index) resume only
-# from a single-file source, where both layouts agree.
+# States without a layout (one global document index) resume only from a single-file source, where both agree.
 _STATE_LAYOUT = 2
 
 

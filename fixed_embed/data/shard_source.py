@@ -1,5 +1,4 @@
-"""The token-shard source: a ``fixed-embed pretokenize`` folder, read memory-mapped in a global seeded order
-(:mod:`fixed_embed.data.block_order`), so a resume may change the world; it refuses any tokenizer but its own."""
+"""The token-shard source: a ``fixed-embed pretokenize`` folder, memory-mapped in a global order (any-world resume)."""
 
 from __future__ import annotations
 
@@ -52,8 +51,6 @@ class TokenShardSource:
         data = self.data
         return RankBatches(self.shards(), data.seq_len, data.batch_size, data.seed, rank, world, length=batches)
 
-    # -- training -----------------------------------------------------------------------------------------
-
     def train_loader(self, rank: int, world: int, length: int | None, pin_memory: bool) -> TokenBlockLoader:
         batches = None if length is None else -(-length // self.data.batch_size)
         dataset, shards, seed = self.order(rank, world, batches or 2**62), self.shards(), self.data.seed
@@ -80,8 +77,6 @@ class TokenShardSource:
             return [f"refusing to resume: the ranks' token-shard positions in the checkpoint differ ({consumed})"]
         why = fingerprint_refusal(positions[0].get("fingerprint") or "{}", self.order().config_fingerprint())
         return [why] if why else []
-
-    # -- validation ---------------------------------------------------------------------------------------
 
     def validation_blocks(self, held_out: bool) -> torch.Tensor:
         """The blocks the text source makes from the same documents (memory-mapped: no cache needed)."""

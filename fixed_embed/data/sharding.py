@@ -1,12 +1,7 @@
-"""Which reader reads which document (the sharding arithmetic of ``PackedBlocks``), and the hash hold-out.
+"""Which reader reads which document (``PackedBlocks``' sharding; docs/data.md, "Sharding"), and the hash hold-out.
 
-The source has ``S`` shards (its files, or a hub stream's shards), the stream ``V`` virtual shards. In an
-``S x V`` grid of units, virtual shard ``v`` is units ``[v S, (v + 1) S)``; document ``j`` of file ``f`` is in
-virtual shard ``(f V + g (j % m)) // S`` (``g = gcd(S, V)``, ``m = V / g``), and each virtual shard packs its
-own documents. The ``R`` readers own consecutive virtual shards (reader ``r``: ``[r V // R, (r + 1) V // R)``)
-and open only the files those lie in. What this buys (docs/data.md, "Sharding"): the blocks depend on ``V``,
-not on the world, and a reader reads about ``S / R`` files.
-"""
+``S`` source shards, ``V`` virtual shards, ``g = gcd(S, V)``, ``m = V / g``: document ``j`` of file ``f`` is in virtual
+shard ``(f V + g (j % m)) // S``; reader ``r`` of ``R`` owns virtual shards ``[r V // R, (r + 1) V // R)``."""
 
 from __future__ import annotations
 
@@ -36,11 +31,8 @@ def virtual_shard_of(source_shards: int, virtual_shards: int, shard: int, doc: i
 
 
 def reader_plan(source_shards: int, virtual_shards: int, reader: int, readers: int) -> list[tuple[int, int, int]]:
-    """The source shards reader ``reader`` of ``readers`` opens, as ``(shard, lo, hi)``, in reading order.
-
-    The reader keeps document ``j`` of source shard ``shard`` when ``lo <= j % m < hi``, with
-    ``m = document_cycle(source_shards, virtual_shards)`` (``lo, hi = 0, m``: the whole shard).
-    """
+    """The source shards reader ``reader`` of ``readers`` opens, as ``(shard, lo, hi)`` in reading order: it keeps
+    document ``j`` when ``lo <= j % m < hi`` (``m = document_cycle(...)``; ``0, m``: the whole shard)."""
     s, v = source_shards, virtual_shards
     g = math.gcd(s, v)
     first, end = reader * v // readers * s, (reader + 1) * v // readers * s  # its units [first, end)

@@ -35,13 +35,8 @@ def resolve_files(pattern: str) -> list[str]:
 
 @dataclass(frozen=True)
 class DocumentSource:
-    """Where documents come from: a local file, folder or glob (``.txt``: one document each, ``.jsonl``/``.json``,
-    ``.parquet``), or a hub dataset id (with ``name``, the config, and ``split``).
-
-    The stream's shards (``open().num_shards``) are its files, sorted, or the hub dataset's own. Local files
-    may be cut into passages (``passage_chars``) and permuted (``shuffle_seed``) through ``datasets``' Arrow
-    cache, still exactly resumable (docs/data.md, "Order and seed"); a hub stream refuses both.
-    """
+    """Documents from a local file, folder or glob (``.txt``: one document each, ``.jsonl``/``.json``, ``.parquet``),
+    or a hub id (``name``: its config); shards: the sorted files or the hub's. Reordering is for local files only."""
 
     path: str
     split: str = "train"
@@ -73,17 +68,15 @@ class DocumentSource:
         """What identifies the data, for the resume check (files with their sizes, or the hub id)."""
         if self.is_local:
             files = resolve_files(self.path)
-            # the order keys only when set, so a stream without them matches checkpoints that lack them
+            # order keys only when set: a stream without them matches checkpoints that lack them
             order = {k: v for k, v in (("passage_chars", self.passage_chars), ("shuffle_seed", self.shuffle_seed))
                      if v is not None}  # fmt: skip
             return {"files": [[f, os.path.getsize(f)] for f in files], "text_field": self.text_field, **order}
         return {"hub": self.path, "name": self.name, "split": self.split, "text_field": self.text_field}
 
     def content_stamp(self) -> dict[str, Any]:
-        """``fingerprint`` plus what else changes the documents (file modification times): the key of
-        caches built from them. A hub source is its id, config and split."""
-        # "txt_sample_by" is a constant in the key (a .txt file is one document) so that the
-        # validation caches already on disk keep matching
+        """``fingerprint`` plus file modification times: the key of caches built from the documents."""
+        # "txt_sample_by" is a constant (a .txt file is one document), kept so caches on disk keep matching
         stamp = {**self.fingerprint(), "txt_sample_by": "document"}
         if "files" in stamp:
             stamp["mtimes"] = [os.stat(f).st_mtime_ns for f, _ in stamp["files"]]
@@ -102,8 +95,7 @@ class DocumentSource:
             if all(os.path.getsize(f) == 0 for f in files):
                 raise DataError(f"{self.path}: every file is empty ({len(files)} file(s)); point data at documents")
             builder = _BUILDERS[suffixes.pop()]
-            # Undecodable bytes in text files become U+FFFD (counted by the packer), never a crash.
-            # One .txt file, one document (the text builder's default would make each line one).
+            # Undecodable bytes become U+FFFD (counted by the packer); one .txt file is one document, not one per line.
             kwargs = {"sample_by": "document", "encoding_errors": "replace"} if builder == "text" else {}
             if self.passage_chars is None and self.shuffle_seed is None:
                 ds = datasets.load_dataset(builder, data_files=files, split="train", streaming=True, **kwargs)

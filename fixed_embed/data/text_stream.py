@@ -23,8 +23,7 @@ from fixed_embed.data.tokenizer import bpe_for_source
 from fixed_embed.data.validation import spread_blocks
 from fixed_embed.errors import DataError, MissingFileError
 
-# The validation stream's virtual shards: a constant, so the validation set never depends on
-# data.num_shards or the world; changing it changes the blocks, and val/loss stops comparing across runs.
+# Constant so the validation set never depends on data.num_shards or the world (changing it breaks val/loss history).
 VALIDATION_SHARDS = 64
 # Bump when packing changes the blocks it makes from the same data: cached validation sets are then rebuilt.
 _VALIDATION_LAYOUT = 3  # 3: val_per_document (spread_blocks)
@@ -77,8 +76,6 @@ class TextStreamSource:
         return self.stream(self.documents(reordered=True), shuffle_buffer=self.data.hparams.shuffle_buffer,
                            rank=rank, world_size=world, length=length or 2**62)  # fmt: skip
 
-    # -- training -----------------------------------------------------------------------------------------
-
     def train_loader(self, rank: int, world: int, length: int | None, pin_memory: bool) -> StatefulDataLoader:
         workers = self.data.num_workers
         readers, shards = world * max(1, workers), self.data.hparams.num_shards
@@ -99,8 +96,7 @@ class TextStreamSource:
             batch_size=self.data.batch_size,
             num_workers=workers,
             persistent_workers=workers > 0,
-            # Not fork: a rank forks its readers with threads running (rank watch, the store, tqdm), and CPython
-            # 3.11 can deadlock the child in os.fork (seen: a resumed DDP rank's only reader, stuck for good).
+            # Not fork: a rank forks with threads running, which can deadlock the child (seen: CPython 3.11, DDP).
             multiprocessing_context="forkserver" if workers > 0 else None,
             drop_last=True,
             pin_memory=pin_memory,
@@ -141,8 +137,6 @@ class TextStreamSource:
                 "data.train: SHARDS/), whose position is global"
             )
         return refusals
-
-    # -- validation ---------------------------------------------------------------------------------------
 
     def validation_documents(self, held_out: bool) -> tuple[DocumentSource, str]:
         """The validation documents and which side of the hash hold-out they are on ("train": all of them)."""

@@ -1,5 +1,4 @@
-"""Token shards on disk (``fixed-embed pretokenize``): the index format, its checks, and memory-mapped reads
-of one split's token stream. The format and what the index records: docs/data.md, "Format"."""
+"""Token shards on disk (``fixed-embed pretokenize``): the index, its checks, memory-mapped reads (docs/data.md)."""
 
 from __future__ import annotations
 
@@ -158,8 +157,7 @@ class TokenShards:
             )
 
     def fingerprint(self) -> dict[str, Any]:
-        """What identifies this split's token stream, for the resume check: the index digest and the split
-        (not the folder's path: a copied or moved folder resumes)."""
+        """What identifies this split's stream for the resume check (not the folder's path: a moved copy resumes)."""
         digest = hashlib.sha256(json.dumps(self.index, sort_keys=True).encode()).hexdigest()
         return {"token_shards_index_sha256": digest, "split": self.split, "tokens": self.total}
 

@@ -62,9 +62,7 @@ def special_token_id(tokenizer: Tokenizer, token: str) -> int:
 
 
 def tokenizer_fingerprint(tokenizer: Tokenizer) -> str:
-    """A digest of everything that maps text to ids (vocabulary, merges, normalizer, pre-tokenizer, specials):
-    the SHA-256 of the tokenizer's JSON with sorted keys, so the same tokenizer from a file, a folder or the
-    hub gives the same digest. Token shards record it; a config's tokenizer must match it."""
+    """SHA-256 of the tokenizer's sorted-key JSON: the same from a file, a folder or the hub (shards record it)."""
     canonical = json.dumps(json.loads(tokenizer.to_str()), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
 
@@ -78,12 +76,8 @@ def bpe_cache_dir(fingerprint: str, vocab_size: int) -> Path:
 def bpe_for_source(
     source: DocumentSource, vocab_size: int, out_dir: str | os.PathLike | None = None, *, overwrite: bool = True
 ) -> Path:
-    """The ``tokenizer.json`` of a byte-level BPE of ``vocab_size`` on ``source``, trained once.
-
-    Without ``out_dir`` it lives in the cache, in a folder keyed by the corpus fingerprint and the
-    size (``bpe_cache_dir``), so ``fixed-embed tokenizer`` and ``TextDataModule`` (``tokenizer: null``)
-    find the same file and different corpora never share one.
-    """
+    """The ``tokenizer.json`` of a byte-level BPE of ``vocab_size`` on ``source``, trained once; without ``out_dir``
+    in :func:`bpe_cache_dir`, so the CLI and ``TextDataModule`` find the same file and corpora never share one."""
     fingerprint = repr(source.fingerprint())
     out = Path(out_dir) if out_dir is not None else bpe_cache_dir(fingerprint, vocab_size)
     texts = (row[source.text_field] for row in source.open())
@@ -99,14 +93,9 @@ def train_bpe(
     corpus: str | None = None,
     overwrite: bool = True,
 ) -> Path:
-    """Train a byte-level BPE with EOS = ``<|endoftext|>`` at id 0; cached by ``fingerprint``.
-
-    Returns the path of ``tokenizer.json``. A folder whose ``fingerprint.json`` matches (same
-    corpus fingerprint and size, and the tokenizer.json it describes) is reused without retraining.
-    Any other ``tokenizer.json`` there is replaced when ``overwrite``, else refused. A corpus too
-    small for the size asked (fewer than ``MIN_VOCAB_FRACTION`` of it learned) is refused, and
-    nothing is written. ``corpus`` names the data in messages.
-    """
+    """Train a byte-level BPE (EOS ``<|endoftext|>`` at id 0); returns its ``tokenizer.json``, reused when
+    ``fingerprint.json`` matches; another is replaced if ``overwrite``, else refused. Learning under
+    ``MIN_VOCAB_FRACTION`` of the size raises DataError, writing nothing. ``corpus`` names the data in messages."""
     if vocab_size < 257 + 1:
         raise ConfigError(
             f"a byte-level BPE needs vocab_size > 257 (256 bytes + EOS), got {vocab_size}; "

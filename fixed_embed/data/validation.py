@@ -1,5 +1,4 @@
-"""Validation blocks drawn from every held-out document (``val_per_document``), and the bytes their targets
-stand for (``val/bits_per_byte``): the why of each is in docs/data.md, "Validation"."""
+"""Validation blocks from every held-out document, and the bytes targets stand for (docs/data.md, "Validation")."""
 
 from __future__ import annotations
 
@@ -23,13 +22,8 @@ def spread_blocks(
     eos_id: int,
     holdout: tuple[int, str] = (0, "train"),
 ) -> torch.Tensor:
-    """``total`` blocks of ``seq_len + 1`` tokens, an equal share from each document of ``source``.
-
-    Document ``i`` of ``D`` (those with at least one block) gives ``total // D`` blocks, the first
-    ``total % D`` one more; a document shorter than its share gives all it has and the rest is
-    shared by the longer ones (:func:`_shares`), at evenly spaced positions. ``holdout`` (per mille, keep)
-    applies the packer's hash hold-out when validation is a hold-out of train.
-    """
+    """``total`` blocks of ``seq_len + 1`` tokens, an equal share (:func:`_shares`) from each document of ``source``
+    at evenly spaced positions. ``holdout`` (per mille, keep): the packer's hash hold-out, for a hold-out of train."""
     per_mille, keep = holdout
 
     def documents():
@@ -67,8 +61,7 @@ def spread_document_blocks(documents: Iterable[Sequence[int]], width: int, total
 
 
 def _shares(total: int, available: list[int]) -> list[int]:
-    """Blocks per document: equal shares (the first ones one more), a short document's unused share
-    handed on equally to the documents that still have blocks to give."""
+    """Blocks per document: equal shares (the first one more), a short document's rest handed on to the others."""
     counts = [0] * len(available)
     left = total
     while left > 0:

@@ -1,2 +1,5 @@
-"""Many processes, one model: rank identity, FSDP2, sharded norms, checkpoint files, the rank watch, the launch
-agreement."""
+"""Many processes, one model: ranks, FSDP2, sharded norms, checkpoint files, the rank watch, the launch agreement."""
+
+from fixed_embed.public_names import exports
+
+__getattr__ = exports(__name__, {"FSDP2Strategy": "fsdp", "AtomicCheckpointIO": "checkpoint"})

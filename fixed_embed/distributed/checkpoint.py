@@ -1,6 +1,5 @@
-"""Checkpoint files, written and read in one place: whole files written atomically (``AtomicCheckpointIO``),
-sharded folders swapped in by a link, every read weights-only and CRC-checked, and sharded folders consolidated
-into one file running no code from the folder (docs/security.md)."""
+"""Checkpoint files: written atomically (files) or swapped in by a link (sharded folders), read weights-only and
+CRC-checked, consolidated without running code from the folder (docs/security.md)."""
 
 from __future__ import annotations
 
@@ -28,8 +27,7 @@ _META = "meta.pt"  # Lightning's metadata file inside a distributed checkpoint
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """Lightning's ``torch.save`` checkpoints through :func:`fixed_embed.atomic.atomic_write`; the temporary
-    file of a save killed mid-write is removed by the next save."""
+    """Lightning's checkpoints written atomically; a save killed mid-write leaves a temporary the next one removes."""
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str | os.PathLike, storage_options: Any = None) -> None:
         if storage_options is not None:
@@ -40,14 +38,13 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
 
 def save_sharded(strategy: Any, checkpoint: dict[str, Any], filepath: Any, write: Any) -> None:
-    """Every rank ``write``s its shards into a new hidden folder; then rank 0 swaps the link ``filepath`` onto it,
-    so the name always points at a complete checkpoint."""
+    """Ranks ``write`` shards to a new hidden folder, then rank 0 swaps link ``filepath`` onto it: always complete."""
     path = Path(strategy.broadcast(str(filepath)))
     name = strategy.broadcast(f"{_SHARDS_PREFIX}{checkpoint.get('global_step', 0)}-{time.time_ns()}")
     write(path.parent / name)
     strategy.barrier("fsdp2_checkpoint_written")
     if strategy.global_rank == 0:
-        atomic_symlink(name, path)  # the name now points at the complete new folder
+        atomic_symlink(name, path)
         _remove_unreferenced_shards(path.parent)
     strategy.barrier("fsdp2_checkpoint_linked")
 
@@ -104,10 +101,8 @@ def _version(path: str | os.PathLike) -> tuple[str, int, int, int, int]:
 
 @functools.cache  # once per process and file version: the resume plan and the load read the same checkpoint
 def _changed_record(version: tuple[str, int, int, int, int]) -> str | None:
-    """The first record of a torch.save zip file whose CRC-32 fails, on one process per node (0.65 GiB/s
-    measured on a loaded 2-core machine: ~35 s for the paper's 22 GB resume checkpoint, once per resume);
-    ``None`` when all match, for a file that is no zip, or one saved with CRC-32s turned off
-    (``torch.serialization.set_crc32_options(False)`` writes 0 for each)."""
+    """The first record of a torch.save zip whose CRC-32 fails (node leaders only: ~35 s for the paper's 22 GB);
+    ``None`` when all match, for a non-zip, or when saved with CRC-32s off (all 0)."""
     if not is_node_leader() or not zipfile.is_zipfile(path := version[0]):
         return None
     with zipfile.ZipFile(path) as archive:
@@ -159,8 +154,7 @@ def _read_shards(folder: Path) -> dict[str, Any]:
 
     class Planner(DefaultLoadPlanner):
         def load_bytes(self, read_item: Any, value: io.BytesIO) -> None:
-            # torch's planner torch.load()s this unrestricted: hand it a re-save of the
-            # weights-only result, so what it unpickles is our own plain data
+            # torch's planner torch.load()s this unrestricted: hand it a re-save of the weights-only result
             safe = io.BytesIO()
             try:
                 torch.save(load_weights_only(value, f"{folder} (item {read_item.dest_index.fqn})"), safe)

@@ -1,5 +1,4 @@
-"""FSDP2 over the whole data-parallel world, its sharded checkpoints written as
-:mod:`fixed_embed.distributed.checkpoint` lays them out (docs/design.md, "How parallelism is built")."""
+"""FSDP2 over the whole data-parallel world, with link-swapped sharded checkpoints (docs/design.md)."""
 
 from __future__ import annotations
 
@@ -14,8 +13,7 @@ from fixed_embed.lightning_internals import set_data_parallel_size
 
 
 def shards_parameters(strategy: Any) -> bool:
-    """Whether a run's strategy shards the model over its ranks (Lightning's FSDP, FSDP2): a Strategy, or
-    a config's ``trainer.strategy`` (a registry name such as ``fsdp``, or ``{class_path: ...}``)."""
+    """Whether ``strategy`` (a Strategy, or a config's ``trainer.strategy``: name or ``{class_path}``) shards."""
     if isinstance(strategy, dict):
         module, _, name = strategy.get("class_path", "").rpartition(".")
         strategy = getattr(importlib.import_module(module or "lightning.pytorch.strategies"), name, None)
@@ -27,8 +25,7 @@ def shards_parameters(strategy: Any) -> bool:
 
 class FSDP2Strategy(ModelParallelStrategy):
     """Args:
-    save_distributed_checkpoint: each rank writes its shards (a folder); ``False`` gathers a single
-        file on rank 0 (written by the trainer's CheckpointIO, atomically with AtomicCheckpointIO).
+    save_distributed_checkpoint: each rank writes its shards (a folder); ``False``: one file from rank 0.
     process_group_backend: ``nccl`` on GPUs, ``gloo`` on CPUs by default.
     timeout_minutes: collective timeout (long evaluations in the loop need it above their duration).
     """

@@ -1,9 +1,6 @@
-"""One verdict for every process a launcher starts at once (torchrun's ranks, srun's tasks, the nodes of a
-multi-node Lightning launch): global rank 0 takes the run lock and plans first; the others read nothing of the
-run until it has said "go" on the store the process group will use, then plan; every process then raises the
-first refusal any of them met, in the same words, before a process group exists. A single launching process
-(Lightning's launcher starts its other ranks only after it) needs no agreement.
-"""
+"""One verdict for every process a launcher starts at once (torchrun, srun, a multi-node Lightning launch): rank 0
+plans first, the others after its "go" on the store; all raise the first refusal any met, before a process group
+exists. A single launching process (Lightning starts its other ranks after it) needs no agreement."""
 
 from __future__ import annotations
 
@@ -30,8 +27,7 @@ class RefusedOnAnotherRank(UserError):
 
 
 def peers(num_nodes: int) -> tuple[int, int, str, int] | None:
-    """(this process's index, how many, the store's address and port) among the processes started at once, as
-    Lightning will see them, or ``None`` for a lone launching process."""
+    """(index, count, store address, port) of the processes started at once, or ``None`` for a lone launcher."""
     if TorchElasticEnvironment.detect():
         elastic = TorchElasticEnvironment()
         found = elastic.global_rank(), elastic.world_size(), elastic.main_address, elastic.main_port

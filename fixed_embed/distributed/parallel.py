@@ -1,10 +1,7 @@
-"""How the decoder is made to run fast and fit: activation checkpointing, compile, FSDP2 -- in that order
-(docs/design.md, "How parallelism is built"); none changes parameter names or checkpoints."""
+"""Activation checkpointing, compile and FSDP2 applied to the decoder (docs/design.md, "How parallelism is built")."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
@@ -24,12 +21,9 @@ class ParallelConfig:
     compile: ``torch.compile`` each block (regional).
     param_dtype: FSDP2 compute dtype of parameters (the fp32 master copy is what is sharded).
     reduce_dtype: FSDP2 dtype of the gradient reduce-scatter.
-    reshard_after_forward: FSDP2 frees each block's gathered parameters after forward (ZeRO-3) or keeps
-        them until backward (ZeRO-2-like: more memory, one all-gather fewer).
-    shard_group_size: FSDP2 hybrid sharding: shard over groups of this many ranks (e.g. a node's GPUs),
-        replicate across them. ``None``: shard over every rank.
-    sync_every_micro_batch: FSDP2 reduce-scatters gradients after every micro-batch (Lightning's way)
-        instead of on an update's last one only (the unsharded gradients accumulate in ``reduce_dtype``).
+    reshard_after_forward: FSDP2 frees gathered parameters after forward (ZeRO-3), else keeps them to backward.
+    shard_group_size: FSDP2 hybrid sharding over groups of this many ranks (e.g. a node's); ``None``: all ranks.
+    sync_every_micro_batch: FSDP2 reduce-scatters every micro-batch, not accumulating unsharded gradients to the last.
     """
 
     activation_checkpointing: bool = False
@@ -72,11 +66,3 @@ def apply_parallelism(decoder: Decoder, config: ParallelConfig, device_mesh=None
     # The head is used last in forward and first in backward: no point resharding it in between.
     fully_shard([decoder.norm, decoder.head], reshard_after_forward=False, **shard)
     fully_shard(decoder, **shard)  # the root: torch's default keeps its parameters from forward to backward
-
-
-@contextlib.contextmanager
-def eager_evaluation() -> Iterator[None]:
-    """Run compiled blocks eagerly inside: evaluation's grad modes and lm-eval's lengths would each add a
-    graph (tens of seconds at d 2,048) until the recompile limit; training keeps its one graph."""
-    with torch.compiler.set_stance("force_eager"):
-        yield

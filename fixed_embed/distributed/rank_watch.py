@@ -1,8 +1,5 @@
-"""RankWatch: what one rank knows, every rank learns within a second -- a failure, or a request to stop --
-through the job's c10d store, with no collective (a rank blocked in one would otherwise wait for the
-timeout). A lost store (rank 0 died) is a failure too; a rank killed by the OS is named by
-:func:`note_lost_ranks`. Details: docs/faults.md ("A failure on one rank").
-"""
+"""RankWatch: a failure or stop request on one rank reaches all within a second through the c10d store, with no
+collective (a rank blocked in one would wait for the timeout); docs/faults.md ("A failure on one rank")."""
 
 from __future__ import annotations
 
@@ -43,10 +40,8 @@ class RankWatch:
         """Tell every other rank that this one failed; they exit with status 1."""
         if self.store is None:
             return
-        # This rank ends with its own error (a user error's one line): it stops reading others' failures.
-        self._failed = True
-        # The store may be gone already (rank 0 failed first); this rank raises its error anyway.
-        with contextlib.suppress(Exception):
+        self._failed = True  # this rank ends with its own error: stop reading others'
+        with contextlib.suppress(Exception):  # the store may be gone (rank 0 failed first)
             self.store.set(_FAILED, f"rank {self.rank}: {message}")
 
     def close(self) -> None:

@@ -8,8 +8,7 @@ _RANK_VARIABLES = ("RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "SLURM_PROCI
 
 
 def is_launching_rank(environ: dict[str, str] | None = None) -> bool:
-    """Whether this process is global rank 0's launching process: none of the rank variables that Lightning's
-    DDP launcher, torchrun or srun set for the other ranks is other than 0."""
+    """Whether this is global rank 0's launching process: no rank variable the launchers set is other than 0."""
     env = os.environ if environ is None else environ
     return all(env.get(name, "0").strip() in ("", "0") for name in _RANK_VARIABLES)
 

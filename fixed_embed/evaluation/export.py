@@ -1,9 +1,4 @@
-"""Export a trained model as a Hugging Face ``LlamaForCausalLM`` folder (config, safetensors, tokenizer).
-
-The backbone is a Llama (pre-norm RMSNorm, HF-layout RoPE, SwiGLU, no biases); the input interface
-becomes ``embed_tokens``, a fixed code materialised as the V x d table it computes. What the Llama
-format cannot express is refused, not approximated.
-"""
+"""Export as a Hugging Face ``LlamaForCausalLM`` folder; what Llama cannot express is refused, not approximated."""
 
 from __future__ import annotations
 
@@ -100,7 +95,6 @@ def export_llama(
             model_max_length=config.max_seq_len,
         )  # fmt: skip
         fast.save_pretrained(tmp)
-        # provenance: the checkpoint file and update it came from (set by load_checkpoint; absent for a live model)
         marker = {**getattr(model, "provenance", {}), "interface": model.decoder.interface.spec()}
         (tmp / MARKER).write_text(json.dumps({**marker, "decoder": config.to_dict()}, indent=2) + "\n")
     return out

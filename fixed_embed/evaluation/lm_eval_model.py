@@ -1,12 +1,5 @@
-"""lm-eval-harness model ``fixed_embed``: score a checkpoint, or a live LightningModule, with lm-eval.
-
-Scores are computed as lm-eval's own ``hf`` model computes them (docs/design.md, "Evaluation and
-export"), so our numbers sit in the same table as the SmolLM2 references; why fixed codes score a
-target conditioned on end-of-text alone at exactly log(1/V): docs/design.md, "Token 0 is the all-zero
-code". Batches are right-padded: with causal attention, padding after a sequence cannot change its
-logits. Progress bars are tqdm's without an explicit ``file``, so that :mod:`fixed_embed.run.console`
-can route them.
-"""
+"""lm-eval model ``fixed_embed``: a checkpoint or live LightningModule scored as lm-eval's ``hf`` model scores
+(docs/design.md, "Evaluation and export"). tqdm gets no ``file``, so :mod:`fixed_embed.run.console` can route it."""
 
 from __future__ import annotations
 
@@ -47,8 +40,8 @@ class FixedEmbedLM(TemplateLM):
     eos_token: the end-of-text token, also the prefix of empty contexts and rolling windows.
     module, tokenizer_object: a live model and its tokenizer instead of ``checkpoint``.
     distributed: split the requests over the ranks of the initialised process group.
-    interrupt: polled before each batch; when true, :class:`EvaluationInterrupted` is raised. Across
-        ranks the ranks vote (all stop at the same batch); generation across ranks is not interruptible.
+    interrupt: polled before each batch; true raises :class:`EvaluationInterrupted` (ranks vote, so all stop
+        together; generation across ranks is not interruptible).
     """
 
     def __init__(
@@ -111,7 +104,7 @@ class FixedEmbedLM(TemplateLM):
         """Wrap an in-memory model (e.g. the one being trained) without copying it."""
         return cls(module=module, tokenizer_object=tokenizer, **kwargs)
 
-    # -- distributed hooks lm-eval calls when world_size > 1 ------------------------------------
+    # distributed hooks lm-eval calls when world_size > 1
 
     def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
         parts = [torch.empty_like(tensor) for _ in range(self.world_size)]
@@ -125,8 +118,6 @@ class FixedEmbedLM(TemplateLM):
 
     def barrier(self) -> None:
         dist.barrier()
-
-    # -- TemplateLM interface -------------------------------------------------------------------
 
     @property
     def eot_token_id(self) -> int:
@@ -194,8 +185,7 @@ class FixedEmbedLM(TemplateLM):
                 owners.append(index)
         real = len(windows)
         if self.world_size > 1:
-            # Every rank must run the same number of forward passes (FSDP all-gathers in forward),
-            # including a rank that got no window at all: it scores padding.
+            # Every rank runs as many forward passes (FSDP all-gathers in forward): the rest score padding.
             counts = self.all_gather(torch.tensor(real, device=self.device))
             padding = windows[0] if windows else (None, [self.prefix_token_id], [self.prefix_token_id])
             windows += [padding] * (int(counts.max()) - real)
@@ -238,8 +228,6 @@ class FixedEmbedLM(TemplateLM):
                 progress.update(len(group))
         progress.close()
         return outputs
-
-    # -- the model --------------------------------------------------------------------------
 
     @torch.inference_mode()
     def _logits(self, inputs: list[list[int]]) -> torch.Tensor:

@@ -1,5 +1,4 @@
-"""A trained model and the tokenizer its checkpoint carries, for evaluation and export: read once, memory-mapped
-and weights-only (pickled code is refused: :class:`~fixed_embed.distributed.checkpoint.UnsafeCheckpointError`)."""
+"""A trained model and its checkpoint's tokenizer, for evaluation and export: read weights-only, memory-mapped."""
 
 from __future__ import annotations
 

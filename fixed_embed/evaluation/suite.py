@@ -1,9 +1,5 @@
-"""Benchmark suites, running them with lm-eval, and the paper-format results table.
-
-A suite is a list of columns (task, metric, few-shot), run in one ``simple_evaluate`` call per few-shot
-setting. A results file holds each column's score and standard error beside lm-eval's own results,
-configs and versions, so any number in a table can be traced to the harness output behind it.
-"""
+"""Benchmark suites (columns of task, metric, few-shot) run with lm-eval, and the paper-format table; results files
+keep lm-eval's own output beside each score, so any number can be traced to it."""
 
 from __future__ import annotations
 
@@ -160,9 +156,8 @@ def default_eval_dir(
     hub: bool = False,
     root: str | os.PathLike = Path("logs") / "eval",
 ) -> Path:
-    """``root/<run label>-<suite or tasks>[-limitN]-<hash>``: one folder per model and evaluation, keyed on the
-    file a ``last.ckpt`` link resolves to (a later update gets a new folder) or the hub id; the hash, of that
-    absolute path, keeps two runs with the same label apart."""
+    """``root/<run label>-<suite or tasks>[-limitN]-<hash>``, keyed on the file a ``last.ckpt`` link resolves to (or
+    the hub id): a new folder per update; the hash keeps two runs with the same label apart."""
     spec = str(model)
     if hub and not Path(spec).expanduser().exists():
         label, identity = spec, spec

@@ -1,9 +1,4 @@
-"""Is every benchmark task's data loadable here, now? Checked at fit start, fetched by ``fixed-embed prefetch``.
-
-Compute nodes often have no internet: rather than the in-loop benchmark failing hours into the run,
-:func:`check_task_data` builds each task (lm-eval's ``get_task_dict``: cache, local file or hub) at fit
-start and names the way out.
-"""
+"""Benchmark task data: checked loadable at fit start (an offline node would fail hours in), fetched by ``prefetch``."""
 
 from __future__ import annotations
 
@@ -14,8 +9,7 @@ from fixed_embed.errors import DataError, in_one_line
 
 
 def check_task_data(tasks: Iterable[str], manager: Any) -> None:
-    """Load every task's data through lm-eval (cache, local files or hub); a :class:`DataError` naming
-    the tasks that failed and the way out if any cannot be loaded."""
+    """Load every task's data through lm-eval; a :class:`DataError` naming those that failed and the way out."""
     from lm_eval.tasks import get_task_dict
 
     failed = {}

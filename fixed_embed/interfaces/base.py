@@ -14,11 +14,8 @@ _PACKAGE = __name__.rpartition(".")[0]  # fixed_embed.interfaces
 
 
 class InputInterface(nn.Module):
-    """Base class: ``forward(ids[B, T]) -> x[B, T, d_model]`` plus a cost report.
-
-    Subclasses take ``vocab_size`` and ``d_model`` as their first two arguments, so the
-    language model can build any of them from a YAML ``class_path`` + ``init_args``.
-    """
+    """Base class: ``forward(ids[B, T]) -> x[B, T, d_model]`` plus a cost report; subclasses take ``vocab_size`` and
+    ``d_model`` first, so any is built from a YAML ``class_path`` + ``init_args``."""
 
     #: True when the interface has no trainable state (its output is a fixed function of the id).
     fixed: bool = False
@@ -45,11 +42,8 @@ class InputInterface(nn.Module):
         raise NotImplementedError
 
     def spec(self) -> dict[str, Any]:
-        """``{"class_path", "init_args"}`` that rebuilds this interface (vocab_size and d_model excluded).
-
-        Every option of ``__init__`` is kept as an attribute of the same name, so the spec is the
-        signature read back -- a new interface gets it for free.
-        """
+        """``{"class_path", "init_args"}`` that rebuilds this interface (vocab_size and d_model excluded): the
+        signature read back, so every ``__init__`` option must be kept as an attribute of the same name."""
         cls = type(self)
         names = list(inspect.signature(cls.__init__).parameters)[3:]  # self, vocab_size, d_model
         return {"class_path": _class_path(cls), "init_args": {n: getattr(self, n) for n in names}}
@@ -69,11 +63,7 @@ class InputInterface(nn.Module):
             raise ValueError(f"token ids must lie in [0, {self.vocab_size - 1}], got min {lo} and max {hi}")
 
     def _verify_stored(self, state_dict: dict, prefix: str, name: str, expected, what: str) -> None:
-        """Refuse a checkpoint whose stored buffer ``name`` differs from what this interface's options give.
-
-        The options (seed, matrix) define the code used; a checkpoint trained with another code
-        would otherwise be run with a different id -> vector assignment than it learned.
-        """
+        """Refuse a checkpoint whose stored buffer ``name`` differs from what the options give (another code)."""
         stored = state_dict.get(prefix + name)
         if stored is None or stored.device.type == "meta":
             return
@@ -88,8 +78,7 @@ class InputInterface(nn.Module):
 
 
 def _class_path(cls: type) -> str:
-    # Checkpoints (hparams) and saved configs store this string and a resume compares it, so a class
-    # the package exports is named by the package, not by the file that happens to define it.
+    # Checkpoints and saved configs store this and a resume compares it: name exported classes by the package.
     if getattr(sys.modules.get(_PACKAGE), cls.__qualname__, None) is cls:
         return f"{_PACKAGE}.{cls.__qualname__}"
     return f"{cls.__module__}.{cls.__qualname__}"

@@ -1,10 +1,5 @@
-"""Token-identity codes: bit widths, little-endian bit codes and GF(2) recodings, in integer algebra only
-(bit-identical on every device).
-
-A token id is written as ``K = code_width(V)`` bits, little-endian (element 0 is the least significant
-bit). A K x K matrix A over GF(2) is stored as K row masks (Python ints): bit ``c`` of ``rows[r]`` is
-``A[r, c]``, and A x has bit ``r`` = parity(rows[r] & x).
-"""
+"""Token-identity codes in integer algebra only (bit-identical on every device): little-endian bit codes and GF(2)
+recodings, a K x K matrix A stored as K row masks (bit ``c`` of ``rows[r]`` is ``A[r, c]``)."""
 
 from __future__ import annotations
 
@@ -89,8 +84,7 @@ def gf2_inverse(rows: Sequence[int], width: int) -> list[int]:
 
 
 def _seeded_words(seed: int, label: str):
-    """An endless stream of 64-bit words, SHA-256 in counter mode: unlike torch's or NumPy's RNG it never
-    changes across versions and devices, and neither may a code assignment."""
+    """Endless 64-bit words, SHA-256 in counter mode: unlike torch's or NumPy's RNG, the same on every version."""
     counter = 0
     while True:
         digest = hashlib.sha256(f"fixed-embed/{label}/seed={seed}/block={counter}".encode()).digest()
@@ -100,8 +94,7 @@ def _seeded_words(seed: int, label: str):
 
 
 def random_invertible_gf2(width: int, seed: int) -> list[int]:
-    """A uniformly random invertible ``width x width`` matrix over GF(2), as row masks, fixed by ``seed``:
-    K random rows are drawn until they have rank K (about 29 % of draws for large K)."""
+    """A uniformly random invertible ``width x width`` GF(2) matrix (row masks) fixed by ``seed``, by rejection."""
     words = _seeded_words(seed, f"gf2-matrix/K={width}")
     mask = (1 << width) - 1
     for _ in range(10_000):
@@ -112,11 +105,10 @@ def random_invertible_gf2(width: int, seed: int) -> list[int]:
 
 
 def random_injection(n: int, width: int, seed: int) -> list[int]:
-    """``n`` distinct ``width``-bit codes in random order, fixed by ``seed``: the first ``n`` of a
-    Fisher-Yates shuffle of ``range(2**width)`` (modulo bias below 2**-40 for width <= 24)."""
+    """``n`` distinct ``width``-bit codes in random order, fixed by ``seed`` (a partial Fisher-Yates shuffle)."""
     words = _seeded_words(seed, f"injection/K={width}")
     codes = list(range(2**width))
-    for i in range(n):  # a partial shuffle: only the first n places are needed
+    for i in range(n):
         j = i + next(words) % (len(codes) - i)
         codes[i], codes[j] = codes[j], codes[i]
     return codes[:n]

@@ -15,12 +15,8 @@ from fixed_embed.interfaces.tiling import binary_code_norm, tile, tiled_norm
 
 
 class PermutedCodeInput(BinaryCodeInput):
-    """The binary interface with a random injective id -> K-bit code assignment, fixed by ``code_seed``.
-
-    Unlike a GF(2) recoding (linear: A 0 = 0, codes of sums are sums of codes) this is an
-    arbitrary injection, drawn with the platform-stable SHA-256 stream; token 0 gets a random
-    code. The V codes are a persistent buffer, so a checkpoint records the assignment.
-    """
+    """The binary interface with a random injective (not linear) id -> K-bit code assignment, fixed by ``code_seed``;
+    token 0 gets a random code, and checkpoints record the assignment."""
 
     def __init__(
         self,
@@ -61,19 +57,10 @@ class PermutedCodeInput(BinaryCodeInput):
 
 
 class RandomCodeInput(InputInterface):
-    """Fixed random continuous codes: a seeded V x K table (Gaussian or uniform), tiled to d; nothing trainable.
-
-    ``code_width`` K defaults to ceil(log2 V), the binary codes' width; ``code_width=d_model`` gives
-    full-width random codes (no tiling). Elements have unit variance (uniform: U(-sqrt 3, sqrt 3)),
-    so a K-dim code tiled to d has norm ~sqrt(d), like a bipolar code. ``norm_match=True`` rescales
-    each id's vector to the norm of its 0/1 binary code instead (token 0 then maps to zero, as in
-    the paper), separating "continuous and random" from "input scale".
-
-    The table is drawn with torch's CPU generator from ``code_seed`` and never stored: a checkpoint
-    holds a two-number fingerprint of it, enough to refuse a table drawn differently (another seed,
-    or another torch version's generator). Storing the table instead would put V x K floats (V x d
-    at full width) in every checkpoint and a key that existing sharded checkpoints lack.
-    """
+    """Fixed random continuous codes: a seeded V x K table (Gaussian or uniform, unit variance), tiled to d;
+    ``code_width`` defaults to ceil(log2 V); ``d_model`` gives full-width codes. ``norm_match`` rescales each id's
+    vector to its 0/1 binary code's norm. The table is never stored (V x K floats a checkpoint, a key older sharded
+    ones lack): checkpoints hold a fingerprint of it, to refuse one drawn differently (another seed or torch)."""
 
     fixed = True
 
@@ -138,12 +125,8 @@ class RandomCodeInput(InputInterface):
 
 
 class LowRankLearnedInput(InputInterface):
-    """A trainable K-dim vector per token, tiled to d exactly like the binary codes (V x K parameters).
-
-    ``init="binary"`` (default) starts every vector at the token's 0/1 binary code, so the model
-    starts where binary16 does and differs only in being allowed to move; ``init="normal"`` draws
-    N(0, init_std^2).
-    """
+    """A trainable K-dim vector per token, tiled to d like the binary codes; ``init="binary"`` starts each at the
+    token's 0/1 code (where binary16 starts), ``init="normal"`` draws N(0, init_std^2)."""
 
     def __init__(
         self,
@@ -186,12 +169,8 @@ class LowRankLearnedInput(InputInterface):
 
 
 class NormMatchedLearnedInput(LearnedInput):
-    """A learned V x d table whose output rows are rescaled to the norm of the id's 0/1 binary code.
-
-    The direction is learned, the length is the fixed codes' (sqrt(popcount x d/K)); token 0's
-    target norm is 0, so it maps to the zero vector as with the binary codes (and its row gets no
-    gradient). Separates "learned" from "input scale".
-    """
+    """A learned V x d table whose output rows are rescaled to the norm of the id's 0/1 binary code (token 0: zero,
+    its row gets no gradient)."""
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         rows = super().forward(ids)

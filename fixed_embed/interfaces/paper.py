@@ -48,14 +48,8 @@ class LearnedInput(InputInterface):
 
 
 class BinaryCodeInput(InputInterface):
-    """The id's K-bit little-endian code (values 0/1), tiled to ``d_model``; nothing trainable.
-
-    Element ``j`` of the output is bit ``j mod K`` of the code, so d = 2048, K = 16 gives
-    128 copies; when d is not a multiple of K the last copy is truncated. ``code_width``
-    defaults to ceil(log2 V) (16 for V = 49,152); a wider code may be asked for.
-    ``bipolar=True`` writes the bits as -1/+1 (2 b - 1) instead of 0/1. Codes are computed from
-    the ids with bitwise ops on the ids' device: there is no V x d table.
-    """
+    """The id's K-bit little-endian code (0/1, or -1/+1 with ``bipolar``), tiled to ``d_model`` (the last copy
+    truncated), computed from the ids: no V x d table, nothing trainable; ``code_width`` defaults to ceil(log2 V)."""
 
     fixed = True
 
@@ -116,19 +110,10 @@ class BinaryCodeInput(InputInterface):
 
 
 class GF2CodeInput(BinaryCodeInput):
-    """Binary code after a fixed invertible affine map over GF(2): code = A bits(id) xor b, then tiled.
-
-    ``A`` is drawn from ``code_seed`` by rejection sampling from a SHA-256 stream, so a seed names
-    the same matrix everywhere (12345 by default: the paper's seed, but this project's own draw --
-    the paper publishes neither its matrix nor its generator); or pass ``matrix`` (K x K of 0/1)
-    explicitly. ``offset`` b is a K-bit mask (an int, or K 0/1 values, element 0 first); the
-    paper uses 0. Identity is preserved: :meth:`decode` inverts the map exactly.
-
-    The options define A and are all that is kept in Python. Two buffers hold it: ``code_matrix``
-    (K x K, persistent) is what checkpoints record -- the form existing ones have -- and a load is
-    refused when the options give another matrix; ``rows`` (the K row masks, not saved) is what
-    :meth:`encode` applies on the ids' device.
-    """
+    """Binary code after a fixed invertible affine map over GF(2): code = A bits(id) xor b, tiled; :meth:`decode`
+    inverts it. ``A`` is drawn from ``code_seed`` (the same matrix everywhere; 12345 is the paper's seed but our draw:
+    docs/design.md) or given as ``matrix`` (K x K of 0/1); ``offset`` b is an int mask or K 0/1 values (paper: 0).
+    Checkpoints record A (``code_matrix``); a load is refused when the options give another."""
 
     def __init__(
         self,

@@ -1,6 +1,4 @@
-"""Per-GPU training memory: the estimate (on the meta device: seconds for 1.7B), whether it fits a device,
-and the cheapest way to make it fit; ``fit`` refuses a CUDA device the run does not fit (docs/design.md#memory).
-"""
+"""Per-GPU training memory: the estimate, whether it fits, the cheapest fix, fit's refusal (docs/design.md#memory)."""
 
 from __future__ import annotations
 
@@ -31,8 +29,7 @@ GPU_KINDS = {
     for kind, gib in {"A100-40": 39.4, "A100-80": 79.2, "H100-80": 79.1, "H200-141": 139.8}.items()
 }
 IGNORE_MEMORY_ENV = "FIXED_EMBED_IGNORE_MEMORY_ESTIMATE"
-#: Stated relative costs of the ways out: activation checkpointing recomputes each block's forward (~1/3);
-#: FSDP2 adds all-gathers (a few % on NVLink); each halving of the micro-batch (same tokens per update) a few %.
+#: Stated relative costs of the ways out: AC recomputes each forward (~1/3), FSDP2 all-gathers, each halving.
 _COSTS = {"ac": 1.33, "fsdp": 1.05, "halving": 1.03}
 
 
@@ -86,11 +83,8 @@ class MemoryEstimate:
 
     @property
     def allocated(self) -> int:
-        """The peak of live tensors: what ``torch.cuda.max_memory_allocated`` measures. As traced
-        (:mod:`fixed_embed.measure.trace`), at the loss (every activation saved, the loss's buffers, autocast's weight
-        copies) or in a block's backward (its activations' gradients; under checkpointing the block recomputed and
-        autocast's copies gone), whichever holds more; both with the model state and FSDP2's buffers. FSDP2
-        accumulating unsharded gradients has no sharded ones until the last micro-batch frees those."""
+        """The peak of live tensors (``torch.cuda.max_memory_allocated``): the larger of the moment at the loss
+        and that in a block's backward, as traced (docs/design.md#memory)."""
         ac = self.activation_checkpointing
         at_loss = self.saved_activations - (self.recomputed_block if ac else 0) + self.loss + self.autocast_weights
         in_backward = self.saved_activations + self.backward_transient + (0 if ac else self.autocast_weights)
@@ -141,8 +135,7 @@ class MemoryEstimate:
 
 
 def activation_mode(precision: Any, fsdp_param_dtype: str | None = None) -> ActivationMode:
-    """How activations are stored, from Lightning's ``precision`` and FSDP2's ``param_dtype``: ``mixed``
-    (autocast: matmul outputs in 16 bits, the residual stream fp32), ``bfloat16`` (all 16 bits) or ``float32``."""
+    """How activations are stored, by ``precision`` and FSDP2's ``param_dtype``: mixed (autocast), bfloat16, float32."""
     text = str(precision)
     if "true" in text and text.startswith(("bf16", "16")):
         return "bfloat16"
@@ -167,8 +160,7 @@ def memory_estimate(
     accumulate: int = 1,
     sync_every_micro_batch: bool = False,
 ) -> MemoryEstimate:
-    """Per-GPU training memory of ``decoder`` at ``micro_batch`` x ``seq_len`` tokens per step; the formulas,
-    term by term: docs/design.md#memory (checked against autograd in tests/test_memory.py)."""
+    """Per-GPU training memory of ``decoder`` at ``micro_batch`` x ``seq_len`` tokens (docs/design.md#memory)."""
     config = decoder.config
     t = seq_len or config.max_seq_len
     tokens = micro_batch * t
@@ -220,8 +212,7 @@ def memory_estimate(
 
 @dataclass(frozen=True)
 class RunShape:
-    """What a run's memory depends on besides the model: the micro-batch and context (None: the model's),
-    Lightning's ``precision``, the ranks, whether they shard the model, and gradient accumulation."""
+    """What a run's memory depends on besides the model (``seq_len`` None: the model's context)."""
 
     micro_batch: int
     seq_len: int | None = None
@@ -248,8 +239,7 @@ class RunShape:
 
 
 def model_memory_estimate(model: Any, run: RunShape, activation_checkpointing: bool | None = None) -> MemoryEstimate:
-    """:func:`memory_estimate` for a ``LanguageModel`` with its own settings (checkpointing unless given,
-    loss chunking, FSDP2's dtypes) at ``run``: for fit's refusal and ``fixed-embed params`` alike."""
+    """:func:`memory_estimate` of a ``LanguageModel`` with its own settings (checkpointing unless given) at ``run``."""
     parallel = model.parallel_config
     param_dtype = parallel.param_dtype if run.sharded else None
     if activation_checkpointing is None:
@@ -281,9 +271,7 @@ class FitOption:
 
 
 def cheapest_fit(model: Any, run: RunShape, device_bytes: int) -> FitOption | None:
-    """The cheapest change (by :data:`_COSTS`) that makes ``model``'s ``run`` fit ``device_bytes`` -- activation
-    checkpointing, FSDP2 (with more than one GPU), a smaller micro-batch with more accumulation, or a
-    combination -- None if none fits; no flags: it fits as configured."""
+    """The cheapest change (by :data:`_COSTS`) making ``run`` fit ``device_bytes``, or None; no flags: fits as is."""
     micro_batch, configured_ac = run.micro_batch, model.parallel_config.activation_checkpointing
     options = []
     for shard in sorted({run.sharded, run.sharded or run.world_size > 1}):
@@ -310,8 +298,7 @@ def cheapest_fit(model: Any, run: RunShape, device_bytes: int) -> FitOption | No
 
 
 def memory_warning(model: Any, trainer: Any, device_bytes: int | None = None) -> str | None:
-    """Why the run does not fit the device (by default the trainer's, if CUDA), and the cheapest way out;
-    None when it fits."""
+    """Why the run does not fit the device (default: the trainer's, if CUDA) and the way out; None if it fits."""
     if device_bytes is None:
         device = trainer.strategy.root_device
         if device.type != "cuda":

@@ -1,8 +1,5 @@
-"""Peak dense FLOP/s per accelerator and dtype, for model FLOPs utilisation (MFU).
-
-Dense figures from NVIDIA's datasheets: Lightning's ``get_available_flops`` gives the H200's *sparse*
-ones, which would halve every MFU. Unknown devices (CPU included) get None: no MFU beats a wrong one.
-"""
+"""Peak dense FLOP/s per accelerator and dtype, for MFU, from NVIDIA's datasheets (Lightning's ``get_available_flops``
+gives the H200's *sparse* ones, halving every MFU); unknown devices get None: no MFU beats a wrong one."""
 
 from __future__ import annotations
 
@@ -32,9 +29,8 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 
 def training_matmul_dtype(trainer: Any, module: Any) -> str:
-    """The dtype a ``Trainer``'s training matmuls run in, read from what runs: the precision plugin's
-    autocast dtype (``*-mixed``); else, sharded, the dtype FSDP2 gathers parameters in for compute
-    (``parallel_config.param_dtype``); else the Linear weights' dtype (``bf16-true`` converts them)."""
+    """The dtype a ``Trainer``'s training matmuls run in: the autocast dtype, else (sharded) FSDP2's ``param_dtype``,
+    else the Linear weights' dtype."""
     device_type = module.device.type if hasattr(module, "device") else "cpu"
     with trainer.precision_plugin.forward_context():
         if torch.is_autocast_enabled(device_type):

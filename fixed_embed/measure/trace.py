@@ -1,18 +1,6 @@
-"""One training update traced on fake tensors: the per-rank peak of live tensors and the FLOPs run, at any
-shape, on the CPU, without the memory (docs/design.md#memory; checked against the estimate in
-docs/benchmarks.md).
-
-Tensors carry shapes, dtypes and devices but no storage (FakeTensorMode); every allocation of the update
-is attributed and the peak kept by torch's MemTracker (FSDPMemTracker under FSDP2), and FlopCounterMode
-counts each matmul and attention op of one micro-batch. FSDP2 runs for rank 0 of ``world_size`` on a fake process group.
-The update is what ``fixed-embed fit`` runs per optimizer step: each micro-batch's :meth:`block_loss` under
-autocast (``*-mixed``) or FSDP2's MixedPrecisionPolicy, its backward (FSDP2's reduce-scatter on the last
-micro-batch only, as ``LanguageModel.on_train_batch_start`` sets it), gradient clipping and the AdamW step
-(the fused kernel, as on CUDA), with the optimizer's state and DDP's gradient buckets already there, as in
-every update but the first. Fake CPU tensors stand for CUDA ones: the same shapes and dtypes, CPU autocast's
-op lists (which cast this model's matmuls and attention as CUDA's do). DDP is traced unwrapped (its
-buckets are the gradients, ``gradient_as_bucket_view``); ``compile`` is off (fusion only lowers the peak).
-"""
+"""One training update traced on fake CPU tensors: the per-rank peak of live tensors (MemTracker) and the FLOPs
+(FlopCounterMode), at any shape, without the memory; what is traced: docs/benchmarks.md ("The estimate against a
+traced update"). ``compile`` is off: fusion only lowers the peak."""
 
 from __future__ import annotations
 
@@ -56,9 +44,8 @@ class TracedUpdate:
 
 
 def trace_update(model: Any, run: RunShape, micro_batches: int | None = None) -> TracedUpdate:
-    """Trace one update of ``model`` (a ``LanguageModel`` on the meta device, e.g. ``build_model(config)``) at
-    ``run``; ``micro_batches`` (default: ``run.accumulate``) below that traces fewer: each micro-batch between
-    the second and the last allocates as the second does, so 3 give the peak of any longer accumulation."""
+    """Trace one update of ``model`` (a ``LanguageModel`` on the meta device) at ``run``, ``micro_batches`` of it
+    (default: all): those between the second and the last allocate alike, so 3 give any longer one's peak."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
     from torch.distributed._tools.mem_tracker import MemTracker

@@ -95,7 +95,6 @@ def module_costs(decoder: Decoder, seq_len: int | None = None) -> list[ModuleCos
 
 
 def derived_buffers(module: nn.Module) -> list[str]:
-    """Names of the buffers ``module`` rebuilds rather than stores (RoPE tables, GF(2) rows): the
-    non-persistent ones, which its state dict leaves out."""
+    """Names of the buffers ``module`` rebuilds rather than stores: non-persistent ones (RoPE tables, GF(2) rows)."""
     stored = module.state_dict(keep_vars=True).keys()
     return [name for name, _ in module.named_buffers() if name not in stored]

@@ -1,13 +1,5 @@
-"""Llama-style decoder-only transformer fed by a pluggable input interface: the paper's backbone, with
-our own choices (RoPE theta, initialisation) listed in docs/design.md, "The recipe".
-
-* Input: any :class:`~fixed_embed.interfaces.InputInterface`; the decoder never assumes it is trainable,
-  normalised or non-zero (RMSNorm, in float32, returns exactly 0 for x = 0, with a finite gradient).
-* Pre-norm blocks x + Attn(RMSNorm(x)), x + SwiGLU(RMSNorm(x)), a final RMSNorm; no biases; an untied
-  V x d head (tying only with LearnedInput). Attention through ``F.scaled_dot_product_attention``
-  (flash kernels on GPUs), optionally grouped-query (``n_kv_heads``).
-* RoPE in the Hugging Face Llama layout, so an export to ``LlamaForCausalLM`` is exact.
-"""
+"""The paper's Llama-style decoder, fed by any input interface (our choices: docs/design.md, "The recipe"); it never
+assumes the input is non-zero, and RoPE is in the Hugging Face layout so an export to ``LlamaForCausalLM`` is exact."""
 
 from __future__ import annotations
 
@@ -41,7 +33,7 @@ class DecoderConfig:
     init_std: PositiveFinite = 0.02
     tie_embeddings: bool = False
 
-    def __post_init__(self) -> None:  # ConfigError: fixed-embed fit checks these before any work, in one line
+    def __post_init__(self) -> None:  # ConfigError: fit reports it in one line before any work
         if self.d_model % self.n_heads:
             raise ConfigError(f"model.decoder.d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
         if self.head_dim % 2:

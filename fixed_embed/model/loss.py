@@ -1,22 +1,13 @@
-"""The output head and the cross-entropy in one chunked pass: never the full ``[N, V]`` fp32 logits.
-
-The plain ``F.cross_entropy(head(h).float(), targets)`` holds the fp32 logits, their log-softmax and two
-more ``[N, V]`` gradients (~3 GiB each at 8 x 2,048 tokens, V = 49,152). :func:`linear_cross_entropy`
-walks over chunks of ``chunk_tokens`` rows (Liger-Kernel's "fused linear cross-entropy"): per chunk,
-the logits in the compute dtype (the autocast dtype if on), upcast to fp32, their log-sum-exp and target
-logit, and -- when a gradient is wanted -- the same buffer turned in place into ``(softmax - onehot) / N``
-and multiplied out at once into the gradients wrt the hidden states and the head weight (the latter
-summed over chunks in fp32); backward only scales them. Same loss and dtypes as the plain path, which
-``chunk_tokens`` 0 or ``None`` runs. Under FSDP2 it runs inside :class:`fixed_embed.model.decoder.OutputHead`.
-"""
+"""The head and cross-entropy fused over chunks of rows (as Liger-Kernel's), never holding the full ``[N, V]`` fp32
+logits (~3 GiB each at the paper's shape): per chunk the fp32 logits become ``(softmax - onehot) / N`` in place and
+are multiplied out at once into the gradients, which backward only scales. Same loss and dtypes as the plain path."""
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
-#: ``LanguageModel``'s default ``loss_chunk_tokens``: one fp32 [4096, 49,152] buffer is 0.75 GiB, and
-#: 4,096-row matmuls keep a GPU busy.
+#: ``LanguageModel``'s default ``loss_chunk_tokens``: an fp32 [4096, 49,152] buffer is 0.75 GiB; 4,096 rows fill a GPU.
 DEFAULT_LOSS_CHUNK_TOKENS = 4096
 
 

@@ -1,10 +1,4 @@
-"""The optimisation recipe: AdamW settings, parameter groups, LR schedule, token budget.
-
-Paper: AdamW, peak LR 1.5e-4, 2,000 linear warm-up updates, cosine decay, clip 1.0.
-Ours (the paper does not say): betas (0.9, 0.95), eps 1e-8, weight decay 0.1 on matrices
-only (never norm gains), the learned input table included (``decay_input``), cosine floor
-10 % of peak. docs/design.md lists every default that is ours.
-"""
+"""The optimisation recipe: AdamW, parameter groups, LR schedule, token budget (docs/design.md, "The recipe")."""
 
 from __future__ import annotations
 
@@ -38,16 +32,11 @@ class AdamWConfig:
         lr: peak learning rate (the paper: 1.5e-4).
         betas: AdamW's moment decay rates (ours: the paper does not state them).
         eps: AdamW's epsilon (ours).
-        weight_decay: decoupled weight decay of the decay group (ours: the paper does not state it).
-            Matrices decay; vectors (RMSNorm gains) never do.
-        decay_input: whether the input interface's trainable parameters (learned tables; fixed codes have
-            none) decay like every other matrix, else they go to the no-decay group. Decay pulls a table
-            towards zero (``LowRankLearnedInput(init=binary)`` away from its binary start); tied embeddings
-            follow it. Default ``True``: every run in ``docs/results/``. A resume cannot change it (refused).
-        input_lr_scale: multiplies the learning rate of the input interface's trainable parameters (a third
-            AdamW group unless 1), for a table that must move far within a short run (``LowRankLearnedInput``:
-            Adam moves an entry by about the summed learning rate at most); tied, the head follows. A resume
-            cannot switch between 1 and another value (refused).
+        weight_decay: decoupled weight decay of matrices (ours); vectors (RMSNorm gains) never decay.
+        decay_input: whether the input interface's trainable parameters decay like every other matrix, else
+            none do (docs/design.md); tied embeddings follow it. A resume cannot change it.
+        input_lr_scale: multiplies the input interface's learning rate (its own AdamW group unless 1), for a
+            table that must move far in a short run; tied, the head follows. A resume cannot switch it to or from 1.
         implementation: ``auto``: the fused kernel on CUDA, foreach elsewhere.
     """
 
@@ -68,11 +57,8 @@ class ScheduleConfig:
 
 
 def lr_at(step: int, peak: float, warmup_steps: int, max_steps: int, min_lr_ratio: float) -> float:
-    """LR of optimizer update ``step`` (0-based).
-
-    Warm-up: peak * (step + 1) / warmup_steps, so the first update already moves.
-    Then cosine from peak (at step = warmup_steps) to min_lr_ratio * peak (at step = max_steps).
-    """
+    """LR of optimizer update ``step`` (0-based): warm-up peak * (step + 1) / warmup_steps (the first update already
+    moves), then cosine from peak at ``warmup_steps`` to ``min_lr_ratio * peak`` at ``max_steps``."""
     if step < warmup_steps:
         return peak * (step + 1) / warmup_steps
     floor = peak * min_lr_ratio
@@ -89,14 +75,9 @@ def _input_parameters(model: nn.Module) -> list[nn.Parameter]:
 def parameter_groups(
     model: nn.Module, weight_decay: float, decay_input: bool = True, input_lr: float | None = None
 ) -> list[dict]:
-    """AdamW groups over trainable parameters, always in this order: decay, no-decay, [input].
-
-    Matrices decay; vectors (norm gains) never do. The input interface's trainable parameters
-    follow the same rule when ``decay_input``, and all go to the no-decay group otherwise; with
-    ``input_lr`` (its own learning rate) they form a third group instead, decayed when
-    ``decay_input``. The layout with ``decay_input=True`` and no ``input_lr`` is the one
-    checkpoints written before these options existed hold.
-    """
+    """AdamW groups over trainable parameters, always in this order: decay (matrices), no-decay, [input]; the input
+    interface's parameters form the third group with ``input_lr``, else join no-decay unless ``decay_input``. The
+    layout with ``decay_input=True`` and no ``input_lr`` is the one older checkpoints hold."""
     inputs = _input_parameters(model)
     separate = {id(p) for p in inputs} if (input_lr is not None and inputs) or not decay_input else set()
     decay, no_decay = [], []
@@ -116,13 +97,8 @@ def parameter_groups(
 
 
 def parameter_groups_change(saved: Mapping[str, Any] | None, config: AdamWConfig, model: nn.Module) -> str | None:
-    """Why a resume cannot take ``config``'s parameter groups (decay_input, input_lr_scale), or ``None``.
-
-    ``saved`` is the checkpoint's ``optimizer`` hyper-parameters (a checkpoint from before the option
-    has none: it decayed the input). Changing the setting moves the input's trainable parameters
-    between the two groups, and the checkpoint's AdamW state would no longer match them; with fixed
-    codes there is nothing to move.
-    """
+    """Why a resume cannot take ``config``'s parameter groups (its AdamW state would not match), or ``None``;
+    ``saved``: the checkpoint's ``optimizer`` hyper-parameters (none before the options: it decayed the input)."""
     before = bool((saved or {}).get("decay_input", True))
     scaled_before = float((saved or {}).get("input_lr_scale", 1.0)) != 1.0
     if scaled_before != (config.input_lr_scale != 1.0) and _input_parameters(model):

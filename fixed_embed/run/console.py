@@ -1,10 +1,7 @@
-"""The console of the ``fixed-embed`` commands: this project's records (INFO and above) and anyone's errors.
+"""The console of ``fixed-embed`` commands: this project's records (INFO+) and anyone's errors (README, "Watch a run").
 
-Everything else -- every record at INFO and above, every warning with its file and line, the final
-state of every tqdm bar drawn without a ``file`` -- goes to ``<run folder>/console.log`` (kept in
-memory until :func:`attach_run_folder`; ``logs/<command>.log`` for a command without a run folder).
-:data:`HARMLESS_WARNINGS` are dropped by exact text and module, never by category. ``--debug``
-(``FIXED_EMBED_DEBUG=1``) puts everything on the console; ``fixed-embed lm-eval`` keeps lm-eval's output.
+The rest (warnings, tqdm bars' final states) goes to ``<run folder>/console.log``, buffered until
+:func:`attach_run_folder` (``logs/<command>.log`` without one). Warnings are dropped by exact text, never by category.
 """
 
 from __future__ import annotations
@@ -48,7 +45,7 @@ HARMLESS_WARNINGS: tuple[tuple[str, type[Warning], str], ...] = (
 # Libraries that attach their own stderr handler (or stop propagation) when imported.
 _LIBRARY_LOGGERS = ("lightning", "lightning.pytorch", "lightning.fabric", "pytorch_lightning", "lightning_fabric",
                     "lm_eval", "datasets", "huggingface_hub", "transformers", "torchmetrics")  # fmt: skip
-_ROOT = Path(__file__).resolve().parent.parent
+_ROOT = Path(__file__).resolve().parents[2]  # the repository: fixed_embed/run/console.py
 _PROJECT_DIRS = tuple(f"{_ROOT / name}{os.sep}" for name in ("fixed_embed", "callbacks"))  # this project's code
 _BUFFER_LIMIT = 20_000  # records kept before a run folder is known
 _PROGRESS_EVERY_S = 30.0  # a long progress bar's state is logged at least this often
@@ -186,8 +183,7 @@ def setup(command: str) -> None:
     root.setLevel(logging.INFO)
     root.addHandler(console)
     root.addHandler(_run_log)
-    # Libraries add a stderr handler to their logger when imported (some stop propagation), mostly
-    # after this: their loggers become _LibraryLogger, which refuses such handlers.
+    # Libraries add stderr handlers (or stop propagation) on import, mostly after this: _LibraryLogger refuses.
     for name in _LIBRARY_LOGGERS:
         logger = logging.getLogger(name)
         take_over_logger(logger, _LibraryLogger)
@@ -202,8 +198,7 @@ def setup(command: str) -> None:
 
 
 def forget_unwritten() -> None:
-    """Drop what was recorded but not yet written: a command refused for a user error (its one-line
-    message is on the console) leaves no ``logs/<command>.log`` behind -- nor a ``logs/`` folder."""
+    """Drop unwritten records: a command refused for a user error leaves no ``logs/<command>.log`` (nor ``logs/``)."""
     if _run_log is not None and _run_log._file is None:
         _run_log.forget()
 

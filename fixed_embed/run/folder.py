@@ -1,9 +1,4 @@
-"""A run's folder: its name (``--run``), its checkpoints' names, its TensorBoard curve on a relaunch.
-
-``<save_dir>/<logger name>/<run>/`` holds the TensorBoard events, ``config.yaml`` and
-``checkpoints/`` (``step=00001000.ckpt``, ``last.ckpt`` a link to the newest) on every launch, so a
-relaunch continues the same curve instead of starting a new ``version_N``.
-"""
+"""A run's folder, the same on every launch: name, checkpoints, curve (docs/faults.md, "Runs and relaunches")."""
 
 from __future__ import annotations
 
@@ -61,11 +56,9 @@ def pin_run_folder(trainer: Any, run: str) -> Path | None:
 
 
 def purge_curve_after(trainer: Any, step: int) -> None:
-    """Hide the TensorBoard events a crashed launch logged after the checkpoint it resumes (steps >= ``step``).
+    """Hide the TensorBoard events a crashed launch logged at steps >= ``step``, the resumed checkpoint's.
 
-    TensorBoard's own mechanism (``SummaryWriter(purge_step=...)``): a ``SessionLog.START`` event at
-    ``step`` in the new event file makes readers drop the earlier events at that step and beyond, so
-    the curve shows each update once. After a SIGTERM stop there are none to drop.
+    As ``SummaryWriter(purge_step=...)``: readers drop earlier events from a ``SessionLog.START``'s step on.
     """
     from lightning.pytorch.loggers import TensorBoardLogger
 

@@ -1,6 +1,4 @@
-"""One writer per folder: ``run.lock`` in it (``.<name>.lock`` beside a file or swapped-in folder) names the holder
-(host, pid, start, command); made with ``O_EXCL`` before any work, removed on every way out; a live holder is refused
-by name, a stale one taken over. Details: docs/faults.md ("One writer per folder")."""
+"""One writer per folder: a ``run.lock`` (``O_EXCL``) naming its holder (docs/faults.md, "One writer per folder")."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""The resume plan: which checkpoint a fit resumes, and everything it can refuse, before any work.
+"""The resume plan: which checkpoint a fit resumes, and every refusal, before any work.
 
-The checkpoint is read once (memory-mapped, weights-only) and checked against the config's model
-(built on the meta device) and data module (not set up): every refusal at once, what the config
-changes, and whether the run is already complete. The checks at load time, for runs that do not
-come through ``fixed-embed fit``, are :mod:`fixed_embed.train.resume`'s.
+(docs/faults.md, "The resume plan, before any work"; the load-time checks: :mod:`fixed_embed.train.resume`.)
 """
 
 from __future__ import annotations
@@ -53,7 +50,7 @@ def _instead(path: Path) -> str:
     for other in reversed(step_checkpoints(path.resolve().parent)):
         if other.resolve() == path.resolve():
             continue
-        try:  # its CRC-32s checked (seconds a GB); plan_fit checks it against the config once it is passed
+        try:  # CRC-32s checked (seconds a GB); plan_fit checks it against the config once passed
             step = load_weights_only(other / "meta.pt" if other.is_dir() else other, other, mmap=True)["global_step"]
         except Exception:
             continue
@@ -64,10 +61,8 @@ def _instead(path: Path) -> str:
 def choose_checkpoint(folder: Path) -> tuple[Path | None, dict[str, Any] | None, list[str]]:
     """The checkpoint ``--ckpt_path last`` resumes in a run's ``checkpoints`` folder, its contents, and notes.
 
-    ``last.ckpt`` is a link to the newest ``step=N.ckpt``. A link left behind by a save interrupted
-    before it moved (a newer ``step=N`` exists) gives way to the newest. A *regular* ``last.ckpt``
-    (restored from a backup, copied by hand) older than the newest ``step=N`` is refused: resuming it
-    would roll the run back and fork its history.
+    A stale ``last.ckpt`` link gives way to a newer ``step=N.ckpt``; a stale *regular* one is refused
+    (:class:`CheckpointError`): it would roll the run back and fork its history.
     """
     if not folder.is_dir():
         return None, None, []
@@ -100,11 +95,10 @@ def choose_checkpoint(folder: Path) -> tuple[Path | None, dict[str, Any] | None,
 
 
 def plan_fit(config: Any, checkpoints: Path | None, max_steps: int) -> tuple[str | None, int | None]:
-    """The checkpoint a fit resumes (the ``ckpt_path`` to give Lightning) and its update, after printing what
-    the resume changes; no update: a fresh start.
+    """The ``ckpt_path`` to give Lightning and its update ((None, None): a fresh start); prints what it changes.
 
-    ``config``: the ``fit`` command's parsed config; ``checkpoints``: the run folder's (None without one).
-    Raises every refusal at once (:class:`CheckpointError`), and :class:`RunComplete` when nothing is left.
+    ``checkpoints``: the run folder's (None without one). Raises every refusal at once (:class:`CheckpointError`),
+    :class:`RunComplete` when nothing is left.
     """
     ckpt_path = config.ckpt_path
     if ckpt_path in ("last", None) and checkpoints is not None:

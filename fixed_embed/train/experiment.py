@@ -1,11 +1,4 @@
-"""What an experiment config builds and costs, without training it.
-
-:func:`build_model` makes the ``LanguageModel`` of an experiment's ``model:`` section exactly as
-``fixed-embed fit`` (LightningCLI) would, on the meta device by default, so the paper's 1.7B model
-is counted in seconds. :func:`parameter_reports` and :func:`training_memory` are what
-``fixed-embed params`` prints; the experiment runners and two benchmarks (``input_layer``,
-``gpu``) use :func:`build_model` too. :func:`run_length` is the number of updates a fit trains for.
-"""
+"""What an experiment config builds and costs, without training it (models on the meta device by default)."""
 
 from __future__ import annotations
 
@@ -109,18 +102,15 @@ def parameter_reports(config_path: str | Path) -> tuple[str, ParameterReport, Pa
 
 
 def training_memory(config_path: str | Path, world_size: int | None = None) -> MemoryEstimate:
-    """The experiment's per-GPU training memory: its trainer (devices x nodes, precision, strategy),
-    data (micro-batch, ctx) and model (checkpointing, loss chunking, FSDP2 param dtype) settings."""
+    """The experiment's per-GPU training memory, from its trainer, data and model settings."""
     return model_memory_estimate(*run_settings(config_path, world_size))
 
 
 def memory_plan(config_path: str | Path, world_size: int | None = None) -> list[dict[str, Any]]:
-    """Per GPU kind (:data:`fixed_embed.measure.memory.GPU_KINDS`) and strategy (DDP, FSDP2), whether the
-    experiment fits and, if not, the cheapest change that does (:func:`fixed_embed.measure.memory.cheapest_fit`).
+    """Per GPU kind and strategy (DDP, FSDP2): whether the experiment fits, else the cheapest change that does.
 
-    The configured strategy keeps the config's precision; the other one gets what its strategy
-    file pairs it with (DDP: ``bf16-mixed``, the paper's; FSDP2: ``experiments/strategies/fsdp.yaml``'s
-    ``32-true`` with ``model.parallel.param_dtype``)."""
+    The configured strategy keeps the config's precision; the other gets its strategy file's (DDP ``bf16-mixed``,
+    FSDP2 ``32-true``)."""
     model, run = run_settings(config_path, world_size)
     rows = []
     for strategy, sharded in (("DDP", False), ("FSDP", True)):

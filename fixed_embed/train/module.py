@@ -1,12 +1,7 @@
-"""LanguageModel: the Lightning wrapper around the decoder and its pluggable input interface.
-
-A batch is a LongTensor of packed blocks ``[B, T + 1]``: inputs are ``block[:, :-1]``,
-targets ``block[:, 1:]``, so every block carries exactly T prediction targets.
-"""
+"""LanguageModel: the Lightning wrapper around the decoder and its input interface; batches are ``[B, T + 1]``."""
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import math
 from collections.abc import Callable, Mapping
@@ -22,7 +17,7 @@ from torchmetrics.aggregation import MeanMetric
 
 from fixed_embed.config import NonNegativeInt, PositiveInt
 from fixed_embed.data.loader_state import gather_loader_states
-from fixed_embed.distributed.parallel import ParallelConfig, apply_parallelism, eager_evaluation
+from fixed_embed.distributed.parallel import ParallelConfig, apply_parallelism
 from fixed_embed.errors import ConfigError
 from fixed_embed.interfaces import BinaryCodeInput, InputInterface
 from fixed_embed.lightning_internals import attached_trainer, ends_update
@@ -45,16 +40,12 @@ class LanguageModel(L.LightningModule):
         interface: the input interface class (and its options), built as ``interface(vocab_size, d_model)``.
         optimizer: AdamW settings.
         schedule: warm-up and cosine floor.
-        token_budget: prediction tokens to train on: ``fixed-embed fit`` sets ``trainer.max_steps`` from it
-            unless given (:func:`fixed_embed.train.experiment.run_length`).
-        on_nonfinite: on a non-finite loss or gradient, ``stop`` raises naming the step (before
-            the update); ``skip`` drops that update and counts it in ``train/skipped_updates``.
-        max_skipped_updates: with ``skip``, stop (as ``stop`` would) once this many consecutive
-            updates, or ``10 x`` this many in all, were skipped: a run that skips everything must end.
-        parallel: activation checkpointing, compile and FSDP2 settings (:mod:`fixed_embed.distributed.parallel`).
-        loss_chunk_tokens: the head and cross-entropy run over this many tokens at a time, so the full
-            fp32 ``[B, T, V]`` logits (and their gradient) never exist (:mod:`fixed_embed.model.loss`); same
-            loss and gradients. ``0`` or ``None``: unchunked, from the full logits.
+        token_budget: prediction tokens to train on; ``fixed-embed fit`` sets ``trainer.max_steps`` from it.
+        on_nonfinite: on a non-finite loss or gradient, ``stop`` raises before the update; ``skip`` drops it.
+        max_skipped_updates: with ``skip``, stop once this many consecutive updates (or 10x in all) were skipped.
+        parallel: activation checkpointing, compile and FSDP2 settings.
+        loss_chunk_tokens: tokens per chunk of head + cross-entropy, so the full fp32 logits never exist (same
+            loss and gradients); ``0`` or ``None``: unchunked.
     """
 
     def __init__(
@@ -82,8 +73,7 @@ class LanguageModel(L.LightningModule):
         built = _interface_factory(interface)(self.config.vocab_size, self.config.d_model)
         self.decoder = Decoder(self.config, built)
 
-        # Plain dicts only: the checkpoint then loads with weights_only=True, and both
-        # LightningCLI's and a direct LanguageModel(**hparams) rebuild the same model.
+        # Plain dicts: the checkpoint loads weights_only, and LightningCLI and LanguageModel(**hparams) agree.
         self.save_hyperparameters()
         self.hparams.update(
             decoder=self.config.to_dict(),
@@ -98,9 +88,7 @@ class LanguageModel(L.LightningModule):
         self._last_loss: torch.Tensor | None = None
         self._fresh_groups: list[dict[str, Any]] = []
         self._parallelized = False
-        self._eager: contextlib.ExitStack | None = None  # open during validation/test with compile on
-        # Set by whoever planned the resume before launch (fixed_embed.run.resume_plan.plan_fit, in fixed-embed fit)
-        # and printed what the config changes: loading the checkpoint then does not say it again.
+        # Set when plan_fit already printed what the resume changes: loading then does not repeat it.
         self.resume_planned = False
 
     @property
@@ -109,8 +97,6 @@ class LanguageModel(L.LightningModule):
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         return self.decoder(ids)
-
-    # -- training -------------------------------------------------------------------------
 
     def block_loss(self, block: torch.Tensor) -> tuple[torch.Tensor, int]:
         """Mean next-token loss over a batch of packed blocks ``[B, T + 1]`` (chunked head), and its target count."""
@@ -122,14 +108,11 @@ class LanguageModel(L.LightningModule):
 
     def training_step(self, block: torch.Tensor, batch_idx: int) -> torch.Tensor:
         loss, n_targets = self.block_loss(block)
-        # A non-finite loss is not acted on here: its backward makes the gradients non-finite,
-        # and on_before_optimizer_step decides once per update, identically on every rank.
+        # A non-finite loss is acted on in on_before_optimizer_step: once per update, alike on every rank.
         self._last_loss = loss.detach()
         self.tokens_seen += n_targets * self.trainer.world_size
-        # No host sync per micro-batch: Lightning turns every prog_bar=True value into a number after
-        # each micro-batch (a sync), so the loss stays a tensor here and callbacks/progress.py shows it
-        # once per update. Python numbers become device tensors when logged (on CUDA a blocking copy,
-        # i.e. a sync), so they are logged on an update's last micro-batch only.
+        # No host sync per micro-batch: the loss is not prog_bar (callbacks/progress.py reads it per update), and
+        # Python numbers (a blocking copy when logged on CUDA) are logged on an update's last micro-batch only.
         self.log("train/loss", loss)
         if ends_update(self.trainer):
             self.log("train/tokens", float(self.tokens_seen), rank_zero_only=True)
@@ -137,8 +120,7 @@ class LanguageModel(L.LightningModule):
         return loss
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
-        # FSDP2: no gradient reduce-scatter on an update's non-final micro-batches (Lightning's
-        # no_sync covers DDP only); the unsharded gradients accumulate locally until the last one.
+        # FSDP2: no reduce-scatter on an update's non-final micro-batches (Lightning's no_sync covers DDP only).
         if self.parallel_config.sync_every_micro_batch:
             return
         from torch.distributed.fsdp import FSDPModule
@@ -147,9 +129,8 @@ class LanguageModel(L.LightningModule):
             self.decoder.set_requires_gradient_sync(ends_update(self.trainer))
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
-        # Runs after the (DDP-reduced) backward and before clipping. One fused norm over all
-        # gradients is non-finite iff some element is; sharded (FSDP) gradients see only their
-        # shard, hence the any-rank vote.
+        # After the reduction, before clipping. One fused norm is non-finite iff some element is; FSDP ranks
+        # see only their shard, hence the any-rank vote.
         grads = [resume.local_shard(p.grad) for p in self.parameters() if p.grad is not None]
         local_bad = bool(grads) and not bool(torch.isfinite(torch.nn.utils.get_total_norm(grads)))
         if not self.trainer.strategy.reduce_boolean_decision(local_bad, all=False):
@@ -182,19 +163,17 @@ class LanguageModel(L.LightningModule):
 
     test_step = validation_step
 
-    def _enter_eager(self) -> None:
-        if self.parallel_config.compile and self._eager is None:
-            self._eager = contextlib.ExitStack()
-            self._eager.enter_context(eager_evaluation())
+    # Evaluation runs the compiled blocks eagerly: its grad modes (and lm-eval's lengths) would each add a graph
+    # (tens of seconds at d 2,048) until the recompile limit; training keeps its one graph.
+    def on_validation_start(self) -> None:
+        if self.parallel_config.compile:
+            torch.compiler.set_stance("force_eager")
 
-    def _exit_eager(self) -> None:
-        if self._eager is not None:
-            self._eager.close()
-            self._eager = None
+    def on_validation_end(self) -> None:
+        if self.parallel_config.compile:
+            torch.compiler.set_stance("default")
 
-    # Evaluation runs the compiled blocks eagerly: no recompiles of the training graph (parallel.eager_evaluation).
-    on_validation_start = on_test_start = _enter_eager
-    on_validation_end = on_test_end = _exit_eager
+    on_test_start, on_test_end = on_validation_start, on_validation_end
 
     def on_validation_epoch_end(self) -> None:
         mean = self.val_loss.compute()
@@ -212,8 +191,6 @@ class LanguageModel(L.LightningModule):
         self.log("test/loss", mean, sync_dist=True)
         self.log("test/ppl", torch.exp(mean), sync_dist=True)
 
-    # -- parallelism --------------------------------------------------------------------------
-
     def configure_model(self) -> None:
         # Lightning may call this hook again (e.g. fit then test): apply the wrapping once.
         if self._parallelized:
@@ -222,8 +199,6 @@ class LanguageModel(L.LightningModule):
         mesh = self.device_mesh if trainer is not None and isinstance(trainer.strategy, ModelParallelStrategy) else None
         apply_parallelism(self.decoder, self.parallel_config, mesh)
         self._parallelized = True
-
-    # -- recipe ---------------------------------------------------------------------------
 
     def setup(self, stage: str) -> None:
         if stage == "fit":
@@ -245,8 +220,6 @@ class LanguageModel(L.LightningModule):
         self._fresh_groups = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
-    # -- resume: the policy in fixed_embed/train/resume.py, the data position in fixed_embed/data/loader_state.py --
-
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         trainer = attached_trainer(self)
         resume.refuse_poisoned(checkpoint, trainer, self.global_step)
@@ -261,8 +234,7 @@ class LanguageModel(L.LightningModule):
         self.skipped_updates = checkpoint.get("skipped_updates", 0)
 
     def on_train_start(self) -> None:
-        # A resume restores the optimizer's and scheduler's settings from the checkpoint; the
-        # config given now wins (LR, betas, weight decay, schedule length): re-apply it.
+        # A resume restored the checkpoint's optimizer and scheduler settings; the config given now wins.
         if self.trainer.ckpt_path is None or not self._fresh_groups:
             return
         scheduler = self.trainer.lr_scheduler_configs[0].scheduler

@@ -1,19 +1,5 @@
-"""The resume policy: what a checkpoint may be written with, what a resume refuses, takes and re-applies.
-
-- **Writing**: a checkpoint whose weights hold a NaN/inf is refused (:func:`refuse_poisoned`), on
-  every rank together, so a good checkpoint on disk is never replaced by a poisoned one.
-- **Loading** (:func:`check_resume`): the weights, optimizer moments, step, data position and RNG
-  states come from the checkpoint; refused, naming both values, are another interface or backbone
-  shape, a change of the optimizer's parameter groups (when fitting), and what the data refuses
-  (``TextDataModule.resume_refusals``); every other setting that differs is printed, and the
-  config given now wins.
-- **Training start** (:func:`reapply_config`): Lightning restores the optimizer's and scheduler's
-  settings from the checkpoint; the config's (LR, betas, weight decay, schedule length) are put back.
-
-:class:`fixed_embed.train.module.LanguageModel`'s checkpoint hooks call these; the data position itself
-lives with the data (:mod:`fixed_embed.data.loader_state`). ``fixed-embed fit`` decides the same
-before any work (:mod:`fixed_embed.run.resume_plan`).
-"""
+"""The resume policy, called by LanguageModel's checkpoint hooks (docs/faults.md, "What a resume keeps, takes
+and refuses"): what a checkpoint may be written with, what a resume refuses, takes and re-applies."""
 
 from __future__ import annotations
 
@@ -30,8 +16,7 @@ from fixed_embed.model.recipe import parameter_groups_change
 
 __all__ = ["changed", "check_resume", "local_shard", "model_refusals", "reapply_config", "refuse_poisoned"]
 
-# What a resume may not change: the function the weights compute and the token -> input mapping.
-# init_std only matters at initialisation; max_seq_len only sizes the RoPE tables.
+# A resume may not change what the weights compute: init_std acts only at init, max_seq_len only sizes RoPE tables.
 _RESUMABLE_DECODER_CHANGES = {"init_std", "max_seq_len"}
 
 
@@ -41,11 +26,8 @@ def local_shard(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def refuse_poisoned(checkpoint: Mapping[str, Any], trainer: Any, step: int) -> None:
-    """Raise if a weight about to be saved is non-finite; under a trainer, a vote of every rank.
-
-    Raising in ``on_save_checkpoint`` aborts the save. A sharded tensor is checked shard by shard:
-    the verdict is a vote, so every rank refuses together.
-    """
+    """Raise ``FloatingPointError`` (aborting the save) if a weight is non-finite; under a trainer, a vote of
+    every rank, which check their own shards, so all refuse together."""
     poisoned = next(
         (
             name

@@ -1,6 +1,4 @@
-"""Analyses of trained models: where token identity lives across depth (:mod:`.probe`), and what each
-block is worth (:mod:`.ablation`), on held-out token blocks (:mod:`.blocks`). ``fixed-embed analyze``
-writes each one's JSON-ready dict and its plot."""
+"""Analyses of trained models: identity probes, layer ablation, held-out token blocks (docs/controls.md)."""
 # ruff: noqa: F401  (re-exports)
 
 from fixed_embed.evaluation.analysis.ablation import layer_ablation

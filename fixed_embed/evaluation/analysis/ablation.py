@@ -1,9 +1,4 @@
-"""Layer ablation: how much does the loss rise when one block is taken out?
-
-For each block i, a forward hook replaces the block's output x + f(x) by x (``zero``: the block
-contributes nothing) or by x + mean(f(x)) (``mean``: its contribution averaged over every token
-of the batch), and the next-token loss on held-out blocks is compared with the intact model's.
-"""
+"""Layer ablation: the loss rise when one block's output x + f(x) becomes x (``zero``) or x + mean(f(x)) (``mean``)."""
 
 from __future__ import annotations
 

@@ -13,11 +13,8 @@ from fixed_embed.data.tokenizer import EOS, special_token_id
 def text_blocks(
     tokenizer: Tokenizer, n_blocks: int, seq_len: int, source: str | None = None, text_field: str = "text"
 ) -> torch.Tensor:
-    """The first ``n_blocks`` packed blocks of ``seq_len + 1`` tokens from ``source``.
-
-    ``source`` is anything :class:`~fixed_embed.data.sources.DocumentSource` reads (a file, folder,
-    glob or hub id); by default the offline corpus's held-out split, which no tiny model trained on.
-    """
+    """The first ``n_blocks`` packed blocks of ``seq_len + 1`` tokens from ``source`` (anything ``DocumentSource``
+    reads; default: the offline corpus's held-out split)."""
     path = source if source is not None else str(default_corpus() / "valid.jsonl")
     eos = special_token_id(tokenizer, EOS)
     needed = n_blocks * (seq_len + 1)

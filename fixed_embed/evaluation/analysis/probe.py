@@ -1,16 +1,6 @@
-"""Identity probe: how linearly decodable is each token's id from the hidden state at its position?
-
-For every layer l (0 = the interface's output, l = after block l), a logistic-regression probe
-maps the hidden state to the K = ceil(log2 V) bits of the token's id (the same target for every
-interface), scored by bit accuracy and id accuracy (all K bits right) on two held-out splits:
-
-* ``position``: the tokens after the first ``train_fraction`` of the blocks. Most are types seen in
-  training, so recognising each type's state (a lookup) succeeds without a linear bit layout.
-* ``type``: a seeded quarter of the token types, never trained on: success needs the bits themselves.
-
-The floor is :func:`majority_baseline` (docs/controls.md), not 50 %: a token stream's high id bits are
-mostly 0.
-"""
+"""Identity probe: how linearly decodable each token's id bits are from each layer's hidden state (docs/controls.md).
+Two held-out splits: ``position`` (later tokens, mostly seen types: a lookup suffices) and ``type`` (a quarter of the
+token types never trained on: success needs the bits themselves)."""
 
 from __future__ import annotations
 
@@ -89,10 +79,7 @@ def identity_probe(
     lr: float = 1e-2,
     batch_size: int = 8,
 ) -> dict:
-    """Per-layer bit and id accuracy of linear probes on held-out tokens, and ``majority``; a JSON-ready dict.
-
-    Features are standardised per layer with training statistics; full-batch Adam, a small weight decay.
-    """
+    """Per-layer bit and id accuracy of linear probes on held-out tokens, and ``majority``; a JSON-ready dict."""
     vocab_size = decoder.config.vocab_size
     ids, targets, splits = probe_sample(blocks, vocab_size, train_fraction)  # validates before the forward passes
     was_training = decoder.training
@@ -127,9 +114,8 @@ def identity_probe(
 
 
 def plot_probe(results: dict[str, dict], path: str, seed: int | None = None) -> None:
-    """Bit and id accuracy vs depth for both splits, one line per model (label -> identity_probe output),
-    the training ``seed`` in the title. Each panel draws the majority-class floor of results that carry
-    one: a single black line when every model shares it (same tokens), else one per model."""
+    """Bit and id accuracy vs depth for both splits, one line per model (label -> identity_probe output), and the
+    majority-class floor: one black line when all models share it, else one per model."""
     import matplotlib
 
     matplotlib.use("Agg")

@@ -1,9 +1,5 @@
-"""Datasets of the offline tasks (see ``__init__``): held-out documents of the default corpus or local files.
-
-A task YAML picks its documents with ``dataset_kwargs: {path: ...}``: a ``.jsonl`` (one document per
-line, in ``text``) or WikiText's ``.tokens`` format, relative to ``shared_data_root()``. Without a
-path, the default corpus's validation split is used.
-"""
+"""Datasets of the offline tasks: the default corpus's held-out split, or a YAML's ``dataset_kwargs: {path}`` (a
+``.jsonl`` of ``text`` or WikiText ``.tokens``, under ``shared_data_root()``)."""
 
 from __future__ import annotations
 

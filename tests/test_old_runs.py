@@ -1,0 +1,63 @@
+"""Runs written before the layered tree (main at 1c25064): their checkpoint resumes and evaluates, and their saved
+config, which names classes by the old module paths, is refused in one line naming each class's new path."""
+
+import shutil
+from pathlib import Path
+
+import torch
+import yaml
+
+from fixed_embed.evaluation.lm_eval_model import FixedEmbedLM
+from fixed_embed.evaluation.loading import load_checkpoint
+from tests.cli import run_cli
+
+OLD_RUN = Path(__file__).parent / "fixtures" / "main-1c25064"  # tiny binary16, V 512, d 32, one block, update 2
+CHECKPOINT = OLD_RUN / "step=00000002.ckpt"
+
+
+def small_config(tmp_path: Path) -> Path:
+    """The experiment that wrote the checkpoint, named by today's paths."""
+    saved = yaml.safe_load((OLD_RUN / "config.yaml").read_text())
+    callbacks = {"benchmarks": None, "checkpointing": {"init_args": {"every_n_steps": 3}}}
+    logger = {"init_args": {"save_dir": str(tmp_path)}}
+    data = ("tokenizer_vocab_size", "seq_len", "batch_size", "val_sequences")
+    experiment = {
+        "__base__": str(Path(__file__).parents[1] / "experiments" / "tiny" / "binary16.yaml"),
+        "trainer": {"max_steps": 3, "val_check_interval": 3, "logger": logger, "callbacks": callbacks},
+        "model": {"decoder": saved["model"]["decoder"]},
+        "data": {key: saved["data"][key] for key in data},
+    }
+    config = tmp_path / "small.yaml"
+    config.write_text(yaml.safe_dump(experiment))
+    return config
+
+
+def test_a_checkpoint_written_before_the_move_resumes_to_its_next_update(tmp_path):
+    ckpt = tmp_path / "old.ckpt"
+    shutil.copy(CHECKPOINT, ckpt)
+    result = run_cli("fit", "--config", small_config(tmp_path), "--ckpt_path", ckpt)
+    assert result.returncode == 0, result.stderr[-3000:]
+    written = sorted(tmp_path.rglob("step=00000003.ckpt"))
+    assert written, result.stderr[-3000:]
+    state = torch.load(written[0], map_location="cpu", weights_only=True)
+    assert state["global_step"] == 3 and state["hyper_parameters"]["interface"]["class_path"].endswith(
+        "BinaryCodeInput"
+    )
+
+
+def test_a_checkpoint_written_before_the_move_evaluates():
+    model, tokenizer = load_checkpoint(CHECKPOINT)
+    assert model.provenance["update"] == 2
+    lm = FixedEmbedLM.from_module(model, tokenizer, batch_size=2)
+    [(score, _)] = lm._loglikelihood_tokens([(None, [1, 2, 3], [4, 5])], disable_tqdm=True)
+    assert -50 < score < 0
+
+
+def test_a_saved_config_naming_a_moved_class_is_refused_in_one_line_naming_its_new_path(tmp_path):
+    result = run_cli("fit", "--config", OLD_RUN / "config.yaml")
+    assert result.returncode == 2
+    [line] = [line for line in result.stderr.splitlines() if "has moved" in line]
+    assert (
+        "fixed_embed.checkpoint_io.AtomicCheckpointIO has moved to fixed_embed.distributed.AtomicCheckpointIO" in line
+    )
+    assert "Traceback" not in result.stderr
