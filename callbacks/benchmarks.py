@@ -1,8 +1,6 @@
 """BenchmarkCallback: lm-eval tasks on the live weights every N updates and at the end (README, "Watch a run").
-
-Every rank takes part: keep ``limit`` small enough for the process group's timeout. ``on_error: warn``
-is safe only where the error is the same on every rank (a dataset out of reach).
-"""
+Every rank takes part: keep ``limit`` small enough for the process group's timeout. ``on_error: warn`` is safe only
+where the error is the same on every rank (a dataset out of reach)."""
 
 from __future__ import annotations
 
@@ -62,7 +60,6 @@ class BenchmarkCallback(UpdateCallback):
         self.at_train_end = at_train_end
         self.on_error = on_error
         self.interrupted = False
-        self.last_metrics: dict[str, float] = {}
         self._evaluated_step = -1
 
     def final_eval_command(self, checkpoint: Path, folder: Path) -> list[str] | None:
@@ -104,19 +101,13 @@ class BenchmarkCallback(UpdateCallback):
         from fixed_embed.evaluation.suite import columns_for, run_suite, write_results
 
         step = trainer.global_step
-        if self.tokenizer is not None:
-            tokenizer = load_tokenizer(self.tokenizer)
-        elif hasattr(trainer.datamodule, "tokenizer"):
-            tokenizer = trainer.datamodule.tokenizer()
-        else:
+        if self.tokenizer is None and not hasattr(trainer.datamodule, "tokenizer"):
             raise ValueError("BenchmarkCallback needs a tokenizer: set its tokenizer= or use TextDataModule")
+        tokenizer = load_tokenizer(self.tokenizer) if self.tokenizer is not None else trainer.datamodule.tokenizer()
         preemption = next((c for c in trainer.callbacks if isinstance(c, PreemptionCheckpoint) and c.enabled), None)
+        interrupt = preemption.stop_requested if preemption is not None else None
         lm = FixedEmbedLM.from_module(
-            pl_module,
-            tokenizer,
-            batch_size=self.batch_size,
-            distributed=trainer.world_size > 1,
-            interrupt=preemption.stop_requested if preemption is not None else None,
+            pl_module, tokenizer, batch_size=self.batch_size, distributed=trainer.world_size > 1, interrupt=interrupt
         )
         rng = random.getstate(), np.random.get_state()  # lm-eval seeds the global RNGs
         try:  # compiled blocks run eager: no recompiles of the training graph

@@ -24,7 +24,6 @@ class GradientMonitor(UpdateCallback):
         super().__init__(every_n_steps, enabled)
         self.per_part = per_part
         self.parameter_norms = parameter_norms
-        self.last_metrics: dict[str, float] = {}
 
     def on_before_update_step(self, trainer: L.Trainer, pl_module: L.LightningModule, update: int) -> None:
         if not self.due(update):
@@ -52,10 +51,7 @@ class GradientMonitor(UpdateCallback):
     @staticmethod
     def _parts(pl_module: L.LightningModule) -> dict[str, list[torch.nn.Parameter]]:
         decoder = pl_module.decoder
-        parts: dict[str, list[torch.nn.Parameter]] = {}
-        interface = [p for p in decoder.interface.parameters() if p.requires_grad]
-        if interface:
-            parts["interface"] = interface
+        parts = {"interface": [p for p in decoder.interface.parameters() if p.requires_grad]}  # empty: dropped below
         for i, block in enumerate(decoder.layers):
             parts[f"block_{i}"] = [p for p in block.parameters() if p.requires_grad]
         parts["final_norm"] = [p for p in decoder.norm.parameters() if p.requires_grad]

@@ -1,8 +1,6 @@
 """InputNormMonitor: norms of the interface's output on real batches, drift, fixed codes checked (README's tags).
-
-The output is captured by a forward hook in a logged update's first forward: no extra compute, and
-under FSDP the table is unsharded only then.
-"""
+The output is captured by a forward hook in a logged update's first forward: no extra compute, and under FSDP the
+table is unsharded only then."""
 
 from __future__ import annotations
 
@@ -40,7 +38,6 @@ class InputNormMonitor(UpdateCallback):
         self.histogram = histogram
         self.track_drift = track_drift
         self.probe_ids = probe_ids
-        self.last_metrics: dict[str, float] = {}
         self._captured: tuple[torch.Tensor, torch.Tensor] | None = None  # norms, expected
         self._armed = False
         self._update = 0  # the update whose first forward is (to be) captured
@@ -103,10 +100,10 @@ class InputNormMonitor(UpdateCallback):
                 )
         elif self.track_drift and self._reference:
             params = [p.detach() for p in interface.parameters() if p.requires_grad]
-            norms = global_norms(
+            drift = global_norms(
                 {"delta": [p - r for p, r in zip(params, self._reference, strict=True)], "start": self._reference}
             )
-            metrics["input/drift"] = (norms["delta"] / norms["start"], "mean")
+            metrics["input/drift"] = (drift["delta"] / drift["start"], "mean")
         self.last_metrics = log_global(trainer, metrics, update - 1)
         if self.histogram and trainer.is_global_zero:
             for logger in trainer.loggers:

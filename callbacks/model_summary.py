@@ -1,7 +1,5 @@
-"""ParameterSummary: per part, trainable/frozen parameters, fixed state and FLOPs per token, at fit start.
-
-A ``ModelSummary`` subclass, so the trainer adds none: Lightning's cannot tell a frozen parameter from a fixed code.
-"""
+"""ParameterSummary: per part, trainable/frozen parameters, fixed state and FLOPs per token, at fit start. A
+``ModelSummary`` subclass, so the trainer adds none: Lightning's cannot tell a frozen parameter from a fixed code."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
 """PreemptionCheckpoint: on SIGTERM, finish the update in flight, save, exit 0 (docs/faults.md, "Preemption").
-
-Lightning's own handler raises at the next micro-batch, possibly mid-accumulation, and exits with an error.
-"""
+Lightning's own handler raises at the next micro-batch, possibly mid-accumulation, and exits with an error."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
 """UpdateProgressBar: a bar counting optimizer updates (Lightning's count micro-batches), one line per validation.
-
-Metrics are read once per update: each read is a host sync. Set-up also opens the run's ``console.log``.
-"""
+Metrics are read once per update: each read is a host sync. Set-up also opens the run's ``console.log``."""
 
 from __future__ import annotations
 

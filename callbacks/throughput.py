@@ -1,8 +1,6 @@
-"""SpeedMonitor: tokens/s, samples/s, MFU, peak memory, data wait (README's ``perf/`` tags).
-
-Windows of ``every_n_steps`` updates, from a window's first fetch to its last update's end (the only
-device sync); warm-up updates and windows with a validation in them are left out.
-"""
+"""SpeedMonitor: tokens/s, samples/s, MFU, peak memory, data wait (README's ``perf/`` tags). Windows of
+``every_n_steps`` updates, from a window's first fetch to its last update's end (the only device sync); warm-up
+updates and windows with a validation in them are left out."""
 
 from __future__ import annotations
 
@@ -32,7 +30,6 @@ class SpeedMonitor(UpdateCallback):
     def __init__(self, every_n_steps: int = 10, skip_first_steps: NonNegativeInt = 3, enabled: bool = True) -> None:
         super().__init__(every_n_steps, enabled)
         self.skip_first_steps = skip_first_steps
-        self.last_metrics: dict[str, float] = {}
         self._first_update_logged = False
         self._peak: float | None = None
         self.matmul_dtype: str | None = None  # set at train start: the dtype of the peak MFU divides by

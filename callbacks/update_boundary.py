@@ -1,9 +1,7 @@
 """The optimizer-update boundary and the trigger convention of every callback here (README, "Watch a run").
-
-Update *n* is the one after whose step ``global_step == n``; its metrics are logged at step ``n - 1``.
-Which micro-batch ends an update is Lightning's call (:func:`fixed_embed.lightning_internals.ends_update`),
-not ``batch_idx % accumulate_grad_batches``: epochs restart the index and may end short, resumes start mid-way.
-"""
+Update *n* is the one after whose step ``global_step == n``; its metrics are logged at step ``n - 1``. Which
+micro-batch ends an update is Lightning's call (:func:`fixed_embed.lightning_internals.ends_update`), not
+``batch_idx % accumulate_grad_batches``: epochs restart the index and may end short, resumes start mid-way."""
 
 from __future__ import annotations
 
@@ -38,6 +36,7 @@ class UpdateCallback(L.Callback):
             )
         self.every_n_steps = every_n_steps
         self.enabled = enabled
+        self.last_metrics: dict[str, float] = {}  # what a monitor logged last
         self._ends_update = False  # whether the micro-batch in flight ends its update
         self._started: int | None = None  # the update whose first micro-batch was seen last
 

@@ -36,8 +36,6 @@ class ConfigYAMLError(ConfigError, yaml.YAMLError):
     """A config file that is not valid (safe) YAML."""
 
 
-__all__ = ["DEFAULT_RUN", "deep_merge", "expand_config_args", "load_experiment"]
-
 BASE_KEY = "__base__"
 DEFAULT_RUN = "default"  # the run name without --run: its folder is <save_dir>/<logger name>/default/
 
@@ -151,15 +149,13 @@ def expand_config_args(args: list[str]) -> list[str]:
                 load_experiment(value)  # unreadable, empty, not text, not a mapping: one line naming the file
     i = 0
     while i < len(args):
-        arg = args[i]
-        value = None
-        if arg in ("--config", "-c") and i + 1 < len(args):
-            value, i = args[i + 1], i + 2
+        arg, i = args[i], i + 1
+        if arg in ("--config", "-c") and i < len(args):
+            value, i = args[i], i + 1
         elif arg.startswith("--config="):
-            value, i = arg.split("=", 1)[1], i + 1
+            value = arg.split("=", 1)[1]
         else:
             out.append(arg)
-            i += 1
             continue
         if _composed(value):
             value = yaml.safe_dump(load_experiment(value, named), sort_keys=False)

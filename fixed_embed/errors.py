@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+from collections.abc import Iterator
 
 
 class UserError(Exception):
@@ -48,12 +49,15 @@ def in_one_line(error: BaseException) -> str:
     return ": ".join([type(error).__name__, *str(error).splitlines()[:1]])[:300]
 
 
-def environment_error(error: BaseException | None) -> OSError | None:
-    """The OSError of :data:`ENVIRONMENT_ERRNOS` that ``error`` was raised from or during, if any."""
+def causes(error: BaseException | None) -> Iterator[BaseException]:
+    """``error``, then each exception it was raised from or during."""
     seen = set()
     while error is not None and id(error) not in seen:
-        if isinstance(error, OSError) and error.errno in ENVIRONMENT_ERRNOS:
-            return error
+        yield error
         seen.add(id(error))
         error = error.__cause__ or error.__context__
-    return None
+
+
+def environment_error(error: BaseException | None) -> OSError | None:
+    """The OSError of :data:`ENVIRONMENT_ERRNOS` that ``error`` was raised from or during, if any."""
+    return next((e for e in causes(error) if isinstance(e, OSError) and e.errno in ENVIRONMENT_ERRNOS), None)

@@ -10,12 +10,10 @@ from typing import Any, NamedTuple
 
 
 class Internal(NamedTuple):
-    """A private ``name`` on ``owner`` (a dotted class or module), relied on as ``kind``.
-
-    ``kind``: ``attribute``, ``instance`` (set in ``__init__``), ``method`` (with exactly ``params``;
-    a last ``...`` allows more) or ``text`` (``name`` appears in ``called_in``'s source).
-    ``called_in``: library functions whose source must name it (an override nothing calls does nothing).
-    """
+    """A private ``name`` on ``owner`` (a dotted class or module), relied on as ``kind``: ``attribute``, ``instance``
+    (set in ``__init__``), ``method`` (with exactly ``params``; a last ``...`` allows more) or ``text`` (``name``
+    appears in ``called_in``'s source). ``called_in``: library functions whose source must name it (an override
+    nothing calls does nothing)."""
 
     owner: str
     name: str
@@ -82,46 +80,35 @@ def attached_trainer(module: Any) -> Any:
 
 
 def ends_update(trainer: Any) -> bool:
-    """Whether the micro-batch now starting ends its optimizer update (read from ``on_train_batch_start``).
-
-    Why private: Lightning decides in ``_should_accumulate`` (accumulation count, an epoch's last batch,
-    a stream that ran out); a copy would drift from the step taken, and FSDP2 would step unreduced.
-    """
+    """Whether the micro-batch now starting ends its optimizer update (read from ``on_train_batch_start``). Why private:
+    Lightning decides in ``_should_accumulate`` (accumulation count, an epoch's last batch, a stream that ran out);
+    a copy would drift from the step taken, and FSDP2 would step unreduced."""
     return not trainer.fit_loop.epoch_loop._should_accumulate()
 
 
 def skip_sigterm_broadcast(trainer: Any) -> Callable[[], None]:
-    """Stop Lightning's per-micro-batch SIGTERM broadcast; returns the function that restores it.
-
-    Why private: with several ranks it costs a collective and a host sync per micro-batch, and says 0
-    once :class:`callbacks.preemption.PreemptionCheckpoint` replaced the handler that sets it; no
-    public switch turns it off.
-    """
+    """Stop Lightning's per-micro-batch SIGTERM broadcast; returns the function that restores it. Why private: with
+    several ranks it costs a collective and a host sync per micro-batch, and says 0 once ``PreemptionCheckpoint``
+    (callbacks/preemption.py) replaced the handler that sets it; no public switch turns it off."""
     loop = trainer.fit_loop.epoch_loop
     loop._broadcast_sigterm_tensor = lambda: None  # an instance attribute, over the class's method
     return lambda: loop.__dict__.pop("_broadcast_sigterm_tensor", None)
 
 
 def set_data_parallel_size(strategy: Any, size: int) -> None:
-    """The data-parallel width of a ``ModelParallelStrategy``'s mesh, before ``setup_environment`` builds it.
-
-    Why private: the constructor's ``data_parallel_size`` must equal a world size known only once the
-    launcher set ``num_nodes`` x ``num_processes`` (``"auto"`` means one node wide).
-    """
+    """The data-parallel width of a ``ModelParallelStrategy``'s mesh, before ``setup_environment`` builds it. Why
+    private: the constructor's ``data_parallel_size`` must equal a world size known only once the launcher set
+    ``num_nodes`` x ``num_processes`` (``"auto"`` means one node wide)."""
     strategy._data_parallel_size = size
 
 
-_FETCH_ACTION = ".train_dataloader_next"
-
-
 class FetchTimer:
-    """Calls ``on_start`` / ``on_stop`` around each fetch of a training batch, wrapping the profiler.
+    """Calls ``on_start`` / ``on_stop`` around each fetch of a training batch, wrapping the profiler. Why not the
+    callback hooks: none runs right before the fetch, and one ``on_train_batch_end`` to the next start includes later
+    callbacks and the loop's own work. The trainer's profiler (the default one too) brackets exactly ``next()``; the
+    wrap delegates, so a configured profiler still sees every action. Why private: the action's name is the loop's."""
 
-    Why not the callback hooks: no hook runs right before the fetch, and the time from one
-    ``on_train_batch_end`` to the next start includes later callbacks and the loop's own work. The
-    trainer's profiler (the default one too) brackets exactly ``next()``; the wrap delegates, so a
-    configured profiler still sees every action. Why private: the action's name is the loop's.
-    """
+    FETCH_ACTION = ".train_dataloader_next"
 
     def __init__(self, profiler: Any, on_start: Callable[[], None], on_stop: Callable[[], None]) -> None:
         self.profiler, self.on_start, self.on_stop = profiler, on_start, on_stop
@@ -129,13 +116,13 @@ class FetchTimer:
         profiler.start, profiler.stop = self.start, self.stop
 
     def start(self, action_name: str) -> None:
-        if action_name.endswith(_FETCH_ACTION):
+        if action_name.endswith(self.FETCH_ACTION):
             self.on_start()
         self._start(action_name)
 
     def stop(self, action_name: str) -> None:
         self._stop(action_name)
-        if action_name.endswith(_FETCH_ACTION):
+        if action_name.endswith(self.FETCH_ACTION):
             self.on_stop()
 
     def remove(self) -> None:
@@ -147,31 +134,22 @@ COMBINED_LOADER = "combined_loader"  # the fit loop's key for the training loade
 
 
 def fit_loop_state(checkpoint: dict[str, Any]) -> dict[str, Any] | None:
-    """The fit loop's state in a checkpoint; the training loader's is under :data:`COMBINED_LOADER`.
-
-    Why private: Lightning keeps the loader's state inside its loop's (from rank 0 only); no hook
-    hands a rank its own.
-    """
+    """The fit loop's state in a checkpoint; the training loader's is under :data:`COMBINED_LOADER`. Why private:
+    Lightning keeps the loader's state inside its loop's (from rank 0 only); no hook hands a rank its own."""
     return checkpoint.get("loops", {}).get("fit_loop", {}).get("state_dict")
 
 
 def set_scheduler_last_lr(scheduler: Any, lrs: list[float]) -> None:
     """Make ``scheduler.get_last_lr()`` (and its saved state) say ``lrs``, the LRs just set on its optimizer.
-
-    Why private: only ``step()`` sets it, and a step would advance the schedule.
-    """
+    Why private: only ``step()`` sets it, and a step would advance the schedule."""
     scheduler._last_lr = lrs
 
 
 def route_tqdm(stream: Any) -> None:
     """tqdm bars created without a ``file`` (lm-eval's, datasets', the evaluation's own) write to ``stream``.
+    Why a patch: tqdm has no process-wide default ``file``, and other libraries make the bars. Idempotent."""
+    from tqdm import std  # a requirement of Lightning's
 
-    Why a patch: tqdm has no process-wide default ``file``, and other libraries make the bars. Idempotent.
-    """
-    try:
-        from tqdm import std
-    except ImportError:
-        return
     original = std.tqdm.__init__
     if getattr(original, "_fixed_embed_console", False):
         return
@@ -187,9 +165,7 @@ def route_tqdm(stream: Any) -> None:
 
 
 def take_over_logger(logger: logging.Logger, cls: type[logging.Logger]) -> None:
-    """Make the existing ``logger`` an instance of ``cls`` (a ``logging.Logger`` subclass adding no state).
-
-    Why: libraries configure their logger when imported, after :func:`fixed_embed.run.console.setup`, and
-    ``logging.setLoggerClass`` affects only loggers created later.
-    """
+    """Make the existing ``logger`` an instance of ``cls`` (a ``logging.Logger`` subclass adding no state). Why:
+    libraries configure their logger when imported, after :func:`fixed_embed.run.console.setup`, and
+    ``logging.setLoggerClass`` affects only loggers created later."""
     logger.__class__ = cls

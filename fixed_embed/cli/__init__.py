@@ -1,8 +1,6 @@
 """The ``fixed-embed`` command: one module per sub-command, each ``run(argv) -> int`` (argv[0]: the command's name).
-
 The library never imports this package. torch and Lightning (seconds) are imported after parsing where a command
-can answer without them, so ``--help`` and usage errors are instant. User errors: docs/user-errors.md.
-"""
+can answer without them, so ``--help`` and usage errors are instant. User errors: docs/user-errors.md."""
 
 from __future__ import annotations
 
@@ -10,10 +8,9 @@ import argparse
 import importlib
 import os
 import sys
-from collections.abc import Iterator
 from typing import NoReturn
 
-from fixed_embed.errors import UserError, environment_error
+from fixed_embed.errors import UserError, causes, environment_error
 from fixed_embed.run import console
 
 COMMANDS = {
@@ -81,7 +78,7 @@ def main(argv: list[str] | None = None, configure_console: bool | None = None) -
         return module.run(argv) or 0
     except Exception as error:
         # Lightning's clean-up after a failed run can raise again, hiding the user's error in the context.
-        user_error = next((cause for cause in _chain(error) if isinstance(cause, UserError)), None)
+        user_error = next((cause for cause in causes(error) if isinstance(cause, UserError)), None)
         refused = (environment_error(error) or _named_path_error(error, argv)) if user_error is None else None
         if refused is not None and not debug:  # no space, too large, name too long, permission: not a bug
             console.forget_unwritten()
@@ -101,19 +98,10 @@ def main(argv: list[str] | None = None, configure_console: bool | None = None) -
         return 130
 
 
-def _chain(error: BaseException | None) -> Iterator[BaseException]:
-    """``error``, then each exception it was raised from or during."""
-    seen = set()
-    while error is not None and id(error) not in seen:
-        yield error
-        seen.add(id(error))
-        error = error.__cause__ or error.__context__
-
-
 def _named_path_error(error: BaseException, argv: list[str]) -> OSError | None:
     """An OSError (not found, not a folder, is a folder, exists) on a path of the command line, or under one."""
     named = [os.path.abspath(a.split("=", 1)[-1]) for a in argv[1:] if a.split("=", 1)[-1]]
-    for cause in _chain(error):
+    for cause in causes(error):
         if isinstance(cause, OSError) and isinstance(cause.filename, (str, os.PathLike)):
             target = os.path.abspath(cause.filename)
             if any(target == p or target.startswith(p + os.sep) or p.startswith(target + os.sep) for p in named):

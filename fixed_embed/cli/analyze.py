@@ -47,7 +47,6 @@ def run(argv: list[str]) -> int:
         result = identity_probe(model.decoder, blocks) if probe else layer_ablation(model.decoder, blocks, args.mode)
         results[label] = {**result, **model.provenance}  # the file a last.ckpt link resolved to, and its update
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / f"{args.analysis}.json", json.dumps(results, indent=2) + "\n")
     if args.analysis == "probe":
         plot_probe(results, str(out / "probe.png"), seed=args.seed)

@@ -62,12 +62,9 @@ def run(argv: list[str]) -> int:
         refuse_existing_results(out, args.overwrite)  # before hours of evaluation, not after
         if args.hf:
             name = args.name or args.hf
-            model_args = f"pretrained={args.hf},dtype=auto,trust_remote_code=False" + (
-                f",device={args.device}" if args.device else ""
-            )
-            lm = lm_eval.api.registry.get_model("hf").create_from_arg_string(
-                model_args, {"batch_size": args.batch_size}
-            )
+            device = f",device={args.device}" if args.device else ""
+            hf_args = f"pretrained={args.hf},dtype=auto,trust_remote_code=False{device}"
+            lm = lm_eval.api.registry.get_model("hf").create_from_arg_string(hf_args, {"batch_size": args.batch_size})
         else:
             from fixed_embed.evaluation.lm_eval_model import FixedEmbedLM
 

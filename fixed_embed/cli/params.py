@@ -4,7 +4,7 @@ estimate of its per-GPU training memory (:func:`fixed_embed.measure.memory.memor
 from __future__ import annotations
 
 from rich.console import Console
-from rich.table import Table
+from rich.table import Column, Table
 
 from fixed_embed.cli import CommandParser
 from fixed_embed.config import positive
@@ -34,9 +34,7 @@ def run(argv: list[str]) -> int:
         interface_name, report, control = parameter_reports(args.config)
     except ConfigError as error:  # a bad model section: one line, naming the file
         raise ConfigError(f"{args.config}: {error}") from error
-    table = Table(title=f"{args.config}: {interface_name}")
-    table.add_column("parameters")
-    table.add_column("count", justify="right")
+    table = Table("parameters", Column("count", justify="right"), title=f"{args.config}: {interface_name}")
     for name, value in report.rows():
         table.add_row(name, f"{value:,}")
     diff = control.total - report.total
@@ -54,9 +52,8 @@ def run(argv: list[str]) -> int:
         f"per-GPU training memory estimate: micro-batch {estimate.micro_batch} x ctx {estimate.seq_len}, "
         f"{estimate.world_size} GPU(s), {'FSDP' if estimate.sharded else 'replicated (DDP)'}, {estimate.mode}"
     )
-    memory_table = Table(title=title, caption="formulas: fixed_embed.measure.memory.memory_estimate")
-    memory_table.add_column("memory")
-    memory_table.add_column("GiB", justify="right")
+    caption = "formulas: fixed_embed.measure.memory.memory_estimate"
+    memory_table = Table("memory", Column("GiB", justify="right"), title=title, caption=caption)
     for name, value in estimate.rows():
         memory_table.add_row(name, f"{value / 2**30:,.2f}")
     console.print(memory_table)

@@ -1,8 +1,6 @@
-"""``fixed-embed fit|validate|test``: LightningCLI over LanguageModel and TextDataModule.
-
-Added, before any work: run folders and their lock, the resume plan, the run length from ``model.token_budget``,
-``val_check_interval`` in updates; :func:`run` is the boundary (locks released, refusals in one line).
-"""
+"""``fixed-embed fit|validate|test``: LightningCLI over LanguageModel and TextDataModule. Added, before any work: run
+folders and their lock, the resume plan, the run length from ``model.token_budget``, ``val_check_interval`` in
+updates; :func:`run` is the boundary (locks released, refusals in one line)."""
 
 from __future__ import annotations
 
@@ -55,12 +53,8 @@ class FixedEmbedCLI(LightningCLI):
         )
 
     def add_arguments_to_parser(self, parser: Any) -> None:
-        parser.add_argument(
-            "--run",
-            type=str,
-            default=DEFAULT_RUN,
-            help="run name: the folder <save_dir>/<logger name>/<run> holds its logs and checkpoints",
-        )
+        what = "run name: the folder <save_dir>/<logger name>/<run> holds its logs and checkpoints"
+        parser.add_argument("--run", type=str, default=DEFAULT_RUN, help=what)
 
     def parse_arguments(self, parser: Any, args: Any) -> None:
         try:
@@ -75,8 +69,7 @@ class FixedEmbedCLI(LightningCLI):
             _check_values(self.config[subcommand])  # before LightningCLI seeds (seed_everything) or anything else
 
     def before_instantiate_classes(self) -> None:
-        subcommand = self.config.get("subcommand")
-        if subcommand is None:
+        if (subcommand := self.config.get("subcommand")) is None:
             return
         config = self.config[subcommand]
         # Kept as written (SaveConfigCallback saves it for relaunches); resolved values apply at instantiation.
@@ -116,8 +109,7 @@ class FixedEmbedCLI(LightningCLI):
 
     def after_instantiate_classes(self) -> None:
         super().after_instantiate_classes()
-        subcommand = self.config.get("subcommand")
-        if subcommand is None:
+        if (subcommand := self.config.get("subcommand")) is None:
             return
         self.config_init[subcommand]["ckpt_path"] = self._ckpt_path
         trainer = self.trainer
@@ -198,11 +190,8 @@ def run(argv: list[str]) -> int:
 
 def _newest_intact(trainers: list[Any]) -> str:
     for trainer in trainers:
-        callback = getattr(trainer, "checkpoint_callback", None)
-        folder = getattr(callback, "dirpath", None)
-        if folder:
-            steps = step_checkpoints(Path(folder))
-            if steps:
+        if folder := getattr(getattr(trainer, "checkpoint_callback", None), "dirpath", None):
+            if steps := step_checkpoints(Path(folder)):
                 return f"the run's previous checkpoint {steps[-1]} is intact (writes are atomic)"
             return f"no checkpoint of the run was written yet ({folder})"
     return "nothing the run wrote before was changed"

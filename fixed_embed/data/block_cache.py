@@ -48,12 +48,11 @@ class BlockCache:
         return blocks
 
     def save(self, blocks: torch.Tensor) -> None:
+        blocks = blocks.contiguous()
+        record = {"key": self.digest, "blocks": blocks, "sha256": hashlib.sha256(blocks.numpy()).hexdigest()}
         try:
-            blocks = blocks.contiguous()
             with atomic_write(self.path, "wb") as file:
-                torch.save(
-                    {"key": self.digest, "blocks": blocks, "sha256": hashlib.sha256(blocks.numpy()).hexdigest()}, file
-                )
+                torch.save(record, file)
         except OSError as error:  # a read-only or full disk
             warnings.warn(f"could not write the block cache {self.path}: {error}", stacklevel=2)
 

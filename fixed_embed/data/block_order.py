@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -51,7 +52,7 @@ class RankBatches(IterableDataset):
         start: int = 0, length: int | None = None,
     ) -> None:  # fmt: skip
         self.shards, self.block_len, self.batch_size, self.seed = shards, seq_len + 1, batch_size, seed
-        self.rank, self.world_size, self.start, self.length = rank, world_size, start, length
+        self.seq_len, self.rank, self.world_size, self.start, self.length = seq_len, rank, world_size, start, length
         blocks = shards.block_count(self.block_len)
         if blocks == 0:
             raise DataError(
@@ -78,19 +79,11 @@ class RankBatches(IterableDataset):
     def __iter__(self) -> Iterator[torch.Tensor]:
         info = get_worker_info()
         workers, worker = (info.num_workers, info.id) if info else (1, 0)
-        k = worker
-        while True:
-            yield self.batch(k)
-            k += workers
+        yield from map(self.batch, itertools.count(worker, workers))
 
     def config_fingerprint(self) -> dict[str, Any]:
         """What a saved position must have been made with (the world size and workers are not in it)."""
-        return {
-            **self.shards.fingerprint(),
-            "seq_len": self.block_len - 1,
-            "seed": self.seed,
-            "order": "pcg64-per-pass",
-        }
+        return {**self.shards.fingerprint(), "seq_len": self.seq_len, "seed": self.seed, "order": "pcg64-per-pass"}
 
 
 class TokenBlockLoader(DataLoader):

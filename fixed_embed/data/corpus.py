@@ -16,6 +16,7 @@ from fixed_embed.atomic import atomic_path, atomic_write
 from fixed_embed.data.sharding import is_held_out
 
 VALID_PER_MILLE = 50
+_DOCUMENTED = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)  # what ast.get_docstring reads
 _SKIP_DIRS = {"test", "tests", "idlelib", "site-packages", "dist-packages", "__pycache__", "lib2to3", "turtledemo"}
 
 
@@ -46,12 +47,7 @@ def _documents() -> Iterator[tuple[str, str]]:
             tree = ast.parse(path.read_text(encoding="utf-8"))
         except (SyntaxError, UnicodeDecodeError, ValueError):
             continue
-        docs = [
-            doc
-            for node in ast.walk(tree)
-            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
-            and (doc := ast.get_docstring(node))
-        ]
+        docs = [doc for node in ast.walk(tree) if isinstance(node, _DOCUMENTED) and (doc := ast.get_docstring(node))]
         if docs:
             yield f"module:{path.relative_to(stdlib).as_posix()}", "\n\n".join(docs)
 
@@ -78,9 +74,8 @@ def default_corpus() -> Path:
         open(valid_tmp, "w") as valid,
     ):
         for doc_id, text in _documents():
-            (valid if is_held_out(doc_id, VALID_PER_MILLE) else train).write(
-                json.dumps({"id": doc_id, "text": text}) + "\n"
-            )
+            file = valid if is_held_out(doc_id, VALID_PER_MILLE) else train
+            file.write(json.dumps({"id": doc_id, "text": text}) + "\n")
     with atomic_write(sums, "w") as file:  # last: its presence means the corpus is complete
         json.dump(_digests(folder), file)
     return folder

@@ -16,9 +16,7 @@ HEAD_BYTES = 1 << 20  # what a check reads of each file at most
 
 def check_corpus(spec: str | os.PathLike | None, what: str, text_field: str = "text") -> None:
     """Refuse a local corpus (file, folder or glob; a hub id passes) that cannot be read as documents."""
-    if spec is None:
-        return
-    if shard_folder(spec) is not None or not DocumentSource(str(spec)).is_local:
+    if spec is None or shard_folder(spec) is not None or not DocumentSource(str(spec)).is_local:
         return  # token shards: their index is read (and checked) when the data module opens them
     try:
         files = resolve_files(str(spec))
@@ -58,8 +56,7 @@ def check_corpus(spec: str | os.PathLike | None, what: str, text_field: str = "t
 
 def _check_records(file: str, text: str, at_end: bool, what: str, text_field: str) -> None:
     lines = text.splitlines()
-    if not at_end and lines:
-        lines = lines[:-1]  # the last may be cut by the read limit
+    lines = lines if at_end else lines[:-1]  # the last may be cut by the read limit
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue

@@ -67,7 +67,6 @@ class TextDataModule(L.LightningDataModule):
 
     def __init__(
         self,
-        # source
         train: str | None = None,
         valid: str | None = None,
         hub_name: str | None = None,
@@ -76,7 +75,6 @@ class TextDataModule(L.LightningDataModule):
         text_field: str = "text",
         tokenizer: str | None = None,
         tokenizer_vocab_size: PositiveInt = 8192,
-        # packing
         seq_len: PositiveInt = 2048,
         batch_size: PositiveInt = 8,
         num_workers: NonNegativeInt = 0,
@@ -86,7 +84,6 @@ class TextDataModule(L.LightningDataModule):
         shuffle_documents: bool = False,
         passage_chars: PositiveInt | None = None,
         tokenize_batch: PositiveInt = 64,
-        # validation
         val_sequences: PositiveInt = 64,
         val_per_document: bool = False,
         holdout_per_mille: PerMille = 10,
@@ -167,10 +164,8 @@ class TextDataModule(L.LightningDataModule):
     def validation_blocks(self) -> torch.Tensor:
         """All ``val_sequences`` validation blocks: ``data.valid``'s, else ``data.train``'s hold-out. No collective."""
         if self._val_blocks is None:
-            if self.valid_source is not None:
-                self._val_blocks = self.valid_source.validation_blocks(held_out=False)
-            else:
-                self._val_blocks = self.train_source.validation_blocks(held_out=True)
+            source = self.valid_source or self.train_source
+            self._val_blocks = source.validation_blocks(held_out=self.valid_source is None)
         return self._val_blocks
 
     def val_dataloader(self) -> DataLoader:

@@ -112,8 +112,7 @@ class PackedBlocks(IterableDataset):
                         block = torch.tensor(tokens[b * block_len : (b + 1) * block_len], dtype=torch.int64)
                         state.blocks_from_doc = b + 1
                         state.stats.blocks += 1
-                        out = self._shuffle(block, state, rng)
-                        if out is not None:
+                        if (out := self._shuffle(block, state, rng)) is not None:
                             state.rng_state = rng.getstate()
                             state.blocks_delivered += 1
                             yield out
@@ -157,12 +156,10 @@ class PackedBlocks(IterableDataset):
     def _owned_batches(self, ds, plan: list[tuple[int, int, int]], virtual: int, state: ReaderState):
         """Yield this reader's documents as ``[(virtual shard, text), ...]`` per tokenization batch, from the shards
         in ``plan``; before each batch, ``state`` records where it starts (source shard, stream state, index)."""
-        restored = state.source_state
-        first = 0
-        if restored is not None:
-            first = next((i for i, (f, _, _) in enumerate(plan) if f == state.source_shard), None)
-            if first is None:
-                raise ValueError(f"the saved data state reads source shard {state.source_shard}, not this reader's")
+        restored, planned = state.source_state, [f for f, _, _ in plan]
+        if restored is not None and state.source_shard not in planned:
+            raise ValueError(f"the saved data state reads source shard {state.source_shard}, not this reader's")
+        first = 0 if restored is None else planned.index(state.source_shard)
         field_name, source_shards = self.source.text_field, ds.num_shards
         cycle = document_cycle(source_shards, virtual)
         for f, lo, hi in plan[first:]:
@@ -170,7 +167,6 @@ class PackedBlocks(IterableDataset):
             if restored is not None:
                 shard.load_state_dict(restored)
             doc_index = state.source_doc_index if restored is not None else 0
-            whole = (lo, hi) == (0, cycle)
             # .iter(), not iter(): in a DataLoader worker, iter() reads only that worker's share (wrong numbering).
             batches = shard.iter(batch_size=self.tokenize_batch)
             while True:
@@ -185,7 +181,7 @@ class PackedBlocks(IterableDataset):
                 texts = batch[field_name]
                 owned: list[tuple[int, str]] = []
                 for j, text in enumerate(texts, start_index):
-                    if not (whole or lo <= j % cycle < hi):
+                    if not lo <= j % cycle < hi:
                         continue
                     if not isinstance(text, str) or not text.strip():
                         state.stats.empty_documents += counted

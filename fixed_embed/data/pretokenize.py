@@ -10,7 +10,7 @@ import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
-from contextlib import ExitStack
+from contextlib import ExitStack, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from queue import Empty
@@ -34,15 +34,12 @@ Progress = Callable[[dict[str, int]], None]
 
 @dataclass(frozen=True)
 class _Job:
-    """One worker's share: shards ``[first, stop)`` of ``shards``, minus those already finished."""
+    """One worker's share: the unfinished shards ``mine`` of ``shards``, tokenized with ``out``'s tokenizer."""
 
     source: DocumentSource
-    tokenizer: str
     out: str
     shards: int
-    first: int
-    stop: int
-    done: tuple[int, ...]
+    mine: tuple[int, ...]
     holdout_per_mille: int
     tokenize_batch: int
     dtype: str
@@ -73,8 +70,7 @@ def pretokenize(
     if out.exists() and not out.is_dir():
         raise ConfigError(f"pretokenize: --out {out} is a file; --out names the folder to hold the shards")
     tok = load_tokenizer(tokenizer)
-    eos_id = special_token_id(tok, EOS)
-    vocab = tok.get_vocab_size()
+    eos_id, vocab = special_token_id(tok, EOS), tok.get_vocab_size()
     dtype = token_dtype(vocab)
     try:
         ds = source.open()  # checks the files (or the hub) before anything is written
@@ -103,13 +99,11 @@ def pretokenize(
     if progress is not None and source.is_local:
         progress({"total_bytes": sum(size for _, size in plan["source"]["fingerprint"]["files"])})
     todo = [v for v in range(shards) if v not in done]
-    workers = max(1, min(workers, len(todo)))
+    workers = min(workers, len(todo))  # none when every shard is finished
     jobs = []
     for w in range(workers):  # consecutive runs of the unfinished shards
-        mine = todo[w * len(todo) // workers : (w + 1) * len(todo) // workers]
-        if mine:
-            jobs.append(_Job(source, str(out / TOKENIZER_FILE), str(out), shards, mine[0], mine[-1] + 1,
-                             tuple(sorted(done)), holdout_per_mille, tokenize_batch, dtype, eos_id))  # fmt: skip
+        mine = tuple(todo[w * len(todo) // workers : (w + 1) * len(todo) // workers])
+        jobs.append(_Job(source, str(out), shards, mine, holdout_per_mille, tokenize_batch, dtype, eos_id))
     if len(jobs) == 1:
         _write(jobs[0], progress)
     elif jobs:
@@ -199,32 +193,26 @@ class _Shard:
 
 
 def _write(job: _Job, progress: Progress | None) -> None:
-    """Write shards ``[job.first, job.stop)`` (those not in ``job.done``), reading their source shards once."""
-    tok = load_tokenizer(job.tokenizer)
+    """Write shards ``job.mine``, reading their source shards once."""
     out, dtype = Path(job.out), np.dtype(job.dtype)
+    tok = load_tokenizer(out / TOKENIZER_FILE)
     ds = job.source.open()
     s, v_all = ds.num_shards, job.shards
     cycle = document_cycle(s, v_all)
-    mine = [v for v in range(job.first, job.stop) if v not in job.done]
-    last_source = {v: reader_plan(s, v_all, v, v_all)[-1][0] for v in mine}
-    open_shards = {v: _Shard(out, v) for v in mine}
-    eos = np.array([job.eos_id], dtype=dtype)
+    last_source = {v: reader_plan(s, v_all, v, v_all)[-1][0] for v in job.mine}
+    open_shards = {v: _Shard(out, v) for v in job.mine}
     try:
-        units = [u for v in mine for u in reader_plan(s, v_all, v, v_all)]
-        files = sorted({f for f, _, _ in units})
-        for f in files:
+        units = [u for v in job.mine for u in reader_plan(s, v_all, v, v_all)]
+        for f in sorted({f for f, _, _ in units}):
             ranges = [(lo, hi) for g, lo, hi in units if g == f]
-            shard = ds.shard(num_shards=s, index=f, contiguous=True)
             j = 0
-            for batch in shard.iter(batch_size=job.tokenize_batch):
+            for batch in ds.shard(num_shards=s, index=f, contiguous=True).iter(batch_size=job.tokenize_batch):
                 texts = batch[job.source.text_field]
                 kept: list[tuple[_Shard, str, str]] = []
                 for i, text in enumerate(texts, j):
                     if not any(lo <= i % cycle < hi for lo, hi in ranges):
                         continue
-                    target = open_shards.get(virtual_shard_of(s, v_all, f, i))
-                    if target is None:
-                        continue  # finished by an earlier run
+                    target = open_shards[virtual_shard_of(s, v_all, f, i)]  # one of mine: the ranges are theirs
                     if not isinstance(text, str) or not text.strip():
                         target.empty_documents += 1
                         continue
@@ -236,19 +224,16 @@ def _write(job: _Job, progress: Progress | None) -> None:
                 encodings = tok.encode_batch([text for _, _, text in kept], add_special_tokens=False)
                 tokens = text_bytes = 0
                 for (target, split, text), encoding in zip(kept, encodings, strict=True):
-                    ids = np.asarray(encoding.ids, dtype=dtype)
+                    ids = np.asarray([*encoding.ids, job.eos_id], dtype=dtype)
                     target.files[split].write(ids.tobytes())
-                    target.files[split].write(eos.tobytes())
                     target.counts[split]["documents"] += 1
-                    target.counts[split]["tokens"] += len(ids) + 1
-                    tokens += len(ids) + 1
+                    target.counts[split]["tokens"] += len(ids)
+                    tokens += len(ids)
                     text_bytes += len(text.encode("utf-8", "replace"))
                 if progress is not None:
                     progress({"documents": len(kept), "tokens": tokens, "text_bytes": text_bytes})
             for v in [v for v, last in last_source.items() if last == f and v in open_shards]:
-                open_shards.pop(v).finish()
-        for v in list(open_shards):  # shards whose documents ran out before their last file (none expected)
-            open_shards.pop(v).finish()
+                open_shards.pop(v).finish()  # every shard's last source shard is among those read: all finish here
     except BaseException:
         for target in open_shards.values():
             target.abandon()
@@ -287,13 +272,11 @@ def _run_processes(jobs: list[_Job], progress: Progress | None) -> None:
 
 
 def _drain(queue: Any, progress: Progress | None) -> None:
-    while True:
-        try:
+    with suppress(Empty):
+        while True:
             update = queue.get_nowait()
-        except Empty:
-            return
-        if progress is not None:
-            progress(update)
+            if progress is not None:
+                progress(update)
 
 
 def _write_index(out: Path, plan: dict[str, Any]) -> dict[str, Any]:

@@ -73,16 +73,13 @@ def restore_state(
 ) -> ReaderState:
     """The state to start from: a fresh one (RNG seeded by ``seed`` and the reader) or ``saved``'s."""
     if saved is None:
-        state = ReaderState(source_shards=source_shards)
-        state.rng_state = random.Random(f"{seed}/{reader}").getstate()
-        return state
+        return ReaderState(source_shards=source_shards, rng_state=random.Random(f"{seed}/{reader}").getstate())
     if saved.get("layout") is None and source_shards != 1:
         raise CheckpointError(
             "refusing to resume: the checkpoint's data state predates per-file sharding and can only be "
             f"resumed from a single-file source; {source_path} has {source_shards} shards"
         )
-    saved_shards = saved.get("source_shards")
-    if saved_shards is not None and saved_shards != source_shards:
+    if (saved_shards := saved.get("source_shards")) not in (None, source_shards):
         raise CheckpointError(
             f"refusing to resume: {source_path} had {saved_shards} shards (files) when the checkpoint "
             f"was written and has {source_shards} now"

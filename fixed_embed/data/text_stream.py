@@ -41,8 +41,7 @@ class TextStreamSource:
         self.path = data.hparams[role]
 
     def documents(self, reordered: bool = False) -> DocumentSource:
-        """The documents; ``reordered``: as training reads them (passages, seeded order), else as the files
-        hold them (for the tokenizer and the hash hold-out)."""
+        """The documents as training reads them if ``reordered`` (passages, seeded order), else as the files hold."""
         hp = self.data.hparams
         path = self.path if self.path is not None else str(default_corpus() / "train.jsonl")
         source = DocumentSource(path, hp[f"{self.role}_split"], hp.hub_name, hp.text_field)
@@ -115,9 +114,8 @@ class TextStreamSource:
                 "(--run NAME)"
             ]
         self.check_inputs()  # a missing data.train is said as such, not as a changed fingerprint
-        refusals = []
-        if why := fingerprint_refusal(readers[0]["fingerprint"], self.training_stream().config_fingerprint()):
-            refusals.append(why)
+        why = fingerprint_refusal(readers[0]["fingerprint"], self.training_stream().config_fingerprint())
+        refusals = [why] if why else []
         saved_workers = (checkpoint.get("datamodule_hyper_parameters") or {}).get("num_workers")
         workers = self.data.num_workers
         if saved_workers is not None and saved_workers != workers:

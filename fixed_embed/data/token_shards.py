@@ -77,6 +77,7 @@ class TokenShards:
 
     def __init__(self, folder: str | os.PathLike, split: str = "train") -> None:
         self.folder, self.split = Path(folder).expanduser(), split
+        self.tokenizer_file = self.folder / TOKENIZER_FILE
         self.index = index = read_index(self.folder)
         where = self.folder / INDEX
         dtype = index.get("dtype")
@@ -128,10 +129,6 @@ class TokenShards:
     @property
     def holdout_per_mille(self) -> int:
         return int(self.index["holdout"]["per_mille"])
-
-    @property
-    def tokenizer_file(self) -> Path:
-        return self.folder / TOKENIZER_FILE
 
     def check_tokenizer(self, fingerprint: str, spec: str, eos_id: int) -> None:
         """Refuse a tokenizer other than the one these ids were made with (its fingerprint) or another EOS."""

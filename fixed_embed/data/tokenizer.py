@@ -69,8 +69,7 @@ def tokenizer_fingerprint(tokenizer: Tokenizer) -> str:
 
 def bpe_cache_dir(fingerprint: str, vocab_size: int) -> Path:
     """The cache folder of the BPE of ``vocab_size`` trained on the corpus with ``fingerprint``."""
-    digest = hashlib.sha256(fingerprint.encode()).hexdigest()[:16]
-    return cache_root() / "tokenizers" / f"bpe-{vocab_size}-{digest}"
+    return cache_root() / "tokenizers" / f"bpe-{vocab_size}-{hashlib.sha256(fingerprint.encode()).hexdigest()[:16]}"
 
 
 def bpe_for_source(
@@ -93,9 +92,8 @@ def train_bpe(
     corpus: str | None = None,
     overwrite: bool = True,
 ) -> Path:
-    """Train a byte-level BPE (EOS ``<|endoftext|>`` at id 0); returns its ``tokenizer.json``, reused when
-    ``fingerprint.json`` matches; another is replaced if ``overwrite``, else refused. Learning under
-    ``MIN_VOCAB_FRACTION`` of the size raises DataError, writing nothing. ``corpus`` names the data in messages."""
+    """Train a byte-level BPE (EOS at id 0); returns its ``tokenizer.json``, reused when ``fingerprint.json`` matches;
+    another is replaced if ``overwrite``, else refused. Under ``MIN_VOCAB_FRACTION`` of the size: DataError, no file."""
     if vocab_size < 257 + 1:
         raise ConfigError(
             f"a byte-level BPE needs vocab_size > 257 (256 bytes + EOS), got {vocab_size}; "
@@ -103,8 +101,7 @@ def train_bpe(
         )
     out = Path(out_dir)
     key = hashlib.sha256(f"{fingerprint}|{vocab_size}".encode()).hexdigest()
-    stamp = out / "fingerprint.json"
-    target = out / "tokenizer.json"
+    stamp, target = out / "fingerprint.json", out / "tokenizer.json"
     if target.is_file():
         try:
             stored = json.loads(stamp.read_text())
@@ -112,14 +109,13 @@ def train_bpe(
             stored = {}
         stored = stored if isinstance(stored, dict) else {}
         digest = _sha256(target)
-        if stored.get("key") == key and stored.get("tokenizer_sha256", digest) == digest:
+        stamped = stored.get("tokenizer_sha256", digest) == digest  # the stamp describes this tokenizer.json
+        if stored.get("key") == key and stamped:
             return target
         if not overwrite:
-            made = (
-                f"from {stored.get('source')}, vocab {stored.get('vocab_size')}"
-                if stored.get("tokenizer_sha256", digest) == digest and "source" in stored
-                else "by unknown inputs: no matching fingerprint.json"
-            )
+            made = "by unknown inputs: no matching fingerprint.json"
+            if stamped and "source" in stored:
+                made = f"from {stored.get('source')}, vocab {stored.get('vocab_size')}"
             raise ConfigError(
                 f"{target} already exists, made {made}, not from {corpus or fingerprint} at vocab {vocab_size}; "
                 "pass --overwrite to replace it, or choose another --out"

@@ -62,8 +62,7 @@ def spread_document_blocks(documents: Iterable[Sequence[int]], width: int, total
 
 def _shares(total: int, available: list[int]) -> list[int]:
     """Blocks per document: equal shares (the first one more), a short document's rest handed on to the others."""
-    counts = [0] * len(available)
-    left = total
+    counts, left = [0] * len(available), total
     while left > 0:
         open_ = [i for i, n in enumerate(available) if counts[i] < n]
         if not open_:
@@ -83,13 +82,10 @@ def token_bytes(tokenizer: Tokenizer) -> torch.Tensor:
     byte_level = isinstance(tokenizer.decoder, decoders.ByteLevel)
     lengths = torch.zeros(size, dtype=torch.int64)
     for i in range(size):
-        if i in special:
-            continue
+        token = "" if i in special else tokenizer.id_to_token(i) or ""
         if byte_level:  # one vocabulary character per byte (GPT-2's byte-to-unicode map)
-            token = tokenizer.id_to_token(i)
-            lengths[i] = len(token) if token is not None else 0
+            lengths[i] = len(token)
         else:  # SentencePiece-style vocabularies: "▁" is a space, "<0xNN>" one byte
-            token = tokenizer.id_to_token(i) or ""
             is_byte = len(token) == 6 and token.startswith("<0x") and token.endswith(">")
             lengths[i] = 1 if is_byte else len(token.replace("\u2581", " ").encode("utf-8"))
     return lengths

@@ -1,5 +1,4 @@
-"""Checkpoint files: written atomically (files) or swapped in by a link (sharded folders), read weights-only and
-CRC-checked, consolidated without running code from the folder (docs/security.md)."""
+"""Checkpoint files: written atomically (folders: link-swapped), read weights-only, CRC-checked (docs/security.md)."""
 
 from __future__ import annotations
 
@@ -117,7 +116,7 @@ class _MetadataUnpickler(pickle.Unpickler):
     _PATHS = ("Path", "PosixPath", "PurePosixPath", "WindowsPath", "PureWindowsPath")
 
     def find_class(self, module: str, name: str) -> Any:
-        if (module, name) in self._GLOBALS:
+        if (module, name) in self._GLOBALS or (module == "pathlib" and name in self._PATHS):
             return super().find_class(module, name)
         if module == self._METADATA:
             found = super().find_class(module, name)
@@ -126,8 +125,6 @@ class _MetadataUnpickler(pickle.Unpickler):
             return found
         if module == "torch" and (name == "Size" or isinstance(getattr(torch, name, None), torch.dtype)):
             return getattr(torch, name)
-        if module == "pathlib" and name in self._PATHS:
-            return super().find_class(module, name)
         raise pickle.UnpicklingError(f"found {module}.{name}")
 
 

@@ -52,12 +52,8 @@ class FSDP2Strategy(ModelParallelStrategy):
     def save_checkpoint(self, checkpoint: dict[str, Any], filepath: Any, storage_options: Any = None) -> None:
         if not self.save_distributed_checkpoint:
             return super().save_checkpoint(checkpoint, filepath, storage_options)
-        save_sharded(
-            self,
-            checkpoint,
-            filepath,
-            lambda folder: super(FSDP2Strategy, self).save_checkpoint(checkpoint, folder, storage_options),
-        )
+        parent = super()
+        save_sharded(self, checkpoint, filepath, lambda path: parent.save_checkpoint(checkpoint, path, storage_options))
 
     def remove_checkpoint(self, filepath: Any) -> None:
         if not (self.global_rank == 0 and remove_sharded(filepath)):

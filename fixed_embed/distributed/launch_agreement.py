@@ -1,6 +1,5 @@
-"""One verdict for every process a launcher starts at once (torchrun, srun, a multi-node Lightning launch): rank 0
-plans first, the others after its "go" on the store; all raise the first refusal any met, before a process group
-exists. A single launching process (Lightning starts its other ranks after it) needs no agreement."""
+"""One verdict for every process a launcher starts at once (torchrun, srun, a multi-node Lightning launch), before any
+process group: rank 0 plans first, the others after its "go" on the store; all raise the first refusal any met."""
 
 from __future__ import annotations
 
@@ -28,12 +27,10 @@ class RefusedOnAnotherRank(UserError):
 
 def peers(num_nodes: int) -> tuple[int, int, str, int] | None:
     """(index, count, store address, port) of the processes started at once, or ``None`` for a lone launcher."""
-    if TorchElasticEnvironment.detect():
-        elastic = TorchElasticEnvironment()
-        found = elastic.global_rank(), elastic.world_size(), elastic.main_address, elastic.main_port
-    elif SLURMEnvironment.detect():  # srun's tasks (an interactive allocation is not: Lightning launches there)
-        slurm = SLURMEnvironment()
-        found = slurm.global_rank(), slurm.world_size(), slurm.main_address, slurm.main_port
+    # torchrun, or srun's tasks (an interactive SLURM allocation is not: Lightning launches there)
+    if (elastic := TorchElasticEnvironment.detect()) or SLURMEnvironment.detect():
+        env = TorchElasticEnvironment() if elastic else SLURMEnvironment()
+        found = env.global_rank(), env.world_size(), env.main_address, env.main_port
     elif num_nodes > 1 and "LOCAL_RANK" not in os.environ and "MASTER_PORT" in os.environ:
         lightning = LightningEnvironment()  # a node's launching process: its local ranks start after this
         found = lightning.node_rank(), num_nodes, lightning.main_address, lightning.main_port

@@ -21,9 +21,7 @@ _FAILED, _STOP = "fixed_embed/failed", "fixed_embed/stop"
 class RankWatch:
     def __init__(self, store: dist.Store | None, rank: int, poll_s: float = 1.0) -> None:
         self.store, self.rank, self.poll_s = store, rank, poll_s
-        self.stop_requested = False
-        self._publish = False
-        self._failed = False
+        self.stop_requested = self._publish = self._failed = False
         self._closing = threading.Event()
         self._thread: threading.Thread | None = None
         if store is not None:
@@ -79,9 +77,8 @@ def start(poll_s: float) -> None:
     """The process's watch, started on the default process group's store (a local-only one without)."""
     global _current
     if _current is None:
-        store = None
-        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-            store = dist.distributed_c10d._get_default_store()
+        distributed = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+        store = dist.distributed_c10d._get_default_store() if distributed else None
         _current = RankWatch(store, dist.get_rank() if store is not None else 0, poll_s)
 
 

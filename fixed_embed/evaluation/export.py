@@ -20,8 +20,7 @@ MARKER = "fixed_embed.json"  # written last: a folder holding it is a complete e
 
 
 def check_export_dir(out: str | os.PathLike, overwrite: bool = False) -> Path:
-    """``out`` as a Path if an export may be written there (a missing or empty folder, or with ``overwrite``
-    an earlier export: other folders are never deleted); else a ``UserError`` saying why not."""
+    """``out`` as a Path if an export may go there (missing, empty, or with ``overwrite`` an export); else raises."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"export path {out} is a file, not a folder; choose a folder")
@@ -70,8 +69,7 @@ def export_llama(
     dtype: torch.dtype = torch.float32,
     overwrite: bool = False,
 ) -> Path:
-    """Write ``out/`` (config.json, model.safetensors, tokenizer files, fixed_embed.json) as a whole
-    (:func:`~fixed_embed.atomic.atomic_folder`); returns it."""
+    """Write ``out/`` (config.json, model.safetensors, tokenizer files, fixed_embed.json) as a whole; return it."""
     import transformers
 
     config = model.decoder.config

@@ -1,5 +1,4 @@
-"""lm-eval model ``fixed_embed``: a checkpoint or live LightningModule scored as lm-eval's ``hf`` model scores
-(docs/design.md, "Evaluation and export"). tqdm gets no ``file``, so :mod:`fixed_embed.run.console` can route it."""
+"""lm-eval model ``fixed_embed`` (a checkpoint or live model, scored as ``hf``); tqdm: no file, for console to route."""
 
 from __future__ import annotations
 
@@ -40,8 +39,7 @@ class FixedEmbedLM(TemplateLM):
     eos_token: the end-of-text token, also the prefix of empty contexts and rolling windows.
     module, tokenizer_object: a live model and its tokenizer instead of ``checkpoint``.
     distributed: split the requests over the ranks of the initialised process group.
-    interrupt: polled before each batch; true raises :class:`EvaluationInterrupted` (ranks vote, so all stop
-        together; generation across ranks is not interruptible).
+    interrupt: polled per batch (not in multi-rank generation); true raises EvaluationInterrupted on all ranks.
     """
 
     def __init__(
@@ -74,17 +72,14 @@ class FixedEmbedLM(TemplateLM):
             tokenizer_object = tokenizer_object or loaded
         if tokenizer_object is None:
             raise ValueError("a live module needs its tokenizer: pass tokenizer_object=")
-        self.module = module
-        self.tok = tokenizer_object
+        self.module, self.tok = module, tokenizer_object
         self.max_length = int(max_length or module.config.max_seq_len)
         if not 1 <= self.max_length <= module.config.max_seq_len:
             raise ValueError(f"max_length must lie in [1, {module.config.max_seq_len}], got {self.max_length}")
-        self.max_gen_toks = max_gen_toks
-        self._eot = special_token_id(self.tok, eos_token)
+        self.max_gen_toks, self._eot = max_gen_toks, special_token_id(self.tok, eos_token)
         if dtype not in ("auto", "bfloat16", "float32"):
             raise ValueError(f"dtype must be auto, bfloat16 or float32, got {dtype!r}")
-        self.dtype = dtype
-        self.interrupt = interrupt
+        self.dtype, self.interrupt = dtype, interrupt
         if distributed and dist.is_available() and dist.is_initialized():
             self._rank, self._world_size = dist.get_rank(), dist.get_world_size()
 
@@ -105,7 +100,6 @@ class FixedEmbedLM(TemplateLM):
         return cls(module=module, tokenizer_object=tokenizer, **kwargs)
 
     # distributed hooks lm-eval calls when world_size > 1
-
     def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
         parts = [torch.empty_like(tensor) for _ in range(self.world_size)]
         dist.all_gather(parts, tensor)
@@ -172,15 +166,9 @@ class FixedEmbedLM(TemplateLM):
     def loglikelihood_rolling(self, requests: list, disable_tqdm: bool = False) -> list[float]:
         windows, owners = [], []
         for index, (string,) in enumerate(req.args for req in requests):
-            for context, target in map(
-                lm_utils.make_disjoint_window,
-                lm_utils.get_rolling_token_windows(
-                    token_list=self.tok_encode(string),
-                    prefix_token=self.prefix_token_id,
-                    max_seq_len=self.max_length,
-                    context_len=1,
-                ),
-            ):
+            tokens = self.tok_encode(string)
+            rolling = lm_utils.get_rolling_token_windows(tokens, self.prefix_token_id, self.max_length, context_len=1)
+            for context, target in map(lm_utils.make_disjoint_window, rolling):
                 windows.append((None, context, target))
                 owners.append(index)
         real = len(windows)
@@ -248,10 +236,9 @@ class FixedEmbedLM(TemplateLM):
 
     def _greedy(self, jobs: list[tuple[list[int], list[str], int]]) -> list[str]:
         """Equal-length contexts, decoded together; every row takes a token each step so they stay equal."""
-        contexts = [context for context, _, _ in jobs]
         generated: list[list[int]] = [[] for _ in jobs]
         for _ in range(max(limit for _, _, limit in jobs)):
-            inputs = [(c + g)[-self.max_length :] for c, g in zip(contexts, generated, strict=True)]
+            inputs = [(context + g)[-self.max_length :] for (context, _, _), g in zip(jobs, generated, strict=True)]
             for row, token in enumerate(self._logits(inputs)[:, -1].argmax(-1).tolist()):
                 generated[row].append(token)
             if all(

@@ -18,8 +18,7 @@ from fixed_embed.train.module import LanguageModel
 def load_checkpoint(
     path: str | os.PathLike, tokenizer: str | None = None, device: str | torch.device = "cpu"
 ) -> tuple[LanguageModel, Tokenizer]:
-    """The model (eval mode, on ``device``) and tokenizer of a ``LanguageModel`` checkpoint (file or sharded
-    folder); ``tokenizer`` (a tokenizer.json, a folder holding one, a hub id) overrides the stored one."""
+    """The model (eval, on ``device``) and tokenizer (or ``tokenizer``) of a checkpoint file or sharded folder."""
     path = Path(path)
     if path.is_dir():
         checkpoint = consolidate(path)  # FSDP2 shards -> one state dict, in memory

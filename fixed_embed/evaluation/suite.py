@@ -1,5 +1,4 @@
-"""Benchmark suites (columns of task, metric, few-shot) run with lm-eval, and the paper-format table; results files
-keep lm-eval's own output beside each score, so any number can be traced to it."""
+"""Benchmark suites run with lm-eval, and the paper-format table; results keep lm-eval's output, to trace any score."""
 
 from __future__ import annotations
 
@@ -82,8 +81,7 @@ def columns_for(suite: str | None, tasks: Sequence[str] = (), fewshot: int = 0) 
 def run_suite(
     lm: Any, columns: Sequence[Column], limit: int | float | None = None, include_path: Iterable[str | os.PathLike] = ()
 ) -> dict[str, Any]:
-    """``{"scores": {column key: {"value", "stderr"}}, "columns": [...], "lm_eval": {...}}`` of the lm-eval
-    LM ``lm`` on the columns' tasks; ``ConfigError`` naming any task lm-eval does not know."""
+    """``{"scores": {key: {"value", "stderr"}}, "columns", "lm_eval"}`` of ``lm`` on the columns' (known) tasks."""
     import lm_eval
 
     manager = check_tasks({c.task for c in columns}, include_path)
@@ -92,13 +90,9 @@ def run_suite(
     expanded: list[Column] = []
     for shots in sorted({c.fewshot for c in columns}):
         group = [c for c in columns if c.fewshot == shots]
+        tasks = sorted({c.task for c in group})
         out = lm_eval.simple_evaluate(
-            model=lm,
-            tasks=sorted({c.task for c in group}),
-            num_fewshot=shots,
-            limit=limit,
-            task_manager=manager,
-            log_samples=False,
+            model=lm, tasks=tasks, num_fewshot=shots, limit=limit, task_manager=manager, log_samples=False
         )
         if out is None:  # a non-zero rank of a distributed evaluation
             continue
@@ -109,11 +103,9 @@ def run_suite(
             if column.metric != "*" and column.metric not in reported:
                 raise ValueError(f"lm-eval reported no {column.metric!r} (reported: {reported})")
             for metric in reported if column.metric == "*" else [column.metric]:
-                resolved = (
-                    column
-                    if column.metric != "*"
-                    else Column(column.task, metric, shots, percent="perplexity" not in metric)
-                )
+                resolved = column
+                if column.metric == "*":
+                    resolved = Column(column.task, metric, shots, percent="perplexity" not in metric)
                 stderr = results.get(f"{metric}_stderr,none")
                 scores[resolved.key] = {
                     "value": float(results[f"{metric},none"]),
@@ -134,8 +126,7 @@ def check_tasks(tasks: Iterable[str], include_path: Iterable[str | os.PathLike] 
     manager = TaskManager(include_path=paths[:1], include_defaults=False)
     if len(paths) > 1 or not tasks <= set(manager.all_tasks):
         manager = TaskManager(include_path=paths)
-    unknown = sorted(t for t in tasks if t not in manager.all_tasks)
-    if unknown:
+    if unknown := sorted(t for t in tasks if t not in manager.all_tasks):
         raise ConfigError(f"lm-eval knows no task {unknown} (searched its built-ins and {paths})")
     return manager
 

@@ -1,5 +1,4 @@
-"""Input interfaces (``ids[B, T] -> x[B, T, d_model]``): the paper's in :mod:`.paper`, the controls in :mod:`.controls`
-(docs/controls.md); configs and checkpoints name each by this package, whichever file defines it."""
+"""Input interfaces: the paper's (.paper), the controls (.controls, docs/controls.md); configs name them by package."""
 # ruff: noqa: F401  (re-exports)
 
 from fixed_embed.interfaces.base import InputInterface

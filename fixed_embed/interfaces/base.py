@@ -14,8 +14,7 @@ _PACKAGE = __name__.rpartition(".")[0]  # fixed_embed.interfaces
 
 
 class InputInterface(nn.Module):
-    """Base class: ``forward(ids[B, T]) -> x[B, T, d_model]`` plus a cost report; subclasses take ``vocab_size`` and
-    ``d_model`` first, so any is built from a YAML ``class_path`` + ``init_args``."""
+    """Subclasses take ``vocab_size`` and ``d_model`` first: any is built from a YAML ``class_path`` + ``init_args``."""
 
     #: True when the interface has no trainable state (its output is a fixed function of the id).
     fixed: bool = False
@@ -26,8 +25,7 @@ class InputInterface(nn.Module):
             raise ValueError(f"vocab_size must be an integer >= 2, got {vocab_size!r}")
         if not isinstance(d_model, int) or d_model < 1:
             raise ValueError(f"d_model must be a positive integer, got {d_model!r}")
-        self.vocab_size = vocab_size
-        self.d_model = d_model
+        self.vocab_size, self.d_model = vocab_size, d_model
 
     @property
     def trainable_parameters(self) -> int:

@@ -4,6 +4,7 @@ recodings, a K x K matrix A stored as K row masks (bit ``c`` of ``rows[r]`` is `
 from __future__ import annotations
 
 import hashlib
+import itertools
 from collections.abc import Sequence
 
 import torch
@@ -30,8 +31,7 @@ def parity(x: torch.Tensor) -> torch.Tensor:
 
 def gf2_apply(rows: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
     """y = A x over GF(2) for integer codes ``codes`` (any shape); ``rows`` is an int64 tensor of K row masks."""
-    masked = codes.to(torch.int64).unsqueeze(-1) & rows  # (..., K)
-    return decode_bits(parity(masked))
+    return decode_bits(parity(codes.to(torch.int64).unsqueeze(-1) & rows))  # bit r of y: parity(x & rows[r])
 
 
 def rows_from_matrix(matrix: Sequence[Sequence[int]]) -> list[int]:
@@ -39,10 +39,8 @@ def rows_from_matrix(matrix: Sequence[Sequence[int]]) -> list[int]:
     rows = [[int(v) for v in row] for row in matrix]
     k = len(rows)
     if k == 0 or any(len(r) != k for r in rows):
-        shape = f"{k} x {sorted({len(r) for r in rows})}"
-        raise ValueError(f"GF(2) matrix must be square K x K, got rows of shape {shape}")
-    bad = sorted({v for r in rows for v in r} - {0, 1})
-    if bad:
+        raise ValueError(f"GF(2) matrix must be square K x K, got rows of shape {k} x {sorted({len(r) for r in rows})}")
+    if bad := sorted({v for r in rows for v in r} - {0, 1}):
         raise ValueError(f"GF(2) matrix entries must be 0 or 1, got {bad}")
     return [sum(v << c for c, v in enumerate(r)) for r in rows]
 
@@ -85,12 +83,10 @@ def gf2_inverse(rows: Sequence[int], width: int) -> list[int]:
 
 def _seeded_words(seed: int, label: str):
     """Endless 64-bit words, SHA-256 in counter mode: unlike torch's or NumPy's RNG, the same on every version."""
-    counter = 0
-    while True:
+    for counter in itertools.count():
         digest = hashlib.sha256(f"fixed-embed/{label}/seed={seed}/block={counter}".encode()).digest()
         for i in range(0, len(digest), 8):
             yield int.from_bytes(digest[i : i + 8], "little")
-        counter += 1
 
 
 def random_invertible_gf2(width: int, seed: int) -> list[int]:

@@ -15,16 +15,10 @@ from fixed_embed.interfaces.tiling import binary_code_norm, tile, tiled_norm
 
 
 class PermutedCodeInput(BinaryCodeInput):
-    """The binary interface with a random injective (not linear) id -> K-bit code assignment, fixed by ``code_seed``;
-    token 0 gets a random code, and checkpoints record the assignment."""
+    """Binary codes assigned by a random injective (not linear) map fixed by ``code_seed`` (token 0's too; stored)."""
 
     def __init__(
-        self,
-        vocab_size: int,
-        d_model: int,
-        code_seed: int = 0,
-        code_width: int | None = None,
-        bipolar: bool = False,
+        self, vocab_size: int, d_model: int, code_seed: int = 0, code_width: int | None = None, bipolar: bool = False
     ) -> None:
         super().__init__(vocab_size, d_model, code_width, bipolar)
         if self.code_width > 24:
@@ -57,10 +51,9 @@ class PermutedCodeInput(BinaryCodeInput):
 
 
 class RandomCodeInput(InputInterface):
-    """Fixed random continuous codes: a seeded V x K table (Gaussian or uniform, unit variance), tiled to d;
-    ``code_width`` defaults to ceil(log2 V); ``d_model`` gives full-width codes. ``norm_match`` rescales each id's
-    vector to its 0/1 binary code's norm. The table is never stored (V x K floats a checkpoint, a key older sharded
-    ones lack): checkpoints hold a fingerprint of it, to refuse one drawn differently (another seed or torch)."""
+    """Fixed random continuous codes: a seeded V x K table (Gaussian or uniform, unit variance; K: ceil(log2 V) unless
+    given, ``d_model`` for full width) tiled to d; ``norm_match``: each row at its 0/1 code's norm. Checkpoints hold
+    a fingerprint, not the table (V x K floats; a key older sharded ones lack), to refuse another draw (seed, torch)."""
 
     fixed = True
 
@@ -125,16 +118,10 @@ class RandomCodeInput(InputInterface):
 
 
 class LowRankLearnedInput(InputInterface):
-    """A trainable K-dim vector per token, tiled to d like the binary codes; ``init="binary"`` starts each at the
-    token's 0/1 code (where binary16 starts), ``init="normal"`` draws N(0, init_std^2)."""
+    """A trainable K-dim vector per token, tiled to d; ``init``: ``binary`` (as binary16) or ``normal`` (init_std)."""
 
     def __init__(
-        self,
-        vocab_size: int,
-        d_model: int,
-        code_width: int | None = None,
-        init: str = "binary",
-        init_std: float = 0.02,
+        self, vocab_size: int, d_model: int, code_width: int | None = None, init: str = "binary", init_std: float = 0.02
     ) -> None:
         super().__init__(vocab_size, d_model)
         width = minimal_code_width(vocab_size) if code_width is None else code_width
@@ -169,8 +156,7 @@ class LowRankLearnedInput(InputInterface):
 
 
 class NormMatchedLearnedInput(LearnedInput):
-    """A learned V x d table whose output rows are rescaled to the norm of the id's 0/1 binary code (token 0: zero,
-    its row gets no gradient)."""
+    """A learned V x d table, each output row rescaled to the norm of the id's 0/1 code (token 0: zero, no gradient)."""
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         rows = super().forward(ids)

@@ -48,8 +48,7 @@ class LearnedInput(InputInterface):
 
 
 class BinaryCodeInput(InputInterface):
-    """The id's K-bit little-endian code (0/1, or -1/+1 with ``bipolar``), tiled to ``d_model`` (the last copy
-    truncated), computed from the ids: no V x d table, nothing trainable; ``code_width`` defaults to ceil(log2 V)."""
+    """The id's K-bit little-endian code (0/1, or -1/+1 if ``bipolar``; K: ceil(log2 V) unless given), tiled to d."""
 
     fixed = True
 
@@ -66,8 +65,7 @@ class BinaryCodeInput(InputInterface):
             raise ValueError(f"code_width must be <= 62 (int64 codes), got {width}")
         if d_model < width:
             raise ValueError(f"d_model ({d_model}) must be >= the code width K = {width} so every bit is seen")
-        self.code_width = width
-        self.bipolar = bool(bipolar)
+        self.code_width, self.bipolar = width, bool(bipolar)
 
     def encode(self, ids: torch.Tensor) -> torch.Tensor:
         """Integer code of each id (the identity here; recodings override it)."""
@@ -110,10 +108,9 @@ class BinaryCodeInput(InputInterface):
 
 
 class GF2CodeInput(BinaryCodeInput):
-    """Binary code after a fixed invertible affine map over GF(2): code = A bits(id) xor b, tiled; :meth:`decode`
-    inverts it. ``A`` is drawn from ``code_seed`` (the same matrix everywhere; 12345 is the paper's seed but our draw:
-    docs/design.md) or given as ``matrix`` (K x K of 0/1); ``offset`` b is an int mask or K 0/1 values (paper: 0).
-    Checkpoints record A (``code_matrix``); a load is refused when the options give another."""
+    """Binary code after a fixed invertible affine map over GF(2), code = A bits(id) xor b, tiled. ``A``: drawn from
+    ``code_seed`` (the same everywhere; 12345 is the paper's seed, not its draw: docs/design.md) or ``matrix`` (K x K
+    0/1); ``offset`` b: an int mask or K bits (paper: 0). Checkpoints record A; a load refuses another."""
 
     def __init__(
         self,
@@ -165,9 +162,8 @@ class GF2CodeInput(BinaryCodeInput):
 
     def decode_codes(self, codes: torch.Tensor) -> torch.Tensor:
         # Only decoding (tests, analysis) needs A^-1: derived from the rows in use, not kept.
-        inverse = gf2_inverse(self.rows.tolist(), self.code_width)
-        inverse_rows = torch.tensor(inverse, dtype=torch.int64, device=self.rows.device)
-        return gf2_apply(inverse_rows, codes.to(torch.int64) ^ self.offset)
+        inverse = torch.tensor(gf2_inverse(self.rows.tolist(), self.code_width), device=self.rows.device)
+        return gf2_apply(inverse, codes.to(torch.int64) ^ self.offset)
 
     def extra_repr(self) -> str:
         source = f"code_seed={self.code_seed}" if self.matrix is None else "explicit matrix"

@@ -83,8 +83,7 @@ class MemoryEstimate:
 
     @property
     def allocated(self) -> int:
-        """The peak of live tensors (``torch.cuda.max_memory_allocated``): the larger of the moment at the loss
-        and that in a block's backward, as traced (docs/design.md#memory)."""
+        """The peak of live tensors (``max_memory_allocated``): at the loss or in a block's backward, as traced."""
         ac = self.activation_checkpointing
         at_loss = self.saved_activations - (self.recomputed_block if ac else 0) + self.loss + self.autocast_weights
         in_backward = self.saved_activations + self.backward_transient + (0 if ac else self.autocast_weights)
@@ -280,8 +279,7 @@ def cheapest_fit(model: Any, run: RunShape, device_bytes: int) -> FitOption | No
                 if micro_batch % mb:
                     continue
                 more = run.accumulate * micro_batch // mb
-                # FSDP2 comes with fsdp.yaml's 32-true precision and its param_dtype
-                precision = run.precision if shard == run.sharded else "32-true"
+                precision = run.precision if shard == run.sharded else "32-true"  # FSDP2: fsdp.yaml's, with param_dtype
                 changed = replace(run, micro_batch=mb, precision=precision, sharded=shard, accumulate=more)
                 est = model_memory_estimate(model, changed, activation_checkpointing=ac)
                 if not est.fits(device_bytes):

@@ -29,8 +29,7 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 
 def training_matmul_dtype(trainer: Any, module: Any) -> str:
-    """The dtype a ``Trainer``'s training matmuls run in: the autocast dtype, else (sharded) FSDP2's ``param_dtype``,
-    else the Linear weights' dtype."""
+    """Dtype of a ``Trainer``'s training matmuls: autocast's, else (sharded) FSDP2's param_dtype, else the weights'."""
     device_type = module.device.type if hasattr(module, "device") else "cpu"
     with trainer.precision_plugin.forward_context():
         if torch.is_autocast_enabled(device_type):
@@ -47,7 +46,4 @@ def peak_flops(device: torch.device, dtype: str) -> float | None:
     if device.type != "cuda":
         return None
     name = torch.cuda.get_device_name(device).lower()
-    for chip, table in PEAK_FLOPS.items():
-        if chip in name:
-            return table.get(dtype)
-    return None
+    return next((table.get(dtype) for chip, table in PEAK_FLOPS.items() if chip in name), None)

@@ -1,6 +1,5 @@
-"""One training update traced on fake CPU tensors: the per-rank peak of live tensors (MemTracker) and the FLOPs
-(FlopCounterMode), at any shape, without the memory; what is traced: docs/benchmarks.md ("The estimate against a
-traced update"). ``compile`` is off: fusion only lowers the peak."""
+"""One training update traced on fake CPU tensors, at any shape without the memory: the per-rank peak of live tensors
+(MemTracker) and the FLOPs (FlopCounterMode); docs/benchmarks.md. ``compile`` is off: fusion only lowers the peak."""
 
 from __future__ import annotations
 

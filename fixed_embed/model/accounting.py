@@ -18,7 +18,6 @@ def parameter_count(module: nn.Module, trainable: bool | None = None) -> int:
 class ParameterReport:
     total: int
     trainable: int
-    frozen: int
     interface_trainable: int
     head: int
     backbone: int
@@ -29,7 +28,7 @@ class ParameterReport:
         return [
             ("total", self.total),
             ("trainable", self.trainable),
-            ("frozen", self.frozen),
+            ("frozen", self.total - self.trainable),
             ("input interface (trainable)", self.interface_trainable),
             ("output head", self.head),
             ("backbone (blocks + final norm)", self.backbone),
@@ -40,7 +39,6 @@ def parameter_report(decoder: Decoder) -> ParameterReport:
     return ParameterReport(
         total=parameter_count(decoder),
         trainable=parameter_count(decoder, trainable=True),
-        frozen=parameter_count(decoder, trainable=False),
         interface_trainable=decoder.interface.trainable_parameters,
         head=0 if decoder.config.tie_embeddings else parameter_count(decoder.head),
         backbone=parameter_count(decoder.layers) + parameter_count(decoder.norm),
@@ -79,18 +77,13 @@ def module_costs(decoder: Decoder, seq_len: int | None = None) -> list[ModuleCos
         kind = type(module).__name__
         if isinstance(module, nn.ModuleList):
             kind = f"{len(module)} x {type(module[0]).__name__}" if len(module) else "empty"
+        if name == "head" and tied:
+            kind, trainable, frozen = f"{kind} (tied)", 0, 0
+        else:
+            trainable, frozen = parameter_count(module, trainable=True), parameter_count(module, trainable=False)
         derived = derived_buffers(module)
-        head_tied = name == "head" and tied
-        rows.append(
-            ModuleCost(
-                name=name,
-                kind=kind + (" (tied)" if head_tied else ""),
-                trainable=0 if head_tied else parameter_count(module, trainable=True),
-                frozen=0 if head_tied else parameter_count(module, trainable=False),
-                fixed_state=sum(b.numel() for key, b in module.named_buffers() if key not in derived),
-                flops_per_token=flops[name],
-            )
-        )
+        fixed_state = sum(b.numel() for key, b in module.named_buffers() if key not in derived)
+        rows.append(ModuleCost(name, kind, trainable, frozen, fixed_state, flops_per_token=flops[name]))
     return rows
 
 

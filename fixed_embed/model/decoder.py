@@ -94,8 +94,7 @@ class RotaryEmbedding(nn.Module):
         self.cos.copy_(angles.cos())
         self.sin.copy_(angles.sin())
 
-    def _apply(self, fn, recurse=True):  # nn.Module._apply
-        # bf16-true (``module.to(torch.bfloat16)``) would round the tables: recompute them in fp32.
+    def _apply(self, fn, recurse=True):  # nn.Module's: bf16-true would round the tables, so recompute them in fp32
         super()._apply(fn, recurse)
         if self.cos.dtype != torch.float32:
             self.cos, self.sin = self.cos.float(), self.sin.float()
@@ -121,10 +120,9 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, rope: RotaryEmbedding) -> torch.Tensor:
         b, t, _ = x.shape
-        q = self.q_proj(x).view(b, t, self.n_heads, self.head_dim).transpose(1, 2)
-        k = self.k_proj(x).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        q = rope(self.q_proj(x).view(b, t, self.n_heads, self.head_dim).transpose(1, 2))
+        k = rope(self.k_proj(x).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2))
         v = self.v_proj(x).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)
-        q, k = rope(q), rope(k)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.n_kv_heads != self.n_heads)
         return self.o_proj(y.transpose(1, 2).reshape(b, t, -1))
 
@@ -161,8 +159,7 @@ class Block(nn.Module):
 
 
 class OutputHead(nn.Linear):
-    """``head(h)``: logits; ``head(h, targets, chunk_tokens)``: the mean cross-entropy, in the head's own
-    ``forward`` so that FSDP2's hooks gather its weight first (:func:`fixed_embed.model.loss.linear_cross_entropy`)."""
+    """``head(h)``: logits; ``head(h, targets, chunk_tokens)``: the loss, in ``forward`` so FSDP2 gathers the weight."""
 
     def forward(
         self, x: torch.Tensor, targets: torch.Tensor | None = None, chunk_tokens: int | None = None
@@ -190,8 +187,7 @@ class Decoder(nn.Module):
             raise ValueError(
                 f"tie_embeddings=True needs a LearnedInput table to tie to, got {type(interface).__name__}"
             )
-        self.config = config
-        self.interface = interface
+        self.config, self.interface = config, interface
         self.rope = RotaryEmbedding(config.head_dim, config.max_seq_len, config.rope_theta)
         self.layers = nn.ModuleList(Block(config) for _ in range(config.n_layers))
         self.norm = RMSNorm(config.d_model, config.norm_eps)
@@ -231,8 +227,7 @@ class Decoder(nn.Module):
         return self.norm(x)
 
     def loss(self, ids: torch.Tensor, targets: torch.Tensor, chunk_tokens: int | None = None) -> torch.Tensor:
-        """Mean next-token cross-entropy, ``chunk_tokens`` positions at a time (0 or ``None``: from the
-        full fp32 logits). Through the module call, so FSDP2's root hooks run as for the logits."""
+        """Mean cross-entropy, ``chunk_tokens`` rows at a time (0/None: unchunked); a module call, for FSDP2's hooks."""
         return self(ids, targets, chunk_tokens)
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
@@ -252,9 +247,5 @@ class Decoder(nn.Module):
 
     def flops_per_token(self, seq_len: int | None = None) -> int:
         """Training FLOPs per token at context ``seq_len`` (default: max_seq_len)."""
-        t = seq_len or self.config.max_seq_len
-        return (
-            self.interface.flops_per_token()
-            + sum(layer.flops_per_token(t) for layer in self.layers)
-            + self.head.flops_per_token()
-        )
+        blocks = sum(layer.flops_per_token(seq_len or self.config.max_seq_len) for layer in self.layers)
+        return self.interface.flops_per_token() + blocks + self.head.flops_per_token()

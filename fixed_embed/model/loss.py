@@ -1,6 +1,5 @@
-"""The head and cross-entropy fused over chunks of rows (as Liger-Kernel's), never holding the full ``[N, V]`` fp32
-logits (~3 GiB each at the paper's shape): per chunk the fp32 logits become ``(softmax - onehot) / N`` in place and
-are multiplied out at once into the gradients, which backward only scales. Same loss and dtypes as the plain path."""
+"""The head and cross-entropy fused over chunks of rows (as Liger-Kernel's), never holding the ``[N, V]`` fp32 logits:
+each chunk's become ``(softmax - onehot) / N`` in place, multiplied out into the gradients backward only scales."""
 
 from __future__ import annotations
 
@@ -37,18 +36,15 @@ def linear_cross_entropy(
 class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, h, weight, targets, chunk_tokens):
-        need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        loss, grad_h, grad_w = _chunked(h, weight, targets, chunk_tokens, need_h, need_w)
+        loss, grad_h, grad_w = _chunked(h, weight, targets, chunk_tokens, *ctx.needs_input_grad[:2])
         ctx.grads = (grad_h, grad_w)
         return loss
 
     @staticmethod
     def backward(ctx, grad_loss):
         grad_h, grad_w = ctx.grads
-        if grad_h is not None:
-            grad_h = grad_h * grad_loss.to(grad_h.dtype)
-        if grad_w is not None:
-            grad_w = grad_w * grad_loss
+        grad_h = None if grad_h is None else grad_h * grad_loss.to(grad_h.dtype)
+        grad_w = None if grad_w is None else grad_w * grad_loss
         return grad_h, grad_w, None, None
 
 
@@ -81,6 +77,4 @@ def _chunked(h, weight, targets, chunk_tokens, need_h, need_w):
             else:
                 grad_w += g.t() @ rows
         del z, g
-    if grad_w is not None:
-        grad_w = grad_w.to(weight.dtype)
-    return total / n, grad_h, grad_w
+    return total / n, grad_h, None if grad_w is None else grad_w.to(weight.dtype)

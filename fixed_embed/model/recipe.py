@@ -13,16 +13,6 @@ from torch import nn
 from fixed_embed.config import Beta, NonNegativeFinite, NonNegativeInt, PositiveFinite, UnitInterval
 from fixed_embed.interfaces import InputInterface
 
-__all__ = [
-    "AdamWConfig",
-    "ScheduleConfig",
-    "build_adamw",
-    "lr_at",
-    "parameter_groups",
-    "parameter_groups_change",
-    "steps_for_budget",
-]
-
 
 @dataclass
 class AdamWConfig:
@@ -33,8 +23,7 @@ class AdamWConfig:
         betas: AdamW's moment decay rates (ours: the paper does not state them).
         eps: AdamW's epsilon (ours).
         weight_decay: decoupled weight decay of matrices (ours); vectors (RMSNorm gains) never decay.
-        decay_input: whether the input interface's trainable parameters decay like every other matrix, else
-            none do (docs/design.md); tied embeddings follow it. A resume cannot change it.
+        decay_input: whether the input interface's trainable parameters decay (tied: the head too); fixed at resume.
         input_lr_scale: multiplies the input interface's learning rate (its own AdamW group unless 1), for a
             table that must move far in a short run; tied, the head follows. A resume cannot switch it to or from 1.
         implementation: ``auto``: the fused kernel on CUDA, foreach elsewhere.
@@ -75,9 +64,8 @@ def _input_parameters(model: nn.Module) -> list[nn.Parameter]:
 def parameter_groups(
     model: nn.Module, weight_decay: float, decay_input: bool = True, input_lr: float | None = None
 ) -> list[dict]:
-    """AdamW groups over trainable parameters, always in this order: decay (matrices), no-decay, [input]; the input
-    interface's parameters form the third group with ``input_lr``, else join no-decay unless ``decay_input``. The
-    layout with ``decay_input=True`` and no ``input_lr`` is the one older checkpoints hold."""
+    """AdamW groups of trainable parameters: decay (matrices), no-decay, [input interface, with ``input_lr``: else it
+    joins no-decay unless ``decay_input``], in order. Older checkpoints hold ``decay_input=True``, no ``input_lr``."""
     inputs = _input_parameters(model)
     separate = {id(p) for p in inputs} if (input_lr is not None and inputs) or not decay_input else set()
     decay, no_decay = [], []
@@ -89,11 +77,7 @@ def parameter_groups(
         input_groups = []
     else:
         input_groups = [{"params": inputs, "weight_decay": weight_decay if decay_input else 0.0, "lr": input_lr}]
-    return [
-        {"params": decay, "weight_decay": weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
-        *input_groups,
-    ]
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}, *input_groups]
 
 
 def parameter_groups_change(saved: Mapping[str, Any] | None, config: AdamWConfig, model: nn.Module) -> str | None:

@@ -1,8 +1,7 @@
 """The console of ``fixed-embed`` commands: this project's records (INFO+) and anyone's errors (README, "Watch a run").
-
 The rest (warnings, tqdm bars' final states) goes to ``<run folder>/console.log``, buffered until
-:func:`attach_run_folder` (``logs/<command>.log`` without one). Warnings are dropped by exact text, never by category.
-"""
+:func:`attach_run_folder` (``logs/<command>.log`` without one). Warnings are dropped by exact text, never by
+category."""
 
 from __future__ import annotations
 

@@ -56,10 +56,8 @@ def pin_run_folder(trainer: Any, run: str) -> Path | None:
 
 
 def purge_curve_after(trainer: Any, step: int) -> None:
-    """Hide the TensorBoard events a crashed launch logged at steps >= ``step``, the resumed checkpoint's.
-
-    As ``SummaryWriter(purge_step=...)``: readers drop earlier events from a ``SessionLog.START``'s step on.
-    """
+    """Hide the TensorBoard events a crashed launch logged at steps >= ``step``, the resumed checkpoint's. As
+    ``SummaryWriter(purge_step=...)``: readers drop earlier events from a ``SessionLog.START``'s step on."""
     from lightning.pytorch.loggers import TensorBoardLogger
 
     if not isinstance(trainer.logger, TensorBoardLogger) or not is_launching_rank():

@@ -1,7 +1,5 @@
-"""The resume plan: which checkpoint a fit resumes, and every refusal, before any work.
-
-(docs/faults.md, "The resume plan, before any work"; the load-time checks: :mod:`fixed_embed.train.resume`.)
-"""
+"""The resume plan: which checkpoint a fit resumes, and every refusal, before any work (docs/faults.md, "The resume
+plan, before any work"; the load-time checks: :mod:`fixed_embed.train.resume`)."""
 
 from __future__ import annotations
 
@@ -59,11 +57,9 @@ def _instead(path: Path) -> str:
 
 
 def choose_checkpoint(folder: Path) -> tuple[Path | None, dict[str, Any] | None, list[str]]:
-    """The checkpoint ``--ckpt_path last`` resumes in a run's ``checkpoints`` folder, its contents, and notes.
-
-    A stale ``last.ckpt`` link gives way to a newer ``step=N.ckpt``; a stale *regular* one is refused
-    (:class:`CheckpointError`): it would roll the run back and fork its history.
-    """
+    """The checkpoint ``--ckpt_path last`` resumes in a run's ``checkpoints`` folder, its contents, and notes. A stale
+    ``last.ckpt`` link gives way to a newer ``step=N.ckpt``; a stale *regular* one is refused
+    (:class:`CheckpointError`): it would roll the run back and fork its history."""
     if not folder.is_dir():
         return None, None, []
     steps = step_checkpoints(folder)
@@ -89,17 +85,13 @@ def choose_checkpoint(folder: Path) -> tuple[Path | None, dict[str, Any] | None,
                 f"resume {newest.name}, or pass --ckpt_path {last} to resume update {step} on purpose"
             )
         return last, checkpoint, []
-    if newest is None:
-        return None, None, []
-    return newest, read_checkpoint(newest), []
+    return (newest, read_checkpoint(newest), []) if newest is not None else (None, None, [])
 
 
 def plan_fit(config: Any, checkpoints: Path | None, max_steps: int) -> tuple[str | None, int | None]:
     """The ``ckpt_path`` to give Lightning and its update ((None, None): a fresh start); prints what it changes.
-
     ``checkpoints``: the run folder's (None without one). Raises every refusal at once (:class:`CheckpointError`),
-    :class:`RunComplete` when nothing is left.
-    """
+    :class:`RunComplete` when nothing is left."""
     ckpt_path = config.ckpt_path
     if ckpt_path in ("last", None) and checkpoints is not None:
         path, checkpoint, notes = choose_checkpoint(checkpoints)

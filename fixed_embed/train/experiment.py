@@ -23,19 +23,6 @@ from fixed_embed.model.decoder import DecoderConfig
 from fixed_embed.model.recipe import steps_for_budget
 from fixed_embed.train.module import LanguageModel
 
-__all__ = [
-    "LEARNED_CLASS_PATH",
-    "build_model",
-    "memory_plan",
-    "parameter_reports",
-    "run_length",
-    "run_settings",
-    "trainer_world_size",
-    "training_memory",
-]
-
-LEARNED_CLASS_PATH = f"{LearnedInput.__module__}.{LearnedInput.__qualname__}"
-
 
 def build_model(model_config: dict[str, Any], device: str | torch.device = "meta") -> LanguageModel:
     """A LanguageModel from an experiment's ``model:`` section, parsed exactly as LightningCLI does."""
@@ -74,11 +61,9 @@ def run_length(config: Mapping[str, Any]) -> tuple[int, str]:
     trainer, data = config["trainer"], config["data"]
     if (max_steps := trainer.get("max_steps")) is not None and max_steps > 0:
         return max_steps, f"Training length: trainer.max_steps = {max_steps} updates (explicit)"
-    budget = config["model"].get("token_budget")
-    if budget is None:
+    if (budget := config["model"].get("token_budget")) is None:
         raise ConfigError("set model.token_budget (prediction tokens) or trainer.max_steps to bound training")
-    world = trainer_world_size(trainer)
-    if world is None:
+    if (world := trainer_world_size(trainer)) is None:
         raise ConfigError(
             f"model.token_budget needs the number of devices, and trainer.devices is {trainer.get('devices')!r}: "
             "set trainer.devices to a number, or trainer.max_steps"
@@ -95,9 +80,9 @@ def run_length(config: Mapping[str, Any]) -> tuple[int, str]:
 def parameter_reports(config_path: str | Path) -> tuple[str, ParameterReport, ParameterReport]:
     """The experiment's interface name, its report, and that of its learned-table control (same backbone)."""
     model_config = load_experiment(config_path).get("model") or {}
-    control_config = {**model_config, "interface": {"class_path": LEARNED_CLASS_PATH}}
+    learned = {"class_path": f"{LearnedInput.__module__}.{LearnedInput.__qualname__}"}
     decoder = build_model(model_config).decoder
-    control = build_model(control_config).decoder
+    control = build_model({**model_config, "interface": learned}).decoder
     return type(decoder.interface).__name__, parameter_report(decoder), parameter_report(control)
 
 
@@ -107,10 +92,9 @@ def training_memory(config_path: str | Path, world_size: int | None = None) -> M
 
 
 def memory_plan(config_path: str | Path, world_size: int | None = None) -> list[dict[str, Any]]:
-    """Per GPU kind and strategy (DDP, FSDP2): whether the experiment fits, else the cheapest change that does.
-
-    The configured strategy keeps the config's precision; the other gets its strategy file's (DDP ``bf16-mixed``,
-    FSDP2 ``32-true``)."""
+    """Per GPU kind and strategy (DDP, FSDP2): whether the experiment fits, else the cheapest change that does. The
+    configured strategy keeps the config's precision; the other gets its strategy file's (DDP ``bf16-mixed``, FSDP2
+    ``32-true``)."""
     model, run = run_settings(config_path, world_size)
     rows = []
     for strategy, sharded in (("DDP", False), ("FSDP", True)):

@@ -27,8 +27,6 @@ from fixed_embed.model.loss import DEFAULT_LOSS_CHUNK_TOKENS
 from fixed_embed.model.recipe import AdamWConfig, ScheduleConfig, build_adamw, lr_at
 from fixed_embed.train import resume
 
-__all__ = ["LanguageModel"]
-
 InterfaceFactory = Callable[[int, int], InputInterface]
 
 
@@ -69,7 +67,6 @@ class LanguageModel(L.LightningModule):
         self.token_budget = token_budget
         self.on_nonfinite = on_nonfinite
         self.max_skipped_updates = max_skipped_updates
-        self.consecutive_skips = 0
         built = _interface_factory(interface)(self.config.vocab_size, self.config.d_model)
         self.decoder = Decoder(self.config, built)
 
@@ -83,8 +80,7 @@ class LanguageModel(L.LightningModule):
             parallel=asdict(self.parallel_config),
         )
         self.val_loss = MeanMetric()
-        self.tokens_seen = 0
-        self.skipped_updates = 0
+        self.tokens_seen = self.skipped_updates = self.consecutive_skips = 0
         self._last_loss: torch.Tensor | None = None
         self._fresh_groups: list[dict[str, Any]] = []
         self._parallelized = False
@@ -103,8 +99,7 @@ class LanguageModel(L.LightningModule):
         if block.dim() != 2 or block.shape[1] < 2:
             raise ValueError(f"a batch must be packed blocks of shape [B, T + 1], got {tuple(block.shape)}")
         inputs, targets = block[:, :-1], block[:, 1:]
-        loss = self.decoder.loss(inputs, targets, self.loss_chunk_tokens)
-        return loss, targets.numel()
+        return self.decoder.loss(inputs, targets, self.loss_chunk_tokens), targets.numel()
 
     def training_step(self, block: torch.Tensor, batch_idx: int) -> torch.Tensor:
         loss, n_targets = self.block_loss(block)
@@ -210,12 +205,9 @@ class LanguageModel(L.LightningModule):
 
     def configure_optimizers(self) -> dict[str, Any]:
         optimizer = build_adamw(self, self.optimizer_config)
-        max_steps = self.trainer.max_steps
-        sched = self.schedule_config
-        peak = self.optimizer_config.lr
+        peak, sched, max_steps = self.optimizer_config.lr, self.schedule_config, self.trainer.max_steps
         scheduler = torch.optim.lr_scheduler.LambdaLR(
-            optimizer,
-            lambda step: lr_at(step, peak, sched.warmup_steps, max_steps, sched.min_lr_ratio) / peak,
+            optimizer, lambda step: lr_at(step, peak, sched.warmup_steps, max_steps, sched.min_lr_ratio) / peak
         )
         self._fresh_groups = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
@@ -223,8 +215,7 @@ class LanguageModel(L.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         trainer = attached_trainer(self)
         resume.refuse_poisoned(checkpoint, trainer, self.global_step)
-        checkpoint["tokens_seen"] = self.tokens_seen
-        checkpoint["skipped_updates"] = self.skipped_updates
+        checkpoint.update(tokens_seen=self.tokens_seen, skipped_updates=self.skipped_updates)
         if trainer is not None and trainer.world_size > 1:
             gather_loader_states(checkpoint, trainer.world_size)
 

@@ -14,8 +14,6 @@ from fixed_embed.errors import CheckpointError
 from fixed_embed.lightning_internals import attached_trainer, set_scheduler_last_lr
 from fixed_embed.model.recipe import parameter_groups_change
 
-__all__ = ["changed", "check_resume", "local_shard", "model_refusals", "reapply_config", "refuse_poisoned"]
-
 # A resume may not change what the weights compute: init_std acts only at init, max_seq_len only sizes RoPE tables.
 _RESUMABLE_DECODER_CHANGES = {"init_std", "max_seq_len"}
 
@@ -26,16 +24,12 @@ def local_shard(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def refuse_poisoned(checkpoint: Mapping[str, Any], trainer: Any, step: int) -> None:
-    """Raise ``FloatingPointError`` (aborting the save) if a weight is non-finite; under a trainer, a vote of
-    every rank, which check their own shards, so all refuse together."""
-    poisoned = next(
-        (
-            name
-            for name, tensor in checkpoint.get("state_dict", {}).items()
-            if (local := local_shard(tensor)).is_floating_point() and not bool(torch.isfinite(local).all())
-        ),
-        None,
-    )
+    """Raise ``FloatingPointError`` (aborting the save) if a weight is non-finite; under a trainer, all ranks vote."""
+    poisoned = None
+    for name, tensor in checkpoint.get("state_dict", {}).items():
+        if (local := local_shard(tensor)).is_floating_point() and not bool(torch.isfinite(local).all()):
+            poisoned = name
+            break
     if trainer is not None and trainer.strategy.reduce_boolean_decision(poisoned is not None, all=False):
         where = poisoned or "a parameter shard on another rank"
         raise FloatingPointError(f"refusing to write a checkpoint at step {step}: {where} has non-finite values")
@@ -44,8 +38,7 @@ def refuse_poisoned(checkpoint: Mapping[str, Any], trainer: Any, step: int) -> N
 
 
 def check_resume(checkpoint: dict[str, Any], module: Any, say_changes: bool = True) -> None:
-    """Refuse what a resume cannot change, hand this rank its data position, print what the config changes
-    (unless ``say_changes`` is false: a resume plan printed them before any work)."""
+    """Refuse what a resume cannot change, hand this rank its data position, print what the config changes."""
     saved = checkpoint.get("hyper_parameters") or {}
     trainer = attached_trainer(module)
     if refusals := model_refusals(saved, module, fitting=trainer is not None and trainer.state.fn == "fit"):
@@ -87,11 +80,8 @@ def changed(saved: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
         if key not in saved or old == new:
             continue
         if isinstance(old, Mapping) and isinstance(new, Mapping):
-            lines += [
-                f"model.{key}.{k}: {old.get(k)!r} in the checkpoint -> {new.get(k)!r} now"
-                for k in sorted(set(old) | set(new))
-                if old.get(k) != new.get(k)
-            ]
+            keys = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+            lines += [f"model.{key}.{k}: {old.get(k)!r} in the checkpoint -> {new.get(k)!r} now" for k in keys]
         else:
             lines.append(f"model.{key}: {old!r} in the checkpoint -> {new!r} now")
     return lines

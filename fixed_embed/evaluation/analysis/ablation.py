@@ -35,11 +35,8 @@ def layer_ablation(decoder: Decoder, blocks: torch.Tensor, mode: str = "zero", b
         base = _loss(decoder, blocks, batch_size)
         rows = []
         for i, block in enumerate(decoder.layers):
-            handle = block.register_forward_hook(ablate)
-            try:
+            with block.register_forward_hook(ablate):  # removed on exit
                 loss = _loss(decoder, blocks, batch_size)
-            finally:
-                handle.remove()
             rows.append({"block": i, "loss": loss, "increase": loss - base})
     finally:
         decoder.train(was_training)

@@ -13,8 +13,7 @@ from fixed_embed.data.tokenizer import EOS, special_token_id
 def text_blocks(
     tokenizer: Tokenizer, n_blocks: int, seq_len: int, source: str | None = None, text_field: str = "text"
 ) -> torch.Tensor:
-    """The first ``n_blocks`` packed blocks of ``seq_len + 1`` tokens from ``source`` (anything ``DocumentSource``
-    reads; default: the offline corpus's held-out split)."""
+    """The first ``n_blocks`` blocks of ``seq_len + 1`` tokens of ``source`` (a DocumentSource; default: held-out)."""
     path = source if source is not None else str(default_corpus() / "valid.jsonl")
     eos = special_token_id(tokenizer, EOS)
     needed = n_blocks * (seq_len + 1)

@@ -1,6 +1,5 @@
-"""Identity probe: how linearly decodable each token's id bits are from each layer's hidden state (docs/controls.md).
-Two held-out splits: ``position`` (later tokens, mostly seen types: a lookup suffices) and ``type`` (a quarter of the
-token types never trained on: success needs the bits themselves)."""
+"""Identity probe: how linearly decodable each token's id bits are from each layer's state (docs/controls.md), held out
+by ``position`` (later tokens, mostly seen types: a lookup suffices) or ``type`` (a quarter unseen: needs the bits)."""
 
 from __future__ import annotations
 
@@ -18,14 +17,11 @@ TYPE_SEED = 20261201  # which quarter of the vocabulary the type split holds out
 @torch.no_grad()
 def _states(decoder: Decoder, blocks: torch.Tensor, batch_size: int) -> list[torch.Tensor]:
     device = next(decoder.parameters()).device
-    per_layer: list[list[torch.Tensor]] = []
+    per_batch = []
     for start in range(0, len(blocks), batch_size):
-        ids = blocks[start : start + batch_size, :-1].to(device)
-        for i, state in enumerate(decoder.hidden_states(ids)):
-            if len(per_layer) <= i:
-                per_layer.append([])
-            per_layer[i].append(state.float().flatten(0, 1).cpu())
-    return [torch.cat(chunks) for chunks in per_layer]
+        states = decoder.hidden_states(blocks[start : start + batch_size, :-1].to(device))
+        per_batch.append([state.float().flatten(0, 1).cpu() for state in states])
+    return [torch.cat(per_layer) for per_layer in zip(*per_batch, strict=True)]
 
 
 def _fit_probe(x: torch.Tensor, y: torch.Tensor, steps: int, lr: float) -> torch.nn.Linear:
@@ -41,18 +37,16 @@ def _fit_probe(x: torch.Tensor, y: torch.Tensor, steps: int, lr: float) -> torch
 def probe_sample(
     blocks: torch.Tensor, vocab_size: int, train_fraction: float = 0.75
 ) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
-    """The probe's samples, one per input position of ``blocks[N, T + 1]`` in :func:`_states`' order: the
-    ids ``[N * T]``, their K-bit targets ``[N * T, K]`` (float 0/1) and each split's training mask (its
-    test samples are the rest), so the probe and :func:`majority_baseline` score the same tokens."""
+    """The probe's (and majority baseline's) samples, one per input position of ``blocks[N, T + 1]`` in :func:`_states`'
+    order: ids ``[N * T]``, K-bit targets ``[N * T, K]`` (float 0/1), each split's training mask (the rest: test)."""
     if not 0 < train_fraction < 1 or len(blocks) < 2:
         raise ValueError(f"need 0 < train_fraction < 1 and >= 2 blocks, got {train_fraction}, {len(blocks)}")
     ids = blocks[:, :-1].flatten()
     targets = bits_of(ids, code_width(vocab_size)).float()
     # position: the first train_fraction of the blocks; type: tokens outside the held-out quarter of types
     cut = max(1, int(len(blocks) * train_fraction)) * (blocks.shape[1] - 1)
-    held_types = torch.randperm(vocab_size, generator=torch.Generator().manual_seed(TYPE_SEED))
     held = torch.zeros(vocab_size, dtype=torch.bool)
-    held[held_types[: vocab_size // 4]] = True
+    held[torch.randperm(vocab_size, generator=torch.Generator().manual_seed(TYPE_SEED))[: vocab_size // 4]] = True
     return ids, targets, {"position": torch.arange(len(ids)) < cut, "type": ~held[ids]}
 
 
@@ -62,8 +56,7 @@ def _scores(predicted: torch.Tensor, targets: torch.Tensor) -> dict[str, float]:
 
 
 def majority_baseline(targets: torch.Tensor, splits: dict[str, torch.Tensor]) -> dict[str, dict[str, float]]:
-    """Per split, the bit and id accuracy of guessing every bit's most frequent value on the split's
-    training targets (ties: 0), scored on its test targets: the floor the probe's accuracies beat."""
+    """Per split, the test accuracies of guessing each bit's commonest training value (ties: 0): the probes' floor."""
     baseline = {}
     for split, train in splits.items():
         guess = (targets[train].mean(0) > 0.5).float()
@@ -114,8 +107,7 @@ def identity_probe(
 
 
 def plot_probe(results: dict[str, dict], path: str, seed: int | None = None) -> None:
-    """Bit and id accuracy vs depth for both splits, one line per model (label -> identity_probe output), and the
-    majority-class floor: one black line when all models share it, else one per model."""
+    """Bit and id accuracy vs depth per split, a line per model (label -> identity_probe output), majority floors."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -125,7 +117,7 @@ def plot_probe(results: dict[str, dict], path: str, seed: int | None = None) -> 
     fig, axes = plt.subplots(2, 2, figsize=(10, 7.5), sharex=True)
     styles = ["-", "--", ":", "-."]
     markers = ["o", "s", "^", "D", "v", "x", "P", "*"]
-    splits = (("position", ""), ("type", "_unseen_types"))
+    splits = (("position", "", "held-out positions"), ("type", "_unseen_types", "held-out token types"))
     metrics = ("bit_accuracy", "id_accuracy")
     floors = {label: result["majority"] for label, result in results.items() if "majority" in result}
     shared = len({json.dumps(floor, sort_keys=True) for floor in floors.values()}) == 1
@@ -134,7 +126,7 @@ def plot_probe(results: dict[str, dict], path: str, seed: int | None = None) -> 
         # distinct dashes and markers: models with equal accuracies stay visible on top of each other
         style = {"linestyle": styles[i % len(styles)], "marker": markers[i % len(markers)], "label": label,
                  "markersize": 7 - i % 4, "alpha": 0.85}  # fmt: skip
-        for r, (split, suffix) in enumerate(splits):
+        for r, (split, suffix, _) in enumerate(splits):
             for c, metric in enumerate(metrics):
                 values = [row.get(metric + suffix) for row in result["layers"]]
                 if None not in values:
@@ -143,17 +135,15 @@ def plot_probe(results: dict[str, dict], path: str, seed: int | None = None) -> 
                         axes[r][c].axhline(floors[label][split][metric], color=line.get_color(), linewidth=0.9,
                                            linestyle=style["linestyle"], alpha=0.6,
                                            label=f"{label}: majority class")  # fmt: skip
-    if shared:
-        floor = next(iter(floors.values()))
-        for r, (split, _) in enumerate(splits):
-            for c, metric in enumerate(metrics):
-                axes[r][c].axhline(floor[split][metric], color="black", linewidth=1.0, linestyle=(0, (8, 4)), zorder=1,
-                                   label="majority class (each bit's most frequent training value)")  # fmt: skip
+    floor = next(iter(floors.values())) if shared else None
     titles = ["bit accuracy", "id accuracy (all bits right)"]
-    for r, split in enumerate(("held-out positions", "held-out token types")):
-        for c in range(2):
+    for r, (split, _, held_out) in enumerate(splits):
+        for c, metric in enumerate(metrics):
             ax = axes[r][c]
-            ax.set_title(f"{titles[c]}, {split}", fontsize=10)
+            if floor is not None:
+                ax.axhline(floor[split][metric], color="black", linewidth=1.0, linestyle=(0, (8, 4)), zorder=1,
+                           label="majority class (each bit's most frequent training value)")  # fmt: skip
+            ax.set_title(f"{titles[c]}, {held_out}", fontsize=10)
             ax.set_ylim(0, 1.02)
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.grid(alpha=0.3)

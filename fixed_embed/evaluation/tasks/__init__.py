@@ -1,12 +1,9 @@
-"""lm-eval tasks that run offline (``tasks_dir()`` is their ``include_path``), their datasets made deterministically
-at load time by ``offline_data.py``: ``*word_order`` (a sentence's true second half vs the same words shuffled,
-chance 50 %), ``fixed_embed_docs_ppl``, ``gutenberg_ppl``, ``wikitext2_local`` (rolling perplexity)."""
+"""Offline lm-eval tasks (``include_path``: ``tasks_dir()``), data made at load by ``offline_data.py``: ``*word_order``
+(a sentence's true second half vs the same words shuffled, chance 50 %), ``*_ppl``, ``wikitext2_local`` (rolling)."""
 
 from pathlib import Path
 
 from fixed_embed.errors import ConfigError
-
-__all__ = ["tasks_dir"]
 
 
 def tasks_dir() -> Path:
@@ -26,8 +23,7 @@ def check_task_folders(folders: list[str], what: str = "--include-path") -> None
         if not folder.is_dir():
             problem = "does not exist" if not folder.exists() else "is not a folder"
             raise ConfigError(f"{what} {include} {problem}: give a folder of lm-eval task YAMLs")
-        files = sorted(folder.rglob("*.yaml"))
-        if not files:
+        if not (files := sorted(folder.rglob("*.yaml"))):
             raise ConfigError(f"{what} {include} holds no task YAML (*.yaml): give a folder of lm-eval task YAMLs")
         for task_file in files:
             try:

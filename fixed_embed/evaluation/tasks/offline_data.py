@@ -1,5 +1,4 @@
-"""Datasets of the offline tasks: the default corpus's held-out split, or a YAML's ``dataset_kwargs: {path}`` (a
-``.jsonl`` of ``text`` or WikiText ``.tokens``, under ``shared_data_root()``)."""
+"""Offline tasks' data: the default corpus's held-out split, or a YAML's ``dataset_kwargs: {path}`` (.jsonl/.tokens)."""
 
 from __future__ import annotations
 
@@ -46,13 +45,8 @@ def _wikitext_articles(text: str) -> list[str]:
 
 
 def _sentences(path: str | None) -> list[str]:
-    out = []
-    for text in _documents(path):
-        for sentence in _SENTENCE.split(" ".join(text.split())):
-            words = sentence.split()
-            if 10 <= len(words) <= 30 and sentence[:1].isupper() and not any(c in sentence for c in "|>{}"):
-                out.append(sentence)
-    return out
+    sentences = (sentence for text in _documents(path) for sentence in _SENTENCE.split(" ".join(text.split())))
+    return [s for s in sentences if 10 <= len(s.split()) <= 30 and s[:1].isupper() and not any(c in s for c in "|>{}")]
 
 
 def word_order(n_items: int = 200, path: str | None = None, **_: Any) -> dict[str, Dataset]:
@@ -72,8 +66,7 @@ def word_order(n_items: int = 200, path: str | None = None, **_: Any) -> dict[st
         else:
             continue
         gold = rng.randrange(2)
-        choices = [" " + " ".join(tail), " " + " ".join(shuffled)] if gold == 0 else [
-            " " + " ".join(shuffled), " " + " ".join(tail)]  # fmt: skip
+        choices = [" " + " ".join(part) for part in ((tail, shuffled) if gold == 0 else (shuffled, tail))]
         rows.append({"query": " ".join(words[:half]), "choices": choices, "gold": gold})
         if len(rows) == n_items:
             break
