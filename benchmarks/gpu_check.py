@@ -42,13 +42,13 @@ from fixed_embed.run.lock import acquire  # noqa: E402
 
 STEPS = 8
 CALLBACKS = [
-    {"class_path": "callbacks.checkpointing.CheckpointPolicy", "init_args": {"every_n_steps": 2, "keep_last": 2}},
-    {"class_path": "callbacks.fail_fast.FailFast"},
-    {"class_path": "callbacks.progress.UpdateProgressBar"},
-    {"class_path": "callbacks.preemption.PreemptionCheckpoint"},
-    {"class_path": "callbacks.gradients.GradientMonitor", "init_args": {"every_n_steps": 1}},
-    {"class_path": "callbacks.throughput.SpeedMonitor", "init_args": {"every_n_steps": 2, "skip_first_steps": 2}},
-    {"class_path": "callbacks.benchmarks.BenchmarkCallback",
+    {"class_path": "callbacks.CheckpointPolicy", "init_args": {"every_n_steps": 2, "keep_last": 2}},
+    {"class_path": "callbacks.FailFast"},
+    {"class_path": "callbacks.UpdateProgressBar"},
+    {"class_path": "callbacks.PreemptionCheckpoint"},
+    {"class_path": "callbacks.GradientMonitor", "init_args": {"every_n_steps": 1}},
+    {"class_path": "callbacks.SpeedMonitor", "init_args": {"every_n_steps": 2, "skip_first_steps": 2}},
+    {"class_path": "callbacks.BenchmarkCallback",
      "init_args": {"tasks": ["fixed_embed_word_order"], "every_n_steps": 4, "limit": 20, "batch_size": 8,
                    "at_train_end": False}},
 ]  # fmt: skip

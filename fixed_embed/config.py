@@ -97,14 +97,14 @@ def _merged(path: str | Path, seen: tuple[Path, ...]) -> dict[str, Any]:
 
 
 # The packages whose public names are stable class paths (fixed_embed.public_names): where a moved class is now.
-PUBLIC_PACKAGES = ("fixed_embed.interfaces", "fixed_embed.distributed")
+PUBLIC_PACKAGES = ("fixed_embed.interfaces", "fixed_embed.distributed", "callbacks")
 
 
 def _refuse_moved_classes(data: Any, path: Path) -> None:
     """A ``class_path`` of this package that no longer imports (a config saved before a move): its new path."""
     if isinstance(data, list | dict):
         spec = data.get("class_path") if isinstance(data, dict) else None
-        if isinstance(spec, str) and spec.startswith("fixed_embed.") and not _importable(spec):
+        if isinstance(spec, str) and spec.startswith(("fixed_embed.", "callbacks.")) and not _importable(spec):
             now = [f"{home}.{spec.rpartition('.')[2]}" for home in PUBLIC_PACKAGES]
             if moved := [new for new in now if _importable(new)]:
                 raise ConfigError(f"{path}: class_path {spec} has moved to {moved[0]}; change it in the file")

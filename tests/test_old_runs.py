@@ -1,12 +1,17 @@
 """Runs written before the layered tree (main at 1c25064): their checkpoint resumes and evaluates, and their saved
 config, which names classes by the old module paths, is refused in one line naming each class's new path."""
 
+import importlib
+import re
 import shutil
 from pathlib import Path
 
+import pytest
 import torch
 import yaml
 
+from fixed_embed.config import PUBLIC_PACKAGES, load_experiment
+from fixed_embed.errors import ConfigError
 from fixed_embed.evaluation.lm_eval_model import FixedEmbedLM
 from fixed_embed.evaluation.loading import load_checkpoint
 from tests.cli import run_cli
@@ -61,3 +66,19 @@ def test_a_saved_config_naming_a_moved_class_is_refused_in_one_line_naming_its_n
         "fixed_embed.checkpoint_io.AtomicCheckpointIO has moved to fixed_embed.distributed.AtomicCheckpointIO" in line
     )
     assert "Traceback" not in result.stderr
+
+
+def public_classes(package: str) -> list[str]:
+    module = importlib.import_module(package)
+    return list(getattr(module, "_HOMES", None) or [n for n, v in vars(module).items() if isinstance(v, type)])
+
+
+@pytest.mark.parametrize("package", PUBLIC_PACKAGES)
+def test_every_public_class_named_by_a_module_that_is_gone_is_refused_naming_its_package_path(tmp_path, package):
+    names = public_classes(package)
+    assert len(names) >= 2
+    for name in names:
+        config = tmp_path / f"{name}.yaml"
+        config.write_text(yaml.safe_dump({"model": {"interface": {"class_path": f"{package}.moved_away.{name}"}}}))
+        with pytest.raises(ConfigError, match=rf"has moved to {re.escape(package)}\.{name}; change it in the file"):
+            load_experiment(config)

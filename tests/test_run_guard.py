@@ -29,11 +29,11 @@ ROOT = Path(__file__).resolve().parents[1]
 CALLBACKS = """
 trainer:
   callbacks:
-    - class_path: callbacks.checkpointing.CheckpointPolicy
+    - class_path: callbacks.CheckpointPolicy
       init_args: {every_n_steps: 1, keep_last: 5}
-    - class_path: callbacks.fail_fast.FailFast
-    - class_path: callbacks.preemption.PreemptionCheckpoint
-    - class_path: callbacks.benchmarks.BenchmarkCallback
+    - class_path: callbacks.FailFast
+    - class_path: callbacks.PreemptionCheckpoint
+    - class_path: callbacks.BenchmarkCallback
       init_args: {tasks: [fixed_embed_word_order], every_n_steps: 0, limit: 8, batch_size: 4}
 """
 

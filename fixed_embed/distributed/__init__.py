@@ -2,4 +2,5 @@
 
 from fixed_embed.public_names import exports
 
-__getattr__ = exports(__name__, {"FSDP2Strategy": "fsdp", "AtomicCheckpointIO": "checkpoint"})
+_HOMES = {"FSDP2Strategy": "fsdp", "AtomicCheckpointIO": "checkpoint"}
+__getattr__ = exports(__name__, _HOMES)
