@@ -1,6 +1,5 @@
-"""BenchmarkCallback: lm-eval tasks on the live weights every N updates and at the end (README, "Watch a run").
-Every rank takes part: keep ``limit`` small enough for the process group's timeout. ``on_error: warn`` is safe only
-where the error is the same on every rank (a dataset out of reach)."""
+"""BenchmarkCallback: lm-eval tasks on the live weights every N updates and at the end (README, "Watch a run"). Every
+rank takes part: keep ``limit`` within the group's timeout; ``on_error: warn`` only for errors all ranks meet alike."""
 
 from __future__ import annotations
 
@@ -111,10 +110,8 @@ class BenchmarkCallback(UpdateCallback):
         )
         rng = random.getstate(), np.random.get_state()  # lm-eval seeds the global RNGs
         try:  # compiled blocks run eager: no recompiles of the training graph
-            with (
-                torch.random.fork_rng(devices=range(torch.cuda.device_count())),
-                torch.compiler.set_stance("force_eager"),
-            ):
+            devices = range(torch.cuda.device_count())
+            with torch.random.fork_rng(devices=devices), torch.compiler.set_stance("force_eager"):
                 results = run_suite(lm, columns_for(None, self.tasks, self.num_fewshot), self.limit, self.include_path)
         except EvaluationInterrupted:
             self.interrupted = True

@@ -51,11 +51,10 @@ class CheckpointPolicy(UpdateCallback, Checkpoint):
         steps = trainer.max_steps
         permanent = steps // self.keep_every if self.keep_every and steps > 0 else 0
         most = permanent + self.keep_last + 1  # + the one being written before the oldest is deleted
+        kept = f" and every {self.keep_every}th ({permanent} over {steps:,} updates)" if self.keep_every else ""
         rank_zero_info(
             f"Checkpoints: {_gb(size)} each; every {self.every_n_steps} updates into {self.dirpath}, "
-            f"keeping the last {self.keep_last}"
-            + (f" and every {self.keep_every}th ({permanent} over {steps:,} updates)" if self.keep_every else "")
-            + f": at most {most} on disk = {_gb(most * size)}"
+            f"keeping the last {self.keep_last}{kept}: at most {most} on disk = {_gb(most * size)}"
         )
         if trainer.is_global_zero:
             path = Path(self.dirpath).absolute()

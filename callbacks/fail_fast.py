@@ -30,8 +30,7 @@ class FailFast(L.Callback):
         self._failed = True
         if trainer.is_global_zero:
             rank_watch.note_lost_ranks(trainer)  # a rank killed by the OS: named, before Lightning kills the others
-        watch = rank_watch.current()
-        if watch is not None:
+        if (watch := rank_watch.current()) is not None:
             watch.fail(f"{type(exception).__name__}: {exception}")
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:

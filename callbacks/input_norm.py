@@ -1,6 +1,5 @@
-"""InputNormMonitor: norms of the interface's output on real batches, drift, fixed codes checked (README's tags).
-The output is captured by a forward hook in a logged update's first forward: no extra compute, and under FSDP the
-table is unsharded only then."""
+"""InputNormMonitor: norms of the interface's output on real batches, drift, fixed codes checked (README's tags), by a
+hook on a logged update's first forward: no extra compute, and under FSDP the table is unsharded only then."""
 
 from __future__ import annotations
 
@@ -100,9 +99,8 @@ class InputNormMonitor(UpdateCallback):
                 )
         elif self.track_drift and self._reference:
             params = [p.detach() for p in interface.parameters() if p.requires_grad]
-            drift = global_norms(
-                {"delta": [p - r for p, r in zip(params, self._reference, strict=True)], "start": self._reference}
-            )
+            delta = [p - r for p, r in zip(params, self._reference, strict=True)]
+            drift = global_norms({"delta": delta, "start": self._reference})
             metrics["input/drift"] = (drift["delta"] / drift["start"], "mean")
         self.last_metrics = log_global(trainer, metrics, update - 1)
         if self.histogram and trainer.is_global_zero:

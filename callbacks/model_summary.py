@@ -19,18 +19,14 @@ def summary_table(module: L.LightningModule) -> Table:
     table = Table(title=f"{type(module).__name__} with {type(decoder.interface).__name__}")
     for column in ("part", "type", "trainable", "frozen", "fixed state", "FLOPs/token"):
         table.add_column(column, justify="left" if column in ("part", "type") else "right")
+    counts = ("trainable", "frozen", "fixed_state", "flops_per_token")
     for row in rows:
-        table.add_row(
-            row.name, row.kind, f"{row.trainable:,}", f"{row.frozen:,}", f"{row.fixed_state:,}",
-            f"{row.flops_per_token:,}",
-        )  # fmt: skip
-    trainable = sum(r.trainable for r in rows)
+        table.add_row(row.name, row.kind, *(f"{getattr(row, count):,}" for count in counts))
+    totals = {count: sum(getattr(row, count) for row in rows) for count in counts}
     table.add_section()
-    table.add_row(
-        "total", f"ctx {decoder.config.max_seq_len}", f"{trainable:,}", f"{sum(r.frozen for r in rows):,}",
-        f"{sum(r.fixed_state for r in rows):,}", f"{sum(r.flops_per_token for r in rows):,}",
-    )  # fmt: skip
-    table.caption = f"fp32 weights + grads + AdamW moments: {optimizer_state_bytes(trainable) / 2**30:.2f} GiB"
+    table.add_row("total", f"ctx {decoder.config.max_seq_len}", *(f"{total:,}" for total in totals.values()))
+    state = optimizer_state_bytes(totals["trainable"])
+    table.caption = f"fp32 weights + grads + AdamW moments: {state / 2**30:.2f} GiB"
     return table
 
 

@@ -35,8 +35,7 @@ class PreemptionCheckpoint(UpdateCallback):
 
     def _handle(self, signum: int, frame: Any) -> None:
         self.received = signal.Signals(signum)
-        watch = rank_watch.current()
-        if watch is not None:
+        if (watch := rank_watch.current()) is not None:
             watch.request_stop()
 
     def stop_requested(self) -> bool:

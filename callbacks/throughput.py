@@ -1,6 +1,5 @@
-"""SpeedMonitor: tokens/s, samples/s, MFU, peak memory, data wait (README's ``perf/`` tags). Windows of
-``every_n_steps`` updates, from a window's first fetch to its last update's end (the only device sync); warm-up
-updates and windows with a validation in them are left out."""
+"""SpeedMonitor: tokens/s, samples/s, MFU, peak memory, data wait (README's ``perf/`` tags) over ``every_n_steps``
+updates, first fetch to last update's end (one device sync); warm-up and windows with a validation are left out."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""The optimizer-update boundary and the trigger convention of every callback here (README, "Watch a run").
-Update *n* is the one after whose step ``global_step == n``; its metrics are logged at step ``n - 1``. Which
-micro-batch ends an update is Lightning's call (:func:`fixed_embed.lightning_internals.ends_update`), not
-``batch_idx % accumulate_grad_batches``: epochs restart the index and may end short, resumes start mid-way."""
+"""Update boundaries for every callback here (README, "Watch a run"): update *n* ends with ``global_step == n``, logged
+at ``n - 1``; ``ends_update`` (Lightning's call) ends it, not ``batch_idx``: epochs restart it, resumes start midway."""
 
 from __future__ import annotations
 

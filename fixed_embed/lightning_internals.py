@@ -10,10 +10,8 @@ from typing import Any, NamedTuple
 
 
 class Internal(NamedTuple):
-    """A private ``name`` on ``owner`` (a dotted class or module), relied on as ``kind``: ``attribute``, ``instance``
-    (set in ``__init__``), ``method`` (with exactly ``params``; a last ``...`` allows more) or ``text`` (``name``
-    appears in ``called_in``'s source). ``called_in``: library functions whose source must name it (an override
-    nothing calls does nothing)."""
+    """A private ``name`` on ``owner``, used as ``kind``: ``attribute``, ``instance`` (set in ``__init__``), ``method``
+    (exactly ``params``; a last ``...`` allows more) or ``text``; each function ``called_in`` must name it."""
 
     owner: str
     name: str
@@ -80,33 +78,28 @@ def attached_trainer(module: Any) -> Any:
 
 
 def ends_update(trainer: Any) -> bool:
-    """Whether the micro-batch now starting ends its optimizer update (read from ``on_train_batch_start``). Why private:
-    Lightning decides in ``_should_accumulate`` (accumulation count, an epoch's last batch, a stream that ran out);
-    a copy would drift from the step taken, and FSDP2 would step unreduced."""
+    """Whether the micro-batch now starting (``on_train_batch_start``) ends its update. Why private: Lightning decides
+    in ``_should_accumulate`` (count, epoch end, stream end); a copy would drift, and FSDP2 would step unreduced."""
     return not trainer.fit_loop.epoch_loop._should_accumulate()
 
 
 def skip_sigterm_broadcast(trainer: Any) -> Callable[[], None]:
-    """Stop Lightning's per-micro-batch SIGTERM broadcast; returns the function that restores it. Why private: with
-    several ranks it costs a collective and a host sync per micro-batch, and says 0 once ``PreemptionCheckpoint``
-    (callbacks/preemption.py) replaced the handler that sets it; no public switch turns it off."""
+    """Stop Lightning's per-micro-batch SIGTERM broadcast (a collective and host sync) that says 0 once
+    ``PreemptionCheckpoint`` replaced its handler; returns its restorer. Why private: no public switch turns it off."""
     loop = trainer.fit_loop.epoch_loop
     loop._broadcast_sigterm_tensor = lambda: None  # an instance attribute, over the class's method
     return lambda: loop.__dict__.pop("_broadcast_sigterm_tensor", None)
 
 
 def set_data_parallel_size(strategy: Any, size: int) -> None:
-    """The data-parallel width of a ``ModelParallelStrategy``'s mesh, before ``setup_environment`` builds it. Why
-    private: the constructor's ``data_parallel_size`` must equal a world size known only once the launcher set
-    ``num_nodes`` x ``num_processes`` (``"auto"`` means one node wide)."""
+    """A ``ModelParallelStrategy``'s data-parallel width, before ``setup_environment``. Why private: the constructor's
+    must equal a world size known only once the launcher set ``num_nodes`` x ``num_processes`` ("auto": one node)."""
     strategy._data_parallel_size = size
 
 
 class FetchTimer:
-    """Calls ``on_start`` / ``on_stop`` around each fetch of a training batch, wrapping the profiler. Why not the
-    callback hooks: none runs right before the fetch, and one ``on_train_batch_end`` to the next start includes later
-    callbacks and the loop's own work. The trainer's profiler (the default one too) brackets exactly ``next()``; the
-    wrap delegates, so a configured profiler still sees every action. Why private: the action's name is the loop's."""
+    """``on_start`` / ``on_stop`` around each training batch's fetch: the profiler brackets exactly ``next()`` (no
+    callback hook does), wrapped so it still sees every action. Why private: the action's name is the loop's."""
 
     FETCH_ACTION = ".train_dataloader_next"
 
@@ -165,7 +158,6 @@ def route_tqdm(stream: Any) -> None:
 
 
 def take_over_logger(logger: logging.Logger, cls: type[logging.Logger]) -> None:
-    """Make the existing ``logger`` an instance of ``cls`` (a ``logging.Logger`` subclass adding no state). Why:
-    libraries configure their logger when imported, after :func:`fixed_embed.run.console.setup`, and
-    ``logging.setLoggerClass`` affects only loggers created later."""
+    """Make the existing ``logger`` a ``cls`` (a Logger subclass adding no state): libraries make theirs on import,
+    after :func:`fixed_embed.run.console.setup`, and ``logging.setLoggerClass`` affects only loggers made later."""
     logger.__class__ = cls

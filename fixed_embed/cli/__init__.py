@@ -1,6 +1,5 @@
-"""The ``fixed-embed`` command: one module per sub-command, each ``run(argv) -> int`` (argv[0]: the command's name).
-The library never imports this package. torch and Lightning (seconds) are imported after parsing where a command
-can answer without them, so ``--help`` and usage errors are instant. User errors: docs/user-errors.md."""
+"""The ``fixed-embed`` command: a module per sub-command, each ``run(argv) -> int`` (argv[0]: its name), importing torch
+and Lightning after parsing, so ``--help`` and usage errors are instant. User errors: docs/user-errors.md."""
 
 from __future__ import annotations
 

@@ -40,10 +40,8 @@ def run(argv: list[str]) -> int:
     diff = control.total - report.total
     table.add_row("learned control total", f"{control.total:,}")
     table.add_row("removed vs learned control", f"{diff:,} ({100 * diff / control.total:.2f} % of the control)")
-    table.add_row(
-        "train-state bytes vs control (fp32 w+g+AdamW)",
-        f"{optimizer_state_bytes(control.trainable) - optimizer_state_bytes(report.trainable):,}",
-    )
+    state_diff = optimizer_state_bytes(control.trainable) - optimizer_state_bytes(report.trainable)
+    table.add_row("train-state bytes vs control (fp32 w+g+AdamW)", f"{state_diff:,}")
     table.add_row(f"training FLOPs per token (ctx {report.seq_len})", f"{report.flops_per_token:,}")
     console = Console(width=120)
     console.print(table)
@@ -93,9 +91,8 @@ def _print_trace(console: Console, config: str, world_size: int | None, estimate
     for kind, size in traced.kinds.items():
         table.add_row(kind, f"{size / 2**30:,.2f}")
     table.add_row("traced peak per rank", f"{traced.peak / 2**30:,.2f}")
-    table.add_row(
-        "estimate's allocated peak", f"{estimated / 2**30:,.2f} ({100 * (estimated / traced.peak - 1):+.1f} %)"
-    )
+    off = 100 * (estimated / traced.peak - 1)
+    table.add_row("estimate's allocated peak", f"{estimated / 2**30:,.2f} ({off:+.1f} %)")
     table.add_row("training FLOPs per token traced (flash and checkpointing recompute included)",
                   f"{traced.flops_per_token:,}")  # fmt: skip
     console.print(table)

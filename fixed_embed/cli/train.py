@@ -1,6 +1,5 @@
-"""``fixed-embed fit|validate|test``: LightningCLI over LanguageModel and TextDataModule. Added, before any work: run
-folders and their lock, the resume plan, the run length from ``model.token_budget``, ``val_check_interval`` in
-updates; :func:`run` is the boundary (locks released, refusals in one line)."""
+"""``fixed-embed fit|validate|test``: LightningCLI over LanguageModel and TextDataModule, with run folders and their
+lock, the resume plan, the length from ``model.token_budget``, ``val_check_interval`` in updates, one-line refusals."""
 
 from __future__ import annotations
 

@@ -33,16 +33,9 @@ class BlockCache:
             warnings.warn(f"block cache {self.path} is unreadable ({in_one_line(error)}); rebuilding", stacklevel=2)
             return None
         blocks = saved.get("blocks") if isinstance(saved, dict) else None
-        usable = (
-            isinstance(blocks, torch.Tensor)
-            and saved.get("key") == self.digest
-            and blocks.dtype == torch.int64
-            and blocks.dim() == 2
-            and len(blocks) > 0
-            and blocks.shape[1] == width
-            and saved.get("sha256") == hashlib.sha256(blocks.contiguous().numpy()).hexdigest()
-        )
-        if not usable:
+        shaped = isinstance(blocks, torch.Tensor) and blocks.dtype == torch.int64 and blocks.dim() == 2
+        usable = shaped and saved.get("key") == self.digest and len(blocks) > 0 and blocks.shape[1] == width
+        if not (usable and saved.get("sha256") == hashlib.sha256(blocks.contiguous().numpy()).hexdigest()):
             warnings.warn(f"block cache {self.path} does not hold the expected blocks; rebuilding", stacklevel=2)
             return None
         return blocks

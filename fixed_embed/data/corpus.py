@@ -82,7 +82,5 @@ def default_corpus() -> Path:
 
 
 def _digests(folder: Path) -> dict[str, str | None]:
-    return {
-        name: hashlib.sha256((folder / name).read_bytes()).hexdigest() if (folder / name).is_file() else None
-        for name in ("train.jsonl", "valid.jsonl")
-    }
+    paths = {name: folder / name for name in ("train.jsonl", "valid.jsonl")}
+    return {name: hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else None for name, p in paths.items()}

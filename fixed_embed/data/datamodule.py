@@ -182,8 +182,7 @@ class TextDataModule(L.LightningDataModule):
         self.val_bytes_per_target = bytes_per_target(blocks[: per_rank * world], self.tokenizer())
         return DataLoader(_RankSlice(blocks[rank * per_rank : (rank + 1) * per_rank]), batch_size=self.batch_size)
 
-    def test_dataloader(self) -> DataLoader:
-        return self.val_dataloader()
+    test_dataloader = val_dataloader
 
     def state_dict(self) -> dict[str, Any]:
         # The tokenizer travels in every checkpoint (~2 MB), so evaluation and export need only the checkpoint.

@@ -33,9 +33,7 @@ def saved_loader_state(checkpoint: Mapping[str, Any]) -> Any:
 def find_states(state: Any, key: str) -> list[dict[str, Any]]:
     """Every mapping holding ``key`` inside a loader state, whatever the loader's layout (workers nest them)."""
     if isinstance(state, Mapping):
-        if key in state:
-            return [dict(state)]
-        return [found for value in state.values() for found in find_states(value, key)]
+        return [dict(state)] if key in state else find_states(list(state.values()), key)
     if isinstance(state, (list, tuple)):
         return [found for value in state for found in find_states(value, key)]
     return []
@@ -44,11 +42,8 @@ def find_states(state: Any, key: str) -> list[dict[str, Any]]:
 def fingerprint_refusal(saved: str, expected: Mapping[str, Any]) -> str | None:
     """Why a position saved with settings ``saved`` (JSON) cannot resume ``expected`` (naming each change), or None."""
     then, now = json.loads(saved), json.loads(json.dumps(expected))  # as saved: tuples become lists
-    changed = "; ".join(
-        f"{key}: checkpoint {then.get(key)!r}, now {now.get(key)!r}"
-        for key in sorted(set(then) | set(now))
-        if then.get(key) != now.get(key)
-    )
+    keys = sorted(key for key in set(then) | set(now) if then.get(key) != now.get(key))
+    changed = "; ".join(f"{key}: checkpoint {then.get(key)!r}, now {now.get(key)!r}" for key in keys)
     if not changed:
         return None
     return (
@@ -66,6 +61,5 @@ def take_own_loader_state(checkpoint: dict[str, Any], trainer: Any) -> None:
     refusals = getattr(getattr(trainer, "datamodule", None), "resume_refusals", None)
     if refusals is not None and (found := refusals(checkpoint, trainer.world_size)):
         raise CheckpointError(" | ".join(found))
-    states = checkpoint.get(LOADER_STATES)
-    if states is not None:
+    if (states := checkpoint.get(LOADER_STATES)) is not None:
         slot[COMBINED_LOADER] = states[0 if find_states(states, GLOBAL_POSITION) else trainer.global_rank]

@@ -1,5 +1,4 @@
 """Which reader reads which document (``PackedBlocks``' sharding; docs/data.md, "Sharding"), and the hash hold-out.
-
 ``S`` source shards, ``V`` virtual shards, ``g = gcd(S, V)``, ``m = V / g``: document ``j`` of file ``f`` is in virtual
 shard ``(f V + g (j % m)) // S``; reader ``r`` of ``R`` owns virtual shards ``[r V // R, (r + 1) V // R)``."""
 

@@ -46,8 +46,6 @@ class DocumentSource:
     shuffle_seed: int | None = None
 
     def __post_init__(self) -> None:
-        if self.passage_chars is not None and self.passage_chars < 1:
-            raise DataError(f"data.passage_chars must be null or >= 1, got {self.passage_chars}")
         if (self.passage_chars is not None or self.shuffle_seed is not None) and not self.is_local:
             raise DataError(
                 f"{self.path} is a hub stream: it is read in its shards' order and cannot be cut into passages or "
@@ -57,12 +55,8 @@ class DocumentSource:
     @property
     def is_local(self) -> bool:
         p = self.path
-        return (
-            Path(p).expanduser().exists()
-            or any(ch in p for ch in "*?[")
-            or p.startswith((".", "/", "~"))
-            or Path(p).suffix in _BUILDERS
-        )
+        looks_local = any(ch in p for ch in "*?[") or p.startswith((".", "/", "~")) or Path(p).suffix in _BUILDERS
+        return Path(p).expanduser().exists() or looks_local
 
     def fingerprint(self) -> dict[str, Any]:
         """What identifies the data, for the resume check (files with their sizes, or the hub id)."""
@@ -127,12 +121,9 @@ class DocumentSource:
                     f"text field {self.text_field!r} not found in {self.path}; fields are {table.column_names}"
                 )
             if self.passage_chars is not None:
+                cut = {"field": self.text_field, "least": self.passage_chars}
                 table = table.map(
-                    _passages,
-                    batched=True,
-                    remove_columns=table.column_names,
-                    fn_kwargs={"field": self.text_field, "least": self.passage_chars},
-                    desc="cutting passages",
+                    _passages, batched=True, remove_columns=table.column_names, fn_kwargs=cut, desc="cutting passages"
                 )
             if self.shuffle_seed is not None:
                 table = table.shuffle(seed=self.shuffle_seed).flatten_indices()

@@ -108,7 +108,7 @@ def train_bpe(
         except (OSError, ValueError):
             stored = {}
         stored = stored if isinstance(stored, dict) else {}
-        digest = _sha256(target)
+        digest = hashlib.sha256(target.read_bytes()).hexdigest()
         stamped = stored.get("tokenizer_sha256", digest) == digest  # the stamp describes this tokenizer.json
         if stored.get("key") == key and stamped:
             return target
@@ -124,11 +124,9 @@ def train_bpe(
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
     tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=[EOS],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
+        vocab_size=vocab_size, special_tokens=[EOS], initial_alphabet=alphabet, show_progress=False
     )
     counts = {"documents": 0, "blank": 0}
 
@@ -149,11 +147,7 @@ def train_bpe(
     stamp.unlink(missing_ok=True)  # never a stamp describing another tokenizer.json, even after a crash
     with atomic_path(target) as tmp:
         tokenizer.save(str(tmp))
-        digest = _sha256(tmp)
+        digest = hashlib.sha256(tmp.read_bytes()).hexdigest()
     record = {"key": key, "vocab_size": got, "source": corpus or fingerprint, "tokenizer_sha256": digest}
     atomic_write_text(stamp, json.dumps({**record, "fingerprint": fingerprint}))
     return target
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()

@@ -63,7 +63,6 @@ def _tokenizer(checkpoint: dict, override: str | None, path: Path) -> Tokenizer:
     for state in checkpoint.values():
         if isinstance(state, dict) and "tokenizer_json" in state:
             return Tokenizer.from_str(state["tokenizer_json"])
-    spec = (checkpoint.get("datamodule_hyper_parameters") or {}).get("tokenizer")
-    if spec is not None:
+    if (spec := (checkpoint.get("datamodule_hyper_parameters") or {}).get("tokenizer")) is not None:
         return load_tokenizer(spec)
     raise CheckpointError(f"{path} holds no tokenizer; pass one (a tokenizer.json, a folder with one, or a hub id)")

@@ -107,10 +107,8 @@ def run_suite(
                 if column.metric == "*":
                     resolved = Column(column.task, metric, shots, percent="perplexity" not in metric)
                 stderr = results.get(f"{metric}_stderr,none")
-                scores[resolved.key] = {
-                    "value": float(results[f"{metric},none"]),
-                    "stderr": float(stderr) if isinstance(stderr, (int, float)) else None,
-                }
+                stderr = float(stderr) if isinstance(stderr, (int, float)) else None
+                scores[resolved.key] = {"value": float(results[f"{metric},none"]), "stderr": stderr}
                 expanded.append(resolved)
     return {"columns": [asdict(c) for c in expanded], "scores": scores, "lm_eval": raw}
 

@@ -51,9 +51,8 @@ class PermutedCodeInput(BinaryCodeInput):
 
 
 class RandomCodeInput(InputInterface):
-    """Fixed random continuous codes: a seeded V x K table (Gaussian or uniform, unit variance; K: ceil(log2 V) unless
-    given, ``d_model`` for full width) tiled to d; ``norm_match``: each row at its 0/1 code's norm. Checkpoints hold
-    a fingerprint, not the table (V x K floats; a key older sharded ones lack), to refuse another draw (seed, torch)."""
+    """Fixed random codes: a seeded V x K table (Gaussian or uniform, unit variance; K: ceil(log2 V) unless given) tiled
+    to d; ``norm_match``: rows at their 0/1 code's norm. Checkpoints hold its fingerprint, refusing another draw."""
 
     fixed = True
 

@@ -108,9 +108,8 @@ class BinaryCodeInput(InputInterface):
 
 
 class GF2CodeInput(BinaryCodeInput):
-    """Binary code after a fixed invertible affine map over GF(2), code = A bits(id) xor b, tiled. ``A``: drawn from
-    ``code_seed`` (the same everywhere; 12345 is the paper's seed, not its draw: docs/design.md) or ``matrix`` (K x K
-    0/1); ``offset`` b: an int mask or K bits (paper: 0). Checkpoints record A; a load refuses another."""
+    """The bits after a fixed invertible affine map over GF(2), A bits(id) xor b, tiled. A: drawn from ``code_seed``
+    (12345: the paper's seed, not its draw) or ``matrix`` (K x K 0/1); b: ``offset``, a mask or K bits (paper: 0)."""
 
     def __init__(
         self,

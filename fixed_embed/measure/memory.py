@@ -23,11 +23,9 @@ FRAGMENTATION = 0.05  # the allocator's, as a share of the allocated peak (typic
 CUDA_CONTEXT_BYTES = 1 * _GIB  # CUDA context (~0.5 GiB on H100), cuBLAS/cuDNN workspaces, kernels' scratch
 NCCL_BYTES = 1 * _GIB  # NCCL's buffers and channels, with more than one rank
 USABLE_FRACTION = 0.90  # of device memory an estimate may use: the rest is the margin for its error
+_GPU_GIB = {"A100-40": 39.4, "A100-80": 79.2, "H100-80": 79.1, "H200-141": 139.8}
 #: GPU kinds ``fixed-embed params`` plans for: the memory torch.cuda reports on each (approximate).
-GPU_KINDS = {
-    kind: int(gib * _GIB)
-    for kind, gib in {"A100-40": 39.4, "A100-80": 79.2, "H100-80": 79.1, "H200-141": 139.8}.items()
-}
+GPU_KINDS = {kind: int(gib * _GIB) for kind, gib in _GPU_GIB.items()}
 IGNORE_MEMORY_ENV = "FIXED_EMBED_IGNORE_MEMORY_ESTIMATE"
 #: Stated relative costs of the ways out: AC recomputes each forward (~1/3), FSDP2 all-gathers, each halving.
 _COSTS = {"ac": 1.33, "fsdp": 1.05, "halving": 1.03}
@@ -227,13 +225,9 @@ class RunShape:
         micro_batch = getattr(datamodule, "batch_size", None)
         if not isinstance(micro_batch, int):
             return None
+        seq_len, accumulate = getattr(datamodule, "seq_len", None), getattr(trainer, "accumulate_grad_batches", 1)
         return cls(
-            micro_batch,
-            getattr(datamodule, "seq_len", None),
-            trainer.precision,
-            trainer.world_size,
-            shards_parameters(trainer.strategy),
-            getattr(trainer, "accumulate_grad_batches", 1),
+            micro_batch, seq_len, trainer.precision, trainer.world_size, shards_parameters(trainer.strategy), accumulate
         )
 
 

@@ -109,19 +109,12 @@ def build_adamw(model: nn.Module, config: AdamWConfig) -> torch.optim.AdamW:
     impl = config.implementation
     if impl == "auto":
         impl = "fused" if device.type == "cuda" else "foreach"
+    foreach = impl == "foreach" if impl != "fused" else None
     return torch.optim.AdamW(
-        groups,
-        lr=config.lr,
-        betas=tuple(config.betas),
-        eps=config.eps,
-        fused=impl == "fused",
-        foreach=impl == "foreach" if impl != "fused" else None,
+        groups, lr=config.lr, betas=tuple(config.betas), eps=config.eps, fused=impl == "fused", foreach=foreach
     )
 
 
 def steps_for_budget(token_budget: int, world_size: int, micro_batch: int, accumulation: int, seq_len: int) -> int:
     """Optimizer updates needed to train on ``token_budget`` prediction tokens (rounded up)."""
-    per_update = world_size * micro_batch * accumulation * seq_len
-    if token_budget <= 0 or per_update <= 0:
-        raise ValueError(f"token_budget ({token_budget}) and tokens per update ({per_update}) must be > 0")
-    return math.ceil(token_budget / per_update)
+    return math.ceil(token_budget / (world_size * micro_batch * accumulation * seq_len))

@@ -29,12 +29,9 @@ def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     except CheckpointError as error:
         raise CheckpointError(f"{error}{_instead(path)}") from error
     hparams = checkpoint.get("hyper_parameters") if isinstance(checkpoint, dict) else None
-    if (
-        not isinstance(checkpoint, dict)
-        or not isinstance(checkpoint.get("global_step"), int)
-        or not isinstance(hparams, Mapping)
-        or not all(isinstance(hparams.get(key, {}), Mapping) for key in ("decoder", "interface", "optimizer"))
-    ):
+    parts = ("decoder", "interface", "optimizer")
+    readable = isinstance(hparams, Mapping) and all(isinstance(hparams.get(part, {}), Mapping) for part in parts)
+    if not (readable and isinstance(checkpoint.get("global_step"), int)):
         what = type(checkpoint).__name__ if not isinstance(checkpoint, dict) else f"keys {sorted(checkpoint)[:8]}"
         raise CheckpointError(
             f"cannot read checkpoint {path}: it is not a checkpoint written by fixed-embed fit ({what}: no update "
@@ -57,9 +54,8 @@ def _instead(path: Path) -> str:
 
 
 def choose_checkpoint(folder: Path) -> tuple[Path | None, dict[str, Any] | None, list[str]]:
-    """The checkpoint ``--ckpt_path last`` resumes in a run's ``checkpoints`` folder, its contents, and notes. A stale
-    ``last.ckpt`` link gives way to a newer ``step=N.ckpt``; a stale *regular* one is refused
-    (:class:`CheckpointError`): it would roll the run back and fork its history."""
+    """The checkpoint ``--ckpt_path last`` resumes in ``folder``, its contents, and notes. A stale ``last.ckpt`` link
+    gives way to a newer ``step=N.ckpt``; a stale *regular* one is refused: it would fork the run's history."""
     if not folder.is_dir():
         return None, None, []
     steps = step_checkpoints(folder)
@@ -89,9 +85,8 @@ def choose_checkpoint(folder: Path) -> tuple[Path | None, dict[str, Any] | None,
 
 
 def plan_fit(config: Any, checkpoints: Path | None, max_steps: int) -> tuple[str | None, int | None]:
-    """The ``ckpt_path`` to give Lightning and its update ((None, None): a fresh start); prints what it changes.
-    ``checkpoints``: the run folder's (None without one). Raises every refusal at once (:class:`CheckpointError`),
-    :class:`RunComplete` when nothing is left."""
+    """The ``ckpt_path`` for Lightning and its update ((None, None): a fresh start; ``checkpoints``: the run folder's,
+    if any); prints what it changes. Raises every refusal at once (CheckpointError), RunComplete if nothing is left."""
     ckpt_path = config.ckpt_path
     if ckpt_path in ("last", None) and checkpoints is not None:
         path, checkpoint, notes = choose_checkpoint(checkpoints)
@@ -163,7 +158,6 @@ def _complete_message(path: Path, step: int, callbacks: list, checkpoints: Path 
         if hasattr(cls, "final_eval_command"):
             command = cls(**(spec.get("init_args") or {})).final_eval_command(path, folder)
             if command is not None:
-                return f"{message}\nthe final benchmark at update {step} did not run (interrupted); get it with: " + (
-                    shlex.join(command)
-                )
+                lost = f"the final benchmark at update {step} did not run (interrupted)"
+                return f"{message}\n{lost}; get it with: {shlex.join(command)}"
     return message

@@ -92,9 +92,8 @@ def training_memory(config_path: str | Path, world_size: int | None = None) -> M
 
 
 def memory_plan(config_path: str | Path, world_size: int | None = None) -> list[dict[str, Any]]:
-    """Per GPU kind and strategy (DDP, FSDP2): whether the experiment fits, else the cheapest change that does. The
-    configured strategy keeps the config's precision; the other gets its strategy file's (DDP ``bf16-mixed``, FSDP2
-    ``32-true``)."""
+    """Per GPU kind and strategy: whether the experiment fits, else the cheapest change that does. The configured
+    strategy keeps the config's precision; the other its strategy file's (DDP ``bf16-mixed``, FSDP2 ``32-true``)."""
     model, run = run_settings(config_path, world_size)
     rows = []
     for strategy, sharded in (("DDP", False), ("FSDP", True)):
