@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.util
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from math import inf
 from pathlib import Path
 from typing import Any
@@ -101,23 +102,27 @@ PUBLIC_PACKAGES = ("fixed_embed.interfaces", "fixed_embed.distributed", "callbac
 
 
 def _refuse_moved_classes(data: Any, path: Path) -> None:
-    """A ``class_path`` of this package that no longer imports (a config saved before a move): its new path."""
-    if isinstance(data, list | dict):
-        spec = data.get("class_path") if isinstance(data, dict) else None
-        if isinstance(spec, str) and spec.startswith(("fixed_embed.", "callbacks.")) and not _importable(spec):
-            now = [f"{home}.{spec.rpartition('.')[2]}" for home in PUBLIC_PACKAGES]
-            if moved := [new for new in now if _importable(new)]:
-                raise ConfigError(f"{path}: class_path {spec} has moved to {moved[0]}; change it in the file")
-        for value in data.values() if isinstance(data, dict) else data:
-            _refuse_moved_classes(value, path)
+    """Every ``class_path`` of this project whose module is gone (a config saved before a move), with its new path."""
+    if moved := [f"{spec} has moved to {new}" for spec in _class_paths(data) if (new := _new_home(spec))]:
+        raise ConfigError(f"{path}: class_path {'; '.join(moved)}; change it in the file")
 
 
-def _importable(spec: str) -> bool:
+def _class_paths(data: Any) -> Iterator[str]:
+    if isinstance(data, dict) and isinstance(data.get("class_path"), str):
+        yield data["class_path"]
+    for value in data.values() if isinstance(data, dict) else data if isinstance(data, list) else ():
+        yield from _class_paths(value)
+
+
+def _new_home(spec: str) -> str | None:
+    """The package path of a class whose module is gone; nothing is imported while the module exists."""
     module, _, name = spec.rpartition(".")
     try:
-        return hasattr(importlib.import_module(module), name)
-    except ImportError:
-        return False
+        if not spec.startswith(("fixed_embed.", "callbacks.")) or importlib.util.find_spec(module) is not None:
+            return None
+    except ModuleNotFoundError:  # a parent package is gone too
+        pass
+    return next((f"{home}.{name}" for home in PUBLIC_PACKAGES if hasattr(importlib.import_module(home), name)), None)
 
 
 def _composed(path: str) -> bool:

@@ -74,3 +74,16 @@ def test_no_file_in_the_tree_is_over_400_lines():
     tracked = subprocess.run(["git", "ls-files", "*.py"], cwd=ROOT, capture_output=True, text=True).stdout.split()
     long = {name: n for name in tracked if (n := len((ROOT / name).read_text().splitlines())) > 400}
     assert not long, f"files over 400 lines (split them by concept): {long}"
+
+
+def test_every_package_and_root_module_of_the_library_has_a_layer():
+    # a module no layer names could import anything, unseen by the layers contract
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    [layers] = [contract["layers"] for contract in config if contract["type"] == "layers"]
+    named = {name.strip() for layer in layers for name in layer.split("|")}
+    children = {
+        f"fixed_embed.{p.stem if p.is_file() else p.name}"
+        for p in (ROOT / "fixed_embed").iterdir()
+        if (p.suffix == ".py" or (p / "__init__.py").is_file()) and p.stem not in ("__init__", "__main__")
+    }
+    assert children <= named, f"in no layer of pyproject.toml [tool.importlinter]: {sorted(children - named)}"

@@ -82,3 +82,18 @@ def test_every_public_class_named_by_a_module_that_is_gone_is_refused_naming_its
         config.write_text(yaml.safe_dump({"model": {"interface": {"class_path": f"{package}.moved_away.{name}"}}}))
         with pytest.raises(ConfigError, match=rf"has moved to {re.escape(package)}\.{name}; change it in the file"):
             load_experiment(config)
+
+
+def test_a_config_naming_two_moved_classes_is_refused_in_one_line_naming_both(tmp_path):
+    config = tmp_path / "fsdp.yaml"  # experiments/strategies/fsdp.yaml and a base as main wrote them before the move
+    config.write_text(
+        "trainer:\n  strategy:\n    class_path: fixed_embed.fsdp.FSDP2Strategy\n"
+        "  plugins:\n  - class_path: fixed_embed.checkpoint_io.AtomicCheckpointIO\n"
+    )
+    with pytest.raises(ConfigError) as refused:
+        load_experiment(config)
+    [line] = str(refused.value).splitlines()
+    assert "fixed_embed.fsdp.FSDP2Strategy has moved to fixed_embed.distributed.FSDP2Strategy; " in line
+    assert (
+        "fixed_embed.checkpoint_io.AtomicCheckpointIO has moved to fixed_embed.distributed.AtomicCheckpointIO" in line
+    )

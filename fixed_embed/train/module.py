@@ -85,6 +85,7 @@ class LanguageModel(L.LightningModule):
         self._fresh_groups: list[dict[str, Any]] = []
         self._parallelized = False
         # Set when plan_fit already printed what the resume changes: loading then does not repeat it.
+        self._stance = None  # the compiler stance evaluation replaced
         self.resume_planned = False
 
     @property
@@ -162,11 +163,12 @@ class LanguageModel(L.LightningModule):
     # (tens of seconds at d 2,048) until the recompile limit; training keeps its one graph.
     def on_validation_start(self) -> None:
         if self.parallel_config.compile:
-            torch.compiler.set_stance("force_eager")
+            self._stance = torch.compiler.set_stance("force_eager")  # it keeps the stance it replaced
 
     def on_validation_end(self) -> None:
-        if self.parallel_config.compile:
-            torch.compiler.set_stance("default")
+        if self._stance is not None:
+            self._stance.__exit__(None, None, None)
+            self._stance = None
 
     on_test_start, on_test_end = on_validation_start, on_validation_end
 
