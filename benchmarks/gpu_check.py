@@ -42,7 +42,7 @@ from fixed_embed.run.lock import acquire  # noqa: E402
 
 STEPS = 8
 CALLBACKS = [
-    {"class_path": "callbacks.CheckpointPolicy", "init_args": {"every_n_steps": 2, "keep_last": 2}},
+    {"class_path": "callbacks.CheckpointPolicy", "init_args": {"every_n_steps": 4, "keep_last": 1}},
     {"class_path": "callbacks.FailFast"},
     {"class_path": "callbacks.UpdateProgressBar"},
     {"class_path": "callbacks.PreemptionCheckpoint"},
@@ -136,6 +136,8 @@ def check_fit(strategy: str, device: str, out: Path, checks: list, report: dict)
     n = recompiles(ref_out + pre_out + res_out, logs)
     check("no recompiles (validation and the benchmark run eager)", n == 0, f"{n} 'Recompiling' lines")
     report["fits"][strategy] = {"losses": loss, "reference_losses": ref_loss, **perf}
+    for run in ("reference", "preempted"):  # ~20 GB each at the paper's size: two strategies' would fill a 64 GB disk
+        shutil.rmtree(base / run / "checkpoints", ignore_errors=True)
 
 
 def check_bench(device: str, out: Path, checks: list, report: dict) -> None:
@@ -221,15 +223,17 @@ def main() -> int:
         report = {"device_name": name, "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "fits": {}}
         checks: list[dict] = []
         start = time.monotonic()
-        if not args.no_bench:
-            check_bench(args.device, out, checks, report)
-        for strategy in args.strategies.split(","):
-            check_fit(strategy, args.device, out, checks, report)
-        report.update(checks=checks, passed=sum(c["ok"] for c in checks), seconds=time.monotonic() - start)
-        write_report(out, report)
-    for c in checks:
-        shown = c["detail"] if c["detail"] and (not c["ok"] or len(c["detail"]) < 60) else ""
-        print(f"{'PASS' if c['ok'] else 'FAIL'}  {c['check']}" + (f"  ({shown[:300]})" if shown else ""))
+        stages = [] if args.no_bench else [lambda: check_bench(args.device, out, checks, report)]
+        stages += [lambda s=s: check_fit(s, args.device, out, checks, report) for s in args.strategies.split(",")]
+        for stage in stages:  # each stage's checks printed and reported as it ends: a check cut short keeps them
+            first = len(checks)
+            stage()
+            for c in checks[first:]:
+                shown = c["detail"] if c["detail"] and (not c["ok"] or len(c["detail"]) < 60) else ""
+                print(f"{'PASS' if c['ok'] else 'FAIL'}  {c['check']}" + (f"  ({shown[:300]})" if shown else ""))
+            sys.stdout.flush()
+            report.update(checks=checks, passed=sum(c["ok"] for c in checks), seconds=time.monotonic() - start)
+            write_report(out, report)
     print(f"gpu-check: {report['passed']} of {len(checks)} checks hold in {report['seconds']:.0f} s; "
           f"report: {out / 'report.md'}")  # fmt: skip
     return 0 if report["passed"] == len(checks) else 1

@@ -125,28 +125,36 @@ def acquire(target: str | os.PathLike, fix: str = "or use --run NEW_NAME", besid
     except OSError as error:
         code = errno.errorcode.get(error.errno or 0, "")
         raise ConfigError(f"cannot make the folder {folder}: {error.strerror} ({code})") from error
-    for _ in range(3):
-        try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            holder = _read(path)
-            if holder is None:
-                continue  # released meanwhile: try again
-            reason = _stale_reason(holder, path)
-            if reason is None:
-                raise RunInUseError(
-                    f"{'' if beside else 'run folder '}{target} is in use by another launch ({_describe(holder)}: "
-                    f"{holder.get('command', '?')}); wait for it to end or stop it, {fix}. If it is gone, delete {path}"
-                ) from None
-            if _take_over(path, holder):
-                logging.getLogger(__name__).info(f"run lock: taking over {path} from {_describe(holder)}: {reason}")
-            continue
-        except OSError as error:
-            raise ConfigError(f"cannot write the folder {folder}: {error.strerror}") from error
-        with os.fdopen(fd, "w") as file:
-            json.dump(record, file)
-        _held.add(path)
-        return RunLock(path, record, made)
+    # The record is written beside and linked in whole: a lock seen is never a half-written (stale-looking) one.
+    draft = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}")
+    try:
+        draft.write_text(json.dumps(record))
+    except OSError as error:
+        raise ConfigError(f"cannot write the folder {folder}: {error.strerror}") from error
+    try:
+        for _ in range(3):
+            try:
+                os.link(draft, path)
+            except FileExistsError:
+                holder = _read(path)
+                if holder is None:
+                    continue  # released meanwhile: try again
+                reason = _stale_reason(holder, path)
+                if reason is None:
+                    raise RunInUseError(
+                        f"{'' if beside else 'run folder '}{target} is in use by another launch ({_describe(holder)}: "
+                        f"{holder.get('command', '?')}); wait for it to end or stop it, {fix}. "
+                        f"If it is gone, delete {path}"
+                    ) from None
+                if _take_over(path, holder):
+                    logging.getLogger(__name__).info(f"run lock: taking over {path} from {_describe(holder)}: {reason}")
+                continue
+            except OSError as error:
+                raise ConfigError(f"cannot write the folder {path.parent}: {error.strerror}") from error
+            _held.add(path)
+            return RunLock(path, record, made)
+    finally:
+        draft.unlink(missing_ok=True)
     raise RunInUseError(f"{target}: another launch is taking its lock ({path}) at the same time")
 
 
