@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 
-from experiments.runs import ROOT, run_all, tiny_variants
+from experiments.executor import add_arguments
+from experiments.grid import launch
+from experiments.runs import ROOT, tiny_variants
 
 
 def main() -> None:
@@ -18,6 +20,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[1234], help="training seeds (1234: the configs')")
     parser.add_argument("--only", nargs="+", help="run only these names (e.g. tiny/learned beyond/random_full)")
     parser.add_argument("extra", nargs="*", help="extra fixed-embed fit arguments for every run")
+    add_arguments(parser)
     args = parser.parse_args()
     base = tiny_variants(args.extra)
     base += [(f"beyond/{p.stem}", p, args.extra) for p in sorted((ROOT / "experiments" / "beyond").glob("*.yaml"))]
@@ -26,7 +29,7 @@ def main() -> None:
         suffix, flags = ("", []) if seed == 1234 else (f"-seed{seed}", [f"--seed_everything={seed}"])
         plan += [(name + suffix, config, [*extra, *flags]) for name, config, extra in base
                  if not args.only or name in args.only]  # fmt: skip
-    run_all(plan, args.logs, "Controls at tiny scale (CPU, offline corpus, 300 updates of 8 x 256)", args.out)
+    launch(plan, args.logs, "Controls at tiny scale (CPU, offline corpus, 300 updates of 8 x 256)", args.out, args)
 
 
 if __name__ == "__main__":

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import argparse
 
-from experiments.runs import run_all, tiny_variants
+from experiments.executor import add_arguments
+from experiments.grid import launch
+from experiments.runs import tiny_variants
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--logs", default="logs/demo")
     parser.add_argument("extra", nargs="*", help="extra fixed-embed fit arguments, e.g. --trainer.max_steps=50")
+    add_arguments(parser)
     args = parser.parse_args()
-    plan = tiny_variants(args.extra)
-    run_all(plan, args.logs, "make demo: tiny variants on the offline corpus (CPU)")
+    launch(tiny_variants(args.extra), args.logs, "make demo: tiny variants on the offline corpus (CPU)", None, args)
 
 
 if __name__ == "__main__":

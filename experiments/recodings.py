@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 
-from experiments.runs import ROOT, run_all
+from experiments.executor import add_arguments
+from experiments.grid import launch
+from experiments.runs import ROOT
 
 
 def main() -> None:
@@ -18,6 +20,7 @@ def main() -> None:
     parser.add_argument("--logs", default="logs/recodings")
     parser.add_argument("--out", default=str(ROOT / "docs" / "results" / "recodings"))
     parser.add_argument("extra", nargs="*", help="extra fixed-embed fit arguments for every run")
+    add_arguments(parser)
     args = parser.parse_args()
     tiny, beyond = ROOT / "experiments" / "tiny", ROOT / "experiments" / "beyond"
     plan = [("recode/binary16", tiny / "binary16.yaml", args.extra)]
@@ -31,7 +34,7 @@ def main() -> None:
         )
         plan.append((f"recode/permuted-seed{seed}", beyond / "permuted.yaml",
                      [*args.extra, f"--model.interface.init_args.code_seed={seed}"]))  # fmt: skip
-    run_all(plan, args.logs, "Recodings at tiny scale (CPU, offline corpus, 300 updates of 8 x 256)", args.out)
+    launch(plan, args.logs, "Recodings at tiny scale (CPU, offline corpus, 300 updates of 8 x 256)", args.out, args)
 
 
 if __name__ == "__main__":

@@ -17,19 +17,18 @@ import json
 import math
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from rich.console import Console
 from rich.table import Table
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from experiments.executor import ended, started
 from fixed_embed.atomic import atomic_write_text
 from fixed_embed.errors import UserError
 from fixed_embed.run.lock import RunLock, acquire
@@ -75,8 +74,9 @@ def merged_config(configs: Sequence[str | Path]) -> dict:
 
 
 def run(name: str, config: Configs, logs: str, extra: list[str], threads: int | None = None,
-        evaluate: str | None = None, eval_device: str = "cpu") -> dict:  # fmt: skip
-    """Fit ``config`` (plus ``extra`` flags) with its logs under ``logs/<name>``; return its row.
+        evaluate: str | None = None, eval_device: str = "cpu") -> dict | None:  # fmt: skip
+    """Fit ``config`` (plus ``extra`` flags) with its logs under ``logs/<name>``; return its row (None: the fit was
+    stopped before its length, and its checkpoint resumes it).
 
     ``threads`` sets the fit's OMP/torch threads; ``evaluate`` names a suite to score the final
     checkpoint with (``fixed-embed eval``, results under the run's ``eval/`` folder).
@@ -101,8 +101,22 @@ def run(name: str, config: Configs, logs: str, extra: list[str], threads: int | 
     except CheckpointError:  # a stale last.ckpt: there is a run, and the fit says why it refuses it
         resumed = True
     start = time.perf_counter()
-    subprocess.run(args, check=True, cwd=ROOT, env=env)
+    # The fit starts with SIGUSR2 blocked: SLURM's warning before a time limit reaches every process of a job,
+    # and is the job's (experiments/grid.py FitJob), which stops the fit with SIGTERM once, as it should be.
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR2})
+    try:
+        fit = subprocess.Popen(args, cwd=ROOT, env=env)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    started(fit)  # a SIGTERM to this launch (or a job's time limit) stops it: it saves and exits 0, not finished
+    try:
+        if fit.wait():
+            raise RuntimeError(f"fit exited with status {fit.returncode}; its log: {run_dir / 'console.log'}")
+    finally:
+        ended(fit)
     seconds = time.perf_counter() - start
+    if not finished(run_dir):
+        return None
     model_config = merged_config(configs).get("model") or {}
     for flag in extra:  # model options given on the command line change the model too
         if flag.startswith(("--model.interface.init_args.", "--model.decoder.")):
@@ -138,6 +152,19 @@ def run(name: str, config: Configs, logs: str, extra: list[str], threads: int | 
     return row
 
 
+def finished(run_dir: Path) -> bool:
+    """Whether the run reached its length, ``trainer.max_steps`` of the config it saved (a fit stopped early by
+    SIGTERM exits 0 as well, after saving)."""
+    import yaml
+
+    from fixed_embed.run.resume_plan import read_checkpoint
+
+    steps = (yaml.safe_load((run_dir / "config.yaml").read_text()).get("trainer") or {}).get("max_steps")
+    if steps is None or steps < 0:  # a length in epochs: the fit's exit says it
+        return True
+    return read_checkpoint(run_dir / "checkpoints" / "last.ckpt")["global_step"] >= steps
+
+
 def evaluate_run(run_dir: Path, name: str, suite: str, env: dict[str, str], device: str = "cpu") -> tuple[dict, dict]:
     """Score ``run_dir``'s last checkpoint on ``suite``: its ``{column key: {value, stderr}}``, and what was scored
     (the checkpoint file ``last.ckpt`` resolved to, and its update)."""
@@ -152,47 +179,6 @@ def evaluate_run(run_dir: Path, name: str, suite: str, env: dict[str, str], devi
 def tiny_variants(extra: list[str]) -> list[tuple[str, Path, list[str]]]:
     """The plan for the paper's three variants at tiny scale."""
     return [(f"tiny/{v}", ROOT / "experiments" / "tiny" / f"{v}.yaml", extra) for v in ("learned", "binary16", "gf2")]
-
-
-def run_all(plan: list[tuple[str, Configs, list[str]]], logs: str, title: str, out: str | None = None,
-            jobs: int = 1, evaluate: str | None = None, eval_device: str = "cpu") -> list[dict]:  # fmt: skip
-    """Run the plan's missing rows, ``jobs`` at a time; rows keep the plan's order in ``out``."""
-    done = {}
-    if out:
-        hold(f"{out}.json")  # before any run: a second sweep on this --out would train and write the same rows
-    if out and Path(f"{out}.json").is_file():
-        done = {row["name"]: row for row in read_runs(f"{out}.json")["runs"]}
-    planned = {name for name, _, _ in plan}
-    kept = [row for name, row in done.items() if name not in planned]  # earlier runs outside this plan stay
-    rows: dict[str, dict] = {name: done[name] for name, _, _ in plan if name in done}
-    for name, _, extra in plan:  # a finished row stands in for a run only if it ran the same flags
-        if name in rows and rows[name].get("extra", extra) != extra:
-            raise ValueError(
-                f"{out}.json already has a run {name!r} with flags {rows[name]['extra']}, not {extra}; "
-                "write to another --out (or remove that row to re-run it)"
-            )
-    lock, failed = threading.Lock(), threading.Event()
-    threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
-
-    def one(name: str, config: Configs, extra: list[str]) -> None:
-        if failed.is_set():  # a failure stops the sweep: runs not yet started are dropped
-            return
-        try:
-            row = run(name, config, logs, extra, threads=threads, evaluate=evaluate, eval_device=eval_device)
-        except BaseException:
-            failed.set()
-            raise
-        with lock:
-            rows[name] = row
-            if out:
-                write_rows(kept + [rows[n] for n, _, _ in plan if n in rows], title, out)
-
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        for future in [pool.submit(one, *step) for step in plan if step[0] not in rows]:
-            future.result()  # re-raises a run's failure (runs already going finish and are written)
-    ordered = [rows[name] for name, _, _ in plan]
-    Console(width=150).print(table(ordered, title))
-    return ordered
 
 
 def _rate(row: dict) -> str:

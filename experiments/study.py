@@ -45,8 +45,10 @@ import sys
 from collections.abc import Collection
 from pathlib import Path
 
-from experiments.runs import ROOT, merged_config, read_runs, run_all
-from experiments.study_estimate import CPU_RATE, GPU_RATE, estimate
+from experiments.executor import add_arguments, executor_for
+from experiments.grid import run_all, status
+from experiments.runs import ROOT, merged_config, read_runs
+from experiments.study_estimate import CPU_RATE, GPU_RATE, estimate, wall_hours
 from experiments.study_plan import CONTROLS, PAPER
 from experiments.study_plan import run_name as name
 from experiments.study_report import render
@@ -113,7 +115,6 @@ def main() -> None:
     parser.add_argument("--stages", nargs="+", choices=STAGES, default=default,
                         help="what to run, in this order (default: all but probe and smollm2)")  # fmt: skip
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="training seeds (init + data order)")
-    parser.add_argument("--jobs", type=int, default=2, help="fits at once, sharing the cores")
     parser.add_argument("--gpu", action="store_true", help="the GPU plan (experiments/study/gpu/)")
     parser.add_argument("--estimate", action="store_true", help="print the plan and its compute; run nothing")
     parser.add_argument("--flops-per-sec", type=float, default=None,
@@ -127,6 +128,7 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true",
                         help="each size and variant for 2 updates on CPU, no eval")  # fmt: skip
     parser.add_argument("extra", nargs="*", help="extra fixed-embed fit arguments for every run")
+    add_arguments(parser, jobs=2)
     args = parser.parse_args()
     scale = Scale(args.gpu)
     logs = args.logs or ("logs/study-gpu" if args.gpu else "logs/study-v3")
@@ -139,7 +141,8 @@ def main() -> None:
         path = Path(f"{runs_file}.json")
         return {r["name"]: r for r in read_runs(path)["runs"]} if path.is_file() else {}
 
-    planned: dict[str, tuple] = {}  # --estimate: every stage's runs, each once
+    planned: dict[str, tuple] = {}  # --estimate, --status: every stage's runs, each once
+    stages: list[list[tuple]] = []  # --estimate: the runs of each go(), which waits for the one before
     adopted: dict[str, dict] = {}  # --estimate: the rows a launch would adopt before it trains anything
 
     def known() -> dict[str, dict]:
@@ -147,21 +150,26 @@ def main() -> None:
 
     def go(steps: list[tuple]) -> None:
         steps = [(n, configs, [*flags, *args.extra]) for n, configs, flags in steps]
-        if args.estimate:
+        if args.estimate or args.status:
+            stages.append([step for step in steps if step[0] not in planned])
             planned.update((step[0], step) for step in steps if step[0] not in planned)
             adopted.update((row["name"], row) for row in adoptable(adopt_from, steps, known()))
             return
         if adopt_from is not None and (copied := adopt(Path(f"{runs_file}.json"), adopt_from, steps, title)):
             print(f"study: {copied} runs of this plan adopted from {adopt_from} (same flags; not rerun)")
-        run_all(steps, logs, title, str(runs_file), jobs=args.jobs, evaluate="study",
-                eval_device="cuda" if args.gpu else "cpu")  # fmt: skip
+        run_all(steps, logs, title, str(runs_file), evaluate="study", eval_device="cuda" if args.gpu else "cpu",
+                executor=executor_for(args, Path(logs) / "jobs"))  # fmt: skip
 
-    if args.gpu and not (args.estimate or args.smoke or args.render):
+    if args.gpu and not (args.estimate or args.smoke or args.render or args.status):
         _check_gpu_data(scale, args.extra)
     if args.smoke:
         steps = smoke_plan(scale)
         logs, runs_file = f"{logs}-smoke", Path(logs + "-smoke") / "smoke-runs"
-        run_all([(n, c, [*f, *SMOKE, *args.extra]) for n, c, f in steps], logs, "smoke", str(runs_file), jobs=1)
+        steps = [(n, c, [*f, *SMOKE, *args.extra]) for n, c, f in steps]
+        if args.status:
+            print("\n".join(status(steps, logs, str(runs_file), executor_for(args, Path(logs) / "jobs"))))
+        else:
+            run_all(steps, logs, "smoke", str(runs_file), executor=executor_for(args, Path(logs) / "jobs"))
         return
 
     def extend(rates: dict, lengths: dict[str, int] | None = None) -> dict:
@@ -187,7 +195,7 @@ def main() -> None:
             rates = extend(rates)
         later = [s for s in args.stages if s not in ("sweep", "resweep")]
         if later or "resweep" in args.stages:
-            if args.estimate:
+            if args.estimate or args.status:
                 best, _ = planned_rates(scale, known(), rates)
                 print("learning rate per size and variant (the sweep's best where seed 1 has scored all its rates, "
                       "else the middle of the size's sweep):", best)  # fmt: skip
@@ -202,11 +210,15 @@ def main() -> None:
             if found:
                 print("best learning rate at the resweep's length (seed 1):", found)
             go(later_plan(scale, later, best, args.seeds, found))
-            if "probe" in later and not args.estimate:
+            if "probe" in later and not (args.estimate or args.status):
                 probe(scale, rows(), best, Path(f"{out}-probe"))
-    if args.estimate:
+    if args.status:
+        print("\n".join(status(list(planned.values()), logs, str(runs_file), executor_for(args, Path(logs) / "jobs"))))
+    elif args.estimate:
         rate = args.flops_per_sec or (GPU_RATE if args.gpu else CPU_RATE)
         print("\n".join(estimate(list(planned.values()), rate, finished=rows(), adopt=adopted)))
+        hours = wall_hours(stages, rate, args.jobs, skip={*rows(), *adopted})
+        print(f"wall time at {args.jobs} runs at once ({len(stages)} stages, each after the one before): {hours:.1f} h")
         if not args.render and planned_rates(scale, known(), rates)[1]:  # a later stage's rate is a guess
             print("(assumes each guessed best rate is inside its sweep; a rung added at an edge is one more run, and "
                   "the later stages then run at the best rates)")  # fmt: skip

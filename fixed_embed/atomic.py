@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
@@ -81,12 +81,13 @@ def atomic_folder(path: str | os.PathLike) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def remove_orphans(folder: str | os.PathLike) -> list[Path]:
-    """Remove (and return) the temporary files in ``folder`` whose writer's pid no longer runs on this host."""
+def remove_orphans(folder: str | os.PathLike, names: Collection[str] | None = None) -> list[Path]:
+    """Remove (and return) the temporary files in ``folder`` (of the files ``names``; None: of any) whose writer's pid
+    no longer runs on this host."""
     removed = []
     for tmp in Path(folder).glob(".*.tmp-*"):
-        pid = tmp.name.rpartition(".tmp-")[2]
-        if pid.isdigit() and not process_running(int(pid)):
+        name, _, pid = tmp.name[1:].rpartition(".tmp-")
+        if pid.isdigit() and not process_running(int(pid)) and (names is None or name in names):
             tmp.unlink(missing_ok=True)
             removed.append(tmp)
     return removed

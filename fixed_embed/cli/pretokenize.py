@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from fixed_embed.cli import CommandParser
@@ -32,23 +32,34 @@ def run(argv: list[str]) -> int:
     parser.add_argument("--tokenize-batch", type=positive("--tokenize-batch"), default=64)
     parser.add_argument("--overwrite", action="store_true", help="replace token shards already in --out")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (the final line only)")
+    parser.add_argument("--tasks", type=positive("--tasks"), help="N tasks at once (machines) share the shards")
+    parser.add_argument("--task", type=positive("--task", zero=True), help="this task's share, 0..N-1; no index")
     args = parser.parse_args(argv[1:])
+    i, n = args.task, args.tasks
+    if (i, n) != (None, None) and (None in (i, n) or args.overwrite or not i < n <= args.shards):
+        parser.error(f"--task {i} --tasks {n}: give both, --task < --tasks <= --shards, and no --overwrite")
     from fixed_embed.atomic import check_output
     from fixed_embed.data.corpus_check import check_corpus
-    from fixed_embed.data.pretokenize import pretokenize, summary_line
+    from fixed_embed.data.pretokenize import INDEX, pretokenize, summary_line
     from fixed_embed.data.sources import DocumentSource
     from fixed_embed.run.lock import acquire
 
     check_corpus(args.data, "--data", args.text_field)  # before any shard is written
     check_output(args.out, "--out")
+    if n and (args.out / INDEX).is_file():
+        print(f"pretokenize: {args.out} is already complete ({INDEX}): nothing to do")
+        return 0
+    tasks = [f"task-{i:05d}-of-{n:05d}"] if n else [p.name[1:-5] for p in args.out.glob(".task-*.lock")]
     source = DocumentSource(args.data, split=args.split, name=args.hub_name, text_field=args.text_field)
     previous = signal.signal(signal.SIGTERM, _interrupt)  # a scheduler's stop ends it as Ctrl-C does
     try:
-        with acquire(args.out, "or choose another --out", beside=True), _progress_bar(not args.no_progress) as progress:
+        with ExitStack() as locks, _progress_bar(not args.no_progress) as progress:
+            for target in ([] if n else [args.out]) + [args.out / name for name in tasks]:  # the index: all tasks'
+                locks.enter_context(acquire(target, "or choose another --out", beside=True))
             result = pretokenize(
                 source, args.tokenizer, args.out, shards=args.shards, workers=args.workers,
                 holdout_per_mille=args.holdout_per_mille, tokenize_batch=args.tokenize_batch,
-                overwrite=args.overwrite, progress=progress,
+                overwrite=args.overwrite, progress=progress, task=(i, n) if n else None,
             )  # fmt: skip
     except KeyboardInterrupt as stop:
         why = stop.args[0] if stop.args else "Ctrl-C"

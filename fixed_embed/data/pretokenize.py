@@ -26,6 +26,7 @@ from fixed_embed.data.tokenizer import EOS, load_tokenizer, special_token_id, to
 from fixed_embed.errors import ConfigError, DataError, UserError
 
 PLAN = "pretokenize.json"
+CONCURRENT = (".task-", f".{PLAN}.tmp-")  # what tasks starting at once put in an empty --out: locks, the plan
 HOLDOUT_RULE = (
     "held out when int(sha256(utf-8 text).hexdigest()[:8], 16) % 1000 < per_mille (fixed_embed.data.sharding)"
 )
@@ -57,9 +58,11 @@ def pretokenize(
     tokenize_batch: int = 64,
     overwrite: bool = False,
     progress: Progress | None = None,
+    task: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
     """Write ``source``'s documents as token shards into ``out``; returns the totals and the time taken.
-    ``progress`` (called in this process): ``{"total_bytes": N}``, then increments of documents, tokens, text_bytes."""
+    ``progress`` (called in this process): ``{"total_bytes": N}``, then increments of documents, tokens, text_bytes.
+    ``task=(i, n)``: the i-th of n runs of shards only (the n may run at once), no index: the call without task's."""
     for name, value in (("shards", shards), ("workers", workers), ("tokenize_batch", tokenize_batch)):
         if not isinstance(value, int) or value < 1:
             raise ConfigError(f"pretokenize: --{name.replace('_', '-')} must be an integer >= 1, got {value!r}")
@@ -92,22 +95,24 @@ def pretokenize(
         "tokenize_batch": tokenize_batch,
     }  # fmt: skip
     done = _prepare(out, plan, overwrite)
-    remove_orphans(out)  # the half-written shards of a run killed mid-write (SIGKILL, SIGTERM)
+    mine = range(task[0] * shards // task[1], (task[0] + 1) * shards // task[1]) if task else range(shards)
+    remove_orphans(out, task and {_shard_file(s, v) for v in mine for s in SPLITS})  # killed writers' half shards
     if not (out / TOKENIZER_FILE).is_file():
         with atomic_path(out / TOKENIZER_FILE) as tmp:
             tok.save(str(tmp))
     if progress is not None and source.is_local:
         progress({"total_bytes": sum(size for _, size in plan["source"]["fingerprint"]["files"])})
-    todo = [v for v in range(shards) if v not in done]
-    workers = min(workers, len(todo))  # none when every shard is finished
-    jobs = []
-    for w in range(workers):  # consecutive runs of the unfinished shards
-        mine = tuple(todo[w * len(todo) // workers : (w + 1) * len(todo) // workers])
-        jobs.append(_Job(source, str(out), shards, mine, holdout_per_mille, tokenize_batch, dtype, eos_id))
+    todo = [v for v in mine if v not in done]
+    workers = min(workers, len(todo))  # none when every shard is finished; each a consecutive run of them
+    jobs = [_Job(source, str(out), shards, tuple(todo[w * len(todo) // workers : (w + 1) * len(todo) // workers]),
+                 holdout_per_mille, tokenize_batch, dtype, eos_id) for w in range(workers)]  # fmt: skip
     if len(jobs) == 1:
         _write(jobs[0], progress)
     elif jobs:
         _run_processes(jobs, progress)
+    if task:  # the index is the call without task's
+        return {"task": (*task, mine.start, mine.stop), "written": len(todo), "kept": len(mine) - len(todo),
+                "out": str(out)}  # fmt: skip
     index = _write_index(out, plan)
     seconds = time.perf_counter() - start
     totals = index["totals"]
@@ -147,7 +152,7 @@ def _prepare(out: Path, plan: dict[str, Any], overwrite: bool) -> set[int]:
             f"pretokenize: {out} holds an unfinished pretokenize of other inputs (differing: {', '.join(changed)}); "
             "pass --overwrite to start again there, or choose another --out"
         )
-    elif saved is None and out.is_dir() and any(out.iterdir()):
+    elif saved is None and out.is_dir() and any(not p.name.startswith(CONCURRENT) for p in out.iterdir()):
         raise ConfigError(f"pretokenize: {out} is not empty; choose an empty or new --out, or pass --overwrite")
     out.mkdir(parents=True, exist_ok=True)
     if saved != plan or overwrite:
@@ -306,6 +311,11 @@ def _write_index(out: Path, plan: dict[str, Any]) -> dict[str, Any]:
 
 def summary_line(result: dict[str, Any]) -> str:
     """The one line ``fixed-embed pretokenize`` ends with."""
+    if "task" in result:
+        i, n, lo, hi = result["task"]
+        return (f"pretokenize: task {i} of {n} wrote {result['written']} of its shards {lo}..{hi - 1} "
+                f"({result['kept']} finished before) -> {result['out']}; once all {n} tasks have finished, the same "
+                f"`fixed-embed pretokenize` command without --tasks/--task writes the index {INDEX}")  # fmt: skip
     train, held = result["train"], result["held_out"]
     resumed = f", {result['resumed_shards']} shards kept from an earlier run" if result["resumed_shards"] else ""
     return (

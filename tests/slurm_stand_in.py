@@ -1,0 +1,134 @@
+"""Stand-ins for SLURM's sbatch, srun, sacct, scancel, scontrol and squeue on one machine, for the tests of
+``--executor slurm`` (tests/test_grid.py). Each job runs its script in a session of its own; its state,
+its process group and its requeues live in ``$FAKE_SLURM_DIR``. ``python slurm_stand_in.py install BIN``
+writes the commands into BIN."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+COMMANDS = ("sbatch", "srun", "sacct", "scancel", "scontrol", "squeue")
+STATE = Path(os.environ.get("FAKE_SLURM_DIR", "/nonexistent"))
+
+
+def _job(job_id: str) -> dict:
+    return json.loads((STATE / f"{job_id}.json").read_text())
+
+
+def _save(job: dict) -> None:
+    tmp = STATE / f"{job['id']}.json.tmp"
+    tmp.write_text(json.dumps(job))
+    tmp.replace(STATE / f"{job['id']}.json")
+
+
+def sbatch(argv: list[str]) -> None:
+    script = Path(argv[-1])
+    STATE.mkdir(parents=True, exist_ok=True)
+    job_id = str(len(list(STATE.glob("*.json"))) + 1001)
+    _save({"id": job_id, "script": str(script), "state": "PENDING", "pgid": None, "restarts": 0,
+           "requeue": False, "options": re.findall(r"^#SBATCH (.*)$", script.read_text(), re.M)})  # fmt: skip
+    subprocess.Popen([sys.executable, __file__, "_run", job_id], start_new_session=True,
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    print(f"Submitted batch job {job_id}")
+
+
+def _run(job_id: str) -> None:
+    """The job's life: its script, then again while it is requeued."""
+    while True:
+        job = _job(job_id)
+        env = {**os.environ, "SLURM_JOB_ID": job_id, "SLURM_JOB_NAME": "stand-in", "SLURM_NTASKS": "1",
+               "SLURM_JOB_NUM_NODES": "1", "SLURM_JOB_NODELIST": "localhost",
+               "SLURM_RESTART_COUNT": str(job["restarts"])}  # fmt: skip
+        proc = subprocess.Popen(["bash", job["script"]], env=env, start_new_session=True)
+        _save({**job, "state": "RUNNING", "pgid": proc.pid, "step": None, "requeue": False})
+        code = proc.wait()
+        job = _job(job_id)
+        if job["requeue"]:
+            _save({**job, "restarts": job["restarts"] + 1, "state": "PENDING"})
+            continue
+        if job["state"] != "CANCELLED":
+            _save({**job, "state": "COMPLETED" if code == 0 else "FAILED"})
+        return
+
+
+def srun(argv: list[str]) -> None:
+    """``srun [--unbuffered] --output O [--error E] CMD...``: the task, its output appended to O (and E)."""
+    job_id, files, i = os.environ["SLURM_JOB_ID"], {}, 0
+    while argv[i].startswith("--"):
+        if argv[i] in ("--output", "--error"):
+            files[argv[i]] = argv[i + 1].replace("%j", job_id).replace("%t", "0")
+            i += 2
+        else:
+            i += 1
+    out = os.open(files["--output"], os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    err = os.open(files.get("--error", files["--output"]), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    os.dup2(out, 1)
+    os.dup2(err, 2)
+    env = {**os.environ, "SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NODEID": "0"}
+    os.setpgid(0, 0)  # the step: what `scancel --signal` (and --signal=SIG@T) reaches, not the batch shell
+    _save({**_job(job_id), "step": os.getpid()})
+    os.execvpe(argv[i], argv[i:], env)
+
+
+def sacct(argv: list[str]) -> None:
+    ids = argv[argv.index("-j") + 1].split(",")
+    print("JobID|State|NodeList")
+    for job_id in ids:
+        if (STATE / f"{job_id}.json").is_file():
+            print(f"{job_id}|{_job(job_id)['state']}|localhost")
+
+
+def _signal(job_id: str, signum: int, groups: tuple[str, ...] = ("step", "pgid")) -> None:
+    job = _job(job_id)
+    for group in groups:
+        if job.get(group):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(job[group], signum)
+
+
+def scancel(argv: list[str]) -> None:
+    job_id = argv[-1]
+    if "--signal" in argv:
+        _signal(job_id, getattr(signal, "SIG" + argv[argv.index("--signal") + 1].removeprefix("SIG")), ("step",))
+        return
+    _save({**_job(job_id), "state": "CANCELLED"})
+    _signal(job_id, signal.SIGTERM)
+
+
+def scontrol(argv: list[str]) -> None:
+    if argv[:1] == ["requeue"]:
+        job_id = argv[1]
+        _save({**_job(job_id), "requeue": True})
+        time.sleep(0.2)
+        _signal(job_id, signal.SIGKILL)
+
+
+def squeue(argv: list[str]) -> None:
+    for path in sorted(STATE.glob("*.json")):
+        job = json.loads(path.read_text())
+        print(f"{job['id']} {job['state']}")
+
+
+def install(folder: str) -> None:
+    for command in COMMANDS:
+        path = Path(folder) / command
+        path.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{__file__}" {command} "$@"\n')
+        path.chmod(0o755)
+
+
+if __name__ == "__main__":
+    commands = {name: globals()[name] for name in (*COMMANDS, "install")}
+    if sys.argv[1] == "_run":
+        _run(sys.argv[2])
+    elif sys.argv[1] == "install":
+        install(sys.argv[2])
+    else:
+        commands[sys.argv[1]](sys.argv[2:])
