@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -30,11 +29,12 @@ def _save(job: dict) -> None:
 
 
 def sbatch(argv: list[str]) -> None:
-    script = Path(argv[-1])
+    at = next(i for i, arg in enumerate(argv) if not arg.startswith("-"))  # options, the script, its arguments
+    script, args = Path(argv[at]), argv[at + 1 :]
     STATE.mkdir(parents=True, exist_ok=True)
     job_id = str(len(list(STATE.glob("*.json"))) + 1001)
-    _save({"id": job_id, "script": str(script), "state": "PENDING", "pgid": None, "restarts": 0,
-           "requeue": False, "options": re.findall(r"^#SBATCH (.*)$", script.read_text(), re.M)})  # fmt: skip
+    _save({"id": job_id, "script": str(script), "args": args, "cwd": os.getcwd(), "state": "PENDING", "pgid": None,
+           "restarts": 0, "requeue": False})  # fmt: skip
     subprocess.Popen([sys.executable, __file__, "_run", job_id], start_new_session=True,
                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     print(f"Submitted batch job {job_id}")
@@ -47,7 +47,8 @@ def _run(job_id: str) -> None:
         env = {**os.environ, "SLURM_JOB_ID": job_id, "SLURM_JOB_NAME": "stand-in", "SLURM_NTASKS": "1",
                "SLURM_JOB_NUM_NODES": "1", "SLURM_JOB_NODELIST": "localhost",
                "SLURM_RESTART_COUNT": str(job["restarts"])}  # fmt: skip
-        proc = subprocess.Popen(["bash", job["script"]], env=env, start_new_session=True)
+        env["SLURM_SUBMIT_DIR"] = job["cwd"]
+        proc = subprocess.Popen(["bash", job["script"], *job["args"]], env=env, cwd=job["cwd"], start_new_session=True)
         _save({**job, "state": "RUNNING", "pgid": proc.pid, "step": None, "requeue": False})
         code = proc.wait()
         job = _job(job_id)
@@ -68,10 +69,9 @@ def srun(argv: list[str]) -> None:
             i += 2
         else:
             i += 1
-    out = os.open(files["--output"], os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-    err = os.open(files.get("--error", files["--output"]), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-    os.dup2(out, 1)
-    os.dup2(err, 2)
+    if "--output" in files:  # else the batch script's own output
+        os.dup2(os.open(files["--output"], os.O_WRONLY | os.O_CREAT | os.O_APPEND), 1)
+        os.dup2(os.open(files.get("--error", files["--output"]), os.O_WRONLY | os.O_CREAT | os.O_APPEND), 2)
     env = {**os.environ, "SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NODEID": "0"}
     os.setpgid(0, 0)  # the step: what `scancel --signal` (and --signal=SIG@T) reaches, not the batch shell
     _save({**_job(job_id), "step": os.getpid()})
@@ -97,7 +97,8 @@ def _signal(job_id: str, signum: int, groups: tuple[str, ...] = ("step", "pgid")
 def scancel(argv: list[str]) -> None:
     job_id = argv[-1]
     if "--signal" in argv:
-        _signal(job_id, getattr(signal, "SIG" + argv[argv.index("--signal") + 1].removeprefix("SIG")), ("step",))
+        signum = getattr(signal, "SIG" + argv[argv.index("--signal") + 1].removeprefix("SIG"))
+        _signal(job_id, signum, ("pgid",) if "--batch" in argv else ("step",))  # the batch shell, or the step
         return
     _save({**_job(job_id), "state": "CANCELLED"})
     _signal(job_id, signal.SIGTERM)

@@ -3,6 +3,7 @@ launch killed mid-grid and started again, rows merged by one process, the settin
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -217,6 +218,19 @@ def test_a_local_grid_killed_mid_way_continues_every_run_exactly_once(tmp_path):
         assert len(resumed) == 1 and _updates(run_dir) == list(range(200)), resumed
     assert rows["a"]["val_loss"] == rows["twin"]["val_loss"]
     assert rows["a"]["curves"]["train/loss"] == rows["twin"]["curves"]["train/loss"]
+    # its checkpoints scored in jobs of their own, as on the training ranks: the same folder and scalars
+    run_dir = logs / "b" / "default"
+    in_loop = json.loads((run_dir / "benchmarks" / "step_00000200" / "results.json").read_text())["scores"]
+    shutil.rmtree(run_dir / "benchmarks")
+    score = [sys.executable, str(ROOT / "experiments" / "evaluate.py"), str(run_dir), "--jobs", "2", "--device", "cpu"]
+    scored = subprocess.run(score, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert scored.returncode == 0 and scored.stdout.count("scoring ") == 2, scored.stdout + scored.stderr[-3000:]
+    assert json.loads((run_dir / "benchmarks" / "step_00000200" / "results.json").read_text())["scores"] == in_loop
+    bench = runs.curves(run_dir, ("bench/fixed_embed_word_order/acc",))["bench/fixed_embed_word_order/acc"]
+    pairs = sorted(map(tuple, bench))  # the in-loop benchmark's and the jobs' at each update: the same scores
+    assert [step for step, _ in pairs] == [99, 99, 199, 199] and pairs[0] == pairs[1] and pairs[2] == pairs[3]
+    again = subprocess.run(score, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and "scoring " not in again.stdout  # what is scored is not scored twice
 
 
 @pytest.fixture
@@ -259,6 +273,31 @@ def test_slurm_jobs_carry_their_settings_a_warned_job_is_requeued_and_a_relaunch
     assert f"attached to slurm job {job['job']}" in again.stdout
     assert json.loads(Path(f"{out}-jobs.json").read_text())["tiny/learned"]["job"] == job["job"]  # not resubmitted
     assert [r["name"] for r in json.loads(out.with_suffix(".json").read_text())["runs"]] == ["tiny/learned"]
+    console = run_dir / "console.log"
+    assert len(_lines(console, "SIGTERM -> saved")) == 1 and len(_lines(console, "resuming ")) == 1
+    assert _updates(run_dir) == list(range(200))
+
+
+@pytest.mark.slow
+def test_the_fit_sbatch_file_requeues_itself_before_its_time_limit_and_resumes(tmp_path, slurm):
+    """experiments/slurm/fit.sbatch: USR1 to its shell (--signal=B:USR1@300): the ranks save, the job is requeued
+    and the same script resumes the fit to its end."""
+    logs = tmp_path / "logs"
+    fit = str(Path(sys.executable).parent / "fixed-embed")
+    submit = subprocess.run(["sbatch", str(ROOT / "experiments" / "slurm" / "fit.sbatch"), "--config",
+                             str(TINY / "learned.yaml"), f"--trainer.logger.init_args.save_dir={logs}", *FAST],
+                            cwd=tmp_path, capture_output=True, text=True, check=True,
+                            env={**os.environ, "FIXED_EMBED": fit})  # fmt: skip
+    job = submit.stdout.split()[-1]
+    state = slurm / f"{job}.json"
+    run_dir = logs / "tiny" / "learned" / "default"
+    _wait_for(lambda: _lines(run_dir / "console.log", "validation at update 50")
+              or json.loads(state.read_text())["state"] not in ("PENDING", "RUNNING"),
+              "the fit to validate once")  # fmt: skip
+    subprocess.run(["scancel", "--batch", "--signal", "USR1", job], check=True)
+    _wait_for(lambda: json.loads(state.read_text())["state"] in ("COMPLETED", "FAILED"), "the job's end", timeout=180)
+    ended = json.loads(state.read_text())
+    assert (ended["state"], ended["restarts"]) == ("COMPLETED", 1)
     console = run_dir / "console.log"
     assert len(_lines(console, "SIGTERM -> saved")) == 1 and len(_lines(console, "resuming ")) == 1
     assert _updates(run_dir) == list(range(200))
