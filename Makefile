@@ -113,7 +113,7 @@ shards-fineweb: install ## FineWeb-Edu sample-10BT -> token shards for make stud
 	$(BIN)/fixed-embed pretokenize --data HuggingFaceFW/fineweb-edu --hub-name sample-10BT --split train \
 		--tokenizer ../shared/data/smollm2-tokenizer --out $(FINEWEB_SHARDS) --shards 256 --workers $(WORKERS)
 
-study-gpu: install ## the same study at 25M-302M parameters on one GPU, from make shards-fineweb (DATA= other data; ARGS=--estimate: runs and hours; ARGS=--smoke: 2 updates per config on CPU)
+study-gpu: install ## the same study at 25M-302M parameters, from make shards-fineweb (DATA= other data; ARGS=--estimate: runs, hours, wall time at --jobs; ARGS="--executor slurm --jobs 16": one SLURM job per run, docs/cluster.md; ARGS=--status; ARGS=--smoke: 2 updates per config on CPU)
 	$(BIN)/python experiments/study.py --gpu $(ARGS) $(if $(DATA),-- --data.train=$(DATA))
 
 controls: install ## the paper's tiny variants beside every control in experiments/beyond/ -> docs/results/controls.md
