@@ -25,7 +25,7 @@ from fixed_embed.config import positive
 from fixed_embed.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[1]
-SLURM_DEFAULTS = ROOT / "experiments" / "slurm.yaml"
+SLURM_DEFAULTS = ROOT / "experiments" / "slurm" / "jobs.yaml"
 LIVE = ("PENDING", "RUNNING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIGURING", "COMPLETING", "SUSPENDED",
         "RESIZING", "SIGNALING", "STAGE_OUT", "UNKNOWN")  # fmt: skip  # states whose job may still write its row
 
@@ -57,7 +57,7 @@ def stop_fits() -> int:
 
 @dataclass(frozen=True)
 class SlurmSettings:
-    """What each run's job asks SLURM for (``experiments/slurm.yaml``, then the flags)."""
+    """What each run's job asks SLURM for (``experiments/slurm/jobs.yaml``, then the flags)."""
 
     partition: str | None = None
     account: str | None = None

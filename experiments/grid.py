@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import os
 import signal
 import threading
 import time
@@ -60,6 +61,9 @@ class FitJob(submitit.helpers.Checkpointable):
     def __call__(self, name: str, config: Any, logs: str, extra: list[str], evaluate: str | None,
                  eval_device: str, threads: int | None) -> str:  # fmt: skip
         _wait_for(Path(logs) / name / DEFAULT_RUN)
+        # A SLURM job is one task: the fit's own launcher starts its ranks (with SLURM_NTASKS set, Lightning
+        # would take srun to have started them all).
+        os.environ.pop("SLURM_NTASKS", None)
         row = runs.run(name, config, logs, extra, threads=threads, evaluate=evaluate, eval_device=eval_device)
         if row is None:
             raise Stopped(f"{name} was stopped before its length; the same command resumes it from its checkpoint")
@@ -145,8 +149,10 @@ def run_all(plan: list[tuple], logs: str, title: str, out: str | None = None, jo
                     print(f"run {name} failed: {failed[name]}", flush=True)
     except KeyboardInterrupt as stop:
         stopped = stop_fits()
-        raise SystemExit(f"{title}: stopped ({stop}); {stopped} running fits saved their checkpoints and "
-                         f"{len(rows)} of {len(plan)} rows are done; the same command continues") from None  # fmt: skip
+        going = (f"its {len(active)} jobs go on" if isinstance(executor, SlurmRuns)
+                 else f"{stopped} running fits saved their checkpoints")  # fmt: skip
+        raise SystemExit(f"{title}: stopped ({stop}); {going} and {len(rows)} of {len(plan)} "
+                         "rows are done; the same command continues") from None  # fmt: skip
     finally:
         if interrupt:
             signal.signal(signal.SIGTERM, previous)

@@ -283,7 +283,7 @@ EXPERIMENTS = ROOT / "experiments"
 OVERRIDE = EXPERIMENTS / "rehearsal" / "override.yaml"
 COMPOSITIONS = [
     *([p] for p in sorted(EXPERIMENTS.rglob("*.yaml")) if p.name != "callbacks.yaml" and p.parent.name
-      not in ("strategies", "rehearsal", "gpu")),
+      not in ("strategies", "rehearsal", "gpu", "slurm")),  # slurm/: job settings, tests/test_grid.py
     *([EXPERIMENTS / "paper" / f"{v}.yaml", EXPERIMENTS / "strategies" / f"{s}.yaml", *extra]
       for v in ("learned", "gf2") for s in ("ddp", "fsdp") for extra in ([], [OVERRIDE])),
     [EXPERIMENTS / "study" / "gf2.yaml", EXPERIMENTS / "study" / "gpu" / "base.yaml",

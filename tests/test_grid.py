@@ -19,10 +19,10 @@ from experiments.executor import LocalRuns, SlurmSettings, add_arguments, slurm_
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "experiments" / "tiny"
-# a 1-layer d-32 model on the tiny setup: 200 updates in a few seconds, validated every 50
+# a 1-layer d-32 model on the tiny setup: 120 updates in a few seconds, validated every 40
 FAST = ["--model.decoder.d_model=32", "--model.decoder.n_layers=1", "--model.decoder.n_heads=4",
         "--model.decoder.ffn_dim=64", "--model.decoder.max_seq_len=64", "--data.seq_len=64", "--data.batch_size=2",
-        "--data.val_sequences=4", "--trainer.max_steps=200", "--trainer.val_check_interval=50",
+        "--data.val_sequences=4", "--trainer.max_steps=120", "--trainer.val_check_interval=40",
         "--trainer.log_every_n_steps=1"]  # fmt: skip
 
 
@@ -144,8 +144,8 @@ def test_slurm_settings_come_from_the_yaml_then_the_flags(tmp_path):
     settings = _settings(tmp_path, "partition: gpu\ntime_min: 600\ngpus_per_run: 2\n", "--time-min", "90")
     assert (settings.partition, settings.time_min, settings.gpus_per_run, settings.cpus_per_run) == ("gpu", 90, 2, 8)
     assert _settings(tmp_path, None) == SlurmSettings()
-    # experiments/slurm.yaml, the default file, is valid
-    assert _settings(tmp_path, (ROOT / "experiments" / "slurm.yaml").read_text()).time_min > 0
+    # experiments/slurm/jobs.yaml, the default file, is valid
+    assert _settings(tmp_path, (ROOT / "experiments" / "slurm" / "jobs.yaml").read_text()).time_min > 0
 
 
 @pytest.mark.parametrize("key", ["time_min", "gpus_per_run", "cpus_per_run", "mem_gb", "signal_delay_s",
@@ -202,7 +202,7 @@ def test_a_local_grid_killed_mid_way_continues_every_run_exactly_once(tmp_path):
     launch = [sys.executable, "-c", script]
     first = subprocess.Popen(launch, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     consoles = [logs / name / "default" / "console.log" for name in ("a", "b")]
-    _wait_for(lambda: all(_lines(c, "validation at update 50") for c in consoles) or first.poll() is not None,
+    _wait_for(lambda: all(_lines(c, "validation at update 40") for c in consoles) or first.poll() is not None,
               "both fits to validate once")  # fmt: skip
     first.send_signal(signal.SIGTERM)
     said = first.communicate(timeout=120)[0]
@@ -215,20 +215,20 @@ def test_a_local_grid_killed_mid_way_continues_every_run_exactly_once(tmp_path):
     for name in ("a", "b"):  # each resumed where SIGTERM saved it, no update trained twice
         run_dir = logs / name / "default"
         resumed = _lines(run_dir / "console.log", "resuming ")
-        assert len(resumed) == 1 and _updates(run_dir) == list(range(200)), resumed
+        assert len(resumed) == 1 and _updates(run_dir) == list(range(120)), resumed
     assert rows["a"]["val_loss"] == rows["twin"]["val_loss"]
     assert rows["a"]["curves"]["train/loss"] == rows["twin"]["curves"]["train/loss"]
     # its checkpoints scored in jobs of their own, as on the training ranks: the same folder and scalars
     run_dir = logs / "b" / "default"
-    in_loop = json.loads((run_dir / "benchmarks" / "step_00000200" / "results.json").read_text())["scores"]
+    in_loop = json.loads((run_dir / "benchmarks" / "step_00000120" / "results.json").read_text())["scores"]
     shutil.rmtree(run_dir / "benchmarks")
     score = [sys.executable, str(ROOT / "experiments" / "evaluate.py"), str(run_dir), "--jobs", "2", "--device", "cpu"]
     scored = subprocess.run(score, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert scored.returncode == 0 and scored.stdout.count("scoring ") == 2, scored.stdout + scored.stderr[-3000:]
-    assert json.loads((run_dir / "benchmarks" / "step_00000200" / "results.json").read_text())["scores"] == in_loop
+    assert json.loads((run_dir / "benchmarks" / "step_00000120" / "results.json").read_text())["scores"] == in_loop
     bench = runs.curves(run_dir, ("bench/fixed_embed_word_order/acc",))["bench/fixed_embed_word_order/acc"]
     pairs = sorted(map(tuple, bench))  # the in-loop benchmark's and the jobs' at each update: the same scores
-    assert [step for step, _ in pairs] == [99, 99, 199, 199] and pairs[0] == pairs[1] and pairs[2] == pairs[3]
+    assert [step for step, _ in pairs] == [99, 99, 119, 119] and pairs[0] == pairs[1] and pairs[2] == pairs[3]
     again = subprocess.run(score, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and "scoring " not in again.stdout  # what is scored is not scored twice
 
@@ -258,7 +258,7 @@ def test_slurm_jobs_carry_their_settings_a_warned_job_is_requeued_and_a_relaunch
               "--", *FAST]  # fmt: skip
     first = subprocess.Popen(launch, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     run_dir = logs / "tiny" / "learned" / "default"
-    _wait_for(lambda: _lines(run_dir / "console.log", "validation at update 50") or first.poll() is not None,
+    _wait_for(lambda: _lines(run_dir / "console.log", "validation at update 40") or first.poll() is not None,
               "the job's fit to validate once", timeout=180)  # fmt: skip
     first.kill()  # the launch dies; its job lives on
     first.wait()
@@ -275,7 +275,7 @@ def test_slurm_jobs_carry_their_settings_a_warned_job_is_requeued_and_a_relaunch
     assert [r["name"] for r in json.loads(out.with_suffix(".json").read_text())["runs"]] == ["tiny/learned"]
     console = run_dir / "console.log"
     assert len(_lines(console, "SIGTERM -> saved")) == 1 and len(_lines(console, "resuming ")) == 1
-    assert _updates(run_dir) == list(range(200))
+    assert _updates(run_dir) == list(range(120))
 
 
 @pytest.mark.slow
@@ -291,7 +291,7 @@ def test_the_fit_sbatch_file_requeues_itself_before_its_time_limit_and_resumes(t
     job = submit.stdout.split()[-1]
     state = slurm / f"{job}.json"
     run_dir = logs / "tiny" / "learned" / "default"
-    _wait_for(lambda: _lines(run_dir / "console.log", "validation at update 50")
+    _wait_for(lambda: _lines(run_dir / "console.log", "validation at update 40")
               or json.loads(state.read_text())["state"] not in ("PENDING", "RUNNING"),
               "the fit to validate once")  # fmt: skip
     subprocess.run(["scancel", "--batch", "--signal", "USR1", job], check=True)
@@ -300,4 +300,4 @@ def test_the_fit_sbatch_file_requeues_itself_before_its_time_limit_and_resumes(t
     assert (ended["state"], ended["restarts"]) == ("COMPLETED", 1)
     console = run_dir / "console.log"
     assert len(_lines(console, "SIGTERM -> saved")) == 1 and len(_lines(console, "resuming ")) == 1
-    assert _updates(run_dir) == list(range(200))
+    assert _updates(run_dir) == list(range(120))
