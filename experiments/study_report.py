@@ -3,7 +3,9 @@
 Every number comes from ``OUT-runs.json``: a row per run with its validation bits per byte, its lm-eval
 scores, its wall time and its logged curves. Nothing is read from ``logs/``, so the report can be redrawn
 on any machine from the committed file (``--render``). The runs are indexed by study_results.py, the
-tables drawn by study_tables.py and the figures by study_figures.py; this file puts them in order.
+tables drawn by study_tables.py and the figures by study_figures.py; this file puts them in order. The claims and
+their words come from study_findings.py (one declared Holm family, one rule); rendering the committed report also
+redraws the findings blocks of docs/results/README.md and README.md (study_prose.py), between their markers.
 """
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ from pathlib import Path
 
 from experiments.study_adoption import check_lines
 from experiments.study_figures import plot_controls, plot_curves, plot_gaps, plot_sweep
+from experiments.study_findings import family
+from experiments.study_findings import series as fit_series
 from experiments.study_plan import CONTROLS
+from experiments.study_prose import bodies, write_pages
 from experiments.study_results import Study, non_embedding, parse, validation_set
-from experiments.study_stats import holm
 from experiments.study_tables import (
     codebook_lines,
     codebook_note,
@@ -28,7 +32,6 @@ from experiments.study_tables import (
     size_table,
     sweep_lines,
     test_lines,
-    tests,
 )
 from fixed_embed.atomic import atomic_write_text
 
@@ -48,6 +51,8 @@ def render(data: dict, out: Path, tune: str = "m", adoption: Path | None = None)
     tok = "bpe8k" if any(parse(r)["tok"] == "bpe8k" for r in study.rows) else parse(study.rows[0])["tok"]
     sizes = study.sizes(tok)
     own = [(size, None) for size in sizes]
+    claims = family(study, tok)  # the declared family: every word below is chosen from it
+    names = list(fit_series(study, tok))  # the fits' names in the family: size, equal tokens, length at each size
     here = [r for r in study.rows if not r.get("adopted_from")]
     hours = sum(r["wall_seconds"] for r in here) / 3600
     adopted = sorted({r["adopted_from"] for r in study.rows if r.get("adopted_from")})
@@ -80,7 +85,8 @@ def render(data: dict, out: Path, tune: str = "m", adoption: Path | None = None)
               "A slope over every size (least squares on log10 parameters through each size's mean gap; the t "
               "interval holds the seed noise of every size, not the misfit to a line, which 3 sizes cannot "
               "measure):", "",
-              *fit_lines(study, tok, own, "params"), "", *size_table(study, tok, sizes), ""]  # fmt: skip
+              *fit_lines(study, tok, own, "params", names[0], claims), "", *size_table(study, tok, sizes),
+              ""]  # fmt: skip
     equal = [(s, n) for s in sizes for n in study.lengths(tok, s)]
     largest = sizes[-1] if sizes else None
     target = study.tokens(tok, largest, None) if largest and (tok, largest, "learned", None) in study.index else 0
@@ -96,8 +102,9 @@ def render(data: dict, out: Path, tune: str = "m", adoption: Path | None = None)
                   "that itself moves with tokens per parameter (the length axis below) moves both designs' slopes "
                   "with it: each design separates size from one of the two, neither from both.", "",
                   *gap_table(study, tok, same, "size"), "", codebook_note(study, tok, same), "",
-                  *fit_lines(study, tok, same, "params"), "", "The two designs' slopes per 10x parameters:", "",
-                  *design_lines(study, tok, own, same), ""]  # fmt: skip
+                  *fit_lines(study, tok, same, "params", names[1], claims), "",
+                  "The two designs' slopes per 10x parameters:", "",
+                  *design_lines(study, tok, own, same, claims, names[:2]), ""]  # fmt: skip
         series[f", {target / 1e6:.2f}M tokens at every size"] = same
     lines += [f"![gap vs size]({stem}-gap.png)", ""]
     plot_gaps(study, tok, series, "params", out.parent / f"{stem}-gap.png")
@@ -107,7 +114,8 @@ def render(data: dict, out: Path, tune: str = "m", adoption: Path | None = None)
                   "Warm-up 10 % of the updates at every length."]  # fmt: skip
         for size, points in long.items():
             lines += ["", *gap_table(study, tok, points, "size"), "", rates_note(study, tok, size),
-                      codebook_note(study, tok, points), "", *fit_lines(study, tok, points, "tokens"), "",
+                      codebook_note(study, tok, points), "", *fit_lines(study, tok, points, "tokens",
+                      f"length, at {size.upper()}", claims), "",
                       *moved_lines(study, tok, size)]  # fmt: skip
         lines += ["", f"![gap vs training length]({stem}-length.png)", ""]
         drawn = any(parse(r)["steps"] and parse(r)["code"] for r in study.rows)
@@ -118,18 +126,17 @@ def render(data: dict, out: Path, tune: str = "m", adoption: Path | None = None)
     lines += [f"![validation bits/byte]({stem}-val-bpb.png)", ""]
     plot_curves(study, tok, sizes, out.parent / f"{stem}-val-bpb.png")
     lines += codebook_lines(study, tok)
-    family = tests(study, tok, sizes)
-    corrected = dict(zip((label for label, _ in family), holm([p.p for _, p in family]), strict=True))
+    corrected = {label: p for label, (_, p) in claims.items()}
     if any(study.cell(tok, tune, c) for c in CONTROLS):
         lines += ["## Controls and the parameter-matched baseline", "",
                   "Paired by seed at the control's paper variant's rate. Each difference leads with its p corrected "
-                  f"over the {sum(p == p for p in corrected.values())} paired tests below (Holm; established "
+                  f"over the {sum(p == p for p in corrected.values())} tests of the family below (Holm; established "
                   "below 0.05); its 95 % interval is not corrected. The position puts a control on the line from "
                   "learned (0) to binary16 (1), per seed: a fixed-code control at 0.75 closes a quarter of the gap; a "
                   "learned-table control at 0.25 gives up a quarter of it.", "",
                   *control_lines(study, tok, tune, corrected), "", f"![controls]({stem}-controls.png)", ""]  # fmt: skip
         plot_controls(study, tok, tune, out.parent / f"{stem}-controls.png")
-    lines += [*test_lines(family), ""]
+    lines += [*test_lines(claims), ""]
     for t in sorted({parse(r)["tok"] for r in study.rows} - {tok}):
         own_t = [(s, None) for s in study.sizes(t)]
         lines += [f"## Tokenizer {t}", "", *size_table(study, t, study.sizes(t)), "",
@@ -143,3 +150,6 @@ def render(data: dict, out: Path, tune: str = "m", adoption: Path | None = None)
         lines.append(f"fixed-embed fit {configs} {' '.join(row['extra'])}".rstrip())
     lines += ["```", ""]
     atomic_write_text(f"{out}.md", "\n".join(lines) + "\n")
+    root = out.resolve().parent.parent.parent
+    if out.resolve().parent == root / "docs" / "results":  # the committed report: its pages' findings too
+        write_pages(bodies(study, tok), stem, root)

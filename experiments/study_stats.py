@@ -91,3 +91,16 @@ def slope_fit(xs: Sequence[float], samples: Sequence[Sequence[float]]) -> tuple[
     df = variance**2 / sum(part**2 / (len(v) - 1) for part, v in zip(parts, samples, strict=True) if part)
     half = float(stats.t.ppf(0.975, df)) * math.sqrt(variance)
     return slope, slope - half, slope + half
+
+
+def slope_p(xs: Sequence[float], samples: Sequence[Sequence[float]]) -> float:
+    """The two-sided p of a zero slope for :func:`slope_fit`'s line: its t with the same Welch-Satterthwaite degrees
+    of freedom as its interval. NaN where a point has one seed or the seeds do not vary (no noise to test against)."""
+    slope, low, high = slope_fit(xs, samples)
+    if math.isnan(low) or low == high:
+        return math.nan
+    logs = np.log10(np.asarray(xs, dtype=float))
+    weights = (logs - logs.mean()) / ((logs - logs.mean()) ** 2).sum()
+    parts = [w**2 * statistics.variance(v) / len(v) for w, v in zip(weights, samples, strict=True)]
+    df = sum(parts) ** 2 / sum(part**2 / (len(v) - 1) for part, v in zip(parts, samples, strict=True) if part)
+    return float(2 * stats.t.sf(abs(slope) / math.sqrt(sum(parts)), df))

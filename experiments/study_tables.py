@@ -10,9 +10,10 @@ import math
 import statistics
 from collections.abc import Sequence
 
+from experiments.study_findings import VOCABULARY, slope_label, word
 from experiments.study_plan import CODED, CONTROLS, LABELS, PAPER
 from experiments.study_results import GAPS, SPLITS, Study, non_embedding, parse, updates
-from experiments.study_stats import Paired, holm, paired, slope_fit
+from experiments.study_stats import Paired, paired, slope_fit
 
 SCORES = [  # (column key, title, scale, decimals)
     ("gutenberg_ppl|bits_per_byte|0", "lm-eval books bits/byte", 1.0, 3),
@@ -155,8 +156,10 @@ def gap_table(study: Study, tok: str, points: Sequence[tuple[str, int | None]], 
     return lines
 
 
-def fit_lines(study: Study, tok: str, points: Sequence[tuple[str, int | None]], x: str) -> list[str]:
-    """The slope of each gap per decade of ``x`` (non-embedding parameters or tokens), with its interval."""
+def fit_lines(study: Study, tok: str, points: Sequence[tuple[str, int | None]], x: str, name: str = "",
+              claims: dict | None = None) -> list[str]:  # fmt: skip
+    """The slope of each gap per decade of ``x`` (non-embedding parameters or tokens), with its interval, and, where
+    ``claims`` (study_findings.family) holds the series ``name``, its Holm p and word."""
     lines = []
     for split in SPLITS:
         for a, b in GAPS[:2]:
@@ -167,8 +170,17 @@ def fit_lines(study: Study, tok: str, points: Sequence[tuple[str, int | None]], 
             unit = "10x parameters" if x == "params" else "10x training tokens"
             spread = "no interval: a point has one seed" if math.isnan(low) else f"95 % {low:+.4f} to {high:+.4f}"
             lines.append(f"- {b} − {a} ({split}): {slope:+.4f} bits/byte per {unit} ({spread}; {len(xs)} points, "
-                         f"{sum(map(len, samples))} runs)")  # fmt: skip
+                         f"{sum(map(len, samples))} runs){_said(claims, slope_label(name, a, b, split))}")  # fmt: skip
     return lines
+
+
+def _said(claims: dict | None, label: str) -> str:
+    """``; Holm p 0.0405: established`` for a claim of the family, nothing for one outside it."""
+    if not claims or label not in claims:
+        return ""
+    claim, adjusted = claims[label]
+    holm_p = "" if math.isnan(adjusted) else f"Holm p {adjusted:.3g}: "
+    return f"; {holm_p}{word(adjusted, claim)}"
 
 
 def size_table(study: Study, tok: str, sizes: Sequence[str]) -> list[str]:
@@ -251,37 +263,20 @@ def control_lines(study: Study, tok: str, size: str, corrected: dict[str, float]
     return lines
 
 
-def tests(study: Study, tok: str, sizes: Sequence[str]) -> list[tuple[str, Paired]]:
-    """Every comparison the report reads a claim from, as one family for the multiple-test correction."""
-    family = []
-    for size in sizes:
-        for steps in study.lengths(tok, size):
-            where = f"{size.upper()}, {study.tokens(tok, size, steps) / 1e6:.2f}M tokens"
-            for split in SPLITS:
-                family += [(f"{b} − {a}, {where}, {split}", study.gap(tok, size, a, b, split, steps)) for a, b in GAPS]
-    for v in CONTROLS:
-        for ref in ("learned", "binary16"):
-            p = study.gap(tok, study.tune, ref, v, "val")
-            if p.n:
-                family.append((f"{v} − {ref}, {study.tune.upper()}, val", p))
-    return family
-
-
-def test_lines(family: list[tuple[str, Paired]]) -> list[str]:
-    adjusted = holm([p.p for _, p in family])
-    counted = sum(not math.isnan(p) for p in adjusted)
-    lines = ["## Paired tests", "",
-             f"Two-sided paired t-tests over seeds, {counted} comparisons in one family (every gap and control "
-             "above with 2 or more seeds); Holm's correction holds the family-wise error at the stated level. "
-             "With 3 seeds a test has 2 degrees of freedom: a difference can be consistent in sign across seeds "
-             "and still not be established.", "",
-             "| comparison | seeds | mean difference | 95 % CI | p | p (Holm) |",
-             "|---|---:|---:|---:|---:|---:|"]  # fmt: skip
-    for (label, p), adj in zip(family, adjusted, strict=True):
-        if math.isnan(adj):
-            continue
-        low, high = p.ci()
-        lines.append(f"| {label} | {p.n} | {p.mean:+.4f} | {low:+.4f}, {high:+.4f} | {p.p:.3g} | {adj:.3g} |")
+def test_lines(claims: dict) -> list[str]:
+    """The declared family (study_findings.family: label -> (claim, Holm p)), every test with its word."""
+    tested = {label: cp for label, cp in claims.items() if not math.isnan(cp[1])}
+    kinds = [c.kind for c, _ in tested.values()]
+    lines = ["## Paired tests and slopes: the family", "", VOCABULARY, "",
+             f"{len(tested)} tests in one family, corrected together (Holm): {kinds.count('difference')} two-sided "
+             "paired t-tests over seeds (every gap and control above with 2 or more seeds that differ) and "
+             f"{kinds.count('slope')} slopes (every slope above; t with the interval's degrees of freedom). With 3 "
+             "seeds a paired test has 2 degrees of freedom.", "",
+             "| test | seeds | estimate | 95 % CI | p | p (Holm) | word |",
+             "|---|---:|---:|---:|---:|---:|---|"]  # fmt: skip
+    for label, (c, adj) in tested.items():
+        lines.append(f"| {label} | {len(c.per_seed)} | {c.estimate:+.4f} | {c.low:+.4f}, {c.high:+.4f} | {c.p:.3g} | "
+                     f"{adj:.3g} | {word(adj, c)} |")  # fmt: skip
     return lines
 
 
@@ -312,8 +307,9 @@ def _mean(study: Study, cell: dict, split: str) -> float:
     return statistics.mean(finite) if finite else math.nan
 
 
-def design_lines(study: Study, tok: str, per_param: Sequence, per_token: Sequence) -> list[str]:
-    """Each gap's size slope at equal tokens per parameter and at equal tokens, side by side."""
+def design_lines(study: Study, tok: str, per_param: Sequence, per_token: Sequence, claims: dict | None = None,
+                 names: Sequence[str] = ("", "")) -> list[str]:  # fmt: skip
+    """Each gap's size slope at equal tokens per parameter and at equal tokens, side by side, each with its word."""
     lines = []
     for split in SPLITS:
         for a, b in GAPS[:2]:
@@ -321,8 +317,9 @@ def design_lines(study: Study, tok: str, per_param: Sequence, per_token: Sequenc
             if min(len(xs) for xs, _ in fits) < 2:
                 continue
             fits = [slope_fit(xs, samples) for xs, samples in fits]
-            text = [f"{slope:+.3f} ({'no interval' if math.isnan(low) else f'95 % {low:+.3f} to {high:+.3f}'}; "
-                    f"{'includes' if low <= 0 <= high else 'excludes'} zero)" for slope, low, high in fits]  # fmt: skip
+            text = [f"{slope:+.3f} ({'no interval' if math.isnan(low) else f'95 % {low:+.3f} to {high:+.3f}'}"
+                    f"{_said(claims, slope_label(name, a, b, split))})"
+                    for (slope, low, high), name in zip(fits, names, strict=True)]  # fmt: skip
             lines.append(f"- {b} − {a} ({split}): {text[0]} at equal tokens per parameter; {text[1]} at equal "
                          "tokens")  # fmt: skip
     return lines

@@ -105,7 +105,8 @@ def test_the_report_compares_each_size_at_its_own_rates_and_folds_the_codebooks(
     # each control's difference leads with its Holm p ("--" where the seeds do not differ: no test)
     controls = "; +0.1500 ± 0.0000 (+0.150, +0.150) | --; -0.0500 ± 0.0000 (-0.050, -0.050) | 0.75 (0.75, 0.75) |"
     assert controls in text
-    assert "comparisons in one family" in text
+    assert "tests in one family" in text and "| test | seeds | estimate | 95 % CI | p | p (Holm) | word |" in text
+    assert fit.endswith(": established")  # a slope's word, from its Holm p in the family
     for suffix in ("sweep", "gap", "length", "val-bpb", "controls"):
         assert (tmp_path / f"study-v3-{suffix}.png").stat().st_size > 10_000
 
