@@ -23,20 +23,12 @@ class InputNormMonitor(UpdateCallback):
     enabled: the on/off switch.
     """
 
-    def __init__(
-        self,
-        every_n_steps: int = 50,
-        histogram: bool = False,
-        track_drift: bool = True,
-        probe_ids: int = 1024,
-        enabled: bool = True,
-    ) -> None:
+    def __init__(self, every_n_steps: int = 50, histogram: bool = False, track_drift: bool = True,
+                 probe_ids: int = 1024, enabled: bool = True) -> None:  # fmt: skip
         super().__init__(every_n_steps, enabled)
         if probe_ids < 2:
             raise ValueError(f"InputNormMonitor: probe_ids must be >= 2, got {probe_ids}")
-        self.histogram = histogram
-        self.track_drift = track_drift
-        self.probe_ids = probe_ids
+        self.histogram, self.track_drift, self.probe_ids = histogram, track_drift, probe_ids
         self._captured: tuple[torch.Tensor, torch.Tensor] | None = None  # norms, expected
         self._armed = False
         self._update = 0  # the update whose first forward is (to be) captured
@@ -79,24 +71,19 @@ class InputNormMonitor(UpdateCallback):
         if update != self._update or self._captured is None:
             return  # not a logged update
         (norms, expected), self._captured = self._captured, None
-        metrics = {
-            "input/norm_mean": (norms.mean(), "mean"),
-            "input/norm_min": (norms.min(), "min"),
-            "input/norm_max": (norms.max(), "max"),
-            "input/norm_expected": (expected.mean(), "mean"),
-            "input/norm_error": ((norms - expected).abs().max(), "max"),
-        }
         interface = pl_module.decoder.interface
-        if interface.fixed:
+        metrics = {"input/norm_mean": (norms.mean(), "mean"), "input/norm_min": (norms.min(), "min"),
+                   "input/norm_max": (norms.max(), "max")}  # fmt: skip
+        if interface.fixed:  # their analytic norm; a learned table's norms are its own (or rescaled to one): error 0
+            metrics |= {"input/norm_expected": (expected.mean(), "mean"),
+                        "input/norm_error": ((norms - expected).abs().max(), "max")}  # fmt: skip
             probe, codes = self._reference
             with torch.no_grad():
                 moved = (interface(probe) != codes).any(-1).nonzero().flatten()
             if moved.numel():
-                raise RuntimeError(
-                    f"the fixed {type(interface).__name__} changed during training (step {update}): the codes "
-                    f"of {moved.numel()} of {probe.numel()} probe ids differ from the start, "
-                    f"e.g. id {int(probe[moved[0]])}"
-                )
+                raise RuntimeError(f"the fixed {type(interface).__name__} changed during training (step {update}): the "
+                                   f"codes of {moved.numel()} of {probe.numel()} probe ids differ from the start, e.g. "
+                                   f"id {int(probe[moved[0]])}")  # fmt: skip
         elif self.track_drift and self._reference:
             params = [p.detach() for p in interface.parameters() if p.requires_grad]
             delta = [p - r for p, r in zip(params, self._reference, strict=True)]

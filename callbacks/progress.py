@@ -1,24 +1,15 @@
-"""UpdateProgressBar: a bar counting optimizer updates (Lightning's count micro-batches), one line per validation.
-Metrics are read once per update: each read is a host sync. Set-up also opens the run's ``console.log``."""
+"""UpdateProgressBar: a bar counting optimizer updates (Lightning's count micro-batches), a line per validation, and
+off a terminal one per ``log_every_n_steps``. Metrics are read once per update (host syncs); setup opens console.log."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import lightning as L
+import rich.progress
 from lightning.pytorch.callbacks import ProgressBar
 from lightning.pytorch.utilities import rank_zero_info
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    ProgressColumn,
-    Task,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, Task, TaskID, TextColumn
 from rich.text import Text
 
 from fixed_embed.run import console
@@ -57,9 +48,9 @@ class UpdateProgressBar(ProgressBar):
             return None
         if self.progress is None:
             self.progress = Progress(
-                TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                TimeRemainingColumn(), _RateColumn(), TextColumn("{task.fields[metrics]}", style="italic"),
-                refresh_per_second=self.refresh_per_second,
+                TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), rich.progress.TimeElapsedColumn(),
+                rich.progress.TimeRemainingColumn(), _RateColumn(),
+                TextColumn("{task.fields[metrics]}", style="italic"), refresh_per_second=self.refresh_per_second,
             )  # fmt: skip
             self.progress.start()
         return self.progress.add_task(description, total=total, completed=completed, metrics="")
@@ -79,8 +70,17 @@ class UpdateProgressBar(ProgressBar):
         if self.progress is None or self.train_task is None:
             return
         self.progress.update(self.train_task, completed=trainer.global_step)
-        if trainer.global_step != self._metrics_step:  # once per update: the device runs ahead meanwhile
-            self._metrics_step = trainer.global_step
+        if (step := trainer.global_step) != self._metrics_step:  # once per update: the device runs ahead meanwhile
+            self._metrics_step = step
+            self._show_metrics(trainer, pl_module)
+            if not self.progress.console.is_terminal and step % trainer.log_every_n_steps == 0:  # the bar as a line
+                task, lr = self.train_progress_bar, float(trainer.callback_metrics.get("train/lr", 0))
+                speed = (task.speed or 0) * float(trainer.callback_metrics.get("train/tokens", 0)) / step  # tokens/s
+                rank_zero_info(f"update {step}/{task.total}: {task.fields['metrics']}, lr {lr:.3g}, {speed:,.0f} "
+                               f"tokens/s, {rich.progress.TimeRemainingColumn().render(task).plain} left")  # fmt: skip
+
+    def _show_metrics(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.progress is not None and self.train_task is not None:
             text = " ".join(f"{k}: {v:.3g}" for k, v in self.get_metrics(trainer, pl_module).items())
             self.progress.update(self.train_task, metrics=text)
 
@@ -88,7 +88,7 @@ class UpdateProgressBar(ProgressBar):
         metrics = super().get_metrics(trainer, pl_module)
         metrics.pop("v_num", None)  # the run's name, truncated: not a metric
         # train/loss is logged without prog_bar (Lightning would read it every micro-batch): read here.
-        if trainer.training and (loss := trainer.callback_metrics.get("train/loss")) is not None:
+        if (loss := trainer.callback_metrics.get("train/loss")) is not None:
             metrics["train/loss"] = float(loss)
         return metrics
 
@@ -121,6 +121,7 @@ class UpdateProgressBar(ProgressBar):
         metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val")}
         text = ", ".join(f"{k} {v:.4g}" for k, v in sorted(metrics.items())) or "no metrics"
         rank_zero_info(f"validation at update {trainer.global_step}: {text}")
+        self._show_metrics(trainer, pl_module)  # the bar's figures: this validation's, also when training ends here
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if self.progress is not None:

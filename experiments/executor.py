@@ -31,11 +31,14 @@ LIVE = ("PENDING", "RUNNING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIG
 
 _fits: set[subprocess.Popen] = set()  # this process's running fits: stopped (and saved) by stop_fits()
 _fits_lock = threading.Lock()
+_stopping = threading.Event()  # set by stop_fits(): this process is ending
 
 
 def started(fit: subprocess.Popen) -> None:
     with _fits_lock:
         _fits.add(fit)
+        if _stopping.is_set():  # started by a job thread after stop_fits() looked: stopped too
+            fit.send_signal(signal.SIGTERM)
 
 
 def ended(fit: subprocess.Popen) -> None:
@@ -46,6 +49,7 @@ def ended(fit: subprocess.Popen) -> None:
 def stop_fits() -> int:
     """SIGTERM to every running fit of this process, which saves its update and exits; the number stopped."""
     with _fits_lock:
+        _stopping.set()
         fits = list(_fits)
     for fit in fits:
         fit.send_signal(signal.SIGTERM)

@@ -111,8 +111,9 @@ def run_all(plan: list[tuple], logs: str, title: str, out: str | None = None, jo
     rows = {name: done[name] for name in planned if name in done}
     for name, row in rows.items():  # a finished row stands in for a run only if it ran the same flags
         _same_flags(row, name, planned[name], f"{out}.json")
-    merged = [name for name in planned if name not in rows and (row := read_row(logs, name, planned[name]))]
-    rows.update((name, read_row(logs, name, planned[name])) for name in merged)  # finished while no launch merged
+    unmerged = {name: read_row(logs, name, extra) for name, extra in planned.items() if name not in rows}
+    merged = {name: row for name, row in unmerged.items() if row is not None}  # finished while no launch merged
+    rows.update(merged)
 
     def save() -> None:
         if out:

@@ -12,6 +12,8 @@ from typing import IO
 
 from fixed_embed.errors import ConfigError
 
+os.umask(_UMASK := os.umask(0))  # read (at import, before threads): a written file gets what open() gives, 0666 & ~it
+
 
 def temporary_name(path: str | os.PathLike) -> Path:
     """The hidden sibling ``.<name>.tmp-<pid>`` that :func:`atomic_path` writes before the rename."""
@@ -29,6 +31,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         yield tmp
         with open(tmp, "rb") as file:
             os.fsync(file.fileno())
+        os.chmod(tmp, 0o666 & ~_UMASK)  # also when written through a temporary file of the writer's (0600: safetensors)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
@@ -72,6 +75,8 @@ def atomic_folder(path: str | os.PathLike) -> Iterator[Path]:
     tmp.mkdir()
     try:
         yield tmp
+        for file in (f for f in tmp.rglob("*") if f.is_file() and not f.is_symlink()):
+            file.chmod(0o666 & ~_UMASK)  # as atomic_path's
         if path.exists():
             shutil.rmtree(old, ignore_errors=True)
             os.replace(path, old)

@@ -53,9 +53,11 @@ def deep_merge(base: Any, override: Any) -> Any:
     return merged
 
 
-def load_experiment(path: str | Path, named_before: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The experiment at ``path`` with its ``__base__`` chain merged in (base first), its callbacks a list.
-    ``named_before``: earlier ``--config`` files' named callbacks, which this file's names change (in place)."""
+def load_experiment(path: str | Path | dict, named_before: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The experiment at ``path`` with its ``__base__`` chain merged in (base first), its callbacks a list; a loaded
+    one (a dict) as it is. ``named_before``: earlier ``--config`` files' named callbacks, which this file's change."""
+    if isinstance(path, dict):
+        return path
     experiment = _merged(path, ())
     if (callbacks := _named_callbacks(experiment)) is not None:
         if named_before is not None:

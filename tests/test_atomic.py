@@ -113,3 +113,22 @@ def _alive(pid):
     except ProcessLookupError:
         return False
     return True
+
+
+def test_every_file_gets_the_mode_open_gives_also_from_a_writer_that_makes_it_private(tmp_path):
+    import torch
+    from safetensors.torch import save_file
+
+    from fixed_embed.atomic import atomic_folder
+
+    mask = os.umask(0o022)
+    try:
+        with atomic_path(tmp_path / "model.safetensors") as tmp:
+            save_file({"w": torch.zeros(2)}, tmp)  # its own temporary file: 0600
+        with atomic_folder(tmp_path / "export") as folder:
+            save_file({"w": torch.zeros(2)}, folder / "model.safetensors")
+            (folder / "config.json").write_text("{}")
+    finally:
+        os.umask(mask)
+    for path in (tmp_path / "model.safetensors", *(tmp_path / "export").iterdir()):
+        assert oct(path.stat().st_mode & 0o777) == "0o644", path

@@ -54,18 +54,18 @@ class _Parsed(Exception):
 def argparse_parser(command: str) -> argparse.ArgumentParser:
     """The argparse parser a sub-command builds, caught at its ``parse_args`` (nothing runs)."""
     module = importlib.import_module(COMMANDS[command])
-    original = argparse.ArgumentParser.parse_args
+    original = argparse.ArgumentParser.parse_args, argparse.ArgumentParser.parse_known_args
 
     def capture(self, *args, **kwargs):
         raise _Parsed(self)
 
-    argparse.ArgumentParser.parse_args = capture
+    argparse.ArgumentParser.parse_args = argparse.ArgumentParser.parse_known_args = capture
     try:
         module.run([command])
     except _Parsed as parsed:
         return parsed.parser
     finally:
-        argparse.ArgumentParser.parse_args = original
+        argparse.ArgumentParser.parse_args, argparse.ArgumentParser.parse_known_args = original
 
 
 def arguments(command: str) -> list[tuple[str, bool, bool]]:
@@ -203,7 +203,8 @@ def baseline(command: str, valid: dict, where: Path) -> tuple[list[str], dict[st
         )
         parts[flag] = [value] if positional else [flag, value]
     # Options that keep the baseline offline and small (a command's defaults may reach the hub).
-    lead += {"eval": ["--suite", "offline", "--limit", "2"], "prefetch": ["--suite", "offline"]}.get(command, [])
+    lead += {"eval": ["--suite", "offline", "--limit", "2"], "prefetch": ["--suite", "offline"],
+             "generate": ["--prompt", "Once", "--max-new-tokens", "2"]}.get(command, [])  # fmt: skip
     return lead, parts
 
 

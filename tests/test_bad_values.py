@@ -52,6 +52,9 @@ LEGAL = {
     ("analyze --seed", "0"): "a label in the plot's title",
     ("pretokenize --holdout-per-mille", "0"): "no held-out shards",
     ("eval --num-fewshot", "0"): "zero-shot",
+    ("generate --temperature", "0"): "greedy",
+    ("generate --seed", "0"): "a seed",
+    ("pretokenize --task", "0"): "the first task, with --tasks",
 }
 # fmt: on
 
@@ -292,10 +295,14 @@ COMPOSITIONS = [
 
 
 @pytest.mark.parametrize("files", COMPOSITIONS, ids=lambda files: "+".join(p.stem for p in files))
-def test_every_experiment_passes_the_value_checks(files, tmp_path):
+def test_every_experiment_passes_the_value_checks(files, tmp_path, monkeypatch):
     """The checks run on values as YAML gives them (an int -1, not the command line's string): every
     experiment as the Makefile and README compose them passes, and so does a YAML `devices: -1` (all GPUs)."""
+    import torch
+
     from fixed_embed.cli.train import _check_values
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # the values, not this machine's GPU
 
     devices = tmp_path / "devices.yaml"
     devices.write_text("trainer:\n  devices: -1\n  log_every_n_steps: 0\n")

@@ -45,7 +45,9 @@ def test_monitors_write_their_tags_at_their_steps(tmp_path, corpus, interface):
     fit_tiny(tmp_path, corpus, 6, max_steps=6, callbacks=monitors, logger=logger, clip=1.0, interface=interface)
     tags, events = scalars(logger.log_dir)
     every_other = ["grad/norm", "grad/clip_coef", "grad/block_0", "grad/block_1", "grad/head", "param/norm"]
-    every_other += ["input/norm_mean", "input/norm_min", "input/norm_max", "input/norm_expected", "input/norm_error"]
+    every_other += ["input/norm_mean", "input/norm_min", "input/norm_max"]
+    # against an analytic norm for fixed codes; a learned table's "expected" norm is its own (error 0 by construction)
+    every_other += ["input/norm_expected", "input/norm_error"] if interface.fixed else []
     for tag in every_other:  # after updates 2, 4, 6, each logged at its index n - 1
         assert [s for s, _ in tags[tag]] == [1, 3, 5], tag
     assert [s for s, _ in tags["perf/tokens_per_sec"]] == [1, 3, 5]  # windows open after update 1
@@ -54,7 +56,7 @@ def test_monitors_write_their_tags_at_their_steps(tmp_path, corpus, interface):
     assert all(0 <= v <= 1 for _, v in tags["perf/data_wait_frac"])
     assert all(v > 0 for _, v in tags["perf/tokens_per_sec"] + tags["perf/peak_mem_gb"])
     assert all(0 < v <= 1 for _, v in tags["grad/clip_coef"])
-    assert all(v == pytest.approx(0, abs=1e-6) for _, v in tags["input/norm_error"])  # learned: its rows' norms
+    assert ("input/norm_error" in tags) == ("input/norm_expected" in tags) == interface.fixed
     assert "input/norms" in events.Tags()["histograms"]
 
 

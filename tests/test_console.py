@@ -121,6 +121,40 @@ def test_the_bar_counts_updates_of_max_steps_and_each_validation_is_one_line(tmp
     assert "val/loss" in lines[0] and "val/ppl" in lines[0]
 
 
+class LastBar(L.Callback):
+    def on_fit_end(self, trainer, *args):  # before the bar's teardown
+        self.metrics = trainer.progress_bar_callback.train_progress_bar.fields["metrics"]
+
+
+def test_off_a_terminal_the_bar_is_a_line_per_logging_interval_and_ends_on_the_last_validation(
+    tmp_path, corpus, caplog, monkeypatch
+):
+    import rich.console
+
+    monkeypatch.setattr(rich.console.Console, "is_terminal", property(lambda self: False))  # a batch job's log
+    data, tok = corpus
+    L.seed_everything(0)
+    model = LanguageModel(decoder=TINY_DECODER, schedule={"warmup_steps": 2}, optimizer={"lr": 1e-2})
+    dm = TextDataModule(train=str(data), tokenizer=str(tok), seq_len=16, batch_size=4, num_shards=4,
+                        shuffle_buffer=8, val_sequences=4, holdout_per_mille=100)  # fmt: skip
+    last = LastBar()
+    trainer = L.Trainer(
+        accelerator="cpu", max_steps=6, logger=False, enable_checkpointing=False, enable_model_summary=False,
+        default_root_dir=tmp_path, val_check_interval=3, check_val_every_n_epoch=None, num_sanity_val_steps=0,
+        log_every_n_steps=2, callbacks=[UpdateProgressBar(), last],
+    )  # fmt: skip
+    with caplog.at_level("INFO"):
+        trainer.fit(model, dm)
+    lines = [r.getMessage() for r in caplog.records if r.pathname.endswith("progress.py")]
+    updates = [line for line in lines if line.startswith("update ")]
+    assert [line.split(":")[0] for line in updates] == ["update 2/6", "update 4/6", "update 6/6"]
+    for line in updates:
+        assert all(part in line for part in ("train/loss: ", ", lr ", " tokens/s, ", " left")), line
+    assert "val/loss" in updates[1] and lines[-1].startswith("validation at update 6")
+    # the last validation ran after update 6's line was read: the bar shows its figures, not update 3's
+    assert f"val/loss: {float(trainer.callback_metrics['val/loss']):.3g}" in last.metrics
+
+
 @pytest.mark.slow
 def test_a_tiny_fit_console_is_quiet(tmp_path, corpus):
     data, tok = corpus

@@ -229,7 +229,7 @@ def test_refused_data_resume_is_the_last_word_and_bad_inputs_are_one_line(tmp_pa
         ("--ckpt_path", str(garbage), "--run", "g"): f"cannot read checkpoint {garbage}: it is not a checkpoint",
         ("--data.val_sequences", "0", "--run", "v"): "data.val_sequences: must be an integer >= 1, got 0",
         (f"--data.train={empty}", "--run", "e"): f"{empty}: every file is empty",
-        ("--model.decoder.vocab_size", "17", "--run", "vv"): "model vocab_size 17 does not match the tokenizer's",
+        ("--model.decoder.vocab_size", "17", "--run", "vv"): "model vocab_size 17 is smaller than the tokenizer's",
     }
     for flags, message in cases.items():
         result = launch(fit_args(tmp_path, corpus, "gf2", "--trainer.max_steps", "2", *flags))
@@ -246,7 +246,7 @@ def test_a_reader_without_documents_says_so_and_the_cli_prints_one_line(tmp_path
     one = tmp_path / "one.jsonl"
     one.write_text('{"text": "a single short document"}\n')
     stream = PackedBlocks(DocumentSource(str(one)), str(corpus[1]), 8, eos_id=0, rank=1, world_size=2, num_shards=None)
-    with pytest.raises(DataError, match=r"too few documents for 2 readers; lower data\.num_workers") as raised:
+    with pytest.raises(DataError, match=r"too few documents for 2 readers; give more documents") as raised:
         next(iter(stream))
     # torch re-raises a worker's error wrapped in its traceback: the CLI prints the message alone
     wrapped = DataError(f"Caught DataError in DataLoader worker process 0.\nOriginal Traceback (most recent call "

@@ -40,6 +40,7 @@ NOT_WRITERS = {
     "analyze": "one <analysis>.json through atomic_write_text (and its PNG) per analysis: the last whole file wins",
     "lm-eval": "lm-eval's own CLI (its output is lm-eval's)",
     "prefetch": "fills the hub caches, which datasets and huggingface_hub lock themselves",
+    "generate": "prints the continuation, writes nothing",
 }
 
 

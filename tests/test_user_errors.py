@@ -67,6 +67,43 @@ def test_default_eval_folder_is_unique_per_checkpoint_and_evaluation(tmp_path):
     assert hub.name.startswith("HuggingFaceTB_SmolLM2-135M-paper-")
 
 
+def test_two_runs_of_one_name_in_different_folders_get_different_labels(tmp_path, monkeypatch):
+    from fixed_embed.evaluation.suite import run_label
+
+    monkeypatch.chdir(tmp_path)
+    demo, own = (tmp_path / "logs" / run / "default" / "checkpoints" / "step=00000300.ckpt"
+                 for run in ("demo/tiny/gf2", "tiny/gf2"))  # fmt: skip
+    assert run_label(demo) == "logs/demo/tiny/gf2/default/step=00000300.ckpt"
+    assert run_label(own) == "logs/tiny/gf2/default/step=00000300.ckpt"
+    assert run_label("/elsewhere/logs/tiny/gf2/default/checkpoints/last.ckpt") == "tiny/gf2/default/last.ckpt"
+
+
+def test_eval_refuses_tasks_whose_data_cannot_be_loaded_before_loading_the_model(tmp_path, capsys):
+    from tests.test_gpu_path import MISSING_TASK
+
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    (tasks / "gone.yaml").write_text(MISSING_TASK.format(name="gone_local_task", path=tmp_path / "missing.jsonl"))
+    missing = tmp_path / "missing.ckpt"  # never read: the refusal comes first
+    message = cli(["eval", str(missing), "--tasks", "gone_local_task", "--include-path", str(tasks),
+                   "--output", str(tmp_path / "out")], capsys, DataError)  # fmt: skip
+    assert "gone_local_task: " in message and "--suite offline" in message
+    assert "fixed-embed prefetch --tasks gone_local_task" in message and "checkpoint not found" not in message
+    assert len(message.strip().splitlines()) <= 2  # the line, and where --debug shows more
+
+
+def test_fit_of_a_gpu_config_is_refused_on_a_machine_without_one_before_any_work(tmp_path, capsys, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.chdir(tmp_path)
+    config = Path(__file__).resolve().parents[1] / "experiments" / "paper" / "gf2.yaml"
+    message = cli(["fit", "--config", str(config)], capsys, ConfigError)
+    assert "error: trainer.accelerator gpu needs a CUDA GPU, none is visible here" in message.splitlines()[0]
+    assert "experiments/tiny/*.yaml or --trainer.accelerator cpu --trainer.precision 32-true" in message
+    assert not list(tmp_path.iterdir())  # no run folder, no logs/
+
+
 def test_eval_refuses_to_replace_results(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     ckpt = tmp_path / "logs" / "tiny" / "gf2" / "version_0" / "checkpoints" / "last.ckpt"

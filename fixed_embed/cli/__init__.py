@@ -4,8 +4,11 @@ and Lightning after parsing, so ``--help`` and usage errors are instant. User er
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import io
 import os
+import re
 import sys
 from typing import NoReturn
 
@@ -26,6 +29,7 @@ COMMANDS = {
     "analyze": "fixed_embed.cli.analyze",
     "lm-eval": "fixed_embed.cli.lm_eval",
     "prefetch": "fixed_embed.cli.prefetch",
+    "generate": "fixed_embed.cli.generate",
 }
 
 USAGE = """usage: fixed-embed COMMAND [ARGS]
@@ -41,6 +45,7 @@ commands:
   consolidate DIR OUT one checkpoint file from a sharded (FSDP2) checkpoint folder
   analyze probe|ablate CKPT...  identity probes across depth / one-block ablations (JSON + PNG)
   lm-eval ARGS        lm-eval's own CLI with --model fixed_embed registered
+  generate CKPT       continue --prompt TEXT with a trained model (greedy or sampled, --help)
   prefetch            on a login node: cache the paper suite's task data and the tokenizer for offline nodes
 """
 
@@ -73,8 +78,10 @@ def main(argv: list[str] | None = None, configure_console: bool | None = None) -
     if configure_console:  # before the command's imports: see fixed_embed/run/console.py
         console.setup(command)
     module = importlib.import_module(COMMANDS[command])  # only the command run: its imports, no other's
+    help_text = io.StringIO()  # help comes from docstrings: printed without their markup (``x``, :class:`x`)
     try:
-        return module.run(argv) or 0
+        with contextlib.redirect_stdout(help_text) if {"-h", "--help"} & set(argv) else contextlib.nullcontext():
+            return module.run(argv) or 0
     except Exception as error:
         # Lightning's clean-up after a failed run can raise again, hiding the user's error in the context.
         user_error = next((cause for cause in causes(error) if isinstance(cause, UserError)), None)
@@ -95,6 +102,8 @@ def main(argv: list[str] | None = None, configure_console: bool | None = None) -
     except KeyboardInterrupt as stop:
         print(f"fixed-embed {command}: interrupted ({stop.args[0] if stop.args else 'Ctrl-C'})", file=sys.stderr)
         return 130
+    finally:
+        print(re.sub(r"(:[a-z]+:)?`+", "", help_text.getvalue()), end="")
 
 
 def _named_path_error(error: BaseException, argv: list[str]) -> OSError | None:

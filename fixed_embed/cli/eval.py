@@ -22,6 +22,7 @@ from fixed_embed.evaluation.suite import (
     run_suite,
     write_results,
 )
+from fixed_embed.evaluation.task_data import check_task_data
 from fixed_embed.evaluation.tasks import check_task_folders
 from fixed_embed.run.lock import acquire
 
@@ -51,8 +52,8 @@ def run(argv: list[str]) -> int:
     limit = None if args.limit is None else (int(args.limit) if args.limit >= 1 else args.limit)
     columns = columns_for(suite, tasks, args.num_fewshot)
     check_task_folders(args.include_path)
-    if tasks:  # a misspelt task is refused now, before the model is loaded
-        check_tasks(tasks, args.include_path)
+    names = {c.task for c in columns}  # a misspelt task, or one whose data is not here (offline): refused now
+    check_task_data(names, check_tasks(names, args.include_path), "score the offline suite instead (--suite offline)")
     if args.checkpoint:  # resolved once: the folder's name and the scores come from the same file
         args.checkpoint = str(Path(args.checkpoint).expanduser().resolve())
     model = args.hf or args.checkpoint

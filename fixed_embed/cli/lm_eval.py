@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 
+import torch
 from lm_eval.__main__ import cli_evaluate
 
 import fixed_embed.evaluation.lm_eval_model  # noqa: F401  (registers the model)
@@ -15,6 +16,8 @@ def run(argv: list[str]) -> int:
     args = argv[1:]
     if "--include_path" not in args and not any(a.startswith("--include_path=") for a in args):
         args += ["--include_path", str(tasks_dir())]
+    if not any(a.startswith("--device") for a in args) and not torch.cuda.is_available():  # lm-eval's default: cuda
+        args += ["--device", "cpu"]
     # lm-eval 0.4's CLI takes no argument list (HarnessCLI.parse_args reads, and edits, sys.argv).
     saved, sys.argv = sys.argv, ["lm-eval", *args]
     try:

@@ -1,5 +1,6 @@
-"""``fixed-embed params CONFIG``: exact parameter counts of an experiment, on the meta device, and an
-estimate of its per-GPU training memory (:func:`fixed_embed.measure.memory.memory_estimate`)."""
+"""``fixed-embed params CONFIG [--model.KEY VALUE ...]``: exact parameter counts of an experiment, on the meta
+device, and an estimate of its per-GPU training memory (:func:`fixed_embed.measure.memory.memory_estimate`).
+Overrides of ``model``, ``data``, ``trainer`` keys follow CONFIG, as for fit (``--model.decoder.n_layers 12``)."""
 
 from __future__ import annotations
 
@@ -23,18 +24,29 @@ def run(argv: list[str]) -> int:
         help="also trace one update on fake tensors (fixed_embed.measure.trace; minutes at the paper's shape): "
         "the peak per rank beside the estimate",
     )
-    args = parser.parse_args(argv[1:])
-    from fixed_embed.config import load_experiment
+    args, overrides = parser.parse_known_args(argv[1:])
+    pairs = [part for arg in overrides for part in (arg.split("=", 1) if arg.startswith("--") else [arg])]
+    if len(pairs) % 2 or not all(flag.startswith(("--model.", "--data.", "--trainer.")) for flag in pairs[::2]):
+        parser.error(f"unrecognized arguments: {' '.join(overrides)} (overrides: --model.KEY VALUE, --data.KEY VALUE "
+                     "or --trainer.KEY VALUE, after CONFIG)")  # fmt: skip
+    import yaml
+
+    from fixed_embed.config import deep_merge, load_experiment
     from fixed_embed.errors import ConfigError
     from fixed_embed.measure.memory import USABLE_FRACTION, optimizer_state_bytes
     from fixed_embed.train.experiment import memory_plan, parameter_reports, training_memory
 
-    load_experiment(args.config)  # a missing or unreadable file: one line
+    config, label = load_experiment(args.config), " ".join([args.config, *overrides])  # unreadable: one line
+    for flag, value in zip(pairs[::2], pairs[1::2], strict=True):
+        override = yaml.safe_load(value)
+        for key in reversed(flag[2:].split(".")):
+            override = {key: override}
+        config = deep_merge(config, override)
     try:
-        interface_name, report, control = parameter_reports(args.config)
+        interface_name, report, control = parameter_reports(config)
     except ConfigError as error:  # a bad model section: one line, naming the file
-        raise ConfigError(f"{args.config}: {error}") from error
-    table = Table("parameters", Column("count", justify="right"), title=f"{args.config}: {interface_name}")
+        raise ConfigError(f"{label}: {error}") from error
+    table = Table("parameters", Column("count", justify="right"), title=f"{label}: {interface_name}")
     for name, value in report.rows():
         table.add_row(name, f"{value:,}")
     diff = control.total - report.total
@@ -45,7 +57,7 @@ def run(argv: list[str]) -> int:
     table.add_row(f"training FLOPs per token (ctx {report.seq_len})", f"{report.flops_per_token:,}")
     console = Console(width=120)
     console.print(table)
-    estimate = training_memory(args.config, args.world_size)
+    estimate = training_memory(config, args.world_size)
     title = (
         f"per-GPU training memory estimate: micro-batch {estimate.micro_batch} x ctx {estimate.seq_len}, "
         f"{estimate.world_size} GPU(s), {'FSDP' if estimate.sharded else 'replicated (DDP)'}, {estimate.mode}"
@@ -56,14 +68,14 @@ def run(argv: list[str]) -> int:
         memory_table.add_row(name, f"{value / 2**30:,.2f}")
     console.print(memory_table)
     if args.trace:
-        _print_trace(console, args.config, args.world_size, estimate.allocated)
+        _print_trace(console, config, args.world_size, estimate.allocated)
     plan = Table(
         title=f"does it fit? {estimate.world_size} GPU(s), required vs {100 * USABLE_FRACTION:.0f} % of each GPU",
         caption="cost order of the ways out: micro-batch / 2 (~3 %), FSDP2 (~5 %), activation checkpointing (~33 %)",
     )
     for column in ("GPU", "strategy", "required GiB", "usable GiB", "fits", "cheapest change that fits"):
         plan.add_column(column, justify="right" if "GiB" in column else "left")
-    for row in memory_plan(args.config, args.world_size):
+    for row in memory_plan(config, args.world_size):
         option = row["option"]
         change = "" if row["fits"] else (f"{option.flags} ({option.estimate.required / 2**30:.1f} GiB)" if option
                                          else "none found: more GPUs (FSDP) or a smaller model")  # fmt: skip
@@ -75,7 +87,7 @@ def run(argv: list[str]) -> int:
     return 0
 
 
-def _print_trace(console: Console, config: str, world_size: int | None, estimated: int) -> None:
+def _print_trace(console: Console, config: dict, world_size: int | None, estimated: int) -> None:
     from fixed_embed.measure.trace import trace_update
     from fixed_embed.train.experiment import run_settings
 

@@ -22,10 +22,9 @@ def run(argv: list[str]) -> int:
             data = json.loads(path.read_text())
         except (OSError, ValueError) as error:  # ValueError: not JSON, or not UTF-8
             parser.error(f"cannot read results file {path}: {error}")
-        if not isinstance(data, dict) or not {"model", "columns", "scores"} <= set(data):
-            parser.error(f"{path} is not a fixed-embed eval results file (needs model, columns, scores)")
-        if not isinstance(data["columns"], list) or not isinstance(data["scores"], dict):
-            parser.error(f"{path} is not a fixed-embed eval results file (columns must be a list, scores a mapping)")
+        shaped = isinstance(data, dict) and "model" in data and isinstance(data.get("columns"), list)
+        if not (shaped and isinstance(data.get("scores"), dict)):
+            parser.error(f"{path} is not a fixed-embed eval results file (model, a columns list, a scores mapping)")
         loaded.append(data)
     table = markdown_table(loaded) + TABLE_NOTES
     if args.output:

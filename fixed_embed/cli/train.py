@@ -10,7 +10,9 @@ from argparse import ArgumentError
 from pathlib import Path
 from typing import Any
 
-from lightning.pytorch.cli import LightningCLI
+import torch
+from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
+from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.strategies import StrategyRegistry
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
@@ -41,15 +43,11 @@ class FixedEmbedCLI(LightningCLI):
         self._max_steps: int | None = None
         self._resumed_step: int | None = None
         super().__init__(
-            LanguageModel,
-            TextDataModule,
-            save_config_kwargs={"overwrite": True},
-            auto_configure_optimizers=False,
-            args=None if args is None else expand_config_args(args),
+            LanguageModel, TextDataModule, save_config_callback=_SaveConfig, save_config_kwargs={"overwrite": True},
+            auto_configure_optimizers=False, args=None if args is None else expand_config_args(args), run=run,
             # A bad value raises (parse_arguments says it in one line) instead of printing the whole usage.
             parser_kwargs={"exit_on_error": False} | {c: {"exit_on_error": False} for c in ("fit", "validate", "test")},
-            run=run,
-        )
+        )  # fmt: skip
 
     def add_arguments_to_parser(self, parser: Any) -> None:
         what = "run name: the folder <save_dir>/<logger name>/<run> holds its logs and checkpoints"
@@ -120,6 +118,13 @@ class FixedEmbedCLI(LightningCLI):
             purge_curve_after(trainer, self._resumed_step)
 
 
+class _SaveConfig(SaveConfigCallback):
+    def save_config(self, trainer: Any, pl_module: Any, stage: str) -> None:  # rank 0, once: config.yaml's text
+        if stage == "fit" and isinstance(trainer.logger, TensorBoardLogger):  # in TensorBoard's text tab, as code
+            text = self.parser.dump(self.config, skip_none=False)
+            trainer.logger.experiment.add_text("config", "".join(f"    {line}" for line in text.splitlines(True)))
+
+
 def _preflight(config: Any) -> None:
     """A fresh start's inputs, checked before any work: the data module's settings, data files, tokenizer."""
     datamodule = TextDataModule(**config.data.as_dict())
@@ -142,6 +147,9 @@ def _check_values(config: Any) -> None:
         if number and not (0 < value < math.inf if key in POSITIVE else 0 <= value < math.inf):
             raise ConfigError(f"{key} must be a finite number {'>' if key in POSITIVE else '>='} 0"
                               f"{' (or -1: no limit)' if key in MINUS_ONE else ''}, got {value}")  # fmt: skip
+    if (gpu := str(config.trainer.accelerator)) in ("gpu", "cuda") and not torch.cuda.is_available():  # this machine
+        raise ConfigError(f"trainer.accelerator {gpu} needs a CUDA GPU, none is visible here: on CPU use experiments/"
+                          "tiny/*.yaml or --trainer.accelerator cpu --trainer.precision 32-true")  # fmt: skip
     if config.trainer.devices != "auto" and trainer_world_size(config.trainer) is None:  # as Lightning reads it
         raise ConfigError(f"trainer.devices must be a count > 0, -1, auto or ids (0,1), got {config.trainer.devices!r}")
     if isinstance(strategy := config.trainer.strategy, str) and strategy not in ("auto", *StrategyRegistry):
@@ -167,9 +175,8 @@ def run(argv: list[str]) -> int:
     except SystemExit as stop:
         if isinstance(stop.__context__, KeyboardInterrupt):  # Lightning's Ctrl-C handler: sys.exit(1)
             _say_interrupted(trainers)
-        elif stop.code == 2 and (
-            files := [f for f in config_values(argv, CONFIG_FILE_FLAGS) if Path(f).is_file()]
-        ):  # a usage error: which files it came from
+        elif stop.code == 2 and (files := [f for f in config_values(argv, CONFIG_FILE_FLAGS) if Path(f).is_file()]):
+            # a usage error: which files it came from
             print(f"fixed-embed {argv[0]}: (the config files given: {', '.join(files)})", file=sys.stderr)
         raise
     except KeyboardInterrupt:
@@ -211,9 +218,6 @@ def _write_refused(error: OSError, trainers: list[Any]) -> str:
 
 
 def _say_interrupted(trainers: list[Any]) -> None:
-    print(
-        f"fixed-embed fit: interrupted (Ctrl-C); {_newest_intact(trainers)}: relaunch with --ckpt_path last to "
-        "continue from it (a SIGTERM instead saves at the end of the update in flight)",
-        file=sys.stderr,
-        flush=True,
-    )
+    print(f"fixed-embed fit: interrupted (Ctrl-C); {_newest_intact(trainers)}: relaunch with --ckpt_path last to "
+          "continue from it (a SIGTERM instead saves at the end of the update in flight)",
+          file=sys.stderr, flush=True)  # fmt: skip

@@ -137,13 +137,15 @@ class TextDataModule(L.LightningDataModule):
 
     def setup(self, stage: str) -> None:
         module = self.trainer.lightning_module if self.trainer else None
-        model_vocab = getattr(getattr(module, "config", None), "vocab_size", None)
-        # Equal, not merely larger: unused ids would still change the codes' width K = ceil(log2 V) and parameters.
-        if model_vocab is not None and model_vocab != self.vocab_size():
+        model_vocab, vocab = getattr(getattr(module, "config", None), "vocab_size", None), self.vocab_size()
+        if model_vocab is not None and model_vocab < vocab:  # larger is harmless: the extra ids never occur
             raise ConfigError(
-                f"model vocab_size {model_vocab} does not match the tokenizer's {self.vocab_size()} "
-                f"({self.tokenizer_path()}); set model.decoder.vocab_size: {self.vocab_size()}"
+                f"model vocab_size {model_vocab} is smaller than the tokenizer's {vocab} ({self.tokenizer_path()}); "
+                f"set --model.decoder.vocab_size {vocab}"
             )
+        if model_vocab is not None and model_vocab > vocab:
+            rank_zero_info(f"model vocab_size {model_vocab} > the tokenizer's {vocab}: ids {vocab}..{model_vocab - 1} "
+                           f"never occur (--model.decoder.vocab_size {vocab} builds the exact model)")  # fmt: skip
         for source in self._sources:
             source.check()
 

@@ -123,11 +123,12 @@ class PackedBlocks(IterableDataset):
                 cycle = document_cycle(source_shards, virtual)
                 files = ", ".join(f"{f}" if (lo, hi) == (0, cycle) else f"{f}[{lo}:{hi}]/{cycle}" for f, lo, hi in plan)
                 share = f"{self.source.path} (source shards {files} of {source_shards}, {virtual} virtual shards)"
-                if state.stats.documents == 0:
+                if state.stats.documents == 0:  # lowering data.num_workers is suggested only where it is above 1
+                    fewer = "lower data.num_workers or " if getattr(get_worker_info(), "num_workers", 0) > 1 else ""
                     raise DataError(
                         f"reader {reader} of {readers} (ranks x data.num_workers) got no document from its share of "
-                        f"{share}: the corpus has too few documents for {readers} readers; lower data.num_workers "
-                        "or give more documents"
+                        f"{share}: the corpus has too few documents for {readers} readers; {fewer}give more "
+                        "documents (a .txt file is one document, a .jsonl line one)"
                     )
                 raise DataError(
                     f"reader {reader} of {readers} got no block of {self.seq_len + 1} tokens from a whole pass over "

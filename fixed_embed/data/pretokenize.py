@@ -47,19 +47,9 @@ class _Job:
     eos_id: int
 
 
-def pretokenize(
-    source: DocumentSource,
-    tokenizer: str,
-    out: str | os.PathLike,
-    *,
-    shards: int = 64,
-    workers: int = 1,
-    holdout_per_mille: int = 10,
-    tokenize_batch: int = 64,
-    overwrite: bool = False,
-    progress: Progress | None = None,
-    task: tuple[int, int] | None = None,
-) -> dict[str, Any]:
+def pretokenize(source: DocumentSource, tokenizer: str, out: str | os.PathLike, *, shards: int = 64, workers: int = 1,
+                holdout_per_mille: int = 10, tokenize_batch: int = 64, overwrite: bool = False,
+                progress: Progress | None = None, task: tuple[int, int] | None = None) -> dict[str, Any]:  # fmt: skip
     """Write ``source``'s documents as token shards into ``out``; returns the totals and the time taken.
     ``progress`` (called in this process): ``{"total_bytes": N}``, then increments of documents, tokens, text_bytes.
     ``task=(i, n)``: the i-th of n runs of shards only (the n may run at once), no index: the call without task's."""

@@ -90,16 +90,11 @@ class TextStreamSource:
                 f"data: {virtual} virtual shards over {readers} readers: readers own {virtual // readers} or "
                 f"{virtual // readers + 1} of them (a num_shards that {readers} divides gives equal shares)"
             )
-        return StatefulDataLoader(
-            self.training_stream(rank, world, length),
-            batch_size=self.data.batch_size,
-            num_workers=workers,
-            persistent_workers=workers > 0,
-            # Not fork: a rank forks with threads running, which can deadlock the child (seen: CPython 3.11, DDP).
-            multiprocessing_context="forkserver" if workers > 0 else None,
-            drop_last=True,
-            pin_memory=pin_memory,
-        )
+        # Not fork: a rank forks with threads running, which can deadlock the child (seen: CPython 3.11, DDP).
+        return StatefulDataLoader(self.training_stream(rank, world, length), batch_size=self.data.batch_size,
+                                  num_workers=workers, persistent_workers=workers > 0, drop_last=True,
+                                  multiprocessing_context="forkserver" if workers > 0 else None,
+                                  pin_memory=pin_memory)  # fmt: skip
 
     def position_refusals(self, checkpoint: dict[str, Any], world_size: int | None) -> list[str]:
         """A text position resumes only the same stream (its fingerprint) read by the same readers."""
@@ -183,11 +178,12 @@ class TextStreamSource:
             blocks = list(itertools.islice(stream, hp.val_sequences))
         except DataError as error:  # the packer's words are about training readers; say what this is
             held_out = f" ({hp.holdout_per_mille} per mille held out of data.train)" if keep == "held_out" else ""
-            raise DataError(
-                f"validation: the documents of {documents.path}{held_out} give no block of {width} tokens when "
-                f"packed in {VALIDATION_SHARDS} fixed shards: set data.valid to more text, raise "
-                f"data.holdout_per_mille, set data.val_per_document: true, or lower data.seq_len ({error})"
-            ) from error
+            fix = "set --data.valid FILE, raise data.holdout_per_mille" if held_out else "give data.valid more text"
+            fix += ", set data.val_per_document: true, or lower data.seq_len"
+            if held_out and "got no document" in str(error):  # none held out: one .txt file is one document
+                fix = "set --data.valid FILE, or give more documents (a .txt file is one, a .jsonl line one)"
+            raise DataError(f"validation: the documents of {documents.path}{held_out} give no block of {width} tokens "
+                            f"when packed in {VALIDATION_SHARDS} fixed shards: {fix}") from error  # fmt: skip
         if len(blocks) < hp.val_sequences:
             rank_zero_warn(
                 f"validation data {documents.path} holds only {len(blocks)} blocks of {width} tokens; "

@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # sources imports datasets, which loading a tokenizer (evalua
 
 EOS = "<|endoftext|>"
 ACCEPTED = "a hub id (owner/name), a tokenizer.json, or a folder holding one"
-MIN_VOCAB_FRACTION = 0.9  # a trained BPE smaller than this share of the size asked is refused
+MIN_VOCAB_FRACTION = 0.5  # a trained BPE smaller than this share of the size asked is refused
 
 
 def load_tokenizer(spec: str | os.PathLike) -> Tokenizer:
@@ -83,15 +83,8 @@ def bpe_for_source(
     return train_bpe(texts, vocab_size, out, fingerprint, corpus=source.path, overwrite=overwrite)
 
 
-def train_bpe(
-    texts: Iterable[str],
-    vocab_size: int,
-    out_dir: str | os.PathLike,
-    fingerprint: str,
-    *,
-    corpus: str | None = None,
-    overwrite: bool = True,
-) -> Path:
+def train_bpe(texts: Iterable[str], vocab_size: int, out_dir: str | os.PathLike, fingerprint: str, *,
+              corpus: str | None = None, overwrite: bool = True) -> Path:  # fmt: skip
     """Train a byte-level BPE (EOS at id 0); returns its ``tokenizer.json``, reused when ``fingerprint.json`` matches;
     another is replaced if ``overwrite``, else refused. Under ``MIN_VOCAB_FRACTION`` of the size: DataError, no file."""
     if vocab_size < 257 + 1:
@@ -141,8 +134,8 @@ def train_bpe(
     if got < MIN_VOCAB_FRACTION * vocab_size:
         raise DataError(
             f"the BPE trained on {corpus or fingerprint} learned only {got} of the {vocab_size} tokens asked: "
-            f"too little text ({counts['documents']} documents, {counts['blank']} empty or whitespace-only). "
-            "Give more text or ask for a smaller vocabulary; nothing was written."
+            f"too little text ({counts['documents']} documents, {counts['blank']} empty or whitespace-only). Give more "
+            "text or ask for a smaller vocabulary (data.tokenizer_vocab_size, --vocab-size); nothing was written."
         )
     stamp.unlink(missing_ok=True)  # never a stamp describing another tokenizer.json, even after a crash
     with atomic_path(target) as tmp:

@@ -14,14 +14,8 @@ from fixed_embed.data.sources import DocumentSource
 from fixed_embed.errors import ConfigError
 
 
-def spread_blocks(
-    source: DocumentSource,
-    tokenizer: Tokenizer,
-    seq_len: int,
-    total: int,
-    eos_id: int,
-    holdout: tuple[int, str] = (0, "train"),
-) -> torch.Tensor:
+def spread_blocks(source: DocumentSource, tokenizer: Tokenizer, seq_len: int, total: int, eos_id: int,
+                  holdout: tuple[int, str] = (0, "train")) -> torch.Tensor:  # fmt: skip
     """``total`` blocks of ``seq_len + 1`` tokens, an equal share (:func:`_shares`) from each document of ``source``
     at evenly spaced positions. ``holdout`` (per mille, keep): the packer's hash hold-out, for a hold-out of train."""
     per_mille, keep = holdout

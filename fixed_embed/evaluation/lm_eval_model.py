@@ -42,22 +42,12 @@ class FixedEmbedLM(TemplateLM):
     interrupt: polled per batch (not in multi-rank generation); true raises EvaluationInterrupted on all ranks.
     """
 
-    def __init__(
-        self,
-        checkpoint: str | None = None,
-        tokenizer: str | None = None,
-        batch_size: int | str = 16,
-        device: str | None = None,
-        dtype: str = "auto",
-        max_length: int | None = None,
-        max_gen_toks: int = 256,
-        eos_token: str = EOS,
-        module: LanguageModel | None = None,
-        tokenizer_object: Tokenizer | None = None,
-        distributed: bool = False,
-        max_batch_size: int | None = None,  # lm-eval passes it to every model; batches here are fixed
-        interrupt: Callable[[], bool] | None = None,
-    ) -> None:
+    # max_batch_size: lm-eval passes it to every model; batches here are fixed
+    def __init__(self, checkpoint: str | None = None, tokenizer: str | None = None, batch_size: int | str = 16,
+                 device: str | None = None, dtype: str = "auto", max_length: int | None = None, max_gen_toks: int = 256,
+                 eos_token: str = EOS, module: LanguageModel | None = None, tokenizer_object: Tokenizer | None = None,
+                 distributed: bool = False, max_batch_size: int | None = None,
+                 interrupt: Callable[[], bool] | None = None) -> None:  # fmt: skip
         super().__init__()
         if (checkpoint is None) == (module is None):
             raise ValueError("pass exactly one of checkpoint=PATH or module=LanguageModel")

@@ -130,8 +130,11 @@ def check_tasks(tasks: Iterable[str], include_path: Iterable[str | os.PathLike] 
 
 
 def run_label(checkpoint: str | os.PathLike) -> str:
-    """``tiny/gf2/version_0/step=00000050.ckpt`` for ``.../logs/tiny/gf2/version_0/checkpoints/step=00000050.ckpt``."""
+    """``logs/tiny/gf2/default/step=00000050.ckpt`` for ``logs/tiny/gf2/default/checkpoints/step=00000050.ckpt``: the
+    path from the working folder (logs/demo/tiny/gf2 is not logs/tiny/gf2); outside it, the last three folders."""
     path = Path(os.path.abspath(Path(checkpoint).expanduser()))
+    if path.is_relative_to(Path.cwd()):
+        return "/".join(p for p in path.relative_to(Path.cwd()).parts if p not in ("checkpoints", "ckpt"))
     parents = [p for p in path.parent.parts[1:] if p not in ("checkpoints", "ckpt")][-3:]
     return "/".join([*parents, path.name])
 

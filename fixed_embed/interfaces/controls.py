@@ -56,15 +56,8 @@ class RandomCodeInput(InputInterface):
 
     fixed = True
 
-    def __init__(
-        self,
-        vocab_size: int,
-        d_model: int,
-        code_seed: int = 0,
-        distribution: str = "gaussian",
-        code_width: int | None = None,
-        norm_match: bool = False,
-    ) -> None:
+    def __init__(self, vocab_size: int, d_model: int, code_seed: int = 0, distribution: str = "gaussian",
+                 code_width: int | None = None, norm_match: bool = False) -> None:  # fmt: skip
         super().__init__(vocab_size, d_model)
         width = minimal_code_width(vocab_size) if code_width is None else code_width
         if not 1 <= width <= d_model:

@@ -111,16 +111,9 @@ class GF2CodeInput(BinaryCodeInput):
     """The bits after a fixed invertible affine map over GF(2), A bits(id) xor b, tiled. A: drawn from ``code_seed``
     (12345: the paper's seed, not its draw) or ``matrix`` (K x K 0/1); b: ``offset``, a mask or K bits (paper: 0)."""
 
-    def __init__(
-        self,
-        vocab_size: int,
-        d_model: int,
-        code_seed: int = 12345,
-        matrix: list[list[int]] | None = None,
-        offset: int | list[int] = 0,
-        code_width: int | None = None,
-        bipolar: bool = False,
-    ) -> None:
+    def __init__(self, vocab_size: int, d_model: int, code_seed: int = 12345, matrix: list[list[int]] | None = None,
+                 offset: int | list[int] = 0, code_width: int | None = None,
+                 bipolar: bool = False) -> None:  # fmt: skip
         super().__init__(vocab_size, d_model, code_width, bipolar)
         width = self.code_width
         self.code_seed = code_seed

@@ -141,22 +141,11 @@ def activation_mode(precision: Any, fsdp_param_dtype: str | None = None) -> Acti
     return "bfloat16" if fsdp_param_dtype == "bfloat16" else "float32"
 
 
-def memory_estimate(
-    decoder: Decoder,
-    micro_batch: int,
-    seq_len: int | None = None,
-    *,
-    mode: ActivationMode = "float32",
-    activation_checkpointing: bool = False,
-    loss_chunk_tokens: int | None = None,
-    world_size: int = 1,
-    sharded: bool = False,
-    shard_group_size: int | None = None,
-    param_dtype: str | None = None,
-    reduce_dtype: str = "float32",
-    accumulate: int = 1,
-    sync_every_micro_batch: bool = False,
-) -> MemoryEstimate:
+def memory_estimate(decoder: Decoder, micro_batch: int, seq_len: int | None = None, *, mode: ActivationMode = "float32",
+                    activation_checkpointing: bool = False, loss_chunk_tokens: int | None = None, world_size: int = 1,
+                    sharded: bool = False, shard_group_size: int | None = None, param_dtype: str | None = None,
+                    reduce_dtype: str = "float32", accumulate: int = 1,
+                    sync_every_micro_batch: bool = False) -> MemoryEstimate:  # fmt: skip
     """Per-GPU training memory of ``decoder`` at ``micro_batch`` x ``seq_len`` tokens (docs/design.md#memory)."""
     config = decoder.config
     t = seq_len or config.max_seq_len

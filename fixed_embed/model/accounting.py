@@ -36,15 +36,11 @@ class ParameterReport:
 
 
 def parameter_report(decoder: Decoder) -> ParameterReport:
-    return ParameterReport(
-        total=parameter_count(decoder),
-        trainable=parameter_count(decoder, trainable=True),
-        interface_trainable=decoder.interface.trainable_parameters,
-        head=0 if decoder.config.tie_embeddings else parameter_count(decoder.head),
-        backbone=parameter_count(decoder.layers) + parameter_count(decoder.norm),
-        flops_per_token=decoder.flops_per_token(),
-        seq_len=decoder.config.max_seq_len,
-    )
+    head = 0 if decoder.config.tie_embeddings else parameter_count(decoder.head)
+    backbone = parameter_count(decoder.layers) + parameter_count(decoder.norm)
+    return ParameterReport(parameter_count(decoder), parameter_count(decoder, trainable=True),
+                           decoder.interface.trainable_parameters, head, backbone, decoder.flops_per_token(),
+                           decoder.config.max_seq_len)  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -245,6 +245,20 @@ class Decoder(nn.Module):
             states.append(layer(states[-1], self.rope))
         return states
 
+    @torch.no_grad()
+    def generate(self, ids: torch.Tensor, new_tokens: int, temperature: float = 0.0, top_k: int | None = None,
+                 vocab: int | None = None, generator: torch.Generator | None = None) -> torch.Tensor:  # fmt: skip
+        """``ids[B, T]`` and ``new_tokens`` more, each from the logits after the last ``max_seq_len`` ids (no cache):
+        the likeliest at ``temperature`` 0, else drawn from the ``top_k`` likeliest of the first ``vocab`` ids."""
+        for _ in range(new_tokens):
+            logits = self.head(self.hidden(ids[:, -self.config.max_seq_len :])[:, -1])[:, :vocab].float()
+            if top_k is not None:
+                logits[logits < logits.topk(min(top_k, logits.shape[-1])).values[:, -1:]] = -torch.inf
+            probs = (logits / temperature).softmax(-1) if temperature else None
+            pick = logits.argmax(-1, keepdim=True) if probs is None else probs.multinomial(1, generator=generator)
+            ids = torch.cat([ids, pick], dim=1)
+        return ids
+
     def flops_per_token(self, seq_len: int | None = None) -> int:
         """Training FLOPs per token at context ``seq_len`` (default: max_seq_len)."""
         blocks = sum(layer.flops_per_token(seq_len or self.config.max_seq_len) for layer in self.layers)

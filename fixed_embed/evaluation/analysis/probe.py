@@ -64,14 +64,8 @@ def majority_baseline(targets: torch.Tensor, splits: dict[str, torch.Tensor]) ->
     return baseline
 
 
-def identity_probe(
-    decoder: Decoder,
-    blocks: torch.Tensor,
-    train_fraction: float = 0.75,
-    steps: int = 300,
-    lr: float = 1e-2,
-    batch_size: int = 8,
-) -> dict:
+def identity_probe(decoder: Decoder, blocks: torch.Tensor, train_fraction: float = 0.75, steps: int = 300,
+                   lr: float = 1e-2, batch_size: int = 8) -> dict:  # fmt: skip
     """Per-layer bit and id accuracy of linear probes on held-out tokens, and ``majority``; a JSON-ready dict."""
     vocab_size = decoder.config.vocab_size
     ids, targets, splits = probe_sample(blocks, vocab_size, train_fraction)  # validates before the forward passes
