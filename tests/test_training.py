@@ -127,7 +127,7 @@ def test_cli_fit_writes_checkpoint_and_tensorboard(tmp_path, corpus):
     losses = [e.value for e in events.Scalars("train/loss")]
     assert len(losses) == 4 and all(torch.isfinite(torch.tensor(losses)))
     assert "val/loss" in events.Tags()["scalars"] and "train/lr" in events.Tags()["scalars"]
-    assert "hp_metric" not in events.Tags()["scalars"]  # no constant -1 (the logger's default_hp_metric: false)
+    assert not {"hp_metric", "epoch"} & set(events.Tags()["scalars"])  # constants: -1 (default_hp_metric: false), 0
     # the resolved config, as config.yaml holds it, in the text tab
     text = events.Tensors("config/text_summary")[0].tensor_proto.string_val[0].decode()
     assert "BinaryCodeInput" in text and "max_steps: 4" in text and text.startswith("    ")

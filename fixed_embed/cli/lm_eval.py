@@ -1,8 +1,6 @@
 """``fixed-embed lm-eval ARGS``: lm-eval's own CLI with the ``fixed_embed`` model registered (lm-eval loads no
 model plugins) and the offline tasks on ``--include_path``."""
 
-from __future__ import annotations
-
 import sys
 
 import torch

@@ -30,11 +30,9 @@ class RunInUseError(UserError):
 
 def _process_start(pid: int) -> str | None:
     """The process's start time in clock ticks since boot (Linux ``/proc``), to tell a reused pid apart."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat.rpartition(")")[2].split()[19]  # field 22, counted after the command name
+    with contextlib.suppress(OSError):  # field 22, counted after the command name
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[19]
+    return None
 
 
 class RunLock(contextlib.AbstractContextManager):
@@ -129,9 +127,6 @@ def acquire(target: str | os.PathLike, fix: str = "or use --run NEW_NAME", besid
     draft = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}")
     try:
         draft.write_text(json.dumps(record))
-    except OSError as error:
-        raise ConfigError(f"cannot write the folder {folder}: {error.strerror}") from error
-    try:
         for _ in range(3):
             try:
                 os.link(draft, path)
@@ -149,10 +144,10 @@ def acquire(target: str | os.PathLike, fix: str = "or use --run NEW_NAME", besid
                 if _take_over(path, holder):
                     logging.getLogger(__name__).info(f"run lock: taking over {path} from {_describe(holder)}: {reason}")
                 continue
-            except OSError as error:
-                raise ConfigError(f"cannot write the folder {path.parent}: {error.strerror}") from error
             _held.add(path)
             return RunLock(path, record, made)
+    except OSError as error:  # the folder refuses the draft or the link (FileExistsError is handled above)
+        raise ConfigError(f"cannot write the folder {folder}: {error.strerror}") from error
     finally:
         draft.unlink(missing_ok=True)
     raise RunInUseError(f"{target}: another launch is taking its lock ({path}) at the same time")
