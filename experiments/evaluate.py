@@ -24,6 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 from experiments.executor import LIVE, add_arguments, executor_for  # noqa: E402
 from experiments.runs import finished  # noqa: E402
+from fixed_embed.atomic import atomic_write_text  # noqa: E402
 from fixed_embed.config import positive  # noqa: E402
 from fixed_embed.errors import UserError  # noqa: E402
 from fixed_embed.run.folder import benchmark_folder, step_checkpoints, step_of  # noqa: E402
@@ -100,12 +101,15 @@ def main() -> int:
     if not (args.run / "config.yaml").is_file():
         parser.error(f"{args.run} is not a run folder (no config.yaml): give logs/<name>/<run>")
     executor, settings = executor_for(args, args.run / "eval-jobs"), callback_settings(args.run, "BenchmarkCallback")
-    active, failed = {}, []
+    records_file = args.run / "eval-jobs" / "jobs.json"  # a relaunch attaches to the jobs still queued or running
+    records = json.loads(records_file.read_text()) if records_file.is_file() else {}
+    active = {int(step): job for step, record in records.items() if (job := executor.attach(record)) is not None}
+    failed: dict[int, str] = {}
     while True:
         last = step_checkpoints(args.run / "checkpoints")[-1:] if _finished(args.run) else []
         for checkpoint in dict.fromkeys([*permanent(args.run, args.all), *last]):  # and the run's last update
             step, name = step_of(checkpoint), f"{args.run.name}@{step_of(checkpoint)}"
-            if step in active or (benchmark_folder(args.run, step) / SCORED).is_file():
+            if step in active or step in failed or (benchmark_folder(args.run, step) / SCORED).is_file():
                 continue
             if args.status:
                 print(f"{checkpoint}: not scored")
@@ -114,18 +118,22 @@ def main() -> int:
             active[step] = executor.submit(ScoreJob(), name, eval_command(checkpoint, out, args, settings),
                                            str(args.run), step)  # fmt: skip
             print(f"scoring {checkpoint} ({executor.name}): {out}", flush=True)
+            records[str(step)] = executor.record(active[step])
+            records_file.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(records_file, json.dumps(records, indent=1) + "\n")
         for step, handle in list(active.items()):
-            if executor.state(handle) not in LIVE:
+            scored = (benchmark_folder(args.run, step) / SCORED).is_file()
+            if scored or executor.state(handle) not in LIVE:
                 del active[step]
-                if not (benchmark_folder(args.run, step) / SCORED).is_file():
-                    failed.append(f"update {step}: {executor.failure(handle)}")
-                    print(f"scoring update {step} failed: {failed[-1]}", flush=True)
+                if not scored:  # reported once, not submitted again by this launch
+                    failed[step] = f"update {step}: {executor.failure(handle)}"
+                    print(f"scoring update {step} failed: {failed[step]}", flush=True)
         if args.status or not (active or (args.watch and not _finished(args.run))):
             break
         time.sleep(args.every_s if not active else min(args.every_s, 5.0))
     executor.shutdown()
     if failed:
-        sys.exit("evaluate: " + "; ".join(failed) + " (the same command scores them again)")
+        sys.exit("evaluate: " + "; ".join(failed.values()) + " (the same command scores them again)")
     return 0
 
 

@@ -27,17 +27,19 @@ from fixed_embed.errors import UserError
 ROOT = Path(__file__).resolve().parents[1]
 SLURM_DEFAULTS = ROOT / "experiments" / "slurm" / "jobs.yaml"
 LIVE = ("PENDING", "RUNNING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIGURING", "COMPLETING", "SUSPENDED",
-        "RESIZING", "SIGNALING", "STAGE_OUT", "UNKNOWN")  # fmt: skip  # states whose job may still write its row
+        "RESIZING", "SIGNALING", "STAGE_OUT", "UNKNOWN", "PREEMPTED")  # fmt: skip
+# ^ states whose job may still write its row (PREEMPTED: when SLURM requeues it; submitit polls it on); a job's
+# row file, once written, ends its wait whatever the state says (UNKNOWN: sacct has no record of it)
 
 _fits: set[subprocess.Popen] = set()  # this process's running fits: stopped (and saved) by stop_fits()
 _fits_lock = threading.Lock()
-_stopping = threading.Event()  # set by stop_fits(): this process is ending
+STOPPING = threading.Event()  # set by stop_fits(): this process is ending
 
 
 def started(fit: subprocess.Popen) -> None:
     with _fits_lock:
         _fits.add(fit)
-        if _stopping.is_set():  # started by a job thread after stop_fits() looked: stopped too
+        if STOPPING.is_set():  # started by a job thread after stop_fits() looked: stopped too
             fit.send_signal(signal.SIGTERM)
 
 
@@ -49,7 +51,7 @@ def ended(fit: subprocess.Popen) -> None:
 def stop_fits() -> int:
     """SIGTERM to every running fit of this process, which saves its update and exits; the number stopped."""
     with _fits_lock:
-        _stopping.set()
+        STOPPING.set()
         fits = list(_fits)
     for fit in fits:
         fit.send_signal(signal.SIGTERM)
@@ -179,7 +181,13 @@ class SlurmRuns:
         return job if self.state(job) in LIVE else None
 
     def state(self, handle: Any) -> str:
-        return handle.state.split()[0].upper()
+        return handle.state.split()[0].upper()  # "CANCELLED by 1234": CANCELLED
+
+    def refresh(self) -> None:
+        """Every job's state read anew (one sacct), not the watcher's up to 10 minutes old."""
+        import submitit
+
+        submitit.SlurmJob.watcher.update()
 
     def failure(self, handle: Any) -> str:
         return f"SLURM job {handle.job_id} {self.state(handle)}; log {handle.paths.stderr}"

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
-import os
 import signal
 import threading
 import time
@@ -22,7 +21,7 @@ import submitit
 from rich.console import Console
 
 import experiments.runs as runs
-from experiments.executor import LIVE, LocalRuns, SlurmRuns, executor_for, stop_fits
+from experiments.executor import LIVE, STOPPING, LocalRuns, SlurmRuns, executor_for, stop_fits
 from fixed_embed.atomic import atomic_write_text
 from fixed_embed.config import DEFAULT_RUN
 from fixed_embed.run.lock import LOCK_NAME, RunInUseError, acquire
@@ -61,9 +60,6 @@ class FitJob(submitit.helpers.Checkpointable):
     def __call__(self, name: str, config: Any, logs: str, extra: list[str], evaluate: str | None,
                  eval_device: str, threads: int | None) -> str:  # fmt: skip
         _wait_for(Path(logs) / name / DEFAULT_RUN)
-        # A SLURM job is one task: the fit's own launcher starts its ranks (with SLURM_NTASKS set, Lightning
-        # would take srun to have started them all).
-        os.environ.pop("SLURM_NTASKS", None)
         row = runs.run(name, config, logs, extra, threads=threads, evaluate=evaluate, eval_device=eval_device)
         if row is None:
             raise Stopped(f"{name} was stopped before its length; the same command resumes it from its checkpoint")
@@ -86,7 +82,8 @@ def _wait_for(run_dir: Path, every_s: float = 10.0) -> None:
             if not said:
                 print(f"waiting for {run_dir}: {held}", flush=True)
                 said = True
-            time.sleep(every_s)
+            if STOPPING.wait(every_s):
+                raise Stopped(f"{run_dir}: the launch was stopped while waiting for it") from None
 
 
 def _records(out: str | None) -> dict[str, dict]:
@@ -139,16 +136,19 @@ def run_all(plan: list[tuple], logs: str, title: str, out: str | None = None, jo
                     atomic_write_text(f"{out}-jobs.json", json.dumps(records, indent=1) + "\n")
             _wait(executor, list(active.values()))
             for name, handle in list(active.items()):
-                if executor.state(handle) in LIVE:
+                row = read_row(logs, name, planned[name])
+                if row is None and executor.state(handle) in LIVE:
                     continue
                 del active[name]
-                if (row := read_row(logs, name, planned[name])) is not None:
+                if row is not None:
                     rows[name] = row
                     save()
                 else:  # reported once; the same command submits it again (a preempted one resumes)
                     failed[name] = executor.failure(handle)
                     print(f"run {name} failed: {failed[name]}", flush=True)
     except KeyboardInterrupt as stop:
+        if interrupt:  # a second SIGTERM while the fits save does not cut this short
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
         stopped = stop_fits()
         going = (f"its {len(active)} jobs go on" if isinstance(executor, SlurmRuns)
                  else f"{stopped} running fits saved their checkpoints")  # fmt: skip
@@ -176,6 +176,7 @@ def _wait(executor: LocalRuns | SlurmRuns, handles: list) -> None:
         concurrent.futures.wait(handles, timeout=5.0, return_when=concurrent.futures.FIRST_COMPLETED)
     elif handles:
         time.sleep(executor.poll_s)
+        executor.refresh()
 
 
 def status(plan: list[tuple], logs: str, out: str | None, executor: LocalRuns | SlurmRuns) -> list[str]:

@@ -87,7 +87,10 @@ def run(name: str, config: Configs, logs: str, extra: list[str], threads: int | 
     from fixed_embed.train.experiment import build_model
 
     configs = [config] if isinstance(config, Path) else list(config)
-    env = {**os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {})}
+    # A fit is one task that starts its own ranks: with SLURM_NTASKS set (a SLURM job, an allocation), Lightning
+    # would take srun to have started them all.
+    env = {key: value for key, value in os.environ.items() if key != "SLURM_NTASKS"}
+    env.update({"OMP_NUM_THREADS": str(threads)} if threads else {})
     logger = [f"--trainer.logger.init_args.save_dir={logs}", f"--trainer.logger.init_args.name={name}"]
     config_args = [arg for path in configs for arg in ("--config", str(path))]
     # --ckpt_path last: a row interrupted earlier continues from its checkpoint instead of being refused.
@@ -103,12 +106,13 @@ def run(name: str, config: Configs, logs: str, extra: list[str], threads: int | 
     start = time.perf_counter()
     # The fit starts with SIGUSR2 blocked: SLURM's warning before a time limit reaches every process of a job,
     # and is the job's (experiments/grid.py FitJob), which stops the fit with SIGTERM once, as it should be.
+    # In a process group of its own: Ctrl-C reaches the launch alone, which stops its fits with SIGTERM (they save).
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR2})
     try:
-        fit = subprocess.Popen(args, cwd=ROOT, env=env)
+        fit = subprocess.Popen(args, cwd=ROOT, env=env, process_group=0)
+        started(fit)  # a SIGTERM to this launch (or a job's time limit) stops it: it saves and exits 0, not finished
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-    started(fit)  # a SIGTERM to this launch (or a job's time limit) stops it: it saves and exits 0, not finished
     try:
         if fit.wait():
             raise RuntimeError(f"fit exited with status {fit.returncode}; its log: {run_dir / 'console.log'}")

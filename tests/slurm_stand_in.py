@@ -23,7 +23,7 @@ def _job(job_id: str) -> dict:
 
 
 def _save(job: dict) -> None:
-    tmp = STATE / f"{job['id']}.json.tmp"
+    tmp = STATE / f"{job['id']}.json.tmp-{os.getpid()}"
     tmp.write_text(json.dumps(job))
     tmp.replace(STATE / f"{job['id']}.json")
 
@@ -48,8 +48,9 @@ def _run(job_id: str) -> None:
                "SLURM_JOB_NUM_NODES": "1", "SLURM_JOB_NODELIST": "localhost",
                "SLURM_RESTART_COUNT": str(job["restarts"])}  # fmt: skip
         env["SLURM_SUBMIT_DIR"] = job["cwd"]
+        (STATE / f"{job_id}.step").unlink(missing_ok=True)  # the last attempt's step
         proc = subprocess.Popen(["bash", job["script"], *job["args"]], env=env, cwd=job["cwd"], start_new_session=True)
-        _save({**job, "state": "RUNNING", "pgid": proc.pid, "step": None, "requeue": False})
+        _save({**job, "state": "RUNNING", "pgid": proc.pid, "requeue": False})
         code = proc.wait()
         job = _job(job_id)
         if job["requeue"]:
@@ -61,7 +62,9 @@ def _run(job_id: str) -> None:
 
 
 def srun(argv: list[str]) -> None:
-    """``srun [--unbuffered] --output O [--error E] CMD...``: the task, its output appended to O (and E)."""
+    """``srun [--unbuffered] --output O [--error E] CMD...``: the task in a process group of its own (the step: what
+    ``scancel --signal`` reaches), its output appended to O (and E). As the real srun, a SIGTERM to srun itself
+    ends the task with SIGKILL (srun: forcing job termination)."""
     job_id, files, i = os.environ["SLURM_JOB_ID"], {}, 0
     while argv[i].startswith("--"):
         if argv[i] in ("--output", "--error"):
@@ -69,13 +72,13 @@ def srun(argv: list[str]) -> None:
             i += 2
         else:
             i += 1
-    if "--output" in files:  # else the batch script's own output
-        os.dup2(os.open(files["--output"], os.O_WRONLY | os.O_CREAT | os.O_APPEND), 1)
-        os.dup2(os.open(files.get("--error", files["--output"]), os.O_WRONLY | os.O_CREAT | os.O_APPEND), 2)
+    out = open(files["--output"], "ab") if "--output" in files else None  # noqa: SIM115
+    err = open(files.get("--error", files["--output"]), "ab") if "--output" in files else None  # noqa: SIM115
     env = {**os.environ, "SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NODEID": "0"}
-    os.setpgid(0, 0)  # the step: what `scancel --signal` (and --signal=SIG@T) reaches, not the batch shell
-    _save({**_job(job_id), "step": os.getpid()})
-    os.execvpe(argv[i], argv[i:], env)
+    task = subprocess.Popen(argv[i:], env=env, stdout=out, stderr=err, process_group=0)
+    (STATE / f"{job_id}.step").write_text(str(task.pid))
+    signal.signal(signal.SIGTERM, lambda signum, frame: task.kill())
+    sys.exit(task.wait())
 
 
 def sacct(argv: list[str]) -> None:
@@ -87,17 +90,20 @@ def sacct(argv: list[str]) -> None:
 
 
 def _signal(job_id: str, signum: int, groups: tuple[str, ...] = ("step", "pgid")) -> None:
-    job = _job(job_id)
+    step = STATE / f"{job_id}.step"
+    found = {"pgid": _job(job_id)["pgid"], "step": int(step.read_text()) if step.is_file() else None}
     for group in groups:
-        if job.get(group):
+        if found[group]:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(job[group], signum)
+                os.killpg(found[group], signum)
 
 
 def scancel(argv: list[str]) -> None:
     job_id = argv[-1]
-    if "--signal" in argv:
-        signum = getattr(signal, "SIG" + argv[argv.index("--signal") + 1].removeprefix("SIG"))
+    at = next((i for i, arg in enumerate(argv) if arg.startswith("--signal")), None)
+    if at is not None:  # --signal SIG or --signal=SIG
+        name = argv[at].partition("=")[2] or argv[at + 1]
+        signum = getattr(signal, "SIG" + name.removeprefix("SIG"))
         _signal(job_id, signum, ("pgid",) if "--batch" in argv else ("step",))  # the batch shell, or the step
         return
     _save({**_job(job_id), "state": "CANCELLED"})

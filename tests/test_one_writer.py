@@ -11,6 +11,7 @@ would) and runs the command in-process; one real two-process race (pretokenize) 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -175,6 +176,13 @@ def test_a_second_gpu_check_is_refused_and_the_first_folder_kept(tmp_path):
     assert tree(tmp_path) == before  # not wiped, nothing added, the lock gone
 
 
+def _holder(lock: Path) -> dict | None:
+    try:
+        return json.loads(lock.read_text())
+    except (OSError, ValueError):
+        return None
+
+
 @pytest.mark.slow
 def test_two_pretokenize_processes_at_once_one_writes_one_is_refused(tmp_path, corpus):
     """Two real processes: the first is stopped (SIGSTOP) while it holds its lock, so the second always meets
@@ -185,7 +193,7 @@ def test_two_pretokenize_processes_at_once_one_writes_one_is_refused(tmp_path, c
     command = [sys.executable, "-m", "fixed_embed", *map(str, argv)]
     first = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     lock = tmp_path / f".{out.name}.lock"
-    while not lock.exists() and first.poll() is None:
+    while not _holder(lock) and first.poll() is None:  # its record written: the holder it names is the first
         time.sleep(0.01)
     os.kill(first.pid, signal.SIGSTOP)
     try:

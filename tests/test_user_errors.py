@@ -93,9 +93,9 @@ def test_eval_refuses_tasks_whose_data_cannot_be_loaded_before_loading_the_model
 
 
 def test_fit_of_a_gpu_config_is_refused_on_a_machine_without_one_before_any_work(tmp_path, capsys, monkeypatch):
-    import torch
+    from fixed_embed.cli import train
 
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(train, "num_cuda_devices", lambda: 0)
     monkeypatch.chdir(tmp_path)
     config = Path(__file__).resolve().parents[1] / "experiments" / "paper" / "gf2.yaml"
     message = cli(["fit", "--config", str(config)], capsys, ConfigError)

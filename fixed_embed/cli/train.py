@@ -10,7 +10,7 @@ from argparse import ArgumentError
 from pathlib import Path
 from typing import Any
 
-import torch
+from lightning.fabric.accelerators.cuda import num_cuda_devices
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.strategies import StrategyRegistry
@@ -147,7 +147,7 @@ def _check_values(config: Any) -> None:
         if number and not (0 < value < math.inf if key in POSITIVE else 0 <= value < math.inf):
             raise ConfigError(f"{key} must be a finite number {'>' if key in POSITIVE else '>='} 0"
                               f"{' (or -1: no limit)' if key in MINUS_ONE else ''}, got {value}")  # fmt: skip
-    if (gpu := str(config.trainer.accelerator)) in ("gpu", "cuda") and not torch.cuda.is_available():  # this machine
+    if (gpu := str(config.trainer.accelerator)) in ("gpu", "cuda") and not num_cuda_devices():  # NVML: no CUDA init
         raise ConfigError(f"trainer.accelerator {gpu} needs a CUDA GPU, none is visible here: on CPU use experiments/"
                           "tiny/*.yaml or --trainer.accelerator cpu --trainer.precision 32-true")  # fmt: skip
     if config.trainer.devices != "auto" and trainer_world_size(config.trainer) is None:  # as Lightning reads it

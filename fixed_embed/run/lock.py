@@ -84,8 +84,12 @@ def _describe(record: dict) -> str:
 
 def _stale_reason(record: dict, path: Path) -> str | None:
     """Why the lock ``record`` no longer holds (None: its holder is alive)."""
-    if not record:
-        return "its lock file is unreadable"
+    try:
+        age = time.time() - path.stat().st_mtime
+    except FileNotFoundError:
+        return "it was just released"
+    if not record:  # a holder that died writing it, or one writing it now (O_EXCL made it empty): a grace period
+        return "its lock file is unreadable" if age > 2.0 else None
     host, pid = record.get("host"), record.get("pid")
     if host == socket.gethostname() and isinstance(pid, int):
         if pid == os.getpid():
@@ -96,10 +100,6 @@ def _stale_reason(record: dict, path: Path) -> str | None:
         if start is not None and _process_start(pid) not in (None, start):
             return f"pid {pid} is another process now"
         return None
-    try:
-        age = time.time() - path.stat().st_mtime
-    except FileNotFoundError:
-        return "it was just released"
     if age > STALE_AFTER_S:
         return f"its heartbeat stopped {age / 60:.0f} minutes ago (another host: {host})"
     return None
@@ -123,33 +123,28 @@ def acquire(target: str | os.PathLike, fix: str = "or use --run NEW_NAME", besid
     except OSError as error:
         code = errno.errorcode.get(error.errno or 0, "")
         raise ConfigError(f"cannot make the folder {folder}: {error.strerror} ({code})") from error
-    # The record is written beside and linked in whole: a lock seen is never a half-written (stale-looking) one.
-    draft = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}")
-    try:
-        draft.write_text(json.dumps(record))
-        for _ in range(3):
-            try:
-                os.link(draft, path)
-            except FileExistsError:
-                holder = _read(path)
-                if holder is None:
-                    continue  # released meanwhile: try again
-                reason = _stale_reason(holder, path)
-                if reason is None:
-                    raise RunInUseError(
-                        f"{'' if beside else 'run folder '}{target} is in use by another launch ({_describe(holder)}: "
-                        f"{holder.get('command', '?')}); wait for it to end or stop it, {fix}. "
-                        f"If it is gone, delete {path}"
-                    ) from None
-                if _take_over(path, holder):
-                    logging.getLogger(__name__).info(f"run lock: taking over {path} from {_describe(holder)}: {reason}")
-                continue
-            _held.add(path)
-            return RunLock(path, record, made)
-    except OSError as error:  # the folder refuses the draft or the link (FileExistsError is handled above)
-        raise ConfigError(f"cannot write the folder {folder}: {error.strerror}") from error
-    finally:
-        draft.unlink(missing_ok=True)
+    for _ in range(3):
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            holder = _read(path)
+            if holder is None:
+                continue  # released meanwhile: try again
+            reason = _stale_reason(holder, path)
+            if reason is None:
+                raise RunInUseError(
+                    f"{'' if beside else 'run folder '}{target} is in use by another launch ({_describe(holder)}: "
+                    f"{holder.get('command', '?')}); wait for it to end or stop it, {fix}. If it is gone, delete {path}"
+                ) from None
+            if _take_over(path, holder):
+                logging.getLogger(__name__).info(f"run lock: taking over {path} from {_describe(holder)}: {reason}")
+            continue
+        except OSError as error:
+            raise ConfigError(f"cannot write the folder {folder}: {error.strerror}") from error
+        with os.fdopen(fd, "w") as file:
+            json.dump(record, file)
+        _held.add(path)
+        return RunLock(path, record, made)
     raise RunInUseError(f"{target}: another launch is taking its lock ({path}) at the same time")
 
 
