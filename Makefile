@@ -133,4 +133,4 @@ fit-gf2: install ## paper scale, GF(2)-recoded code (seed 12345)
 
 tensorboard: install ## watch logs/ in TensorBoard on 127.0.0.1:6006 (HOST=0.0.0.0 PORT=6010 to serve others)
 	@case "$(HOST)" in 127.*|localhost|::1) ;; *) echo "warning: HOST=$(HOST) serves every run's logs, configs and benchmark outputs, unauthenticated, to anyone who can reach this machine" >&2 ;; esac
-	$(BIN)/tensorboard --logdir logs --host $(HOST) --port $(PORT) --reload_multifile true
+	$(BIN)/tensorboard --logdir logs --reload_multifile true --host $(HOST) --port $(PORT)
