@@ -101,20 +101,26 @@ class BarProbe(L.Callback):
         self.seen.append((task.description, task.total, task.completed))
 
 
-def test_the_bar_counts_updates_of_max_steps_and_each_validation_is_one_line(tmp_path, corpus, caplog):
+def _fit_with_bar(tmp_path, corpus, caplog, watcher: L.Callback, **settings) -> L.Trainer:
+    """A tiny fit with the UpdateProgressBar (and ``watcher``), INFO records captured; its trainer."""
     data, tok = corpus
     L.seed_everything(0)
     model = LanguageModel(decoder=TINY_DECODER, schedule={"warmup_steps": 2}, optimizer={"lr": 1e-2})
     dm = TextDataModule(train=str(data), tokenizer=str(tok), seq_len=16, batch_size=4, num_shards=4,
                         shuffle_buffer=8, val_sequences=4, holdout_per_mille=100)  # fmt: skip
-    probe = BarProbe()
     trainer = L.Trainer(
-        accelerator="cpu", max_steps=4, accumulate_grad_batches=2, logger=False, enable_checkpointing=False,
-        enable_model_summary=False, default_root_dir=tmp_path, val_check_interval=4, check_val_every_n_epoch=None,
-        num_sanity_val_steps=0, callbacks=[UpdateProgressBar(), probe],
+        accelerator="cpu", logger=False, enable_checkpointing=False, enable_model_summary=False,
+        default_root_dir=tmp_path, check_val_every_n_epoch=None, num_sanity_val_steps=0,
+        callbacks=[UpdateProgressBar(), watcher], **settings,
     )  # fmt: skip
     with caplog.at_level("INFO"):
         trainer.fit(model, dm)
+    return trainer
+
+
+def test_the_bar_counts_updates_of_max_steps_and_each_validation_is_one_line(tmp_path, corpus, caplog):
+    probe = BarProbe()
+    _fit_with_bar(tmp_path, corpus, caplog, probe, max_steps=4, accumulate_grad_batches=2, val_check_interval=4)
     assert probe.seen == [("update", 4, n) for n in (0, 1, 1, 2, 2, 3, 3, 4)]  # micro-batches, updates
     lines = [r.getMessage() for r in caplog.records if r.pathname.endswith("progress.py")]
     assert [line.split(":")[0] for line in lines] == ["validation at update 2", "validation at update 4"]
@@ -132,19 +138,8 @@ def test_off_a_terminal_the_bar_is_a_line_per_logging_interval_and_ends_on_the_l
     import rich.console
 
     monkeypatch.setattr(rich.console.Console, "is_terminal", property(lambda self: False))  # a batch job's log
-    data, tok = corpus
-    L.seed_everything(0)
-    model = LanguageModel(decoder=TINY_DECODER, schedule={"warmup_steps": 2}, optimizer={"lr": 1e-2})
-    dm = TextDataModule(train=str(data), tokenizer=str(tok), seq_len=16, batch_size=4, num_shards=4,
-                        shuffle_buffer=8, val_sequences=4, holdout_per_mille=100)  # fmt: skip
     last = LastBar()
-    trainer = L.Trainer(
-        accelerator="cpu", max_steps=6, logger=False, enable_checkpointing=False, enable_model_summary=False,
-        default_root_dir=tmp_path, val_check_interval=3, check_val_every_n_epoch=None, num_sanity_val_steps=0,
-        log_every_n_steps=2, callbacks=[UpdateProgressBar(), last],
-    )  # fmt: skip
-    with caplog.at_level("INFO"):
-        trainer.fit(model, dm)
+    trainer = _fit_with_bar(tmp_path, corpus, caplog, last, max_steps=6, val_check_interval=3, log_every_n_steps=2)
     lines = [r.getMessage() for r in caplog.records if r.pathname.endswith("progress.py")]
     updates = [line for line in lines if line.startswith("update ")]
     assert [line.split(":")[0] for line in updates] == ["update 2/6", "update 4/6", "update 6/6"]
