@@ -132,9 +132,7 @@ class BenchmarkCallback(UpdateCallback):
         run_folder = Path(checkpoints).parent if checkpoints else Path(trainer.log_dir or trainer.default_root_dir)
         if not trainer.is_global_zero:  # after trainer.log_dir: a collective under DDP
             return {}
-        metrics = {
-            "bench/{}/{}".format(*key.split("|")[:2]): score["value"] for key, score in results["scores"].items()
-        }
+        metrics = {"bench/" + "/".join(key.split("|")[:2]): score["value"] for key, score in results["scores"].items()}
         for logger in trainer.loggers:
             logger.log_metrics(metrics, step=step - 1)  # the index of the last update, as train/loss
         saved = step_checkpoint(Path(checkpoints), step) if checkpoints else None

@@ -14,6 +14,7 @@ from callbacks.update_boundary import UpdateCallback
 from fixed_embed.atomic import atomic_symlink
 from fixed_embed.config import PositiveInt
 from fixed_embed.run.folder import LAST, checkpoint_folder, step_checkpoint, step_checkpoints, step_of
+from fixed_embed.run.lock import readers
 
 
 class CheckpointPolicy(UpdateCallback, Checkpoint):
@@ -47,7 +48,10 @@ class CheckpointPolicy(UpdateCallback, Checkpoint):
             self.dirpath = str(checkpoint_folder(Path(trainer.log_dir or trainer.default_root_dir)))  # a collective
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        size = checkpoint_bytes(pl_module, with_optimizer=not self.save_weights_only)
+        # One checkpoint: state tensors (whole, even sharded) + AdamW's two fp32 moments (not yet made).
+        size = sum(t.numel() * t.element_size() for t in pl_module.state_dict().values() if isinstance(t, torch.Tensor))
+        if not self.save_weights_only:
+            size += sum(8 * p.numel() for p in pl_module.parameters() if p.requires_grad)
         steps = trainer.max_steps
         permanent = steps // self.keep_every if self.keep_every and steps > 0 else 0
         most = permanent + self.keep_last + 1  # + the one being written before the oldest is deleted
@@ -85,9 +89,12 @@ class CheckpointPolicy(UpdateCallback, Checkpoint):
         if trainer.is_global_zero:
             atomic_symlink(path.name, folder / LAST)
             # Newer ones than this update belong to another history and are left alone.
-            older = [p for p in step_checkpoints(folder) if step_of(p) <= step][: -self.keep_last]
-            for expired in older:
-                if not (self.keep_every and step_of(expired) % self.keep_every == 0):
+            for expired in [p for p in step_checkpoints(folder) if step_of(p) <= step][: -self.keep_last]:
+                if self.keep_every and step_of(expired) % self.keep_every == 0:
+                    continue
+                if held := readers(expired):  # an eval, export or consolidate reading it: pruned at a later save
+                    rank_zero_info(f"keeping {expired} for now: it is read by {held[0]}")
+                else:
                     trainer.strategy.remove_checkpoint(expired)
         trainer.strategy.barrier("checkpoint_linked")
         return folder / LAST
@@ -101,14 +108,6 @@ def save_now(trainer: L.Trainer) -> Path:
     path = Path(getattr(callback, "dirpath", None) or checkpoint_folder(Path(trainer.default_root_dir))) / LAST
     trainer.save_checkpoint(path)
     return path
-
-
-def checkpoint_bytes(module: torch.nn.Module, with_optimizer: bool = True) -> int:
-    """Bytes of one full checkpoint: state tensors (whole, even sharded) + AdamW's two fp32 moments (not yet made)."""
-    size = sum(t.numel() * t.element_size() for t in module.state_dict().values() if isinstance(t, torch.Tensor))
-    if with_optimizer:
-        size += sum(2 * p.numel() * 4 for p in module.parameters() if p.requires_grad)
-    return size
 
 
 def _gb(n: float) -> str:

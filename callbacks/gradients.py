@@ -5,9 +5,7 @@ from __future__ import annotations
 import lightning as L
 import torch
 
-from callbacks._global_metrics import log_global
-from callbacks.update_boundary import UpdateCallback
-from fixed_embed.distributed.norms import global_norms
+from callbacks.update_boundary import UpdateCallback, global_norms, log_global
 
 
 class GradientMonitor(UpdateCallback):

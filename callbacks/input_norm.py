@@ -9,9 +9,7 @@ import lightning as L
 import torch
 from lightning.pytorch.loggers import TensorBoardLogger
 
-from callbacks._global_metrics import log_global
-from callbacks.update_boundary import UpdateCallback
-from fixed_embed.distributed.norms import global_norms
+from callbacks.update_boundary import UpdateCallback, global_norms, log_global
 
 
 class InputNormMonitor(UpdateCallback):
@@ -64,8 +62,7 @@ class InputNormMonitor(UpdateCallback):
         self._armed = False  # once per logged update (activation checkpointing re-runs forwards)
         with torch.no_grad():
             norms = output.detach().float().norm(dim=-1).flatten()
-            expected = module.expected_norm(args[0]).float().flatten().to(norms.device)
-            self._captured = norms, expected
+            self._captured = norms, module.expected_norm(args[0]).float().flatten().to(norms.device)
 
     def on_update_end(self, trainer: L.Trainer, pl_module: L.LightningModule, update: int) -> None:
         if update != self._update or self._captured is None:

@@ -92,16 +92,13 @@ class UpdateProgressBar(ProgressBar):
             metrics["train/loss"] = float(loss)
         return metrics
 
-    def _start_eval(self, trainer: L.Trainer, description: str, batches: list[int | float]) -> None:
-        if not trainer.sanity_checking:
-            total = sum(batches)
-            self.eval_task = self._add_task(description, total if total != float("inf") else None)
-
     def on_validation_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._start_eval(trainer, "validation", trainer.num_val_batches)
+        if not trainer.sanity_checking:
+            total = sum(trainer.num_test_batches if trainer.testing else trainer.num_val_batches)
+            description = "test" if trainer.testing else "validation"
+            self.eval_task = self._add_task(description, None if total == float("inf") else total)
 
-    def on_test_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._start_eval(trainer, "test", trainer.num_test_batches)
+    on_test_start = on_validation_start
 
     def on_validation_batch_end(self, *args: Any, **kwargs: Any) -> None:
         if self.progress is not None and self.eval_task is not None:

@@ -12,8 +12,7 @@ import psutil
 import torch
 from lightning.pytorch.utilities import rank_zero_info
 
-from callbacks._global_metrics import log_global
-from callbacks.update_boundary import UpdateCallback
+from callbacks.update_boundary import UpdateCallback, log_global
 from fixed_embed.config import NonNegativeInt
 from fixed_embed.lightning_internals import FetchTimer
 from fixed_embed.measure.peak_flops import peak_flops, training_matmul_dtype
@@ -64,11 +63,8 @@ class SpeedMonitor(UpdateCallback):
             return
         self._updates = 0
         self._reset(pending=self.skip_first_steps == 0)
-        try:
-            self.matmul_dtype = training_matmul_dtype(trainer, pl_module)
-        except ValueError:
-            self.matmul_dtype = None
-        self._peak = peak_flops(pl_module.device, self.matmul_dtype) if self.matmul_dtype else None
+        self.matmul_dtype = training_matmul_dtype(trainer, pl_module)
+        self._peak = peak_flops(pl_module.device, self.matmul_dtype)
         self._timer = FetchTimer(trainer.profiler, self._on_fetch_start, self._on_fetch_stop)
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:

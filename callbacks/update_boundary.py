@@ -3,12 +3,17 @@ at ``n - 1``; ``ends_update`` (Lightning's call) ends it, not ``batch_idx``: epo
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import lightning as L
 import torch
+import torch.distributed as dist
+from torch.distributed.tensor import DTensor
 
 from fixed_embed.lightning_internals import ends_update
+
+_OPS = {"mean": dist.ReduceOp.SUM, "sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
 
 
 def due(update: int, every_n_steps: int) -> bool:
@@ -16,14 +21,37 @@ def due(update: int, every_n_steps: int) -> bool:
     return every_n_steps > 0 and update > 0 and update % every_n_steps == 0
 
 
-class UpdateCallback(L.Callback):
-    """Per-update callback: override ``on_update_*`` / ``on_micro_batch_*``, not Lightning's batch hooks
-    (skipped when disabled); other hooks of a subclass check ``self.enabled`` themselves.
+def log_global(trainer: L.Trainer, metrics: Mapping[str, tuple[torch.Tensor | float, str]], step: int) -> dict:
+    """Reduce ``{name: (value, "mean" | "sum" | "max" | "min")}`` over ranks, log on rank 0, return the values: a
+    monitor's ``self.log`` would write only every ``log_every_n_steps`` and cannot reduce by min or max."""
+    device = trainer.strategy.root_device
+    reduced: dict[str, float] = {}
+    for kind in _OPS:  # the same order on every rank
+        names = [name for name, (_, how) in metrics.items() if how == kind]
+        if not names:
+            continue
+        values = torch.stack([torch.as_tensor(metrics[n][0], dtype=torch.float32, device=device) for n in names])
+        if trainer.world_size > 1 and dist.is_available() and dist.is_initialized():
+            dist.all_reduce(values, op=_OPS[kind])
+            if kind == "mean":
+                values /= trainer.world_size
+        reduced.update(zip(names, values.tolist(), strict=True))
+    if trainer.is_global_zero:
+        for logger in trainer.loggers:
+            logger.log_metrics(reduced, step=step)
+    return reduced
 
-    Args:
-        every_n_steps: the interval, in optimizer updates.
-        enabled: the on/off switch.
-    """
+
+def global_norms(groups: Mapping[str, Iterable[torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """The fp32 L2 norm of each named group of whole tensors or FSDP2 shards (``DTensor``: one all-reduce a group, so
+    all ranks call it with the same groups)."""
+    norms = {name: torch.nn.utils.get_total_norm([t for t in tensors if t.numel()]) for name, tensors in groups.items()}
+    return {name: (n.full_tensor() if isinstance(n, DTensor) else n).float() for name, n in norms.items()}
+
+
+class UpdateCallback(L.Callback):
+    """Per-update callback (:meth:`due` every ``every_n_steps`` updates): override ``on_update_*`` /
+    ``on_micro_batch_*``, not Lightning's batch hooks (skipped unless ``enabled``); other hooks check it themselves."""
 
     min_every_n_steps = 1  # a subclass where 0 means something ("never in the loop") lowers it
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from fixed_embed.config import positive
+from fixed_embed.config import positive, read_yaml
 from fixed_embed.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -102,7 +102,10 @@ def slurm_settings(args: argparse.Namespace) -> SlurmSettings:
     settings = SlurmSettings()
     path = Path(args.slurm_config)
     if path.is_file():
-        loaded, known = yaml.safe_load(path.read_text()) or {}, [f.name for f in fields(SlurmSettings)]
+        try:
+            loaded, known = read_yaml(path.read_text(), str(path)) or {}, [f.name for f in fields(SlurmSettings)]
+        except (UserError, yaml.YAMLError) as error:
+            raise SystemExit(" ".join(str(error).split())) from None
         if not isinstance(loaded, dict) or set(loaded) - set(known):
             keys = sorted(set(loaded) - set(known)) if isinstance(loaded, dict) else "not a mapping"
             raise SystemExit(f"{path}: unknown SLURM settings {keys}; known: {', '.join(known)}")

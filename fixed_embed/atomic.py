@@ -3,22 +3,33 @@ Each is written under a temporary name in the target's own folder (so the rename
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
-from collections.abc import Collection, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
-from fixed_embed.errors import ConfigError
+from fixed_embed.errors import ConfigError, writing
 
 os.umask(_UMASK := os.umask(0))  # read (at import, before threads): a written file gets what open() gives, 0666 & ~it
 
 
-def temporary_name(path: str | os.PathLike) -> Path:
-    """The hidden sibling ``.<name>.tmp-<pid>`` that :func:`atomic_path` writes before the rename."""
+_parent: int | None = None  # set in a worker process, which writes for its parent (the lock's holder)
+
+
+def write_for_parent() -> None:
+    """In a worker process: name temporary files by the parent's pid, so that whoever takes over the parent's lock,
+    once the parent is dead, removes what its workers left (:func:`remove_leftovers`)."""
+    global _parent
+    _parent = os.getppid()
+
+
+def temporary_name(path: str | os.PathLike, kind: str = "tmp") -> Path:
+    """The hidden sibling ``.<name>.<kind>-<pid>`` that :func:`atomic_path` writes before the rename."""
     path = Path(path)
-    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    return path.with_name(f".{path.name}.{kind}-{_parent or os.getpid()}")
 
 
 @contextmanager
@@ -28,11 +39,12 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temporary_name(path)
     try:
-        yield tmp
-        with open(tmp, "rb") as file:
-            os.fsync(file.fileno())
-        os.chmod(tmp, 0o666 & ~_UMASK)  # also when written through a temporary file of the writer's (0600: safetensors)
-        os.replace(tmp, path)
+        with writing(path):  # a refused write(), fsync or Rust writer names no file: the error is given path
+            yield tmp
+            with open(tmp, "rb") as file:
+                os.fsync(file.fileno())
+            os.chmod(tmp, 0o666 & ~_UMASK)  # also when written through a temporary file of the writer's (0600)
+            os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
 
@@ -70,7 +82,9 @@ def atomic_symlink(target: str | os.PathLike, link: str | os.PathLike) -> None:
 def atomic_folder(path: str | os.PathLike) -> Iterator[Path]:
     """Yield an empty temporary folder; on success it replaces ``path`` whole. The caller holds the folder's lock."""
     path = Path(path)
-    tmp, old = temporary_name(path), path.with_name(f".{path.name}.old-{os.getpid()}")
+    tmp, old = temporary_name(path), temporary_name(path, "old")
+    if path.is_dir() and not os.access(path, os.W_OK):  # before the work: it could be moved aside, never removed
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
@@ -86,15 +100,20 @@ def atomic_folder(path: str | os.PathLike) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def remove_orphans(folder: str | os.PathLike, names: Collection[str] | None = None) -> list[Path]:
-    """Remove (and return) the temporary files in ``folder`` (of the files ``names``; None: of any) whose writer's pid
-    no longer runs on this host."""
+def remove_leftovers(target: str | os.PathLike, pid: int, beside: bool) -> list[Path]:
+    """Remove (and return) what writer ``pid``, killed while it held ``target``'s lock, left: its temporary files
+    and folders in ``target`` (and, for a lock ``beside`` it, in its folder). A previous ``target`` it had moved
+    aside (killed between :func:`atomic_folder`'s two renames) is put back instead."""
+    target = Path(target)
+    inside = list(target.rglob(f".*-{pid}")) if target.is_dir() and not target.is_symlink() else []
     removed = []
-    for tmp in Path(folder).glob(".*.tmp-*"):
-        name, _, pid = tmp.name[1:].rpartition(".tmp-")
-        if pid.isdigit() and not process_running(int(pid)) and (names is None or name in names):
-            tmp.unlink(missing_ok=True)
-            removed.append(tmp)
+    for left in (list(target.parent.glob(f".*-{pid}")) if beside else []) + inside:
+        if left.name.rpartition("-")[0].endswith((".tmp", ".old")):
+            if left.name == f".{target.name}.old-{pid}" and not target.exists():
+                os.replace(left, target)
+                continue
+            shutil.rmtree(left) if left.is_dir() and not left.is_symlink() else left.unlink(missing_ok=True)
+            removed.append(left)
     return removed
 
 

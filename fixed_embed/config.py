@@ -3,38 +3,96 @@
 from __future__ import annotations
 
 import contextlib
-import importlib
 import importlib.util
 import math
+import os
 import re
 from collections.abc import Callable, Iterator
-from math import inf
 from pathlib import Path
 from typing import Any
 
+import jsonargparse
 import yaml
 from jsonargparse.typing import restricted_number_type
 
 from fixed_embed.errors import ConfigError, MissingFileError, UserError
 
 
-def _number(name: str, kind: type, *restrictions: tuple[str, float]) -> type:
+def number_domain(name: str, kind: type, *restrictions: tuple[str, float]) -> type:
     """A domain that jsonargparse checks while parsing (NaN fails every comparison), for config signatures."""
     domain = restricted_number_type(name, kind, list(restrictions))  # restrictions other than jsonargparse's own
     domain.__new__ = staticmethod(lambda cls, v: cls._validation_fn(cls, v) or kind(v))  # plain kind: weights_only-safe
     return domain
 
 
-PositiveInt, NonNegativeInt = _number("an integer >= 1", int, (">=", 1)), _number("an integer >= 0", int, (">", -1))
-PerMille = _number("an integer in [0, 1000]", int, (">=", 0), ("<=", 1000))
-Beta = _number("in [0, 1)", float, (">=", 0.0), ("<", 1.0))
-PositiveFinite = _number("a finite number > 0", float, (">", 0.0), ("<", inf))
-NonNegativeFinite = _number("a finite number >= 0", float, (">=", 0.0), ("<", inf))
-UnitInterval = _number("in [0, 1]", float, (">=", 0.0), ("<=", 1.0), ("<", inf))  # "< inf": not ClosedUnitInterval
+PositiveInt, NonNegativeInt = (
+    number_domain("an integer >= 1", int, (">=", 1)),
+    number_domain("an integer >= 0", int, (">", -1)),
+)
+PerMille = number_domain("an integer in [0, 1000]", int, (">=", 0), ("<=", 1000))
+Beta = number_domain("in [0, 1)", float, (">=", 0.0), ("<", 1.0))
+PositiveFinite = number_domain("a finite number > 0", float, (">", 0.0), ("<", math.inf))
+NonNegativeFinite = number_domain("a finite number >= 0", float, (">=", 0.0), ("<", math.inf))
+UnitInterval = number_domain(
+    "in [0, 1]", float, (">=", 0.0), ("<=", 1.0), ("<", math.inf)
+)  # "< inf": not ClosedUnitInterval
 
 
 class ConfigYAMLError(ConfigError, yaml.YAMLError):
     """A config file that is not valid (safe) YAML."""
+
+
+# Far beyond any config (experiments/: < 4 kB, < 10 levels, < 300 values): past them, a mistake or an attack.
+MAX_YAML_CHARS, MAX_YAML_LEVELS, MAX_YAML_VALUES = 1_000_000, 32, 100_000
+
+
+def read_yaml(text: str, source: str, load: Callable[[str], Any] | None = None) -> Any:
+    """The safe YAML ``text`` (or ``load(text)``) once its nodes pass :func:`_strict`; a refusal names ``source``
+    (a file or a flag) and is a UserError, not a YAMLError or ValueError: jsonargparse takes those for text."""
+    if len(text) > MAX_YAML_CHARS:
+        raise UserError(f"{source} holds over {MAX_YAML_CHARS:,} characters, no config does: pass a config YAML")
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
+    try:
+        node = loader.get_single_node()
+    except yaml.YAMLError as error:
+        if "nesting depth" not in str(error):  # libyaml's own limit (1000 levels), past ours too
+            raise
+        raise UserError(f"{source}: {' '.join(str(error).split())}; far deeper than a config: flatten it") from None
+    if node is not None:
+        _strict(node, source, 1, {})
+    return load(text) if load else node and loader.construct_document(node)
+
+
+def _strict(node: yaml.Node, source: str, level: int, known: dict[int, tuple[int, int]]) -> tuple[int, int]:
+    """The values and levels under ``node``, aliases expanded but each node counted once (a shared one from
+    ``known``), so an alias bomb is refused before anything expands it; each key once, a string, no ``<<``."""
+    if id(node) not in known and level <= MAX_YAML_LEVELS:  # past the limit, or inside its own alias: refused below
+        lines: dict[str, int] = {}
+        for key, _ in node.value if isinstance(node, yaml.MappingNode) else ():
+            line, kind = key.start_mark.line + 1, key.tag.removeprefix("tag:yaml.org,2002:")
+            if kind == "str" and key.value in lines:
+                raise UserError(f"{source}: key {key.value!r} is given twice (lines {lines[key.value]} and {line}), "
+                                "so the first would be lost: keep one")  # fmt: skip
+            if kind != "str":
+                what = repr(key.value) if isinstance(key, yaml.ScalarNode) else f"({key.id})"
+                fix = "compose configs with __base__" if kind == "merge" else "quote it, or use a string key"
+                raise UserError(f"{source}, line {line}: the key {what} is YAML's {kind}, not a string: {fix}")
+            lines[key.value] = line
+        nodes = [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else node.value
+        inner = [_strict(n, source, level + 1, known) for n in nodes] if isinstance(node, yaml.CollectionNode) else []
+        known[id(node)] = 1 + sum(size for size, _ in inner), 1 + max((depth for _, depth in inner), default=0)
+    values, levels = known.get(id(node), (0, MAX_YAML_LEVELS))
+    if (deep := level + levels - 1 > MAX_YAML_LEVELS) or values > MAX_YAML_VALUES:
+        what = f"nested deeper than {MAX_YAML_LEVELS} levels" if deep else f"over {MAX_YAML_VALUES:,} values"
+        raise UserError(f"{source}, line {node.start_mark.line + 1}: {what} with aliases expanded, far more than a "
+                        "config: write it out flat, with no alias inside its own anchor or of an alias")  # fmt: skip
+    return values, levels
+
+
+# Every YAML jsonargparse reads (a --config file, --model FILE, a command-line value) is read strictly too.
+_JSONARGPARSE_YAML = jsonargparse.get_loader("yaml")  # its own: 1e-3 a float, a date text
+jsonargparse.set_loader("yaml", lambda text, path=None: read_yaml(text, path or "a YAML value", _JSONARGPARSE_YAML),
+                        (yaml.YAMLError,))  # fmt: skip
 
 
 BASE_KEY = "__base__"
@@ -47,10 +105,7 @@ def deep_merge(base: Any, override: Any) -> Any:
         return override
     if "class_path" in override and override.get("class_path") != base.get("class_path"):
         return override
-    merged = dict(base)
-    for key, value in override.items():
-        merged[key] = deep_merge(base[key], value) if key in base else value
-    return merged
+    return base | {key: deep_merge(base[key], value) if key in base else value for key, value in override.items()}
 
 
 def load_experiment(path: str | Path | dict, named_before: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -81,17 +136,20 @@ def _merged(path: str | Path, seen: tuple[Path, ...]) -> dict[str, Any]:
     if path in seen:
         raise ConfigError(f"__base__ cycle: {' -> '.join(str(p) for p in (*seen, path))}")
     try:
-        text = path.read_text()
+        with path.open() as file:  # what read_yaml takes, and one more: a larger file is refused, read no further
+            text = file.read(MAX_YAML_CHARS + 1)
         if not text.strip():
             raise ConfigError(f"experiment config {path} is empty; pass an experiment YAML (experiments/...)")
-        data = yaml.safe_load(text) or {}
+        data = read_yaml(text, str(path)) or {}
     except UnicodeDecodeError as error:
         raise ConfigError(f"{path} is not a text file ({error.reason}); pass an experiment YAML") from None
     except yaml.YAMLError as error:  # still a YAMLError (a refused python tag is one): and a user error
-        raise ConfigYAMLError(f"{path} is not a readable YAML file: {error}") from None
+        raise ConfigYAMLError(f"{path} is not a readable YAML file: {' '.join(str(error).split())}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path} must hold a YAML mapping, got {type(data).__name__}")
-    _refuse_moved_classes(data, path)
+    # a config saved before a class of this project moved: every such class_path, with its new one
+    if moved := [f"{spec} has moved to {new}" for spec in _class_paths(data) if (new := _new_home(spec))]:
+        raise ConfigError(f"{path}: class_path {'; '.join(moved)}; change it in the file")
     bases = data.pop(BASE_KEY, [])
     merged: dict[str, Any] = {}
     for base in [bases] if isinstance(bases, str) else bases:
@@ -101,12 +159,6 @@ def _merged(path: str | Path, seen: tuple[Path, ...]) -> dict[str, Any]:
 
 # The packages whose public names are stable class paths (fixed_embed.public_names): where a moved class is now.
 PUBLIC_PACKAGES = ("fixed_embed.interfaces", "fixed_embed.distributed", "callbacks")
-
-
-def _refuse_moved_classes(data: Any, path: Path) -> None:
-    """Every ``class_path`` of this project whose module is gone (a config saved before a move), with its new path."""
-    if moved := [f"{spec} has moved to {new}" for spec in _class_paths(data) if (new := _new_home(spec))]:
-        raise ConfigError(f"{path}: class_path {'; '.join(moved)}; change it in the file")
 
 
 def _class_paths(data: Any) -> Iterator[str]:
@@ -119,18 +171,16 @@ def _class_paths(data: Any) -> Iterator[str]:
 def _new_home(spec: str) -> str | None:
     """The package path of a class whose module is gone; nothing is imported while the module exists."""
     module, _, name = spec.rpartition(".")
-    try:
+    with contextlib.suppress(ModuleNotFoundError):  # a parent package is gone too
         if not spec.startswith(("fixed_embed.", "callbacks.")) or importlib.util.find_spec(module) is not None:
             return None
-    except ModuleNotFoundError:  # a parent package is gone too
-        pass
     return next((f"{home}.{name}" for home in PUBLIC_PACKAGES if hasattr(importlib.import_module(home), name)), None)
 
 
 def _composed(path: str) -> bool:
     """Whether :func:`load_experiment` changes the file: it has a ``__base__`` or names its callbacks."""
     try:
-        data = yaml.safe_load(Path(path).read_text())
+        data = read_yaml(Path(path).read_text(), path)  # a file expand_config_args has read already
     except (OSError, yaml.YAMLError):
         return False
     return isinstance(data, dict) and (BASE_KEY in data or _named_callbacks(data) is not None)
@@ -147,26 +197,19 @@ CONFIG_FILE_FLAGS = ("--config", "-c", "--data", "--model", "--trainer")
 
 
 def expand_config_args(args: list[str]) -> list[str]:
-    """Replace each ``--config FILE`` that :func:`load_experiment` changes by the merged YAML, for LightningCLI."""
-    out: list[str] = []
-    named: dict[str, Any] = {}  # the callbacks named so far, in order: a later --config changes them by name
-    for value in config_values(args, CONFIG_FILE_FLAGS):
-        if Path(value).is_file():
-            with contextlib.suppress(yaml.YAMLError):  # jsonargparse reports those itself, naming the tag or line
+    """Each YAML file and value of ``args`` read strictly (a refusal names it, in one line); each ``--config FILE``
+    that :func:`load_experiment` changes replaced by the merged YAML, for LightningCLI."""
+    out, named = list(args), {}  # named: the callbacks so far, in order: a later --config changes them by name
+    for i, arg in enumerate(args):
+        flag, eq, value = arg.partition("=")
+        at, value = (i, value) if eq else (i + 1, args[i + 1] if i + 1 < len(args) else "")
+        with contextlib.suppress(yaml.YAMLError):  # jsonargparse reports those itself, naming the tag or line
+            if flag in CONFIG_FILE_FLAGS and os.path.isfile(value):  # False for a YAML text, even a long one
                 load_experiment(value)  # unreadable, empty, not text, not a mapping: one line naming the file
-    i = 0
-    while i < len(args):
-        arg, i = args[i], i + 1
-        if arg in ("--config", "-c") and i < len(args):
-            value, i = args[i], i + 1
-        elif arg.startswith("--config="):
-            value = arg.split("=", 1)[1]
-        else:
-            out.append(arg)
-            continue
-        if _composed(value):
-            value = yaml.safe_dump(load_experiment(value, named), sort_keys=False)
-        out.extend(["--config", value])
+            elif flag.startswith("-"):
+                read_yaml(value, flag)  # text that is not YAML is a string
+        if flag in ("--config", "-c") and _composed(value):
+            out[at] = (f"{flag}=" if eq else "") + yaml.safe_dump(load_experiment(value, named), sort_keys=False)
     return out
 
 

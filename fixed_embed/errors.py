@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import errno
+import os
+import re
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 
 class UserError(Exception):
@@ -59,5 +62,31 @@ def causes(error: BaseException | None) -> Iterator[BaseException]:
 
 
 def environment_error(error: BaseException | None) -> OSError | None:
-    """The OSError of :data:`ENVIRONMENT_ERRNOS` that ``error`` was raised from or during, if any."""
-    return next((e for e in causes(error) if isinstance(e, OSError) and e.errno in ENVIRONMENT_ERRNOS), None)
+    """The OSError of :data:`ENVIRONMENT_ERRNOS` that ``error`` was raised from or during, if any; a Rust writer's
+    (safetensors, tokenizers) ``... (os error 28)`` made one."""
+    for cause in causes(error):
+        if rust := None if isinstance(cause, OSError) else re.search(r"\(os error (\d+)\)", str(cause)):
+            cause = OSError(int(rust[1]), os.strerror(int(rust[1])), getattr(cause, "filename", None))  # writing()'s
+        if getattr(cause, "errno", None) in ENVIRONMENT_ERRNOS:
+            return cause
+    return None
+
+
+@contextmanager
+def writing(path: str | os.PathLike) -> Iterator[None]:
+    """Name ``path`` in a refused write whose error names no file (``write()``'s, a Rust writer's, torch.save's)."""
+    try:
+        yield
+    except Exception as error:
+        for cause in causes(error) if environment_error(error) is not None else ():  # in place: an ExitStack goes on
+            cause.filename = getattr(cause, "filename", None) or str(path)
+        raise
+
+
+def write_refused(error: OSError, kept: str, elsewhere: str) -> str:
+    """Every command's words for a write the file system refused: the file, the reason, what is intact, the fix."""
+    first = {errno.ENOSPC: "free disk space or ", errno.EDQUOT: "free space in your quota or ",
+             errno.EFBIG: "raise the file-size limit (ulimit -f) or "}.get(error.errno, "")  # fmt: skip
+    verb = "use" if error.errno in (errno.EACCES, errno.EPERM, errno.ENAMETOOLONG) else "write"  # reads meet these too
+    return (f"cannot {verb} {error.filename or 'a file'}: {error.strerror} ([Errno {error.errno}] "
+            f"{errno.errorcode.get(error.errno, '')}); {kept}.\n{first}{elsewhere}")  # fmt: skip

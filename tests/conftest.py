@@ -136,3 +136,13 @@ def corpus(tmp_path_factory):
     (folder / "docs.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
     tok = train_bpe(texts, 300, folder / "tok", "training-corpus")
     return folder / "docs.jsonl", tok
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory, corpus):
+    """A tiny run's ``last.ckpt`` after one update, with room (``max_seq_len`` 128) for eval's task."""
+    from tests.helpers import fit_tiny
+
+    tmp = tmp_path_factory.mktemp("tiny")
+    fit_tiny(tmp, corpus, stop_at=1, max_steps=1, decoder={"max_seq_len": 128})
+    return tmp / "ckpt" / "last.ckpt"

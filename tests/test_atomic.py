@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from fixed_embed.atomic import atomic_path, atomic_write, atomic_write_text, remove_orphans, temporary_name
+from fixed_embed.atomic import atomic_path, atomic_write, atomic_write_text, temporary_name
 
 
 def leftovers(folder: Path) -> list[str]:
@@ -96,23 +96,6 @@ def test_a_path_writer_that_fails_or_writes_nothing_leaves_the_old_file(tmp_path
     with pytest.raises(FileNotFoundError), atomic_path(target):
         pass  # the writer wrote no file: there is nothing to put in place
     assert target.read_bytes() == b"old" and leftovers(tmp_path) == []
-
-
-def test_orphans_of_killed_writers_are_removed_and_live_ones_kept(tmp_path):
-    dead = next(pid for pid in range(4_194_000, 4_194_304) if not _alive(pid))
-    orphan, live = tmp_path / f".shard.bin.tmp-{dead}", tmp_path / f".index.json.tmp-{os.getpid()}"
-    for path in (orphan, live, tmp_path / "shard.bin"):
-        path.write_text("x")
-    assert remove_orphans(tmp_path) == [orphan]
-    assert sorted(p.name for p in tmp_path.iterdir()) == [live.name, "shard.bin"]
-
-
-def _alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def test_every_file_gets_the_mode_open_gives_also_from_a_writer_that_makes_it_private(tmp_path):

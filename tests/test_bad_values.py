@@ -4,7 +4,7 @@ the option before any work, or a legal value that :data:`LEGAL` lists with its r
 Generated, not listed: fit's options from its own parser (LightningCLI: ``model.*``, ``data.*``, ``trainer.*``,
 found as tests/test_bad_paths.py finds them), the other sub-commands' from their argparse parsers. An option is
 numeric or a choice by its type (its signature's, for fit). For fit a case is a parse, then the checks fit runs
-before any work (``fixed_embed.cli.train._check_values``), in-process; for the others, their parser, then the
+before any work (``fixed_embed.train.experiment.check_values``), in-process; for the others, their parser, then the
 command itself where the parser takes the value.
 """
 
@@ -154,8 +154,8 @@ def test_the_generators_find_the_options():
 
 @pytest.mark.parametrize(("key", "kind", "value"), list(fit_cases()))
 def test_a_bad_fit_value_is_refused_in_one_line_naming_the_key(key, kind, value):
-    from fixed_embed.cli.train import _check_values
     from fixed_embed.config import refused_value
+    from fixed_embed.train.experiment import check_values
 
     given = f"[0.9, {value}]" if kind == "numbers" else value
     try:
@@ -164,7 +164,7 @@ def test_a_bad_fit_value_is_refused_in_one_line_naming_the_key(key, kind, value)
         message = refused_value(str(error))
     else:
         try:
-            _check_values(config)
+            check_values(config)
         except ConfigError as error:
             message = str(error)
         else:
@@ -295,19 +295,16 @@ COMPOSITIONS = [
 
 
 @pytest.mark.parametrize("files", COMPOSITIONS, ids=lambda files: "+".join(p.stem for p in files))
-def test_every_experiment_passes_the_value_checks(files, tmp_path, monkeypatch):
+def test_every_experiment_passes_the_value_checks(files, tmp_path):
     """The checks run on values as YAML gives them (an int -1, not the command line's string): every
     experiment as the Makefile and README compose them passes, and so does a YAML `devices: -1` (all GPUs)."""
-    from fixed_embed.cli import train
-    from fixed_embed.cli.train import _check_values
-
-    monkeypatch.setattr(train, "num_cuda_devices", lambda: 1)  # the values, not this machine's GPU
+    from fixed_embed.train.experiment import check_values
 
     devices = tmp_path / "devices.yaml"
     devices.write_text("trainer:\n  devices: -1\n  log_every_n_steps: 0\n")
     for extra in ([], [devices]):
         args = [arg for path in (*files, *extra) for arg in ("--config", str(path))]
-        _check_values(fit_parser().parse_args(expand_config_args(args)))
+        check_values(fit_parser().parse_args(expand_config_args(args)))
 
 
 def test_a_class_path_that_does_not_import_is_named_in_one_line(tmp_path, corpus):

@@ -88,11 +88,11 @@ def test_the_saved_stream_state_keeps_its_keys(corpus, tokenizer):
     ds = stream(corpus, tokenizer, shuffle_buffer=4)
     next(iter(ds))
     state = ds.state_dict()
-    assert list(state) == [
+    assert set(state) == {
         "fingerprint", "layout", "reader", "epoch", "source_shards", "source_shard", "source_state",
         "source_doc_index", "doc_in_batch", "blocks_from_doc", "carry_at_doc", "carries", "buffer", "rng_state",
         "blocks_delivered", "flushing",
-    ]  # fmt: skip
+    }  # fmt: skip
     assert json.loads(state["fingerprint"])["bos_id"] is None and state["layout"] == 2
 
 
@@ -212,8 +212,8 @@ def test_resume_refusals_name_what_changed(corpus, tokenizer, tmp_path):
     texts = [json.loads(line)["text"] for p in sorted(corpus.glob("*.jsonl")) for line in p.read_text().splitlines()]
     other = str(train_bpe(texts, 280, tmp_path / "other", "other"))
     refusals = data(tokenizer=other).resume_refusals(checkpoint, 2)
-    assert f"whose vocabulary differs from data.tokenizer {other!r}" in refusals[0]
-    with pytest.raises(ValueError, match="vocabulary differs"):  # validate and test: at load
+    assert re.search(rf"and data.tokenizer {re.escape(repr(other))} \(\w{{12}}\) differ in merges, vocab:", refusals[0])
+    with pytest.raises(ValueError, match=r"differ in .*: resuming would feed the model other ids"):  # at load
         data(tokenizer=other).load_state_dict(checkpoint["TextDataModule"])
 
 

@@ -140,7 +140,7 @@ def _fsdp_worker(rank, world, port, results):
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
-    from fixed_embed.distributed.norms import global_norms
+    from callbacks.update_boundary import global_norms
     from fixed_embed.distributed.parallel import ParallelConfig, apply_parallelism
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)

@@ -27,7 +27,6 @@ from fixed_embed.cli import COMMANDS
 from fixed_embed.run import lock as run_lock
 from fixed_embed.run.lock import LOCK_NAME, acquire
 from tests.cli import run_cli
-from tests.helpers import fit_tiny
 from tests.test_bad_paths import OUTPUT, arguments
 from tests.test_lifecycle import fit_args
 
@@ -110,13 +109,6 @@ def gpu_check(*argv: str) -> tuple[int, str]:
 
 def tree(folder: Path) -> dict[str, int]:
     return {str(p.relative_to(folder)): p.lstat().st_size for p in sorted(folder.rglob("*"))}
-
-
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory, corpus):
-    tmp = tmp_path_factory.mktemp("tiny")
-    fit_tiny(tmp, corpus, stop_at=1, max_steps=1, decoder={"max_seq_len": 128})  # room for eval's task
-    return tmp / "ckpt" / "last.ckpt"
 
 
 def test_every_command_is_a_writer_or_says_why_not():

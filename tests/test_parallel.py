@@ -53,7 +53,7 @@ def test_fsdp_sharded_checkpoint_resumes_exactly_then_consolidates_for_eval_and_
 
 
 def test_an_orphaned_shard_folder_never_shadows_last(tmp_path):
-    from fixed_embed.distributed.checkpoint import _SHARDS_PREFIX
+    from fixed_embed.distributed.fsdp import _SHARDS_PREFIX
     from fixed_embed.run.resume_plan import choose_checkpoint
 
     # A save killed mid-write leaves a hidden folder, newer than last; "last" must not see it.

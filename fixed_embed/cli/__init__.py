@@ -8,28 +8,17 @@ import contextlib
 import importlib
 import io
 import os
+import pkgutil
 import re
 import sys
 from typing import NoReturn
 
-from fixed_embed.errors import UserError, causes, environment_error
+from fixed_embed.errors import RunWriteError, UserError, causes, environment_error, write_refused
 from fixed_embed.run import console
 
-COMMANDS = {
-    "fit": "fixed_embed.cli.train",
-    "validate": "fixed_embed.cli.train",
-    "test": "fixed_embed.cli.train",
-    "params": "fixed_embed.cli.params",
-    "tokenizer": "fixed_embed.cli.tokenizer",
-    "pretokenize": "fixed_embed.cli.pretokenize",
-    "eval": "fixed_embed.cli.eval",
-    "table": "fixed_embed.cli.table",
-    "export": "fixed_embed.cli.export",
-    "consolidate": "fixed_embed.cli.consolidate",
-    "analyze": "fixed_embed.cli.analyze",
-    "lm-eval": "fixed_embed.cli.lm_eval",
-    "prefetch": "fixed_embed.cli.prefetch",
-    "generate": "fixed_embed.cli.generate",
+# A command per module of this package (lm_eval.py: lm-eval), but train.py's three: fit, validate and test.
+COMMANDS = dict.fromkeys(("fit", "validate", "test"), "fixed_embed.cli.train") | {
+    m.name.replace("_", "-"): f"{__name__}.{m.name}" for m in pkgutil.iter_modules(__path__) if m.name != "train"
 }
 
 USAGE = """usage: fixed-embed COMMAND [ARGS]
@@ -48,6 +37,10 @@ commands:
   generate CKPT       continue --prompt TEXT with a trained model (greedy or sampled, --help)
   prefetch            on a login node: cache the paper suite's task data and the tokenizer for offline nodes
 """
+KEPT = {  # what a command's refused write (no space, ulimit -f, permission) leaves; fit's: fixed_embed/cli/train.py
+    "pretokenize": "the finished shards are kept: the same command continues from them",
+    "eval": "no file is left half-written (writes are atomic); an evaluation that ran printed its scores above",
+}
 
 
 class CommandParser(argparse.ArgumentParser):
@@ -60,8 +53,7 @@ class CommandParser(argparse.ArgumentParser):
 def main(argv: list[str] | None = None, configure_console: bool | None = None) -> int:
     """Run ``fixed-embed ARGV``; returns the exit status. The process-wide console set-up is by default done only
     when ``argv`` is None (from ``sys.argv``), so an in-process caller (tests) keeps its own logging."""
-    if configure_console is None:
-        configure_console = argv is None
+    configure_console = argv is None if configure_console is None else configure_console
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or os.environ.get("FIXED_EMBED_DEBUG", "") not in ("", "0")
     argv = [a for a in argv if a != "--debug"]
@@ -85,13 +77,11 @@ def main(argv: list[str] | None = None, configure_console: bool | None = None) -
     except Exception as error:
         # Lightning's clean-up after a failed run can raise again, hiding the user's error in the context.
         user_error = next((cause for cause in causes(error) if isinstance(cause, UserError)), None)
-        refused = (environment_error(error) or _named_path_error(error, argv)) if user_error is None else None
-        if refused is not None and not debug:  # no space, too large, name too long, permission: not a bug
-            console.forget_unwritten()
-            what = refused.filename or "a file"
-            print(f"fixed-embed {command}: error: cannot use {what}: {refused.strerror}\n(--debug shows the traceback)",
-                  file=sys.stderr)  # fmt: skip
-            return 2
+        if user_error is None and (written := environment_error(error)) is not None:  # not a bug
+            kept = KEPT.get(command, "no file is left half-written (writes are atomic)")
+            user_error = RunWriteError(write_refused(written, kept, "choose another output path"))
+        elif user_error is None and (named := _named_path_error(error, argv)) is not None:
+            user_error = UserError(f"cannot use {named.filename}: {named.strerror}")
         if user_error is None or debug:
             raise
         console.forget_unwritten()

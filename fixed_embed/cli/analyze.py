@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from fixed_embed.atomic import atomic_write_text
+from fixed_embed.atomic import atomic_write, atomic_write_text
 from fixed_embed.cli import CommandParser
 from fixed_embed.config import positive
 
@@ -48,9 +48,7 @@ def run(argv: list[str]) -> int:
         results[label] = {**result, **model.provenance}  # the file a last.ckpt link resolved to, and its update
     out = Path(args.out)
     atomic_write_text(out / f"{args.analysis}.json", json.dumps(results, indent=2) + "\n")
-    if args.analysis == "probe":
-        plot_probe(results, str(out / "probe.png"), seed=args.seed)
-    else:
-        plot_ablation(results, str(out / "ablate.png"))
+    with atomic_write(out / f"{args.analysis}.png", "wb") as png:  # a file object: matplotlib's default format, png
+        plot_probe(results, png, seed=args.seed) if args.analysis == "probe" else plot_ablation(results, png)
     print(f"wrote {out / f'{args.analysis}.json'} and {out / f'{args.analysis}.png'}")
     return 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from fixed_embed.cli import CommandParser
 
 
@@ -15,7 +17,10 @@ def run(argv: list[str]) -> int:
     from fixed_embed.run.lock import acquire
 
     check_output(args.out, "OUT")
-    with acquire(args.out, "or choose another OUT", beside=True):  # before the (long) read of the shards
+    with (
+        acquire(args.out, "or choose another OUT", beside=True),  # before the (long) read of the shards
+        acquire(Path(args.folder).resolve(), "or pass another FOLDER", beside=True, shared=True),  # kept by a fit
+    ):
         checkpoint = consolidate(args.folder, args.out)
     n = sum(t.numel() for t in checkpoint["state_dict"].values())
     print(f"wrote {args.out}: {n:,} weights at step {checkpoint.get('global_step')} (optimizer state left out)")

@@ -13,11 +13,11 @@ from fixed_embed.cli import CommandParser
 from fixed_embed.config import positive
 from fixed_embed.evaluation.suite import (
     SUITES,
+    check_results_folder,
     check_tasks,
     columns_for,
     default_eval_dir,
     markdown_table,
-    refuse_existing_results,
     run_label,
     run_suite,
     write_results,
@@ -37,11 +37,9 @@ def run(argv: list[str]) -> int:
     parser.add_argument("--limit", type=positive("--limit", float), help="examples per task, or a fraction below 1")
     parser.add_argument("--batch-size", type=positive("--batch-size"), default=16)
     parser.add_argument("--device", help="cuda, cpu, ... (default: cuda if available)")
-    parser.add_argument("--tokenizer", help="override the tokenizer stored in the checkpoint")
+    parser.add_argument("--tokenizer", help="for a checkpoint that holds none (another than its own is refused)")
     parser.add_argument("--include-path", action="append", default=[], help="extra lm-eval task YAMLs")
-    parser.add_argument(
-        "--output", "--out", help="results folder (default: logs/eval/<run>-<suite>-<hash>, one per checkpoint file)"
-    )
+    parser.add_argument("--output", "--out", help="results folder (default: logs/eval/<run>-<suite>-<hash>)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing results.json in the folder")
     parser.add_argument("--name", help="the model's row name in the table")
     args = parser.parse_args(argv[1:])
@@ -60,7 +58,7 @@ def run(argv: list[str]) -> int:
     out = Path(args.output or default_eval_dir(model, suite, tasks, args.num_fewshot, limit, hub=bool(args.hf)))
     check_output(out, "--output")
     with acquire(out, "or choose another --output", beside=True):  # one evaluation per folder at a time
-        refuse_existing_results(out, args.overwrite)  # before hours of evaluation, not after
+        check_results_folder(out, args.overwrite)  # before hours of evaluation, not after
         if args.hf:
             name = args.name or args.hf
             device = f",device={args.device}" if args.device else ""
@@ -74,7 +72,7 @@ def run(argv: list[str]) -> int:
         results = run_suite(lm, columns, limit=limit, include_path=args.include_path)
         if args.checkpoint:  # what was scored: the file a last.ckpt link resolved to, and its update
             results = {**lm.module.provenance, **results}
+        Console().print(Markdown(markdown_table([{"model": name, **results}])))  # first: a refused write keeps them
         path = write_results(results, name, out)
-        Console().print(Markdown(markdown_table([{"model": name, **results}])))
         print(f"results: {path}\ntable:   {out / 'table.md'}")
     return 0

@@ -10,7 +10,7 @@ def run(argv: list[str]) -> int:
     parser.add_argument("checkpoint", help="a LanguageModel .ckpt")
     parser.add_argument("out", help="the folder to write (must not exist or be empty)")
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
-    parser.add_argument("--tokenizer", help="override the tokenizer stored in the checkpoint")
+    parser.add_argument("--tokenizer", help="for a checkpoint that holds none (another than its own is refused)")
     parser.add_argument("--overwrite", action="store_true", help="replace an earlier export in OUT")
     args = parser.parse_args(argv[1:])
     import torch

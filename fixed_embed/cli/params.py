@@ -4,6 +4,8 @@ Overrides of ``model``, ``data``, ``trainer`` keys follow CONFIG, as for fit (``
 
 from __future__ import annotations
 
+import contextlib
+
 from rich.console import Console
 from rich.table import Column, Table
 
@@ -31,20 +33,22 @@ def run(argv: list[str]) -> int:
                      "or --trainer.KEY VALUE, after CONFIG)")  # fmt: skip
     import yaml
 
-    from fixed_embed.config import deep_merge, load_experiment
+    from fixed_embed.config import deep_merge, load_experiment, read_yaml
     from fixed_embed.errors import ConfigError
     from fixed_embed.measure.memory import USABLE_FRACTION, optimizer_state_bytes
-    from fixed_embed.train.experiment import memory_plan, parameter_reports, training_memory
+    from fixed_embed.train.experiment import check_values, memory_plan, parameter_reports, training_memory
 
     config, label = load_experiment(args.config), " ".join([args.config, *overrides])  # unreadable: one line
     for flag, value in zip(pairs[::2], pairs[1::2], strict=True):
-        override = yaml.safe_load(value)
+        with contextlib.suppress(yaml.YAMLError):  # text that is not YAML is a string, as for fit
+            value = read_yaml(value, flag)
         for key in reversed(flag[2:].split(".")):
-            override = {key: override}
-        config = deep_merge(config, override)
+            value = {key: value}
+        config = deep_merge(config, value)
     try:
+        check_values(config)  # fit's check before any work
         interface_name, report, control = parameter_reports(config)
-    except ConfigError as error:  # a bad model section: one line, naming the file
+    except ConfigError as error:  # a bad value: one line, naming the file
         raise ConfigError(f"{label}: {error}") from error
     table = Table("parameters", Column("count", justify="right"), title=f"{label}: {interface_name}")
     for name, value in report.rows():

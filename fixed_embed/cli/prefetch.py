@@ -16,9 +16,7 @@ PAPER_TOKENIZER = "HuggingFaceTB/SmolLM2-135M"
 
 def run(argv: list[str]) -> int:
     parser = CommandParser(prog="fixed-embed prefetch", description=__doc__)
-    parser.add_argument(
-        "--suite", default="paper", help="a suite of fixed_embed.evaluation.suite.SUITES (default: paper)"
-    )
+    parser.add_argument("--suite", default="paper", help="the eval --suite whose task data to fetch (default: paper)")
     parser.add_argument("--tasks", help="comma-separated tasks instead of a suite")
     parser.add_argument("--include-path", action="append", default=[], help="folder of extra task YAMLs")
     parser.add_argument("--tokenizer", default=PAPER_TOKENIZER, help="tokenizer to cache ('none': skip)")

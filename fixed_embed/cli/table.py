@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from fixed_embed.atomic import check_output
+from fixed_embed.atomic import atomic_write_text, check_output
 from fixed_embed.cli import CommandParser
 from fixed_embed.evaluation.suite import TABLE_NOTES, markdown_table
 
@@ -29,6 +29,6 @@ def run(argv: list[str]) -> int:
     table = markdown_table(loaded) + TABLE_NOTES
     if args.output:
         check_output(args.output, "--output")
-        Path(args.output).write_text(table)
+        atomic_write_text(args.output, table)
     print(table, end="")
     return 0

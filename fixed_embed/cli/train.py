@@ -3,8 +3,6 @@ lock, the resume plan, the length from ``model.token_budget``, ``val_check_inter
 
 from __future__ import annotations
 
-import errno
-import math
 import sys
 from argparse import ArgumentError
 from pathlib import Path
@@ -13,7 +11,6 @@ from typing import Any
 from lightning.fabric.accelerators.cuda import num_cuda_devices
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import TensorBoardLogger
-from lightning.pytorch.strategies import StrategyRegistry
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from fixed_embed.config import CONFIG_FILE_FLAGS, DEFAULT_RUN, config_values, expand_config_args, refused_value
@@ -21,12 +18,11 @@ from fixed_embed.data import TextDataModule
 from fixed_embed.data.corpus_check import check_corpus
 from fixed_embed.distributed import launch_agreement, rank_watch
 from fixed_embed.distributed.ranks import is_launching_rank
-from fixed_embed.errors import ConfigError, RunComplete, RunWriteError, environment_error
-from fixed_embed.model.decoder import DecoderConfig
+from fixed_embed.errors import ConfigError, RunComplete, RunWriteError, environment_error, write_refused
 from fixed_embed.run import lock as run_lock
 from fixed_embed.run.folder import checkpoint_folder, pin_run_folder, purge_curve_after, step_checkpoints
 from fixed_embed.run.resume_plan import plan_fit, read_checkpoint
-from fixed_embed.train.experiment import run_length, trainer_world_size
+from fixed_embed.train.experiment import check_values, run_length
 from fixed_embed.train.module import LanguageModel
 
 
@@ -63,12 +59,15 @@ class FixedEmbedCLI(LightningCLI):
         # the user's changes: the path is held back (the resume plan and on_load_checkpoint check instead).
         if (subcommand := self.config.get("subcommand")) is not None:
             self._ckpt_path, self.config[subcommand].ckpt_path = self.config[subcommand].ckpt_path, None
-            _check_values(self.config[subcommand])  # before LightningCLI seeds (seed_everything) or anything else
+            check_values(self.config[subcommand])  # before LightningCLI seeds (seed_everything) or anything else
 
     def before_instantiate_classes(self) -> None:
         if (subcommand := self.config.get("subcommand")) is None:
             return
         config = self.config[subcommand]
+        if (gpu := str(config.trainer.accelerator)) in ("gpu", "cuda") and not num_cuda_devices():  # NVML: no CUDA init
+            cpu = "experiments/tiny/*.yaml or --trainer.accelerator cpu --trainer.precision 32-true"
+            raise ConfigError(f"trainer.accelerator {gpu} needs a CUDA GPU, none is visible here: on CPU use {cpu}")
         # Kept as written (SaveConfigCallback saves it for relaunches); resolved values apply at instantiation.
         config.ckpt_path = self._ckpt_path
         if subcommand == "fit":
@@ -87,8 +86,10 @@ class FixedEmbedCLI(LightningCLI):
     def _plan(self, config: Any) -> tuple[str | None, int | None]:
         """The run lock (before anything is read), then what this launch resumes; global rank 0 first."""
         folder = pin_run_folder(config.trainer, config.run)
-        if folder is not None and is_launching_rank():
-            self._locks.append(run_lock.acquire(folder))
+        if is_launching_rank():  # the run folder's writer, and a reader of the data folders (token shards)
+            self._locks += [run_lock.acquire(folder)] if folder is not None else []
+            read = {Path(p) for p in (config.data.train, config.data.valid) if p and Path(p).is_dir()}
+            self._locks += [run_lock.acquire(p, "or point data at another", beside=True, shared=True) for p in read]
         self._max_steps, how = run_length(config)
         rank_zero_info(how)
         if isinstance(every := config.trainer.val_check_interval, int) and every > (steps := self._max_steps):
@@ -134,35 +135,6 @@ def _preflight(config: Any) -> None:
     datamodule.check_inputs()
 
 
-def _check_values(config: Any) -> None:
-    """What the parser's types cannot say: values checked against each other, and Lightning's Trainer options."""
-    if (decoder := config.model.decoder) is not None:
-        DecoderConfig(**decoder.as_dict())  # its checks across fields (ConfigError)
-        if config.data.seq_len > (most := decoder.max_seq_len):
-            raise ConfigError(f"data.seq_len {config.data.seq_len} exceeds model.decoder.max_seq_len {most}: "
-                              f"set data.seq_len <= {most} or raise model.decoder.max_seq_len")  # fmt: skip
-    lightning = {f"trainer.{key}": value for key, value in vars(config.trainer).items()}  # its types: int or float
-    for key, value in {**lightning, "seed_everything": config.seed_everything}.items():
-        number = type(value) in (int, float) and not (value == -1 and key in MINUS_ONE)  # not a bool
-        if number and not (0 < value < math.inf if key in POSITIVE else 0 <= value < math.inf):
-            raise ConfigError(f"{key} must be a finite number {'>' if key in POSITIVE else '>='} 0"
-                              f"{' (or -1: no limit)' if key in MINUS_ONE else ''}, got {value}")  # fmt: skip
-    if (gpu := str(config.trainer.accelerator)) in ("gpu", "cuda") and not num_cuda_devices():  # NVML: no CUDA init
-        raise ConfigError(f"trainer.accelerator {gpu} needs a CUDA GPU, none is visible here: on CPU use experiments/"
-                          "tiny/*.yaml or --trainer.accelerator cpu --trainer.precision 32-true")  # fmt: skip
-    if config.trainer.devices != "auto" and trainer_world_size(config.trainer) is None:  # as Lightning reads it
-        raise ConfigError(f"trainer.devices must be a count > 0, -1, auto or ids (0,1), got {config.trainer.devices!r}")
-    if isinstance(strategy := config.trainer.strategy, str) and strategy not in ("auto", *StrategyRegistry):
-        raise ConfigError(f"trainer.strategy {strategy!r} is not a Lightning strategy: one of auto, "
-                          f"{', '.join(StrategyRegistry)}, or a class_path")  # fmt: skip
-
-
-# Lightning's numeric Trainer options are finite and >= 0; these > 0, or -1 where Lightning reads it as "no limit".
-POSITIVE = {f"trainer.{key}" for key in ("accumulate_grad_batches", "max_steps", "max_epochs", "num_nodes",
-            "val_check_interval", "check_val_every_n_epoch")}  # fmt: skip
-MINUS_ONE = {f"trainer.{key}" for key in ("max_steps", "max_epochs", "num_sanity_val_steps", "devices")}  # -1: all
-
-
 def run(argv: list[str]) -> int:
     """The command within its boundary (bugs keep their traceback)."""
     locks: list[run_lock.RunLock] = []
@@ -186,7 +158,8 @@ def run(argv: list[str]) -> int:
         if (lost := rank_watch.lost_rank()) is not None:
             raise rank_watch.RankLostError(lost) from error
         if (refused := environment_error(error)) is not None:
-            raise RunWriteError(_write_refused(refused, trainers)) from error
+            move = "move the run (--trainer.logger.init_args.save_dir), then relaunch with --ckpt_path last"
+            raise RunWriteError(write_refused(refused, _newest_intact(trainers), move)) from error
         raise
     finally:
         for lock in locks:
@@ -201,20 +174,6 @@ def _newest_intact(trainers: list[Any]) -> str:
                 return f"the run's previous checkpoint {steps[-1]} is intact (writes are atomic)"
             return f"no checkpoint of the run was written yet ({folder})"
     return "nothing the run wrote before was changed"
-
-
-def _write_refused(error: OSError, trainers: list[Any]) -> str:
-    what = error.filename or "a file of the run"
-    hint = {
-        errno.ENOSPC: "free disk space (lower keep_last) or move the run (--trainer.logger.init_args.save_dir)",
-        errno.EDQUOT: "free space in your quota, or move the run (--trainer.logger.init_args.save_dir)",
-        errno.EFBIG: "raise the file-size limit (ulimit -f) or write to a file system that takes files this large",
-        errno.ENAMETOOLONG: "use a shorter --run or save_dir",
-    }.get(error.errno, "choose a folder you can write (--trainer.logger.init_args.save_dir)")
-    return (
-        f"cannot write {what}: {error.strerror} ([Errno {error.errno}] {errno.errorcode.get(error.errno, '')}); "
-        f"{_newest_intact(trainers)}.\n{hint}, then relaunch with --ckpt_path last"
-    )
 
 
 def _say_interrupted(trainers: list[Any]) -> None:

@@ -54,7 +54,5 @@ class BlockCache:
         if (blocks := self.load(width)) is not None:
             return blocks, None
         start = time.perf_counter()
-        blocks = build()
-        seconds = time.perf_counter() - start
-        self.save(blocks)
-        return blocks, seconds
+        self.save(blocks := build())
+        return blocks, time.perf_counter() - start

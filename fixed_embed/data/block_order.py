@@ -101,11 +101,9 @@ class TokenBlockLoader(DataLoader):
             yield batch
 
     def state_dict(self) -> dict[str, Any]:
-        return {
-            GLOBAL_POSITION: self._consumed,
-            "fingerprint": json.dumps(self.dataset.config_fingerprint(), sort_keys=True),
-            "global_batch": self.dataset.global_batch,  # of the launch that saved it (for diagnostics)
-        }
+        fingerprint = json.dumps(self.dataset.config_fingerprint(), sort_keys=True)
+        # global_batch: of the launch that saved it (for diagnostics)
+        return {GLOBAL_POSITION: self._consumed, "fingerprint": fingerprint, "global_batch": self.dataset.global_batch}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         # the data module's resume check has refused another stream's position (TokenShardSource)

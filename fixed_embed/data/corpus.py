@@ -22,16 +22,13 @@ _SKIP_DIRS = {"test", "tests", "idlelib", "site-packages", "dist-packages", "__p
 
 def cache_root() -> Path:
     """``$FIXED_EMBED_CACHE`` or ``$XDG_CACHE_HOME/fixed-embed`` (default ``~/.cache/fixed-embed``)."""
-    if "FIXED_EMBED_CACHE" in os.environ:
-        return Path(os.environ["FIXED_EMBED_CACHE"])
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "fixed-embed"
+    default = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "fixed-embed"
+    return Path(os.environ.get("FIXED_EMBED_CACHE", default))
 
 
 def shared_data_root() -> Path:
     """Local datasets (gutenberg-prose, ...): ``$FIXED_EMBED_DATA``, else ``../shared/data`` from the checkout."""
-    if "FIXED_EMBED_DATA" in os.environ:
-        return Path(os.environ["FIXED_EMBED_DATA"])
-    return Path(__file__).resolve().parents[3] / "shared" / "data"
+    return Path(os.environ.get("FIXED_EMBED_DATA", Path(__file__).resolve().parents[3] / "shared" / "data"))
 
 
 def _documents() -> Iterator[tuple[str, str]]:

@@ -56,8 +56,7 @@ def check_corpus(spec: str | os.PathLike | None, what: str, text_field: str = "t
 
 def _check_records(file: str, text: str, at_end: bool, what: str, text_field: str) -> None:
     lines = text.splitlines()
-    lines = lines if at_end else lines[:-1]  # the last may be cut by the read limit
-    for number, line in enumerate(lines, start=1):
+    for number, line in enumerate(lines if at_end else lines[:-1], start=1):  # the last may be cut by the read limit
         if not line.strip():
             continue
         try:

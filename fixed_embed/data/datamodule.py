@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from fixed_embed.config import NonNegativeInt, PerMille, PositiveInt
 from fixed_embed.data.shard_source import TokenShardSource
 from fixed_embed.data.text_stream import TextStreamSource
-from fixed_embed.data.tokenizer import EOS, load_tokenizer, special_token_id
+from fixed_embed.data.tokenizer import EOS, kept_copy, load_tokenizer, special_token_id, tokenizer_mismatch
 from fixed_embed.data.validation import bytes_per_target
 from fixed_embed.errors import CheckpointError, ConfigError
 
@@ -198,12 +198,12 @@ class TextDataModule(L.LightningDataModule):
     def _tokenizer_refusal(self, saved: dict[str, Any]) -> str | None:
         if "tokenizer_json" not in saved:
             return None
-        if Tokenizer.from_str(saved["tokenizer_json"]).get_vocab() == self.tokenizer().get_vocab():
-            return None
-        return (
-            f"refusing to resume: the checkpoint was trained with tokenizer {saved.get('tokenizer')!r}, whose "
-            f"vocabulary differs from data.tokenizer {self.tokenizer_path()!r}: resuming would feed the model other "
-            "ids. Resume with the run's own tokenizer, or start a new run (--run NAME)"
+        then = Tokenizer.from_str(saved["tokenizer_json"])
+        why = tokenizer_mismatch(then, f"the checkpoint's tokenizer {saved.get('tokenizer')!r}", self.tokenizer(),
+                                 f"data.tokenizer {self.tokenizer_path()!r}")  # fmt: skip
+        return why and (  # the run's own tokenizer kept in the cache only for a refusal
+            f"refusing to resume: {why}: resuming would feed the model other ids. Resume with the checkpoint's own "
+            f"(set data.tokenizer: {kept_copy(then)}), or start a new run (--run NAME)"
         )
 
     def resume_refusals(self, checkpoint: dict[str, Any], world_size: int | None) -> list[str]:

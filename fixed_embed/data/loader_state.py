@@ -43,8 +43,7 @@ def fingerprint_refusal(saved: str, expected: Mapping[str, Any]) -> str | None:
     """Why a position saved with settings ``saved`` (JSON) cannot resume ``expected`` (naming each change), or None."""
     then, now = json.loads(saved), json.loads(json.dumps(expected))  # as saved: tuples become lists
     keys = sorted(key for key in set(then) | set(now) if then.get(key) != now.get(key))
-    changed = "; ".join(f"{key}: checkpoint {then.get(key)!r}, now {now.get(key)!r}" for key in keys)
-    if not changed:
+    if not (changed := "; ".join(f"{key}: checkpoint {then.get(key)!r}, now {now.get(key)!r}" for key in keys)):
         return None
     return (
         f"refusing to resume: the checkpoint's data stream was made with other data settings ({changed}); "

@@ -50,19 +50,10 @@ class PackedBlocks(IterableDataset):
 
     def config_fingerprint(self) -> dict[str, Any]:
         """What must match for a saved state to be resumed (refused otherwise)."""
-        return {
-            "source": self.source.fingerprint(),
-            "tokenizer": self.tokenizer,
-            "seq_len": self.seq_len,
-            "eos_id": self.eos_id,
-            "bos_id": None,  # documents have no BOS; the key stays so saved positions keep matching
-            "num_shards": self.num_shards,
-            "shuffle_buffer": self.shuffle_buffer,
-            "seed": self.seed,
-            "holdout_per_mille": self.holdout_per_mille,
-            "keep": self.keep,
-            "tokenize_batch": self.tokenize_batch,
-        }
+        # the blocks' makings and the stream's order; documents have no BOS: its key stays so saved positions match
+        blocks = {"tokenizer": self.tokenizer, "seq_len": self.seq_len, "eos_id": self.eos_id, "bos_id": None}
+        stream = ("num_shards", "shuffle_buffer", "seed", "holdout_per_mille", "keep", "tokenize_batch")
+        return {"source": self.source.fingerprint(), **blocks, **{name: getattr(self, name) for name in stream}}
 
     def _reader(self) -> tuple[int, int]:
         info = get_worker_info()

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from fixed_embed.atomic import atomic_path, atomic_write_text, remove_orphans
+from fixed_embed.atomic import atomic_path, atomic_write_text, write_for_parent
 from fixed_embed.data.sharding import document_cycle, is_held_out, reader_plan, virtual_shard_of
 from fixed_embed.data.sources import DocumentSource
 from fixed_embed.data.token_shards import FORMAT, INDEX, SPLITS, TOKENIZER_FILE, VERSION, checksum, token_dtype
@@ -86,10 +86,9 @@ def pretokenize(source: DocumentSource, tokenizer: str, out: str | os.PathLike, 
     }  # fmt: skip
     done = _prepare(out, plan, overwrite)
     mine = range(task[0] * shards // task[1], (task[0] + 1) * shards // task[1]) if task else range(shards)
-    remove_orphans(out, task and {_shard_file(s, v) for v in mine for s in SPLITS})  # killed writers' half shards
-    if not (out / TOKENIZER_FILE).is_file():
-        with atomic_path(out / TOKENIZER_FILE) as tmp:
-            tok.save(str(tmp))
+    saved = out / TOKENIZER_FILE  # written over when it changed since a first run: the shards' ids are this one's
+    if not saved.is_file() or saved.read_text() != tok.to_str(pretty=True):
+        atomic_write_text(saved, tok.to_str(pretty=True))
     if progress is not None and source.is_local:
         progress({"total_bytes": sum(size for _, size in plan["source"]["fingerprint"]["files"])})
     todo = [v for v in mine if v not in done]
@@ -183,9 +182,6 @@ class _Shard:
         part.update(empty_documents=self.empty_documents, replaced_characters=self.replaced_characters)
         atomic_write_text(_part(self.out, self.v), json.dumps(part))
 
-    def abandon(self) -> None:
-        self.stack.__exit__(*sys.exc_info())  # temporary files removed
-
 
 def _write(job: _Job, progress: Progress | None) -> None:
     """Write shards ``job.mine``, reading their source shards once."""
@@ -220,7 +216,11 @@ def _write(job: _Job, progress: Progress | None) -> None:
                 tokens = text_bytes = 0
                 for (target, split, text), encoding in zip(kept, encodings, strict=True):
                     ids = np.asarray([*encoding.ids, job.eos_id], dtype=dtype)
-                    target.files[split].write(ids.tobytes())
+                    try:
+                        target.files[split].write(ids.tobytes())
+                    except OSError as error:  # named here: the error passes every open shard's atomic_path
+                        error.filename = error.filename or str(target.out / _shard_file(split, target.v))
+                        raise
                     target.counts[split]["documents"] += 1
                     target.counts[split]["tokens"] += len(ids)
                     tokens += len(ids)
@@ -231,7 +231,7 @@ def _write(job: _Job, progress: Progress | None) -> None:
                 open_shards.pop(v).finish()  # every shard's last source shard is among those read: all finish here
     except BaseException:
         for target in open_shards.values():
-            target.abandon()
+            target.stack.__exit__(*sys.exc_info())  # its temporary files removed
         raise
 
 
@@ -241,6 +241,7 @@ _QUEUE: Any = None
 def _init_worker(queue: Any, threads: int) -> None:
     global _QUEUE
     _QUEUE = queue
+    write_for_parent()
     # the tokenizer's own thread pool, sized so the workers share the cores instead of each taking all
     os.environ.setdefault("RAYON_NUM_THREADS", str(threads))
     os.environ.setdefault("RAYON_RS_NUM_CPUS", str(threads))
@@ -251,12 +252,10 @@ def _write_in_worker(job: _Job) -> None:
 
 
 def _run_processes(jobs: list[_Job], progress: Progress | None) -> None:
-    context = multiprocessing.get_context("spawn")  # no forked tokenizer or datasets state
-    queue = context.Queue()
+    ctx = multiprocessing.get_context("spawn")  # no forked tokenizer or datasets state
+    queue = ctx.Queue()
     threads = max(1, (os.cpu_count() or 1) // len(jobs))
-    with ProcessPoolExecutor(
-        len(jobs), mp_context=context, initializer=_init_worker, initargs=(queue, threads)
-    ) as pool:
+    with ProcessPoolExecutor(len(jobs), mp_context=ctx, initializer=_init_worker, initargs=(queue, threads)) as pool:
         pending = {pool.submit(_write_in_worker, job) for job in jobs}
         while pending:
             finished, pending = wait(pending, timeout=0.2, return_when=FIRST_EXCEPTION)
@@ -276,20 +275,12 @@ def _drain(queue: Any, progress: Progress | None) -> None:
 
 def _write_index(out: Path, plan: dict[str, Any]) -> dict[str, Any]:
     """Gather the finished shards' counts into ``token_shards.json`` (atomically, last); drop the parts and plan."""
-    shards: dict[str, list[dict[str, Any]]] = {s: [] for s in SPLITS}
-    totals: dict[str, Any] = {s: {"documents": 0, "tokens": 0, "shards": 0} for s in SPLITS}
-    totals.update(empty_documents=0, replaced_characters=0)
-    for v in range(plan["shards"]):
-        part = json.loads(_part(out, v).read_text())
-        for split in SPLITS:
-            entry = part[split]
-            for key in ("documents", "tokens"):
-                totals[split][key] += entry[key]
-            if entry["tokens"]:
-                shards[split].append({**entry, "dtype": plan["dtype"]})
-                totals[split]["shards"] += 1
-        totals["empty_documents"] += part["empty_documents"]
-        totals["replaced_characters"] += part["replaced_characters"]
+    parts = [json.loads(_part(out, v).read_text()) for v in range(plan["shards"])]
+    shards = {s: [{**p[s], "dtype": plan["dtype"]} for p in parts if p[s]["tokens"]] for s in SPLITS}
+    totals: dict[str, Any] = {s: {k: sum(p[s][k] for p in parts) for k in ("documents", "tokens")} for s in SPLITS}
+    for split in SPLITS:
+        totals[split]["shards"] = len(shards[split])
+    totals |= {k: sum(p[k] for p in parts) for k in ("empty_documents", "replaced_characters")}
     index = {**plan, "packing": "each document: its ids, then eos_id; documents back to back in index order",
              "shards": shards, "totals": totals}  # fmt: skip
     atomic_write_text(out / INDEX, json.dumps(index, indent=1))

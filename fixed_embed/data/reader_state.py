@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import torch
@@ -46,31 +46,27 @@ class ReaderState:
     stats: PackingStats = field(default_factory=PackingStats)
 
 
+# Saved as they are: every field but these, converted (to tensors and back) or, the stats, not saved.
+_CONVERTED = ("source_shards", "carry_at_doc", "carries", "buffer", "rng_state", "stats")
+_PLAIN = [f.name for f in fields(ReaderState) if f.name not in _CONVERTED]
+
+
 def state_to_dict(state: ReaderState, fingerprint: str, reader: int, readers: int, block_len: int) -> dict[str, Any]:
     """The checkpoint form of ``state``; ``fingerprint``: the stream's settings, as JSON."""
     return {
         "fingerprint": fingerprint,
         "layout": _STATE_LAYOUT,
         "reader": [reader, readers],
-        "epoch": state.epoch,
         "source_shards": state.source_shards,
-        "source_shard": state.source_shard,
-        "source_state": copy.deepcopy(state.source_state),
-        "source_doc_index": state.source_doc_index,
-        "doc_in_batch": state.doc_in_batch,
-        "blocks_from_doc": state.blocks_from_doc,
+        **{name: copy.deepcopy(getattr(state, name)) for name in _PLAIN},
         "carry_at_doc": torch.tensor(state.carry_at_doc, dtype=torch.int64),
         "carries": {str(k): torch.tensor(v, dtype=torch.int64) for k, v in state.carries.items()},
         "buffer": torch.stack(state.buffer) if state.buffer else torch.empty(0, block_len, dtype=torch.int64),
         "rng_state": None if (rng := state.rng_state) is None else [rng[0], list(rng[1]), rng[2]],
-        "blocks_delivered": state.blocks_delivered,
-        "flushing": state.flushing,
     }
 
 
-def restore_state(
-    saved: dict[str, Any] | None, reader: int, source_shards: int, seed: int, source_path: str
-) -> ReaderState:
+def restore_state(saved: dict | None, reader: int, source_shards: int, seed: int, source_path: str) -> ReaderState:
     """The state to start from: a fresh one (RNG seeded by ``seed`` and the reader) or ``saved``'s."""
     if saved is None:
         return ReaderState(source_shards=source_shards, rng_state=random.Random(f"{seed}/{reader}").getstate())
@@ -86,17 +82,10 @@ def restore_state(
         )
     rng = saved["rng_state"] or random.Random().getstate()
     return ReaderState(
-        epoch=saved["epoch"],
         source_shards=source_shards,
-        source_shard=saved.get("source_shard", 0),
-        source_state=saved["source_state"],
-        source_doc_index=saved["source_doc_index"],
-        doc_in_batch=saved["doc_in_batch"],
-        blocks_from_doc=saved["blocks_from_doc"],
+        **{name: saved.get(name, getattr(ReaderState, name)) for name in _PLAIN},  # a key added later: its default
         carry_at_doc=saved["carry_at_doc"].tolist(),
         carries={int(k): v.tolist() for k, v in saved["carries"].items()},
         buffer=list(saved["buffer"].unbind(0)),
         rng_state=(rng[0], tuple(rng[1]), rng[2]),
-        blocks_delivered=saved["blocks_delivered"],
-        flushing=saved.get("flushing", False),
     )  # a "stats" entry, which some saved states hold, is ignored: the counts restart with each stream

@@ -64,8 +64,7 @@ class TokenShardSource:
     def position_refusals(self, checkpoint: dict[str, Any], world_size: int | None) -> list[str]:
         """A token-shard position resumes at any world size, but only over the same shards, blocks and order."""
         state = saved_loader_state(checkpoint)
-        positions = find_states(state, GLOBAL_POSITION)
-        if not positions:
+        if not (positions := find_states(state, GLOBAL_POSITION)):
             if not find_states(state, "reader"):
                 return []
             return [

@@ -19,13 +19,11 @@ def resolve_files(pattern: str) -> list[str]:
     """Files for a path, a folder (its supported files) or a glob; errors name what was looked for."""
     path = Path(pattern).expanduser()
     if path.is_dir():
-        files = sorted(str(p) for p in path.iterdir() if p.suffix in _BUILDERS)
-        if not files:
+        if not (files := sorted(str(p) for p in path.iterdir() if p.suffix in _BUILDERS)):
             raise FileNotFoundError(f"folder {pattern} holds no {'/'.join(_BUILDERS)} files")
         return files
     if any(ch in pattern for ch in "*?["):
-        files = sorted(glob.glob(os.path.expanduser(pattern), recursive=True))
-        if not files:
+        if not (files := sorted(glob.glob(os.path.expanduser(pattern), recursive=True))):
             raise FileNotFoundError(f"glob {pattern!r} matches no file")
         return files
     if not path.is_file():
@@ -81,8 +79,7 @@ class DocumentSource:
         if self.is_local:
             files = resolve_files(self.path)
             suffixes = {Path(f).suffix for f in files}
-            unknown = suffixes - set(_BUILDERS)
-            if unknown or len({_BUILDERS[s] for s in suffixes - unknown}) != 1:
+            if not suffixes <= _BUILDERS.keys() or len({_BUILDERS[s] for s in suffixes}) != 1:
                 raise ValueError(
                     f"{self.path} must match files of one kind among {sorted(_BUILDERS)}, got {sorted(suffixes)}"
                 )
@@ -139,8 +136,7 @@ def _passages(batch: dict[str, list], field: str, least: int) -> dict[str, list[
     for text in batch[field]:
         if not isinstance(text, str):
             continue
-        passage: list[str] = []
-        size = 0
+        passage, size = [], 0
         for paragraph in text.split("\n\n"):
             passage.append(paragraph)
             size += len(paragraph) + 2

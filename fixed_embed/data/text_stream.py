@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 from typing import Any
 
 import torch
@@ -19,7 +20,7 @@ from fixed_embed.data.packing import PackedBlocks
 from fixed_embed.data.sharding import virtual_shard_count
 from fixed_embed.data.source_settings import SourceSettings
 from fixed_embed.data.sources import DocumentSource
-from fixed_embed.data.tokenizer import bpe_for_source
+from fixed_embed.data.tokenizer import bpe_for_source, tokenizer_fingerprint
 from fixed_embed.data.validation import spread_blocks
 from fixed_embed.errors import DataError, MissingFileError
 
@@ -99,8 +100,7 @@ class TextStreamSource:
     def position_refusals(self, checkpoint: dict[str, Any], world_size: int | None) -> list[str]:
         """A text position resumes only the same stream (its fingerprint) read by the same readers."""
         state = saved_loader_state(checkpoint)
-        readers = find_states(state, "reader")
-        if not readers:
+        if not (readers := find_states(state, "reader")):
             if not find_states(state, GLOBAL_POSITION):
                 return []
             return [
@@ -109,16 +109,17 @@ class TextStreamSource:
                 "(--run NAME)"
             ]
         self.check_inputs()  # a missing data.train is said as such, not as a changed fingerprint
-        why = fingerprint_refusal(readers[0]["fingerprint"], self.training_stream().config_fingerprint())
+        now = self.training_stream().config_fingerprint()  # its tokenizer is compared not by path here but
+        now["tokenizer"] = json.loads(readers[0]["fingerprint"]).get("tokenizer")  # by content (_tokenizer_refusal)
+        why = fingerprint_refusal(readers[0]["fingerprint"], now)
         refusals = [why] if why else []
         saved_workers = (checkpoint.get("datamodule_hyper_parameters") or {}).get("num_workers")
-        workers = self.data.num_workers
-        if saved_workers is not None and saved_workers != workers:
+        if saved_workers not in (None, self.data.num_workers):
             refusals.append(
                 f"refusing to resume: the checkpoint's data position was saved by {saved_workers} loader worker(s) "
-                f"per device and data.num_workers is {workers} now (each worker reads its own share of the data); "
-                f"resume with data.num_workers {saved_workers}, or start a new run (--run NAME). Token shards "
-                "(fixed-embed pretokenize, data.train: SHARDS/) resume at any number of workers and ranks"
+                f"per device and data.num_workers is {self.data.num_workers} now (each worker reads its own share "
+                f"of the data); resume with data.num_workers {saved_workers}, or start a new run (--run NAME). Token "
+                "shards (fixed-embed pretokenize, data.train: SHARDS/) resume at any number of workers and ranks"
             )
         per_rank = checkpoint.get(LOADER_STATES)
         saved_world = len(per_rank) if per_rank else readers[0]["reader"][1] // max(1, saved_workers or 0)
@@ -142,19 +143,9 @@ class TextStreamSource:
     def validation_cache(self, held_out: bool) -> BlockCache:
         hp, data = self.data.hparams, self.data
         documents, keep = self.validation_documents(held_out)
-        key = {
-            "layout": _VALIDATION_LAYOUT,
-            "source": documents.content_stamp(),
-            "keep": keep,
-            "tokenizer": data.tokenizer().to_str(),  # hashed with the rest: its content, not its name
-            "seq_len": data.seq_len,
-            "val_sequences": hp.val_sequences,
-            "val_per_document": hp.val_per_document,
-            "holdout_per_mille": hp.holdout_per_mille,
-            "eos_id": data.eos_id(),
-            "bos_id": None,  # documents have no BOS; kept in the key so the caches on disk keep matching
-            "num_shards": VALIDATION_SHARDS,
-        }
+        settings = {name: hp[name] for name in ("val_sequences", "val_per_document", "holdout_per_mille")}
+        key = {"layout": _VALIDATION_LAYOUT, "source": documents.content_stamp(), "keep": keep, "seq_len": data.seq_len}
+        key |= {"tokenizer": tokenizer_fingerprint(data.tokenizer()), "num_shards": VALIDATION_SHARDS, **settings}
         return BlockCache(key, "validation")  # under cache_root()
 
     def validation_blocks(self, held_out: bool) -> torch.Tensor:

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 from lightning.pytorch.utilities import rank_zero_warn
 
+from fixed_embed.data.tokenizer import load_tokenizer, tokenizer_fingerprint, tokenizer_mismatch
 from fixed_embed.distributed.ranks import is_node_leader
 from fixed_embed.errors import ConfigError, DataError, MissingFileError
 
@@ -35,6 +36,16 @@ def checksum(path: Path) -> str:  # a shard's, as the index records it (docs/dat
 def _matches(path: str, size: int, mtime_ns: int, sha256: str) -> bool:
     """Whether the shard hashes to ``sha256``, on one process per node (the other ranks read the same files)."""
     return not is_node_leader() or checksum(Path(path)) == sha256
+
+
+def _identity(path: Path) -> tuple[int, ...]:
+    """The file behind ``path`` and its version: replaced (a new inode) or written in place (ctime, which no copy
+    tool sets back), it differs."""
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        return ()
+    return stat.st_dev, stat.st_ino, stat.st_size, stat.st_ctime_ns
 
 
 def shard_folder(path: str | os.PathLike | None) -> Path | None:
@@ -84,8 +95,7 @@ class TokenShards:
         if dtype not in _DTYPES:
             raise DataError(f"{where}: dtype {dtype!r} is not one of {sorted(_DTYPES)}")
         entries = index.get("shards", {}).get(split, [])
-        kinds = sorted({str(entry.get("dtype", dtype)) for entry in entries} | {dtype})
-        if len(kinds) > 1:
+        if len(kinds := sorted({str(entry.get("dtype", dtype)) for entry in entries} | {dtype})) > 1:
             raise DataError(
                 f"{where} mixes dtypes {kinds} across its shards (shards of two pretokenize runs?): one folder holds "
                 "one dtype; run `fixed-embed pretokenize --overwrite` into it, or use separate folders"
@@ -95,10 +105,10 @@ class TokenShards:
         self.dtype = np.dtype(_DTYPES[dtype])
         if any("sha256" not in entry for entry in entries):  # an index written before checksums existed
             rank_zero_warn(f"{where} has no shard checksums: only sizes are checked; pretokenize --overwrite adds them")
-        self.files: list[Path] = []
-        counts: list[int] = []
-        for entry in entries:
-            path, tokens = self.folder / entry["file"], int(entry["tokens"])
+        self.files = [self.folder / entry["file"] for entry in entries]
+        self._identities: list[tuple[int, ...]] = []
+        for entry, path in zip(entries, self.files, strict=True):
+            tokens = int(entry["tokens"])
             if not path.is_file():
                 raise MissingFileError(f"token shard {path} listed in {where} is missing; copy the whole folder")
             size = path.stat().st_size
@@ -115,9 +125,9 @@ class TokenShards:
                     f"token shard {path} does not match its SHA-256 in {where} (changed since pretokenize wrote it): "
                     "copy it again or rerun pretokenize with --overwrite"
                 )
-            self.files.append(path)
-            counts.append(tokens)
+            self._identities.append(_identity(path))
         self.documents = sum(int(entry.get("documents", 0)) for entry in entries)
+        counts = [int(entry["tokens"]) for entry in entries]
         self.starts = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])  # token offset of each shard
         self.total = int(self.starts[-1])
         self._maps: list[np.memmap | None] = [None] * len(self.files)
@@ -134,11 +144,15 @@ class TokenShards:
         """Refuse a tokenizer other than the one these ids were made with (its fingerprint) or another EOS."""
         written = self.index["tokenizer"]
         if written["fingerprint"] != fingerprint:
+            own, made = load_tokenizer(self.tokenizer_file), f"tokenizer {written.get('spec')}"
+            why = tokenizer_mismatch(own, made, load_tokenizer(spec), f"data.tokenizer {spec}")
+            fix = f"set data.tokenizer: {self.tokenizer_file} (or null)"
+            if tokenizer_fingerprint(own) != written["fingerprint"]:  # their own copy was changed as well
+                why = f"{made} ({written['fingerprint'][:12]}), not data.tokenizer {spec} ({fingerprint[:12]})"
+                fix = f"restore {self.tokenizer_file} (changed since pretokenize wrote it)"
             raise DataError(
-                f"the token shards {self.folder} were written with another tokenizer ({written.get('spec')}, "
-                f"fingerprint {written['fingerprint'][:12]}) than data.tokenizer {spec} ({fingerprint[:12]}): "
-                f"their ids would mean other tokens; set data.tokenizer: {self.tokenizer_file} (or null), "
-                "or pretokenize again with this tokenizer"
+                f"the token shards {self.folder} were written with another tokenizer: {why}: their ids would mean "
+                f"other tokens; {fix}, or pretokenize again with data.tokenizer"
             )
         if self.eos_id != eos_id:
             raise DataError(
@@ -159,7 +173,12 @@ class TokenShards:
         return {"token_shards_index_sha256": digest, "split": self.split, "tokens": self.total}
 
     def _map(self, i: int) -> np.memmap:
-        if self._maps[i] is None:
+        if self._maps[i] is None:  # mapped, the checked file stays readable whatever replaces its name later
+            if _identity(self.files[i]) != self._identities[i]:  # replaced between the check and here
+                raise DataError(
+                    f"token shard {self.files[i]} was replaced after this run checked it (another pretokenize into "
+                    f"{self.folder}?); its ids may be another tokenizer's: relaunch once the folder is final"
+                )
             self._maps[i] = np.memmap(self.files[i], dtype=self.dtype, mode="r")
         return self._maps[i]
 
@@ -170,16 +189,12 @@ class TokenShards:
         """Tokens ``[start, stop)`` of the split's stream (a view when inside one shard, else a copy)."""
         if not 0 <= start <= stop <= self.total:
             raise IndexError(f"tokens [{start}, {stop}) outside the {self.total} of {self.folder} ({self.split})")
-        first = int(np.searchsorted(self.starts, start, side="right")) - 1
-        lo = start - int(self.starts[first])
-        if stop <= self.starts[first + 1]:
-            return self._map(first)[lo : lo + stop - start]
-        parts, i = [], first
-        while start < stop:
+        parts, i = [], int(np.searchsorted(self.starts, start, side="right")) - 1
+        while start < stop or not parts:
             end = min(stop, int(self.starts[i + 1]))
             parts.append(self._map(i)[start - int(self.starts[i]) : end - int(self.starts[i])])
             start, i = end, i + 1
-        return np.concatenate(parts)
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
     def block_count(self, block_len: int) -> int:
         """Blocks of ``block_len`` tokens the stream packs into (the remainder, < one block, is never read)."""

@@ -62,9 +62,25 @@ def special_token_id(tokenizer: Tokenizer, token: str) -> int:
 
 
 def tokenizer_fingerprint(tokenizer: Tokenizer) -> str:
-    """SHA-256 of the tokenizer's sorted-key JSON: the same from a file, a folder or the hub (shards record it)."""
+    """A tokenizer's identity (resume, shards, eval, caches): SHA-256 of all its sorted-key JSON, not its path."""
     canonical = json.dumps(json.loads(tokenizer.to_str()), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def tokenizer_mismatch(then: Tokenizer, then_name: str, now: Tokenizer, now_name: str) -> str | None:
+    """``None`` for the same tokenizer, else both named with their fingerprints and the JSON sections that differ."""
+    if (old := tokenizer_fingerprint(then)) == (new := tokenizer_fingerprint(now)):
+        return None
+    a, b = ({**d["model"], **d} for d in (json.loads(t.to_str()) for t in (then, now)))  # the model's vocab, merges
+    differ = ", ".join(sorted(key for key in (a.keys() | b.keys()) - {"model"} if a.get(key) != b.get(key)))
+    return f"{then_name} (fingerprint {old[:12]}) and {now_name} ({new[:12]}) differ in {differ}"
+
+
+def kept_copy(tokenizer: Tokenizer) -> Path:
+    """``tokenizer`` as a file in the cache, named by its fingerprint: what a refusal can offer as data.tokenizer."""
+    path = cache_root() / "tokenizers" / f"fingerprint-{tokenizer_fingerprint(tokenizer)[:16]}.json"
+    atomic_write_text(path, tokenizer.to_str())
+    return path
 
 
 def bpe_cache_dir(fingerprint: str, vocab_size: int) -> Path:
@@ -96,13 +112,12 @@ def train_bpe(texts: Iterable[str], vocab_size: int, out_dir: str | os.PathLike,
     key = hashlib.sha256(f"{fingerprint}|{vocab_size}".encode()).hexdigest()
     stamp, target = out / "fingerprint.json", out / "tokenizer.json"
     if target.is_file():
-        try:
-            stored = json.loads(stamp.read_text())
-        except (OSError, ValueError):
-            stored = {}
-        stored = stored if isinstance(stored, dict) else {}
-        digest = hashlib.sha256(target.read_bytes()).hexdigest()
-        stamped = stored.get("tokenizer_sha256", digest) == digest  # the stamp describes this tokenizer.json
+        try:  # the stamp and the tokenizer.json it describes (the Rust side raises a bare Exception): else made anew
+            stored = dict(json.loads(stamp.read_text()))
+            identity = tokenizer_fingerprint(Tokenizer.from_file(str(target)))
+        except Exception:
+            stored, identity = {}, None
+        stamped = stored.get("tokenizer_fingerprint", identity) == identity  # the stamp describes this tokenizer.json
         if stored.get("key") == key and stamped:
             return target
         if not overwrite:
@@ -140,7 +155,7 @@ def train_bpe(texts: Iterable[str], vocab_size: int, out_dir: str | os.PathLike,
     stamp.unlink(missing_ok=True)  # never a stamp describing another tokenizer.json, even after a crash
     with atomic_path(target) as tmp:
         tokenizer.save(str(tmp))
-        digest = hashlib.sha256(tmp.read_bytes()).hexdigest()
-    record = {"key": key, "vocab_size": got, "source": corpus or fingerprint, "tokenizer_sha256": digest}
+    identity = tokenizer_fingerprint(tokenizer)
+    record = {"key": key, "vocab_size": got, "source": corpus or fingerprint, "tokenizer_fingerprint": identity}
     atomic_write_text(stamp, json.dumps({**record, "fingerprint": fingerprint}))
     return target

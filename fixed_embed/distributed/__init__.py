@@ -1,4 +1,4 @@
-"""Many processes, one model: ranks, FSDP2, sharded norms, checkpoint files, the rank watch, the launch agreement."""
+"""Many processes, one model: ranks, FSDP2, checkpoint files, the rank watch, the launch agreement."""
 
 from fixed_embed.public_names import exports
 

@@ -7,8 +7,6 @@ import io
 import os
 import pickle
 import re
-import shutil
-import time
 import warnings
 import zipfile
 from pathlib import Path
@@ -17,45 +15,22 @@ from typing import Any
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from fixed_embed.atomic import atomic_symlink, atomic_write, remove_orphans
+from fixed_embed.atomic import atomic_write
 from fixed_embed.distributed.ranks import is_node_leader
 from fixed_embed.errors import CheckpointError
 
-_SHARDS_PREFIX = ".shards-"
 _META = "meta.pt"  # Lightning's metadata file inside a distributed checkpoint
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """Lightning's checkpoints written atomically; a save killed mid-write leaves a temporary the next one removes."""
+    """Lightning's checkpoints written atomically; a save killed mid-write leaves a temporary that the next launch,
+    taking over the dead one's run lock, removes (fixed_embed.run.lock)."""
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str | os.PathLike, storage_options: Any = None) -> None:
         if storage_options is not None:
             raise TypeError(f"AtomicCheckpointIO takes no storage_options, got {storage_options!r}")
-        remove_orphans(Path(path).parent)
         with atomic_write(path, "wb") as file:
             torch.save(checkpoint, file)
-
-
-def save_sharded(strategy: Any, checkpoint: dict[str, Any], filepath: Any, write: Any) -> None:
-    """Ranks ``write`` shards to a new hidden folder, then rank 0 swaps link ``filepath`` onto it: always complete."""
-    path = Path(strategy.broadcast(str(filepath)))
-    name = strategy.broadcast(f"{_SHARDS_PREFIX}{checkpoint.get('global_step', 0)}-{time.time_ns()}")
-    write(path.parent / name)
-    strategy.barrier("fsdp2_checkpoint_written")
-    if strategy.global_rank == 0:
-        atomic_symlink(name, path)
-        _remove_unreferenced_shards(path.parent)
-    strategy.barrier("fsdp2_checkpoint_linked")
-
-
-def remove_sharded(filepath: Any) -> bool:
-    """Remove a sharded checkpoint's link and the folders no link names; ``False`` if ``filepath`` is no link."""
-    path = Path(filepath)
-    if not path.is_symlink():
-        return False
-    path.unlink()
-    _remove_unreferenced_shards(path.parent)
-    return True
 
 
 class UnsafeCheckpointError(CheckpointError):
@@ -151,15 +126,12 @@ def _read_shards(folder: Path) -> dict[str, Any]:
 
     class Planner(DefaultLoadPlanner):
         def load_bytes(self, read_item: Any, value: io.BytesIO) -> None:
-            # torch's planner torch.load()s this unrestricted: hand it a re-save of the weights-only result
-            safe = io.BytesIO()
+            fqn = read_item.dest_index.fqn  # torch's planner torch.load()s it unrestricted: read it weights-only
             try:
-                torch.save(load_weights_only(value, f"{folder} (item {read_item.dest_index.fqn})"), safe)
+                self.state_dict[fqn] = load_weights_only(value, f"{folder} (item {fqn})")
             except UnsafeCheckpointError as error:
                 refused.append(error)
                 raise
-            safe.seek(0)
-            super().load_bytes(read_item, safe)
 
     # Every item (each one read weights-only), flat under DCP's own keys; tensors are read into these.
     flat = {
@@ -183,13 +155,6 @@ def is_sharded_checkpoint(path: str | os.PathLike) -> bool:
     return path.is_dir() and (path / _META).is_file() and (path / ".metadata").is_file()
 
 
-def _remove_unreferenced_shards(folder: Path) -> None:
-    referenced = {p.resolve() for p in folder.iterdir() if p.is_symlink()}
-    for shards in folder.glob(f"{_SHARDS_PREFIX}*"):
-        if shards.is_dir() and shards.resolve() not in referenced:
-            shutil.rmtree(shards, ignore_errors=True)
-
-
 def consolidate(folder: str | os.PathLike, out: str | os.PathLike | None = None) -> dict[str, Any]:
     """One checkpoint dict (weights + Lightning metadata) from a sharded folder, written to ``out`` if given;
     without the optimizer states (FSDP2 keys them by parameter name: resume sharded runs from the folder)."""
@@ -199,8 +164,7 @@ def consolidate(folder: str | os.PathLike, out: str | os.PathLike | None = None)
             f"{folder} is not a sharded checkpoint folder (no {_META} and .metadata); pass a .ckpt file written "
             "by fixed-embed fit, or a sharded checkpoint folder"
         )
-    metadata = load_weights_only(folder / _META, folder / _META)
-    checkpoint = {**metadata, "state_dict": _read_shards(folder)}
+    checkpoint = {**load_weights_only(folder / _META, folder / _META), "state_dict": _read_shards(folder)}
     if out is not None:
         with atomic_write(out, "wb") as file:
             torch.save(checkpoint, file)

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import importlib
+import shutil
+import time
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy, StrategyRegistry
 
-from fixed_embed.distributed.checkpoint import remove_sharded, save_sharded
+from fixed_embed.atomic import atomic_symlink
 from fixed_embed.lightning_internals import set_data_parallel_size
+
+_SHARDS_PREFIX = ".shards-"  # a sharded checkpoint's hidden folder, named by its link (step=N.ckpt)
 
 
 def shards_parameters(strategy: Any) -> bool:
@@ -52,9 +57,26 @@ class FSDP2Strategy(ModelParallelStrategy):
     def save_checkpoint(self, checkpoint: dict[str, Any], filepath: Any, storage_options: Any = None) -> None:
         if not self.save_distributed_checkpoint:
             return super().save_checkpoint(checkpoint, filepath, storage_options)
-        parent = super()
-        save_sharded(self, checkpoint, filepath, lambda path: parent.save_checkpoint(checkpoint, path, storage_options))
+        # Shards go to a new hidden folder, then rank 0 swaps the link ``filepath`` onto it: always complete.
+        path = Path(self.broadcast(str(filepath)))
+        name = self.broadcast(f"{_SHARDS_PREFIX}{checkpoint.get('global_step', 0)}-{time.time_ns()}")
+        super().save_checkpoint(checkpoint, path.parent / name, storage_options)
+        self.barrier("fsdp2_checkpoint_written")
+        if self.global_rank == 0:
+            atomic_symlink(name, path)
+            _remove_unreferenced_shards(path.parent)
+        self.barrier("fsdp2_checkpoint_linked")
 
     def remove_checkpoint(self, filepath: Any) -> None:
-        if not (self.global_rank == 0 and remove_sharded(filepath)):
+        if self.global_rank == 0 and (path := Path(filepath)).is_symlink():  # a sharded checkpoint's link
+            path.unlink()
+            _remove_unreferenced_shards(path.parent)
+        else:
             super().remove_checkpoint(filepath)
+
+
+def _remove_unreferenced_shards(folder: Path) -> None:
+    referenced = {p.resolve() for p in folder.iterdir() if p.is_symlink()}
+    for shards in folder.glob(f"{_SHARDS_PREFIX}*"):
+        if shards.is_dir() and shards.resolve() not in referenced:
+            shutil.rmtree(shards, ignore_errors=True)

@@ -120,10 +120,8 @@ def note_lost_ranks(trainer: Any) -> None:
     environment = getattr(launcher, "cluster_environment", None)
     node = environment.node_rank() if environment is not None else 0
     rank = node * getattr(launcher, "num_processes", len(procs) + 1) + local
-    how = f"exited with status {code}"
-    if code < 0:
-        name = signal.Signals(-code).name if -code in set(signal.Signals) else "?"
-        how = f"exited with signal {-code} ({name})"
+    name = signal.Signals(-code).name if -code in set(signal.Signals) else "?"
+    how = f"exited with signal {-code} ({name})" if code < 0 else f"exited with status {code}"
     _lost = f"rank {rank} {how}; relaunch with --ckpt_path last"
     print(f"fixed-embed: {_lost}", file=sys.stderr, flush=True)
 

@@ -12,7 +12,7 @@ from tokenizers import Tokenizer
 
 from fixed_embed.atomic import atomic_folder
 from fixed_embed.data.tokenizer import EOS, special_token_id
-from fixed_embed.errors import ConfigError, OutputExistsError
+from fixed_embed.errors import ConfigError, OutputExistsError, writing
 from fixed_embed.run.lock import acquire
 from fixed_embed.train.module import LanguageModel
 
@@ -84,7 +84,7 @@ def export_llama(
         bos_token_id=eos, eos_token_id=eos, torch_dtype=dtype,
     )  # fmt: skip
     state = {k: v.to("cpu", dtype).contiguous() for k, v in llama_state_dict(model).items()}
-    with acquire(out, "or choose another OUT", beside=True), atomic_folder(out) as tmp:
+    with acquire(out, "or choose another OUT", beside=True), writing(out), atomic_folder(out) as tmp:
         check_export_dir(out, overwrite)  # again, under its lock: an export that ended meanwhile is kept
         hf_config.save_pretrained(tmp)
         save_file(state, tmp / "model.safetensors", metadata={"format": "pt"})

@@ -30,7 +30,7 @@ class EvaluationInterrupted(Exception):
 class FixedEmbedLM(TemplateLM):
     """Args (``--model_args`` of lm-eval):
     checkpoint: a LanguageModel ``.ckpt``.
-    tokenizer: overrides the tokenizer stored in the checkpoint.
+    tokenizer: for a checkpoint that holds none (another than the one it holds is refused).
     batch_size: requests per forward pass.
     device: ``cuda``, ``cpu``, ... (default: cuda if available).
     dtype: ``auto`` (bf16 autocast where supported), ``bfloat16`` or ``float32``.
@@ -49,19 +49,14 @@ class FixedEmbedLM(TemplateLM):
                  distributed: bool = False, max_batch_size: int | None = None,
                  interrupt: Callable[[], bool] | None = None) -> None:  # fmt: skip
         super().__init__()
-        if (checkpoint is None) == (module is None):
-            raise ValueError("pass exactly one of checkpoint=PATH or module=LanguageModel")
-        if str(batch_size).startswith("auto"):
-            raise ValueError(f"batch_size must be an integer for fixed_embed, got {batch_size!r}")
+        if (checkpoint is None) == (module is None) or (tokenizer_object is None) != (module is None):
+            raise ValueError("pass checkpoint=PATH (its tokenizer inside), or module=LanguageModel, tokenizer_object=")
+        if not str(batch_size).isdigit() or int(batch_size) < 1:
+            raise ValueError(f"batch_size must be an integer >= 1 for fixed_embed (no auto), got {batch_size!r}")
         self.batch_size = int(batch_size)
-        if self.batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
         if module is None:
             target = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-            module, loaded = load_checkpoint(checkpoint, tokenizer, target)
-            tokenizer_object = tokenizer_object or loaded
-        if tokenizer_object is None:
-            raise ValueError("a live module needs its tokenizer: pass tokenizer_object=")
+            module, tokenizer_object = load_checkpoint(checkpoint, tokenizer, target)
         self.module, self.tok = module, tokenizer_object
         self.max_length = int(max_length or module.config.max_seq_len)
         if not 1 <= self.max_length <= module.config.max_seq_len:
@@ -69,7 +64,8 @@ class FixedEmbedLM(TemplateLM):
         self.max_gen_toks, self._eot = max_gen_toks, special_token_id(self.tok, eos_token)
         if dtype not in ("auto", "bfloat16", "float32"):
             raise ValueError(f"dtype must be auto, bfloat16 or float32, got {dtype!r}")
-        self.dtype, self.interrupt = dtype, interrupt
+        cuda_bf16 = self.device.type == "cuda" and torch.cuda.is_bf16_supported()
+        self.bf16, self.interrupt = dtype == "bfloat16" or (dtype == "auto" and cuda_bf16), interrupt
         if distributed and dist.is_available() and dist.is_initialized():
             self._rank, self._world_size = dist.get_rank(), dist.get_world_size()
 
@@ -118,17 +114,14 @@ class FixedEmbedLM(TemplateLM):
         return self.tok.decode(tokens, skip_special_tokens=skip_special_tokens)
 
     def _loglikelihood_tokens(
-        self,
-        requests: list[tuple[Any, list[int], list[int]]],
-        disable_tqdm: bool = False,
-        override_bs: int | None = None,
+        self, requests: list[tuple[Any, list, list]], disable_tqdm: bool = False, override_bs: int | None = None
     ) -> list[tuple[float, bool]]:
         collator = Collator(requests, sort_fn=lambda r: (-len(r[1] + r[2]), tuple(r[1] + r[2])))
         results = []
         progress = tqdm(total=len(requests), disable=disable_tqdm or self.rank != 0, desc="loglikelihood")
         for chunk in collator.get_batched(n=override_bs or self.batch_size):
             self._check_interrupt()
-            inputs, spans = [], []
+            inputs = []
             for _, context, continuation in chunk:
                 if not context or not continuation:
                     raise ValueError(f"empty context or continuation: {context!r}, {continuation!r}")
@@ -137,18 +130,15 @@ class FixedEmbedLM(TemplateLM):
                         f"a continuation of {len(continuation)} tokens cannot be scored within the context "
                         f"length {self.max_length}"
                     )
-                tokens = (context + continuation)[-(self.max_length + 1) :][:-1]
-                inputs.append(tokens)
-                spans.append((len(tokens), continuation))
+                inputs.append((context + continuation)[-(self.max_length + 1) :][:-1])
             logits = self._logits(inputs)
-            for row, (length, continuation) in enumerate(spans):
-                n = len(continuation)
+            for row, ((_, _, continuation), tokens) in enumerate(zip(chunk, inputs, strict=True)):
+                n, length = len(continuation), len(tokens)
                 # log-softmax over the continuation's positions only: [n, V], not [B, T, V]
                 span = F.log_softmax(logits[row, length - n : length].float(), dim=-1)
                 target = torch.tensor(continuation, device=span.device)
-                score = span.gather(-1, target[:, None]).sum().item()
-                greedy = bool((span.argmax(-1) == target).all())
-                results.append((score, greedy))
+                # its log-likelihood, and whether greedy decoding gives it
+                results.append((span.gather(-1, target[:, None]).sum().item(), bool((span.argmax(-1) == target).all())))
                 progress.update(1)
         progress.close()
         return collator.get_original(results)
@@ -182,14 +172,13 @@ class FixedEmbedLM(TemplateLM):
                 "generate_until on a sharded (FSDP) model across ranks is not supported: score generation "
                 "tasks with fixed-embed eval on the (consolidated) checkpoint"
             )
-        jobs = []
+        jobs, eot = [], self.tok_decode([self.eot_token_id], skip_special_tokens=False)
         for context, gen_kwargs in (req.args for req in requests):
             kwargs = dict(gen_kwargs or {})
             if kwargs.pop("do_sample", False) and kwargs.get("temperature", 0.0) > 0:
                 raise ValueError("fixed_embed generates greedily only; got do_sample=True with temperature > 0")
             until = kwargs.pop("until", None) or []
-            until = [until] if isinstance(until, str) else list(until)
-            until = [stop for stop in until if stop] + [self.tok_decode([self.eot_token_id], skip_special_tokens=False)]
+            until = [stop for stop in ([until] if isinstance(until, str) else until) if stop] + [eot]
             jobs.append((self.tok_encode(context), until, int(kwargs.pop("max_gen_toks", self.max_gen_toks))))
         # Batch equal-length contexts: no padding, no attention mask needed while generating.
         order = sorted(range(len(jobs)), key=lambda i: (-len(jobs[i][0]), i))
@@ -212,15 +201,11 @@ class FixedEmbedLM(TemplateLM):
         """Logits for right-padded ``inputs``: [B, longest, V]."""
         rows = [torch.tensor(tokens, dtype=torch.long) for tokens in inputs]
         batch = torch.nn.utils.rnn.pad_sequence(rows, batch_first=True, padding_value=self.eot_token_id)
-        device = self.device
-        bf16 = self.dtype == "bfloat16" or (
-            self.dtype == "auto" and device.type == "cuda" and torch.cuda.is_bf16_supported()
-        )
         was_training = self.module.training
         self.module.eval()
         try:
-            with torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else nullcontext():
-                return self.module(batch.to(device))
+            with torch.autocast(self.device.type, dtype=torch.bfloat16) if self.bf16 else nullcontext():
+                return self.module(batch.to(self.device))
         finally:
             self.module.train(was_training)
 

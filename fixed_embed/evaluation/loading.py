@@ -8,30 +8,31 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer
 
-from fixed_embed.data.tokenizer import load_tokenizer
+from fixed_embed.data.tokenizer import load_tokenizer, tokenizer_mismatch
 from fixed_embed.distributed.checkpoint import consolidate, load_weights_only
 from fixed_embed.errors import CheckpointError, MissingFileError
 from fixed_embed.model.accounting import derived_buffers
+from fixed_embed.run.lock import acquire
 from fixed_embed.train.module import LanguageModel
 
 
 def load_checkpoint(
     path: str | os.PathLike, tokenizer: str | None = None, device: str | torch.device = "cpu"
 ) -> tuple[LanguageModel, Tokenizer]:
-    """The model (eval, on ``device``) and tokenizer (or ``tokenizer``) of a checkpoint file or sharded folder."""
+    """The model (eval, on ``device``) and tokenizer of a checkpoint file or sharded folder (``tokenizer``: if none)."""
     path = Path(path)
-    if path.is_dir():
-        checkpoint = consolidate(path)  # FSDP2 shards -> one state dict, in memory
-    elif not path.is_file():
+    if not path.exists():
         raise MissingFileError(f"checkpoint not found: {path}")
-    else:
-        checkpoint = load_weights_only(path, path, mmap=True)
+    # A reader's record while it reads: a fit's retention keeps this checkpoint until a later save.
+    with acquire(path.resolve(), "or pass another checkpoint", beside=True, shared=True):
+        checkpoint = consolidate(path) if path.is_dir() else load_weights_only(path, path, mmap=True)
     if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint or "hyper_parameters" not in checkpoint:
         keys = sorted(checkpoint)[:8] if isinstance(checkpoint, dict) else type(checkpoint).__name__
         raise CheckpointError(
             f"{path} is not a fixed-embed LanguageModel checkpoint (expected 'state_dict' and 'hyper_parameters', "
             f"found {keys})"
         )
+    tokenizer_object = _tokenizer(checkpoint, tokenizer, path)  # a refusal before the model is built
     hparams = {k: v for k, v in checkpoint["hyper_parameters"].items() if not k.startswith("_")}
     try:
         with torch.device("meta"):  # no random init of weights that are about to be overwritten
@@ -50,19 +51,18 @@ def load_checkpoint(
         raise CheckpointError(
             f"{path}: its weights do not fit the model its hyper-parameters describe ({str(error).splitlines()[0]})"
         ) from error
-    model.to(device)  # to_empty moved the tensors; this also records the device on the LightningModule
-    model.eval()
+    model.to(device).eval()  # to_empty moved the tensors; .to also records the device on the LightningModule
     # What a result scored: the file a last.ckpt link resolves to now, and its update (eval, export record it).
     model.provenance = {"checkpoint": str(path.resolve()), "update": checkpoint.get("global_step")}
-    return model, _tokenizer(checkpoint, tokenizer, path)
+    return model, tokenizer_object
 
 
 def _tokenizer(checkpoint: dict, override: str | None, path: Path) -> Tokenizer:
-    if override is not None:
-        return load_tokenizer(override)
-    for state in checkpoint.values():
-        if isinstance(state, dict) and "tokenizer_json" in state:
-            return Tokenizer.from_str(state["tokenizer_json"])
-    if (spec := (checkpoint.get("datamodule_hyper_parameters") or {}).get("tokenizer")) is not None:
-        return load_tokenizer(spec)
-    raise CheckpointError(f"{path} holds no tokenizer; pass one (a tokenizer.json, a folder with one, or a hub id)")
+    saved = [s["tokenizer_json"] for s in checkpoint.values() if isinstance(s, dict) and "tokenizer_json" in s]
+    own, given = Tokenizer.from_str(saved[0]) if saved else None, override and load_tokenizer(override)
+    if own and given and (why := tokenizer_mismatch(own, f"{path}'s own tokenizer", given, f"override {override}")):
+        raise CheckpointError(f"{why}: the model's ids would mean other text; drop the tokenizer override "
+                              "(--tokenizer, tokenizer=): the checkpoint holds its own")  # fmt: skip
+    if not (own or given):
+        raise CheckpointError(f"{path} holds no tokenizer; pass one (a tokenizer.json, a folder with one, or a hub id)")
+    return given or own

@@ -12,8 +12,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from fixed_embed.atomic import atomic_write_text
-from fixed_embed.errors import ConfigError, OutputExistsError
+from fixed_embed.atomic import atomic_write_text, temporary_name
+from fixed_embed.errors import ConfigError, OutputExistsError, writing
 
 
 @dataclass(frozen=True)
@@ -100,12 +100,11 @@ def run_suite(
         for column in group:
             results = out["results"].get(column.task, {})
             reported = [k.split(",")[0] for k in results if "," in k and "_stderr" not in k]
-            if column.metric != "*" and column.metric not in reported:
+            every = column.metric == "*"  # every metric lm-eval reports
+            if not every and column.metric not in reported:
                 raise ValueError(f"lm-eval reported no {column.metric!r} (reported: {reported})")
-            for metric in reported if column.metric == "*" else [column.metric]:
-                resolved = column
-                if column.metric == "*":
-                    resolved = Column(column.task, metric, shots, percent="perplexity" not in metric)
+            for metric in reported if every else [column.metric]:
+                resolved = Column(column.task, metric, shots, percent="perplexity" not in metric) if every else column
                 stderr = results.get(f"{metric}_stderr,none")
                 stderr = float(stderr) if isinstance(stderr, (int, float)) else None
                 scores[resolved.key] = {"value": float(results[f"{metric},none"]), "stderr": stderr}
@@ -146,10 +145,9 @@ def default_eval_dir(
     fewshot: int = 0,
     limit: int | float | None = None,
     hub: bool = False,
-    root: str | os.PathLike = Path("logs") / "eval",
 ) -> Path:
-    """``root/<run label>-<suite or tasks>[-limitN]-<hash>``, keyed on the file a ``last.ckpt`` link resolves to (or
-    the hub id): a new folder per update; the hash keeps two runs with the same label apart."""
+    """``logs/eval/<run label>-<suite or tasks>[-limitN]-<hash>``, keyed on the file a ``last.ckpt`` link resolves
+    to (or the hub id): a new folder per update; the hash keeps two runs with the same label apart."""
     spec = str(model)
     if hub and not Path(spec).expanduser().exists():
         label, identity = spec, spec
@@ -161,24 +159,29 @@ def default_eval_dir(
         what += f"-limit{limit:g}"
     digest = hashlib.sha256(f"{identity}|{what}".encode()).hexdigest()[:8]
     name = f"{label}-{what}"[:120]
-    return Path(root) / (re.sub(r"[^A-Za-z0-9._+-]+", "_", name) + f"-{digest}")
+    return Path("logs", "eval", re.sub(r"[^A-Za-z0-9._+-]+", "_", name) + f"-{digest}")
 
 
-def refuse_existing_results(out_dir: str | os.PathLike, overwrite: bool = False) -> None:
+def check_results_folder(out_dir: str | os.PathLike, overwrite: bool = False) -> None:
+    """Before the evaluation, not after: refuse an earlier results.json (unless ``overwrite``), an unwritable folder."""
     path = Path(out_dir) / "results.json"
     if path.exists() and not overwrite:
         raise OutputExistsError(
             f"{path} already exists (an earlier evaluation); pass --output DIR to write elsewhere, "
             "or --overwrite to replace it"
         )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with writing(path), open(temporary_name(path), "wb") as probe:
+            probe.write(bytes(4096))  # tried (read-only, full, ulimit -f); a results.json holds more (lm-eval's report)
+    finally:
+        temporary_name(path).unlink(missing_ok=True)
 
 
 def write_results(results: dict[str, Any], model: str, out_dir: str | os.PathLike) -> Path:
     """``out_dir/results.json`` (atomically; its path is returned) and ``out_dir/table.md`` (+ ``TABLE_NOTES``)."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    path = atomic_write_text(out / "results.json", json.dumps({"model": model, **results}, indent=2) + "\n")
-    (out / "table.md").write_text(markdown_table([json.loads(path.read_text())]) + TABLE_NOTES)
+    path = atomic_write_text(Path(out_dir) / "results.json", json.dumps({"model": model, **results}, indent=2) + "\n")
+    atomic_write_text(path.with_name("table.md"), markdown_table([json.loads(path.read_text())]) + TABLE_NOTES)
     return path
 
 
@@ -216,7 +219,6 @@ def _cell(score: dict[str, float | None] | None, column: Column) -> str:
         return "--"
     scale = 100.0 if column.percent else 1.0
     value = f"{score['value'] * scale:.2f}"
-    stderr = score.get("stderr")
-    if stderr is not None and math.isfinite(stderr):
+    if (stderr := score.get("stderr")) is not None and math.isfinite(stderr):
         value += f" ± {stderr * scale:.2f}"
     return value

@@ -10,6 +10,8 @@ import torch
 from torch import nn
 from torch._subclasses.fake_tensor import is_fake
 
+from fixed_embed.interfaces import codes
+
 _PACKAGE = __name__.rpartition(".")[0]  # fixed_embed.interfaces
 
 
@@ -26,6 +28,11 @@ class InputInterface(nn.Module):
         if not isinstance(d_model, int) or d_model < 1:
             raise ValueError(f"d_model must be a positive integer, got {d_model!r}")
         self.vocab_size, self.d_model = vocab_size, d_model
+
+    @classmethod
+    def least_d_model(cls, vocab_size: int, code_width: int | None = None, **options: Any) -> int:
+        """The least d_model it takes: a ``code_width`` option (K; None: ceil(log2 V)) tiles a K-bit code over it."""
+        return (code_width or codes.code_width(vocab_size)) if "code_width" in inspect.signature(cls).parameters else 1
 
     @property
     def trainable_parameters(self) -> int:

@@ -9,6 +9,8 @@ from collections.abc import Sequence
 
 import torch
 
+from fixed_embed.errors import ConfigError
+
 
 def code_width(vocab_size: int) -> int:
     """K = ceil(log2 V): the fewest bits that give every id of a V-token vocabulary its own code."""
@@ -35,13 +37,13 @@ def gf2_apply(rows: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
 
 
 def rows_from_matrix(matrix: Sequence[Sequence[int]]) -> list[int]:
-    """Row masks of a K x K 0/1 matrix; raises ValueError for a non-square or non-binary matrix."""
+    """Row masks of a K x K 0/1 matrix; raises ConfigError for a non-square or non-binary matrix."""
     rows = [[int(v) for v in row] for row in matrix]
     k = len(rows)
     if k == 0 or any(len(r) != k for r in rows):
-        raise ValueError(f"GF(2) matrix must be square K x K, got rows of shape {k} x {sorted({len(r) for r in rows})}")
+        raise ConfigError(f"GF(2) matrix must be square, got rows of shape {k} x {sorted({len(r) for r in rows})}")
     if bad := sorted({v for r in rows for v in r} - {0, 1}):
-        raise ValueError(f"GF(2) matrix entries must be 0 or 1, got {bad}")
+        raise ConfigError(f"GF(2) matrix entries must be 0 or 1, got {bad}")
     return [sum(v << c for c, v in enumerate(r)) for r in rows]
 
 
@@ -64,16 +66,14 @@ def gf2_rank(rows: Sequence[int]) -> int:
 
 
 def gf2_inverse(rows: Sequence[int], width: int) -> list[int]:
-    """Row masks of A^-1 over GF(2); raises ValueError naming the rank if A is singular."""
+    """Row masks of A^-1 over GF(2); raises ConfigError naming the rank if A is singular."""
     # Gauss-Jordan on the augmented [A | I], each augmented row packed as one int.
     aug = [rows[r] | (1 << (width + r)) for r in range(width)]
     for col in range(width):
         pivot = next((r for r in range(col, width) if (aug[r] >> col) & 1), None)
         if pivot is None:
-            raise ValueError(
-                f"GF(2) matrix is singular (rank {gf2_rank(rows)} < {width}); a recoding must be invertible "
-                "so that every token keeps a distinct code"
-            )
+            raise ConfigError(f"GF(2) matrix is singular (rank {gf2_rank(rows)} < {width}); a recoding must be "
+                              "invertible so that every token keeps a distinct code")  # fmt: skip
         aug[col], aug[pivot] = aug[pivot], aug[col]
         for r in range(width):
             if r != col and (aug[r] >> col) & 1:

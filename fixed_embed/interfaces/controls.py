@@ -3,26 +3,31 @@
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import torch
 from torch import nn
 
+from fixed_embed.config import PositiveFinite, PositiveInt, number_domain
+from fixed_embed.errors import ConfigError
 from fixed_embed.interfaces.base import InputInterface
 from fixed_embed.interfaces.codes import bits_of, random_injection
 from fixed_embed.interfaces.codes import code_width as minimal_code_width
 from fixed_embed.interfaces.paper import BinaryCodeInput, LearnedInput
 from fixed_embed.interfaces.tiling import binary_code_norm, tile, tiled_norm
 
+TorchSeed = number_domain("an integer in [0, 2**64)", int, (">=", 0), ("<", 2**64))  # what Generator.manual_seed takes
+
 
 class PermutedCodeInput(BinaryCodeInput):
     """Binary codes assigned by a random injective (not linear) map fixed by ``code_seed`` (token 0's too; stored)."""
+
+    max_code_width = 24  # a 2^K inverse table, and a shuffle of 2^K Python ints
 
     def __init__(
         self, vocab_size: int, d_model: int, code_seed: int = 0, code_width: int | None = None, bipolar: bool = False
     ) -> None:
         super().__init__(vocab_size, d_model, code_width, bipolar)
-        if self.code_width > 24:
-            raise ValueError(f"PermutedCodeInput supports code_width <= 24, got {self.code_width}")
         self.code_seed = code_seed
         self._codes = random_injection(vocab_size, self.code_width, code_seed)
         self.register_buffer("assignment", torch.empty(vocab_size, dtype=torch.int64), persistent=True)
@@ -56,14 +61,12 @@ class RandomCodeInput(InputInterface):
 
     fixed = True
 
-    def __init__(self, vocab_size: int, d_model: int, code_seed: int = 0, distribution: str = "gaussian",
-                 code_width: int | None = None, norm_match: bool = False) -> None:  # fmt: skip
+    def __init__(self, vocab_size: int, d_model: int, code_seed: TorchSeed = 0, distribution: str = "gaussian",
+                 code_width: PositiveInt | None = None, norm_match: bool = False) -> None:  # fmt: skip
         super().__init__(vocab_size, d_model)
-        width = minimal_code_width(vocab_size) if code_width is None else code_width
-        if not 1 <= width <= d_model:
-            raise ValueError(f"code_width must lie in [1, d_model={d_model}], got {width}")
+        width = minimal_code_width(vocab_size) if code_width is None else code_width  # d_model >= it: least_d_model
         if distribution not in ("gaussian", "uniform"):
-            raise ValueError(f"distribution must be 'gaussian' or 'uniform', got {distribution!r}")
+            raise ConfigError(f"distribution must be 'gaussian' or 'uniform', got {distribution!r}")
         self.code_seed, self.distribution, self.code_width, self.norm_match = code_seed, distribution, width, norm_match
         self.register_buffer("codes", torch.empty(vocab_size, width), persistent=False)
         self.register_buffer("fingerprint", torch.empty(2, dtype=torch.float64), persistent=True)
@@ -112,15 +115,14 @@ class RandomCodeInput(InputInterface):
 class LowRankLearnedInput(InputInterface):
     """A trainable K-dim vector per token, tiled to d; ``init``: ``binary`` (as binary16) or ``normal`` (init_std)."""
 
-    def __init__(
-        self, vocab_size: int, d_model: int, code_width: int | None = None, init: str = "binary", init_std: float = 0.02
-    ) -> None:
+    def __init__(self, vocab_size: int, d_model: int, code_width: int | None = None,
+                 init: Literal["binary", "normal"] = "binary", init_std: PositiveFinite = 0.02) -> None:  # fmt: skip
         super().__init__(vocab_size, d_model)
-        width = minimal_code_width(vocab_size) if code_width is None else code_width
-        if not minimal_code_width(vocab_size) <= width <= d_model:
-            raise ValueError(f"code_width must lie in [{minimal_code_width(vocab_size)}, {d_model}], got {width}")
-        if init not in ("binary", "normal") or init_std <= 0:
-            raise ValueError(f"init must be 'binary' or 'normal' and init_std > 0, got {init!r}, {init_std}")
+        minimal = minimal_code_width(vocab_size)
+        width = minimal if code_width is None else code_width
+        if not minimal <= width <= d_model:
+            raise ConfigError(f"code_width must lie in [{minimal}, d_model={d_model}] (vocab_size {vocab_size}), got "
+                              f"{width}: set code_width {max(minimal, min(width, d_model))}")  # fmt: skip
         self.code_width, self.init, self.init_std = width, init, init_std
         self.weight = nn.Parameter(torch.empty(vocab_size, width))
         self.reset_parameters()

@@ -7,6 +7,8 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from fixed_embed.config import PositiveFinite
+from fixed_embed.errors import ConfigError
 from fixed_embed.interfaces.base import InputInterface
 from fixed_embed.interfaces.codes import (
     bits_of,
@@ -24,10 +26,8 @@ from fixed_embed.interfaces.tiling import tile, tiled_norm
 class LearnedInput(InputInterface):
     """A trainable V x d embedding table, initialised N(0, init_std^2)."""
 
-    def __init__(self, vocab_size: int, d_model: int, init_std: float = 0.02) -> None:
+    def __init__(self, vocab_size: int, d_model: int, init_std: PositiveFinite = 0.02) -> None:
         super().__init__(vocab_size, d_model)
-        if init_std <= 0:
-            raise ValueError(f"init_std must be > 0, got {init_std}")
         self.init_std = init_std
         self.weight = nn.Parameter(torch.empty(vocab_size, d_model))
         self.reset_parameters()
@@ -51,20 +51,20 @@ class BinaryCodeInput(InputInterface):
     """The id's K-bit little-endian code (0/1, or -1/+1 if ``bipolar``; K: ceil(log2 V) unless given), tiled to d."""
 
     fixed = True
+    max_code_width = 62  # codes are int64 (the permuted control's 2^K inverse table allows fewer)
 
     def __init__(self, vocab_size: int, d_model: int, code_width: int | None = None, bipolar: bool = False) -> None:
         super().__init__(vocab_size, d_model)
         minimal = minimal_code_width(vocab_size)
         width = minimal if code_width is None else code_width
         if width < minimal:
-            raise ValueError(
-                f"vocab_size {vocab_size} needs {minimal} bits but code_width={width} "
-                f"holds only 2^{width} = {2**width} codes"
-            )
-        if width > 62:
-            raise ValueError(f"code_width must be <= 62 (int64 codes), got {width}")
+            raise ConfigError(f"vocab_size {vocab_size} needs {minimal} bits but code_width={width} holds only "
+                              f"2^{width} = {2**width} codes: set code_width {minimal}")  # fmt: skip
+        if width > self.max_code_width:  # a config's vocab_size (<= 2**24) needs fewer
+            raise ConfigError(f"{type(self).__name__} takes code_width <= {self.max_code_width}, got {width}: set "
+                              f"code_width {minimal}, what vocab_size {vocab_size} needs")  # fmt: skip
         if d_model < width:
-            raise ValueError(f"d_model ({d_model}) must be >= the code width K = {width} so every bit is seen")
+            raise ConfigError(f"d_model ({d_model}) must be >= the code width K = {width} so every bit is seen")
         self.code_width, self.bipolar = width, bool(bipolar)
 
     def encode(self, ids: torch.Tensor) -> torch.Tensor:
@@ -130,10 +130,9 @@ class GF2CodeInput(BinaryCodeInput):
             return random_invertible_gf2(self.code_width, self.code_seed)
         rows = rows_from_matrix(self.matrix)
         if len(rows) != self.code_width:
-            raise ValueError(
-                f"matrix must be K x K = {self.code_width} x {self.code_width} for vocab_size {self.vocab_size}, "
-                f"got {len(rows)} rows"
-            )
+            k, fits = len(rows), minimal_code_width(self.vocab_size) <= len(rows) <= self.max_code_width
+            raise ConfigError(f"matrix must be K x K = {self.code_width} x {self.code_width} for vocab_size "
+                              f"{self.vocab_size}, got {k} rows{f': set code_width {k}' if fits else ''}")  # fmt: skip
         return rows
 
     def reset_parameters(self) -> None:
@@ -164,14 +163,14 @@ class GF2CodeInput(BinaryCodeInput):
 
 def _offset_mask(offset: int | Sequence[int], width: int) -> int:
     if isinstance(offset, bool):
-        raise ValueError(f"offset must be an int mask or a list of {width} bits, got {offset!r}")
+        raise ConfigError(f"offset must be an int mask or a list of {width} bits, got {offset!r}")
     if isinstance(offset, int):
         if not 0 <= offset < 2**width:
-            raise ValueError(f"offset must be a {width}-bit mask in [0, {2**width - 1}], got {offset}")
+            raise ConfigError(f"offset must be a {width}-bit mask in [0, {2**width - 1}], got {offset}")
         return offset
     bits = list(offset)
     if len(bits) != width:
-        raise ValueError(f"offset must have K = {width} bits, got {len(bits)}")
+        raise ConfigError(f"offset must have K = {width} bits, got {len(bits)}")
     if any(b not in (0, 1) for b in bits):
-        raise ValueError(f"offset bits must be 0 or 1, got {bits}")
+        raise ConfigError(f"offset bits must be 0 or 1, got {bits}")
     return sum(int(b) << i for i, b in enumerate(bits))

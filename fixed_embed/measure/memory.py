@@ -214,24 +214,22 @@ class RunShape:
         micro_batch = getattr(datamodule, "batch_size", None)
         if not isinstance(micro_batch, int):
             return None
-        seq_len, accumulate = getattr(datamodule, "seq_len", None), getattr(trainer, "accumulate_grad_batches", 1)
-        return cls(
-            micro_batch, seq_len, trainer.precision, trainer.world_size, shards_parameters(trainer.strategy), accumulate
-        )
+        seq_len, sharded = getattr(datamodule, "seq_len", None), shards_parameters(trainer.strategy)
+        accumulate = getattr(trainer, "accumulate_grad_batches", 1)
+        return cls(micro_batch, seq_len, trainer.precision, trainer.world_size, sharded, accumulate)
 
 
 def model_memory_estimate(model: Any, run: RunShape, activation_checkpointing: bool | None = None) -> MemoryEstimate:
     """:func:`memory_estimate` of a ``LanguageModel`` with its own settings (checkpointing unless given) at ``run``."""
     parallel = model.parallel_config
     param_dtype = parallel.param_dtype if run.sharded else None
-    if activation_checkpointing is None:
-        activation_checkpointing = parallel.activation_checkpointing
+    ac = parallel.activation_checkpointing if activation_checkpointing is None else activation_checkpointing
     return memory_estimate(
         model.decoder,
         run.micro_batch,
         run.seq_len,
         mode=activation_mode(run.precision, param_dtype),
-        activation_checkpointing=activation_checkpointing,
+        activation_checkpointing=ac,
         loss_chunk_tokens=model.loss_chunk_tokens,
         world_size=run.world_size,
         sharded=run.sharded,

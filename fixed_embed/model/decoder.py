@@ -11,35 +11,43 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from fixed_embed.config import PositiveFinite, PositiveInt
+from fixed_embed.config import PositiveFinite, PositiveInt, number_domain
 from fixed_embed.errors import ConfigError
 from fixed_embed.interfaces import InputInterface, LearnedInput
 from fixed_embed.model.loss import linear_cross_entropy
+
+#: 2**24: past any model's sizes, and every weight's bytes well inside the int64 torch counts them in.
+VocabSize = number_domain("an integer in [2, 2**24]", int, (">=", 2), ("<=", 2**24))
+Dim = number_domain("an integer in [1, 2**24]", int, (">=", 1), ("<=", 2**24))
+Depth = number_domain("an integer in [1, 1024]", int, (">=", 1), ("<=", 1024))  # a block takes ~3 ms to build on meta
 
 
 @dataclass
 class DecoderConfig:
     """The backbone's schema. Paper: V 49,152, d 2048, 24 layers, 32 heads, SwiGLU 8192, ctx 2048."""
 
-    vocab_size: PositiveInt = 49152
-    d_model: PositiveInt = 2048
-    n_layers: PositiveInt = 24
+    vocab_size: VocabSize = 49152
+    d_model: Dim = 2048
+    n_layers: Depth = 24
     n_heads: PositiveInt = 32
     n_kv_heads: PositiveInt | None = None
-    ffn_dim: PositiveInt = 8192
-    max_seq_len: PositiveInt = 2048
+    ffn_dim: Dim = 8192
+    max_seq_len: Dim = 2048
     rope_theta: PositiveFinite = 10000.0
     norm_eps: PositiveFinite = 1e-5
     init_std: PositiveFinite = 0.02
     tie_embeddings: bool = False
 
-    def __post_init__(self) -> None:  # ConfigError: fit reports it in one line before any work
-        if self.d_model % self.n_heads:
-            raise ConfigError(f"model.decoder.d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
-        if self.head_dim % 2:
-            raise ConfigError(f"model.decoder: head dim d_model/n_heads = {self.head_dim} must be even for RoPE")
-        if self.n_heads % self.kv_heads:
-            raise ConfigError(f"model.decoder: n_heads {self.n_heads} is not a multiple of n_kv_heads {self.kv_heads}")
+    def __post_init__(self) -> None:  # ConfigError: fit and params report it in one line before any work
+        d, heads, kv = self.d_model, self.n_heads, self.n_kv_heads or 1
+        if heads % self.kv_heads:
+            raise ConfigError(f"model.decoder.n_heads {heads} is not a multiple of model.decoder.n_kv_heads {kv}: "
+                              f"set model.decoder.n_kv_heads {math.gcd(heads, kv)}")  # fmt: skip
+        if d % (2 * heads):  # whole heads of even dim (RoPE rotates pairs): fewer heads if any divide, else a wider d
+            fewer = max((h for h in range(1, min(heads, d // 2) + 1) if d % (2 * h) == 0 and h % kv == 0), default=0)
+            fix = f"n_heads {fewer}" if fewer else f"d_model {-(-d // (2 * heads)) * 2 * heads}"
+            raise ConfigError(f"model.decoder.d_model ({d}) must be divisible by n_heads ({heads}) into heads of even "
+                              f"dim (RoPE): set model.decoder.{fix}")  # fmt: skip
 
     @property
     def head_dim(self) -> int:
@@ -184,9 +192,8 @@ class Decoder(nn.Module):
                 f"but the decoder has vocab_size={config.vocab_size}, d_model={config.d_model}"
             )
         if config.tie_embeddings and not isinstance(interface, LearnedInput):
-            raise ValueError(
-                f"tie_embeddings=True needs a LearnedInput table to tie to, got {type(interface).__name__}"
-            )
+            raise ConfigError(f"tie_embeddings=True needs a LearnedInput table to tie to, got "
+                              f"{type(interface).__name__}: set model.decoder.tie_embeddings false")  # fmt: skip
         self.config, self.interface = config, interface
         self.rope = RotaryEmbedding(config.head_dim, config.max_seq_len, config.rope_theta)
         self.layers = nn.ModuleList(Block(config) for _ in range(config.n_layers))

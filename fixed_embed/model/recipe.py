@@ -83,23 +83,16 @@ def parameter_groups(
 def parameter_groups_change(saved: Mapping[str, Any] | None, config: AdamWConfig, model: nn.Module) -> str | None:
     """Why a resume cannot take ``config``'s parameter groups (its AdamW state would not match), or ``None``;
     ``saved``: the checkpoint's ``optimizer`` hyper-parameters (none before the options: it decayed the input)."""
-    before = bool((saved or {}).get("decay_input", True))
-    scaled_before = float((saved or {}).get("input_lr_scale", 1.0)) != 1.0
-    if scaled_before != (config.input_lr_scale != 1.0) and _input_parameters(model):
-        return (
-            f"refusing to resume: model.optimizer.input_lr_scale is {(saved or {}).get('input_lr_scale', 1.0)} in "
-            f"the checkpoint and {config.input_lr_scale} now; between 1 and another value the input interface's "
-            "parameters move in or out of their own AdamW group, which the checkpoint's optimizer state cannot "
-            "follow. Resume with the checkpoint's value, or start a new run (--run NAME) without --ckpt_path."
-        )
-    if before == config.decay_input or not _input_parameters(model):
+    then = {"input_lr_scale": float((saved or {}).get("input_lr_scale", 1.0)),
+            "decay_input": bool((saved or {}).get("decay_input", True))}  # fmt: skip
+    moved = {"input_lr_scale": (then["input_lr_scale"] != 1.0) != (config.input_lr_scale != 1.0),  # its own group
+             "decay_input": then["decay_input"] != config.decay_input}  # fmt: skip
+    if (key := next((key for key in then if moved[key]), None)) is None or not _input_parameters(model):
         return None
-    return (
-        f"refusing to resume: model.optimizer.decay_input is {before} in the checkpoint and {config.decay_input} "
-        "now; it moves the input interface's trainable parameters between AdamW's parameter groups, which the "
-        f"checkpoint's optimizer state cannot follow. Resume with decay_input: {str(before).lower()}, or start a "
-        "new run (--run NAME) without --ckpt_path."
-    )
+    return (f"refusing to resume: model.optimizer.{key} is {then[key]} in the checkpoint and {getattr(config, key)} "
+            "now; it moves the input interface's trainable parameters between AdamW's parameter groups, which the "
+            f"checkpoint's optimizer state cannot follow. Resume with model.optimizer.{key} {then[key]}, or start a "
+            "new run (--run NAME) without --ckpt_path.")  # fmt: skip
 
 
 def build_adamw(model: nn.Module, config: AdamWConfig) -> torch.optim.AdamW:
@@ -116,5 +109,5 @@ def build_adamw(model: nn.Module, config: AdamWConfig) -> torch.optim.AdamW:
 
 
 def steps_for_budget(token_budget: int, world_size: int, micro_batch: int, accumulation: int, seq_len: int) -> int:
-    """Optimizer updates needed to train on ``token_budget`` prediction tokens (rounded up)."""
-    return math.ceil(token_budget / (world_size * micro_batch * accumulation * seq_len))
+    """Optimizer updates needed to train on ``token_budget`` prediction tokens (rounded up, exactly: in integers)."""
+    return -(-token_budget // (world_size * micro_batch * accumulation * seq_len))

@@ -1,7 +1,6 @@
 """The console of ``fixed-embed`` commands: this project's records (INFO+) and anyone's errors (README, "Watch a run").
 The rest (warnings, tqdm bars' final states) goes to ``<run folder>/console.log``, buffered until
-:func:`attach_run_folder` (``logs/<command>.log`` without one). Warnings are dropped by exact text, never by
-category."""
+:func:`attach_run_folder` (``logs/<command>.log`` without one). Warnings are dropped by exact text, not category."""
 
 from __future__ import annotations
 
@@ -115,20 +114,16 @@ def _console_filter(record: logging.LogRecord) -> bool:
     return record.levelno >= logging.ERROR or (record.levelno >= logging.INFO and _is_ours(record.pathname))
 
 
-class _ConsoleHandler(logging.Handler):
+class _ConsoleHandler(logging.StreamHandler):
     """Writes to the current ``sys.stderr`` (a live rich progress bar redirects it to print above the bar)."""
 
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            text = record.getMessage()
-            if record.levelno >= logging.WARNING and record.name != "py.warnings":
-                text = f"{record.levelname.lower()}: {text}"
-            if record.exc_info:
-                text = f"{text}\n{logging.Formatter().formatException(record.exc_info)}"
-            sys.stderr.write(text + "\n")
-            sys.stderr.flush()
-        except Exception:
-            self.handleError(record)
+    stream = property(lambda self: sys.stderr, lambda self, value: None)
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = record.getMessage()
+        if record.levelno >= logging.WARNING and record.name != "py.warnings":
+            text = f"{record.levelname.lower()}: {text}"
+        return f"{text}\n{logging.Formatter().formatException(record.exc_info)}" if record.exc_info else text
 
 
 class _ProgressStream(io.TextIOBase):
@@ -175,7 +170,8 @@ def setup(command: str) -> None:
     for module, category, message in HARMLESS_WARNINGS:
         warnings.filterwarnings("ignore", message=message + r"\Z", category=category, module=re.escape(module) + r"\Z")
     _run_log = _RunLog()
-    console = _ConsoleHandler(logging.INFO)
+    console = _ConsoleHandler()
+    console.setLevel(logging.INFO)
     if not verbose:
         console.addFilter(_console_filter)
     root = logging.getLogger()
@@ -186,9 +182,7 @@ def setup(command: str) -> None:
     for name in _LIBRARY_LOGGERS:
         logger = logging.getLogger(name)
         take_over_logger(logger, _LibraryLogger)
-        for handler in list(logger.handlers):
-            if _prints_to_console(handler):
-                logger.removeHandler(handler)
+        logger.handlers = [handler for handler in logger.handlers if not _prints_to_console(handler)]
     warnings.showwarning = _showwarning
     if not verbose:
         route_tqdm(_ProgressStream(_run_log))

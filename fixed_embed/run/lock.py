@@ -14,8 +14,8 @@ import threading
 import time
 from pathlib import Path
 
-from fixed_embed.atomic import process_running
-from fixed_embed.errors import ConfigError, UserError
+from fixed_embed.atomic import process_running, remove_leftovers
+from fixed_embed.errors import ConfigError, UserError, writing
 
 LOCK_NAME = "run.lock"
 HEARTBEAT_S = 60.0  # the holder touches its lock this often
@@ -105,12 +105,15 @@ def _stale_reason(record: dict, path: Path) -> str | None:
     return None
 
 
-def acquire(target: str | os.PathLike, fix: str = "or use --run NEW_NAME", beside: bool = False) -> RunLock:
+def acquire(target: str | os.PathLike, fix: str = "or use --run NEW_NAME", beside: bool = False,
+            shared: bool = False) -> RunLock:  # fmt: skip
     """Take ``target/run.lock`` (making the folder), or with ``beside`` (a file, or a folder swapped in whole)
-    ``.<name>.lock`` next to it; refuse with :class:`RunInUseError` naming a live holder and ``fix``."""
+    ``.<name>.lock`` next to it; refuse with :class:`RunInUseError` naming a live holder and ``fix``. ``shared``: a
+    reader's record ``<lock>.read-<host>-<pid>`` instead; a writer refuses while a live reader holds one, and a
+    reader while a live writer holds the lock (each writes its own record, then looks for the other's)."""
     target = Path(target)
     folder, path = (target.parent, target.parent / f".{target.name}.lock") if beside else (target, target / LOCK_NAME)
-    made = [p for p in (folder, *folder.parents) if not p.exists()]
+    made = [] if shared else [p for p in (folder, *folder.parents) if not p.exists()]
     record = {
         "host": socket.gethostname(),
         "pid": os.getpid(),
@@ -118,34 +121,63 @@ def acquire(target: str | os.PathLike, fix: str = "or use --run NEW_NAME", besid
         "since": time.time(),
         "command": " ".join([Path(sys.argv[0]).name.replace("__main__.py", "fixed-embed"), *sys.argv[1:]]),
     }
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        code = errno.errorcode.get(error.errno or 0, "")
-        raise ConfigError(f"cannot make the folder {folder}: {error.strerror} ({code})") from error
-    for _ in range(3):
+    if shared:
+        others, path = [path], path.with_name(f"{path.name}.read-{record['host']}-{record['pid']}")
+        with contextlib.suppress(OSError):  # a read-only or missing folder: there is nothing to replace there
+            path.write_text(json.dumps(record))
+    else:
         try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            holder = _read(path)
-            if holder is None:
-                continue  # released meanwhile: try again
-            reason = _stale_reason(holder, path)
-            if reason is None:
-                raise RunInUseError(
-                    f"{'' if beside else 'run folder '}{target} is in use by another launch ({_describe(holder)}: "
-                    f"{holder.get('command', '?')}); wait for it to end or stop it, {fix}. If it is gone, delete {path}"
-                ) from None
-            if _take_over(path, holder):
-                logging.getLogger(__name__).info(f"run lock: taking over {path} from {_describe(holder)}: {reason}")
-            continue
+            folder.mkdir(parents=True, exist_ok=True)
         except OSError as error:
-            raise ConfigError(f"cannot write the folder {folder}: {error.strerror}") from error
-        with os.fdopen(fd, "w") as file:
-            json.dump(record, file)
-        _held.add(path)
-        return RunLock(path, record, made)
-    raise RunInUseError(f"{target}: another launch is taking its lock ({path}) at the same time")
+            code = errno.errorcode.get(error.errno or 0, "")
+            raise ConfigError(f"cannot make the folder {folder}: {error.strerror} ({code})") from error
+        for _ in range(3):
+            try:
+                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+                break
+            except FileExistsError:
+                _refuse_if_live(path, target, beside, fix)  # else released meanwhile, or taken over: try again
+        else:
+            raise RunInUseError(f"{target}: another launch is taking its lock ({path}) at the same time")
+        try:
+            with writing(path), os.fdopen(fd, "w") as file:
+                json.dump(record, file)
+        except BaseException:  # a full disk: no half-written lock left to refuse the next launch
+            path.unlink(missing_ok=True)
+            raise
+        others = sorted(folder.glob(f"{path.name}.read-*"))
+    _held.add(path)
+    lock = RunLock(path, record, made)
+    try:
+        for other in others:
+            _refuse_if_live(other, target, beside, fix)
+    except RunInUseError:
+        lock.release()
+        raise
+    return lock
+
+
+def readers(target: str | os.PathLike) -> list[str]:
+    """The live readers of ``target`` (whose lock lies beside it), described."""
+    target = Path(target)
+    records = [(path, _read(path)) for path in target.parent.glob(f".{target.name}.lock.read-*")]
+    return [_describe(record) for path, record in records if record and _stale_reason(record, path) is None]
+
+
+def _refuse_if_live(path: Path, target: Path, beside: bool, fix: str) -> None:
+    """Refuse if ``path`` (``target``'s lock, or a reader's record) names a live holder; take it over if stale,
+    removing what a dead writer left."""
+    if (holder := _read(path)) is None:
+        return
+    if (reason := _stale_reason(holder, path)) is None:
+        raise RunInUseError(
+            f"{'' if beside else 'run folder '}{target} is in use by another launch ({_describe(holder)}: "
+            f"{holder.get('command', '?')}); wait for it to end or stop it, {fix}. If it is gone, delete {path}"
+        )
+    if _take_over(path, holder):
+        logging.getLogger(__name__).info(f"run lock: taking over {path} from {_describe(holder)}: {reason}")
+        if isinstance(pid := holder.get("pid"), int):
+            remove_leftovers(target, pid, beside)
 
 
 def _take_over(path: Path, holder: dict) -> bool:

@@ -33,10 +33,8 @@ def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     readable = isinstance(hparams, Mapping) and all(isinstance(hparams.get(part, {}), Mapping) for part in parts)
     if not (readable and isinstance(checkpoint.get("global_step"), int)):
         what = type(checkpoint).__name__ if not isinstance(checkpoint, dict) else f"keys {sorted(checkpoint)[:8]}"
-        raise CheckpointError(
-            f"cannot read checkpoint {path}: it is not a checkpoint written by fixed-embed fit ({what}: no update "
-            f"count or model hyper-parameters){_instead(path)}"
-        )
+        raise CheckpointError(f"cannot read checkpoint {path}: it is not a checkpoint written by fixed-embed fit "
+                              f"({what}: no update count or model hyper-parameters){_instead(path)}")  # fmt: skip
     return checkpoint
 
 
@@ -91,11 +89,9 @@ def plan_fit(config: Any, checkpoints: Path | None, max_steps: int) -> tuple[str
     if ckpt_path in ("last", None) and checkpoints is not None:
         path, checkpoint, notes = choose_checkpoint(checkpoints)
         if ckpt_path is None and path is not None:
-            raise ConfigError(
-                f"run folder {checkpoints.parent} already holds checkpoints (newest: {path.name}, update "
-                f"{checkpoint.get('global_step', '?')}): add --ckpt_path last to continue it, or --run NEW_NAME to "
-                "start another run"
-            )
+            raise ConfigError(f"run folder {checkpoints.parent} already holds checkpoints (newest: {path.name}, update "
+                              f"{checkpoint.get('global_step', '?')}): add --ckpt_path last to continue it, or --run "
+                              "NEW_NAME to start another run")  # fmt: skip
         for note in notes:
             rank_zero_info(note)
         if path is None:
@@ -103,10 +99,8 @@ def plan_fit(config: Any, checkpoints: Path | None, max_steps: int) -> tuple[str
                 rank_zero_info(f"no checkpoint in {checkpoints}: starting at update 0")
             return None, None
     elif ckpt_path == "last":
-        raise ConfigError(
-            "--ckpt_path last resumes the run folder's newest checkpoint, and with trainer.logger off this fit has "
-            "no run folder: pass the checkpoint file, or keep the logger"
-        )
+        raise ConfigError("--ckpt_path last resumes the run folder's newest checkpoint, and with trainer.logger off "
+                          "this fit has no run folder: pass the checkpoint file, or keep the logger")  # fmt: skip
     elif ckpt_path is None:
         return None, None
     else:
@@ -120,11 +114,10 @@ def plan_fit(config: Any, checkpoints: Path | None, max_steps: int) -> tuple[str
     refusals = model_refusals(saved, model, fitting=True)
     refusals += datamodule.resume_refusals(checkpoint, trainer_world_size(config.trainer))
     if step > max_steps:
-        refusals.append(
-            f"refusing to resume: {path} is at update {step}, beyond the run's length of {max_steps} updates "
-            f"(trainer.max_steps or model.token_budget): nothing would be trained. Raise --trainer.max_steps above "
-            f"{step} to train on, or evaluate the checkpoint (fixed-embed eval {path})"
-        )
+        refusals.append(f"refusing to resume: {path} is at update {step}, beyond the run's length of {max_steps} "
+                        "updates (trainer.max_steps or model.token_budget): nothing would be trained. Raise "
+                        f"--trainer.max_steps above {step} to train on, or evaluate the checkpoint (fixed-embed eval "
+                        f"{path})")  # fmt: skip
     if refusals:
         raise CheckpointError(" | ".join(refusals))
     where = f" into {checkpoints.parent}" if checkpoints is not None and ckpt_path != "last" else ""
@@ -144,10 +137,8 @@ def plan_fit(config: Any, checkpoints: Path | None, max_steps: int) -> tuple[str
 
 def _complete_message(path: Path, step: int, callbacks: list, checkpoints: Path | None) -> str:
     """That the run is complete, and the command that writes its final benchmark if an interruption lost it."""
-    message = (
-        f"run complete: {path} is at update {step}, the run's length: nothing to train (raise --trainer.max_steps "
-        "to train on)"
-    )
+    message = (f"run complete: {path} is at update {step}, the run's length: nothing to train (raise "
+               "--trainer.max_steps to train on)")  # fmt: skip
     folder = benchmark_folder(checkpoints.parent, step) if checkpoints is not None else None
     if folder is None or (folder / "results.json").is_file():
         return message

@@ -11,7 +11,6 @@ from typing import Any, Literal
 
 import lightning as L
 import torch
-from lightning.pytorch.strategies import ModelParallelStrategy
 from lightning.pytorch.utilities import rank_zero_warn
 from torchmetrics.aggregation import MeanMetric
 
@@ -84,8 +83,8 @@ class LanguageModel(L.LightningModule):
         self._last_loss: torch.Tensor | None = None
         self._fresh_groups: list[dict[str, Any]] = []
         self._parallelized = False
-        # Set when plan_fit already printed what the resume changes: loading then does not repeat it.
         self._stance = None  # the compiler stance evaluation replaced
+        # Set when plan_fit already printed what the resume changes: loading then does not repeat it.
         self.resume_planned = False
 
     @property
@@ -117,12 +116,8 @@ class LanguageModel(L.LightningModule):
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
         # FSDP2: no reduce-scatter on an update's non-final micro-batches (Lightning's no_sync covers DDP only).
-        if self.parallel_config.sync_every_micro_batch:
-            return
-        from torch.distributed.fsdp import FSDPModule
-
-        if isinstance(self.decoder, FSDPModule):
-            self.decoder.set_requires_gradient_sync(ends_update(self.trainer))
+        if not self.parallel_config.sync_every_micro_batch and hasattr(self.decoder, "set_requires_gradient_sync"):
+            self.decoder.set_requires_gradient_sync(ends_update(self.trainer))  # an FSDPModule's
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         # After the reduction, before clipping. One fused norm is non-finite iff some element is; FSDP ranks
@@ -170,31 +165,25 @@ class LanguageModel(L.LightningModule):
             self._stance.__exit__(None, None, None)
             self._stance = None
 
-    on_test_start, on_test_end = on_validation_start, on_validation_end
-
     def on_validation_epoch_end(self) -> None:
+        testing = self.trainer.testing
         mean = self.val_loss.compute()
         self.val_loss.reset()
         # Already global (torchmetrics reduced it); sync_dist averages identical values, silencing Lightning.
-        self.log("val/loss", mean, prog_bar=True, sync_dist=True)
-        self.log("val/ppl", torch.exp(mean), sync_dist=True)
-        if per_target := getattr(self.trainer.datamodule, "val_bytes_per_target", None):
+        self.log("test/loss" if testing else "val/loss", mean, prog_bar=not testing, sync_dist=True)
+        self.log("test/ppl" if testing else "val/ppl", torch.exp(mean), sync_dist=True)
+        if not testing and (per_target := getattr(self.trainer.datamodule, "val_bytes_per_target", None)):
             # tokenizer-free: total nats / ln 2 over the UTF-8 bytes the targets stand for
             self.log("val/bits_per_byte", mean / (math.log(2) * per_target), sync_dist=True)
 
-    def on_test_epoch_end(self) -> None:
-        mean = self.val_loss.compute()
-        self.val_loss.reset()
-        self.log("test/loss", mean, sync_dist=True)
-        self.log("test/ppl", torch.exp(mean), sync_dist=True)
+    on_test_start, on_test_end = on_validation_start, on_validation_end
+    on_test_epoch_end = on_validation_epoch_end
 
     def configure_model(self) -> None:
         # Lightning may call this hook again (e.g. fit then test): apply the wrapping once.
         if self._parallelized:
             return
-        trainer = attached_trainer(self)
-        mesh = self.device_mesh if trainer is not None and isinstance(trainer.strategy, ModelParallelStrategy) else None
-        apply_parallelism(self.decoder, self.parallel_config, mesh)
+        apply_parallelism(self.decoder, self.parallel_config, self.device_mesh)  # ModelParallelStrategy sets the mesh
         self._parallelized = True
 
     def setup(self, stage: str) -> None:
@@ -249,11 +238,8 @@ def _interface_factory(interface: InterfaceFactory | Mapping) -> InterfaceFactor
     """Accept a class, a partial, or a ``{"class_path", "init_args"}`` mapping (as stored in hparams)."""
     if not isinstance(interface, Mapping):
         return interface
-    class_path = interface.get("class_path")
-    if not isinstance(class_path, str) or "." not in class_path:
-        raise ValueError(f"interface spec needs a dotted class_path, got {interface!r}")
-    module_name, _, name = class_path.rpartition(".")
-    cls = getattr(importlib.import_module(module_name), name, None)
+    module_name, _, name = str(interface.get("class_path")).rpartition(".")
+    cls = getattr(importlib.import_module(module_name), name, None) if module_name else None
     if not (isinstance(cls, type) and issubclass(cls, InputInterface)):
-        raise ValueError(f"interface class_path {class_path!r} is not an InputInterface subclass")
+        raise ValueError(f"interface spec {interface!r} needs the dotted class_path of an InputInterface subclass")
     return partial(cls, **dict(interface.get("init_args") or {}))

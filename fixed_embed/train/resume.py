@@ -25,16 +25,14 @@ def local_shard(tensor: torch.Tensor) -> torch.Tensor:
 
 def refuse_poisoned(checkpoint: Mapping[str, Any], trainer: Any, step: int) -> None:
     """Raise ``FloatingPointError`` (aborting the save) if a weight is non-finite; under a trainer, all ranks vote."""
-    poisoned = None
-    for name, tensor in checkpoint.get("state_dict", {}).items():
-        if (local := local_shard(tensor)).is_floating_point() and not bool(torch.isfinite(local).all()):
-            poisoned = name
-            break
-    if trainer is not None and trainer.strategy.reduce_boolean_decision(poisoned is not None, all=False):
+    state = checkpoint.get("state_dict", {}).items()
+    poisoned = next((name for name, t in state if t.is_floating_point() and not local_shard(t).isfinite().all()), None)
+    anywhere = poisoned is not None
+    if trainer is not None:
+        anywhere = trainer.strategy.reduce_boolean_decision(anywhere, all=False)
+    if anywhere:
         where = poisoned or "a parameter shard on another rank"
         raise FloatingPointError(f"refusing to write a checkpoint at step {step}: {where} has non-finite values")
-    if trainer is None and poisoned is not None:
-        raise FloatingPointError(f"refusing to write a checkpoint: {poisoned} has non-finite values")
 
 
 def check_resume(checkpoint: dict[str, Any], module: Any, say_changes: bool = True) -> None:
@@ -90,9 +88,7 @@ def changed(saved: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
 def reapply_config(optimizer: torch.optim.Optimizer, scheduler: Any, fresh_groups: list[dict[str, Any]]) -> None:
     """Put the config's optimizer settings (``fresh_groups``: ``configure_optimizers``' groups, without
     their parameters) back over those a resume restored, and the LR the config's schedule gives at this step."""
-    for group, fresh in zip(optimizer.param_groups, fresh_groups, strict=True):
-        group.update(fresh)
+    for group, fresh, factor in zip(optimizer.param_groups, fresh_groups, scheduler.lr_lambdas, strict=True):
+        group.update(fresh, lr=fresh["initial_lr"] * factor(scheduler.last_epoch))
     scheduler.base_lrs = [fresh["initial_lr"] for fresh in fresh_groups]
-    for group, base, factor in zip(optimizer.param_groups, scheduler.base_lrs, scheduler.lr_lambdas, strict=True):
-        group["lr"] = base * factor(scheduler.last_epoch)
     set_scheduler_last_lr(scheduler, [group["lr"] for group in optimizer.param_groups])

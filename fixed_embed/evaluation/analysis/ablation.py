@@ -5,19 +5,16 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from fixed_embed.evaluation.analysis.blocks import per_batch
 from fixed_embed.model.decoder import Decoder
 
 
-@torch.no_grad()
 def _loss(decoder: Decoder, blocks: torch.Tensor, batch_size: int) -> float:
-    device = next(decoder.parameters()).device
-    total, count = 0.0, 0
-    for start in range(0, len(blocks), batch_size):
-        block = blocks[start : start + batch_size].to(device)
-        logits = decoder(block[:, :-1])
-        total += F.cross_entropy(logits.float().flatten(0, 1), block[:, 1:].flatten(), reduction="sum").item()
-        count += block[:, 1:].numel()
-    return total / count
+    def summed(block: torch.Tensor) -> float:
+        logits = decoder(block[:, :-1]).float().flatten(0, 1)
+        return F.cross_entropy(logits, block[:, 1:].flatten(), reduction="sum").item()
+
+    return sum(per_batch(decoder, blocks, batch_size, summed)) / blocks[:, 1:].numel()
 
 
 def layer_ablation(decoder: Decoder, blocks: torch.Tensor, mode: str = "zero", batch_size: int = 8) -> dict:
@@ -29,17 +26,12 @@ def layer_ablation(decoder: Decoder, blocks: torch.Tensor, mode: str = "zero", b
         x = args[0]
         return x if mode == "zero" else x + (output - x).mean(dim=(0, 1), keepdim=True)
 
-    was_training = decoder.training
-    decoder.eval()
-    try:
-        base = _loss(decoder, blocks, batch_size)
-        rows = []
-        for i, block in enumerate(decoder.layers):
-            with block.register_forward_hook(ablate):  # removed on exit
-                loss = _loss(decoder, blocks, batch_size)
-            rows.append({"block": i, "loss": loss, "increase": loss - base})
-    finally:
-        decoder.train(was_training)
+    base = _loss(decoder, blocks, batch_size)
+    rows = []
+    for i, block in enumerate(decoder.layers):
+        with block.register_forward_hook(ablate):  # removed on exit
+            loss = _loss(decoder, blocks, batch_size)
+        rows.append({"block": i, "loss": loss, "increase": loss - base})
     return {"interface": type(decoder.interface).__name__, "mode": mode, "loss": base, "blocks": rows}
 
 

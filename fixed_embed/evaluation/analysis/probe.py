@@ -3,25 +3,24 @@ by ``position`` (later tokens, mostly seen types: a lookup suffices) or ``type``
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import torch
 import torch.nn.functional as F
 
+from fixed_embed.evaluation.analysis.blocks import per_batch
 from fixed_embed.interfaces.codes import bits_of, code_width
 from fixed_embed.model.decoder import Decoder
 
 TYPE_SEED = 20261201  # which quarter of the vocabulary the type split holds out
 
 
-@torch.no_grad()
 def _states(decoder: Decoder, blocks: torch.Tensor, batch_size: int) -> list[torch.Tensor]:
-    device = next(decoder.parameters()).device
-    per_batch = []
-    for start in range(0, len(blocks), batch_size):
-        states = decoder.hidden_states(blocks[start : start + batch_size, :-1].to(device))
-        per_batch.append([state.float().flatten(0, 1).cpu() for state in states])
-    return [torch.cat(per_layer) for per_layer in zip(*per_batch, strict=True)]
+    def states(block: torch.Tensor) -> list[torch.Tensor]:
+        return [state.float().flatten(0, 1).cpu() for state in decoder.hidden_states(block[:, :-1])]
+
+    return [torch.cat(per_layer) for per_layer in zip(*per_batch(decoder, blocks, batch_size, states), strict=True)]
 
 
 def _fit_probe(x: torch.Tensor, y: torch.Tensor, steps: int, lr: float) -> torch.nn.Linear:
@@ -67,16 +66,9 @@ def majority_baseline(targets: torch.Tensor, splits: dict[str, torch.Tensor]) ->
 def identity_probe(decoder: Decoder, blocks: torch.Tensor, train_fraction: float = 0.75, steps: int = 300,
                    lr: float = 1e-2, batch_size: int = 8) -> dict:  # fmt: skip
     """Per-layer bit and id accuracy of linear probes on held-out tokens, and ``majority``; a JSON-ready dict."""
-    vocab_size = decoder.config.vocab_size
-    ids, targets, splits = probe_sample(blocks, vocab_size, train_fraction)  # validates before the forward passes
-    was_training = decoder.training
-    decoder.eval()
-    try:
-        states = _states(decoder, blocks, batch_size)
-    finally:
-        decoder.train(was_training)
+    ids, targets, splits = probe_sample(blocks, decoder.config.vocab_size, train_fraction)  # checked before any forward
     layers = []
-    for depth, x in enumerate(states):
+    for depth, x in enumerate(_states(decoder, blocks, batch_size)):
         row = {"layer": depth}
         for split, train in splits.items():
             mean, std = x[train].mean(0), x[train].std(0).clamp_min(1e-6)
@@ -112,7 +104,8 @@ def plot_probe(results: dict[str, dict], path: str, seed: int | None = None) -> 
     styles = ["-", "--", ":", "-."]
     markers = ["o", "s", "^", "D", "v", "x", "P", "*"]
     splits = (("position", "", "held-out positions"), ("type", "_unseen_types", "held-out token types"))
-    metrics = ("bit_accuracy", "id_accuracy")
+    metrics = (("bit_accuracy", "bit accuracy"), ("id_accuracy", "id accuracy (all bits right)"))
+    panels = list(zip(axes.flat, itertools.product(splits, metrics), strict=True))  # rows: splits; columns: metrics
     floors = {label: result["majority"] for label, result in results.items() if "majority" in result}
     shared = len({json.dumps(floor, sort_keys=True) for floor in floors.values()}) == 1
     for i, (label, result) in enumerate(results.items()):
@@ -120,29 +113,21 @@ def plot_probe(results: dict[str, dict], path: str, seed: int | None = None) -> 
         # distinct dashes and markers: models with equal accuracies stay visible on top of each other
         style = {"linestyle": styles[i % len(styles)], "marker": markers[i % len(markers)], "label": label,
                  "markersize": 7 - i % 4, "alpha": 0.85}  # fmt: skip
-        for r, (split, suffix, _) in enumerate(splits):
-            for c, metric in enumerate(metrics):
-                values = [row.get(metric + suffix) for row in result["layers"]]
-                if None not in values:
-                    line = axes[r][c].plot(depth, values, **style)[0]
-                    if label in floors and not shared:
-                        axes[r][c].axhline(floors[label][split][metric], color=line.get_color(), linewidth=0.9,
-                                           linestyle=style["linestyle"], alpha=0.6,
-                                           label=f"{label}: majority class")  # fmt: skip
-    floor = next(iter(floors.values())) if shared else None
-    titles = ["bit accuracy", "id accuracy (all bits right)"]
-    for r, (split, _, held_out) in enumerate(splits):
-        for c, metric in enumerate(metrics):
-            ax = axes[r][c]
-            if floor is not None:
-                ax.axhline(floor[split][metric], color="black", linewidth=1.0, linestyle=(0, (8, 4)), zorder=1,
-                           label="majority class (each bit's most frequent training value)")  # fmt: skip
-            ax.set_title(f"{titles[c]}, {held_out}", fontsize=10)
-            ax.set_ylim(0, 1.02)
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-            ax.grid(alpha=0.3)
-            if r == 1:
-                ax.set_xlabel("layer (0 = input)")
+        for ax, ((split, suffix, _), (metric, _)) in panels:
+            values = [row.get(metric + suffix) for row in result["layers"]]
+            if None not in values:
+                line = ax.plot(depth, values, **style)[0]
+                if label in floors and not shared:
+                    ax.axhline(floors[label][split][metric], color=line.get_color(), linewidth=0.9,
+                               linestyle=style["linestyle"], alpha=0.6, label=f"{label}: majority class")  # fmt: skip
+    for ax, ((split, _, held_out), (metric, title)) in panels:
+        if shared:
+            ax.axhline(next(iter(floors.values()))[split][metric], color="black", linewidth=1.0, linestyle=(0, (8, 4)),
+                       zorder=1, label="majority class (each bit's most frequent training value)")  # fmt: skip
+        ax.set_title(f"{title}, {held_out}", fontsize=10)
+        ax.set(ylim=(0, 1.02), xlabel="layer (0 = input)" if split == "type" else "")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(alpha=0.3)
     handles, labels = axes[0][0].get_legend_handles_labels()
     rows = -(-len(labels) // 4)
     # below the axes, never over the data: the figure reserves a strip for the legend's rows

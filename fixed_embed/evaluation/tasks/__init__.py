@@ -14,10 +14,6 @@ def check_task_folders(folders: list[str], what: str = "--include-path") -> None
     """Refuse lm-eval task folders that do not exist, hold no task YAML or a YAML that does not parse."""
     import yaml
 
-    class TaskLoader(yaml.SafeLoader):
-        """lm-eval's task YAMLs use tags (``!function utils.process``): parsed as plain values, never run."""
-
-    TaskLoader.add_multi_constructor("!", lambda loader, suffix, node: None)
     for include in folders:
         folder = Path(include)
         if not folder.is_dir():
@@ -27,11 +23,8 @@ def check_task_folders(folders: list[str], what: str = "--include-path") -> None
             raise ConfigError(f"{what} {include} holds no task YAML (*.yaml): give a folder of lm-eval task YAMLs")
         for task_file in files:
             try:
-                loader = TaskLoader(task_file.read_text())
-                try:
-                    loader.get_single_data()
-                finally:
-                    loader.dispose()
+                # composed, not constructed: lm-eval's tags (``!function utils.process``) are never run
+                yaml.compose(task_file.read_text(), Loader=yaml.SafeLoader)
             except (yaml.YAMLError, UnicodeDecodeError) as error:
                 first = str(error).splitlines()[0] if str(error) else type(error).__name__
                 raise ConfigError(f"{what} {include}: {task_file} is not valid YAML ({first})") from None

@@ -17,14 +17,9 @@ _WIKITEXT_TITLE = re.compile(r"^ = [^=].* = $")
 
 
 def _documents(path: str | None = None) -> list[str]:
-    if path is None:
-        file = default_corpus() / "valid.jsonl"
-    else:
-        file = shared_data_root() / path
-        if not file.is_file():
-            raise FileNotFoundError(
-                f"offline task data {file} not found; set FIXED_EMBED_DATA to the folder holding {path}"
-            )
+    file = default_corpus() / "valid.jsonl" if path is None else shared_data_root() / path
+    if not file.is_file():
+        raise FileNotFoundError(f"task data {file} not found; set FIXED_EMBED_DATA to the folder holding {path}")
     if file.suffix == ".tokens":
         return _wikitext_articles(file.read_text(encoding="utf-8"))
     with open(file, encoding="utf-8") as f:
@@ -40,8 +35,7 @@ def _wikitext_articles(text: str) -> list[str]:
         if _WIKITEXT_TITLE.match(line.rstrip("\n")) or not articles:
             articles.append([])
         articles[-1].append(line)
-    pages = ("".join(lines) for lines in articles)
-    return [wikitext_detokenizer({"page": page}) for page in pages if page.strip()]
+    return [wikitext_detokenizer({"page": page}) for page in map("".join, articles) if page.strip()]
 
 
 def _sentences(path: str | None) -> list[str]:
@@ -56,8 +50,7 @@ def word_order(n_items: int = 200, path: str | None = None, **_: Any) -> dict[st
     rows = []
     for sentence in sentences:
         words = sentence.split()
-        half = len(words) // 2
-        tail = words[half:]
+        head, tail = words[: len(words) // 2], words[len(words) // 2 :]
         shuffled = tail[:]
         for _ in range(10):  # a permutation that differs from the original
             rng.shuffle(shuffled)
@@ -67,7 +60,7 @@ def word_order(n_items: int = 200, path: str | None = None, **_: Any) -> dict[st
             continue
         gold = rng.randrange(2)
         choices = [" " + " ".join(part) for part in ((tail, shuffled) if gold == 0 else (shuffled, tail))]
-        rows.append({"query": " ".join(words[:half]), "choices": choices, "gold": gold})
+        rows.append({"query": " ".join(head), "choices": choices, "gold": gold})
         if len(rows) == n_items:
             break
     return {"test": Dataset.from_list(rows)}
