@@ -92,7 +92,9 @@ class CheckpointPolicy(UpdateCallback, Checkpoint):
             for expired in [p for p in step_checkpoints(folder) if step_of(p) <= step][: -self.keep_last]:
                 if self.keep_every and step_of(expired) % self.keep_every == 0:
                     continue
-                if held := readers(expired):  # an eval, export or consolidate reading it: pruned at a later save
+                if held := readers(
+                    expired.resolve()
+                ):  # an eval, export or consolidate reads it: pruned at a later save
                     rank_zero_info(f"keeping {expired} for now: it is read by {held[0]}")
                 else:
                     trainer.strategy.remove_checkpoint(expired)

@@ -4,6 +4,7 @@ Each is written under a temporary name in the target's own folder (so the rename
 from __future__ import annotations
 
 import errno
+import glob
 import os
 import shutil
 from collections.abc import Iterator
@@ -16,20 +17,10 @@ from fixed_embed.errors import ConfigError, writing
 os.umask(_UMASK := os.umask(0))  # read (at import, before threads): a written file gets what open() gives, 0666 & ~it
 
 
-_parent: int | None = None  # set in a worker process, which writes for its parent (the lock's holder)
-
-
-def write_for_parent() -> None:
-    """In a worker process: name temporary files by the parent's pid, so that whoever takes over the parent's lock,
-    once the parent is dead, removes what its workers left (:func:`remove_leftovers`)."""
-    global _parent
-    _parent = os.getppid()
-
-
 def temporary_name(path: str | os.PathLike, kind: str = "tmp") -> Path:
     """The hidden sibling ``.<name>.<kind>-<pid>`` that :func:`atomic_path` writes before the rename."""
     path = Path(path)
-    return path.with_name(f".{path.name}.{kind}-{_parent or os.getpid()}")
+    return path.with_name(f".{path.name}.{kind}-{os.getpid()}")
 
 
 @contextmanager
@@ -100,21 +91,18 @@ def atomic_folder(path: str | os.PathLike) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def remove_leftovers(target: str | os.PathLike, pid: int, beside: bool) -> list[Path]:
-    """Remove (and return) what writer ``pid``, killed while it held ``target``'s lock, left: its temporary files
-    and folders in ``target`` (and, for a lock ``beside`` it, in its folder). A previous ``target`` it had moved
-    aside (killed between :func:`atomic_folder`'s two renames) is put back instead."""
+def remove_leftovers(target: str | os.PathLike, pid: int, beside: bool) -> None:
+    """Remove what writer ``pid``, killed while it held ``target``'s lock, left: its temporary files
+    and folders in ``target`` and, for a lock ``beside`` it, its temporary siblings (``.<name>.tmp-<pid>``). A
+    previous ``target`` it had moved aside (killed between :func:`atomic_folder`'s renames) is put back instead."""
     target = Path(target)
     inside = list(target.rglob(f".*-{pid}")) if target.is_dir() and not target.is_symlink() else []
-    removed = []
-    for left in (list(target.parent.glob(f".*-{pid}")) if beside else []) + inside:
+    for left in (list(target.parent.glob(f".{glob.escape(target.name)}.*-{pid}")) if beside else []) + inside:
         if left.name.rpartition("-")[0].endswith((".tmp", ".old")):
             if left.name == f".{target.name}.old-{pid}" and not target.exists():
                 os.replace(left, target)
                 continue
             shutil.rmtree(left) if left.is_dir() and not left.is_symlink() else left.unlink(missing_ok=True)
-            removed.append(left)
-    return removed
 
 
 def process_running(pid: int) -> bool:

@@ -18,24 +18,20 @@ from jsonargparse.typing import restricted_number_type
 from fixed_embed.errors import ConfigError, MissingFileError, UserError
 
 
-def number_domain(name: str, kind: type, *restrictions: tuple[str, float]) -> type:
+def domain(name: str, kind: type, *restrictions: tuple[str, float]) -> type:
     """A domain that jsonargparse checks while parsing (NaN fails every comparison), for config signatures."""
-    domain = restricted_number_type(name, kind, list(restrictions))  # restrictions other than jsonargparse's own
-    domain.__new__ = staticmethod(lambda cls, v: cls._validation_fn(cls, v) or kind(v))  # plain kind: weights_only-safe
-    return domain
+    typed = restricted_number_type(name, kind, list(restrictions))  # restrictions other than jsonargparse's own
+    typed.__new__ = staticmethod(lambda cls, v: cls._validation_fn(cls, v) or kind(v))  # plain kind: weights_only-safe
+    return typed
 
 
-PositiveInt, NonNegativeInt = (
-    number_domain("an integer >= 1", int, (">=", 1)),
-    number_domain("an integer >= 0", int, (">", -1)),
-)
-PerMille = number_domain("an integer in [0, 1000]", int, (">=", 0), ("<=", 1000))
-Beta = number_domain("in [0, 1)", float, (">=", 0.0), ("<", 1.0))
-PositiveFinite = number_domain("a finite number > 0", float, (">", 0.0), ("<", math.inf))
-NonNegativeFinite = number_domain("a finite number >= 0", float, (">=", 0.0), ("<", math.inf))
-UnitInterval = number_domain(
-    "in [0, 1]", float, (">=", 0.0), ("<=", 1.0), ("<", math.inf)
-)  # "< inf": not ClosedUnitInterval
+PositiveInt = domain("an integer >= 1", int, (">=", 1))
+NonNegativeInt = domain("an integer >= 0", int, (">", -1))
+PerMille = domain("an integer in [0, 1000]", int, (">=", 0), ("<=", 1000))
+Beta = domain("in [0, 1)", float, (">=", 0.0), ("<", 1.0))
+PositiveFinite = domain("a finite number > 0", float, (">", 0.0), ("<", math.inf))
+NonNegativeFinite = domain("a finite number >= 0", float, (">=", 0.0), ("<", math.inf))
+UnitInterval = domain("in [0, 1]", float, (">=", 0.0), ("<=", 1.0), ("<", math.inf))  # "< inf": not ClosedUnitInterval
 
 
 class ConfigYAMLError(ConfigError, yaml.YAMLError):

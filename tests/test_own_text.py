@@ -33,7 +33,8 @@ def test_a_one_document_txt_names_data_valid_and_not_num_workers(tmp_path, corpu
 
 def test_params_takes_overrides_after_the_config():
     base = run_cli("params", TINY)
-    deeper = run_cli("params", TINY, "--model.decoder.n_layers", "12", "--data.seq_len=512")
+    deeper = run_cli("params", TINY, "--model.decoder.n_layers", "12", "--data.seq_len=512",
+                     "--model.decoder.max_seq_len", "512")  # fmt: skip
     assert base.returncode == deeper.returncode == 0, deeper.stderr[-2000:]
     words = " ".join(deeper.stdout.split())  # the title wraps where the checkout's path is long
     assert "--model.decoder.n_layers 12 --data.seq_len=512" in words and "ctx 512" in words

@@ -73,8 +73,8 @@ CHANGES: dict[str, Callable[[Any], Any]] = {
     "model.ignore_merges": lambda v: not v,
 }  # fmt: skip
 SAME_SIZE = {"model.vocab", "model.merges"}
-# SmolLM2's (each at one place): the reported change, the same-size ones, two sections it fills its own way
-ONE_PLACE_EACH = ["normalizer", "model.vocab", "model.merges", "pre_tokenizer", "added_tokens"]
+# SmolLM2's (each at one place): the reported change and the same-size ones
+ONE_PLACE_EACH = ["normalizer", "model.vocab", "model.merges"]  # the corpus BPE tries every section everywhere
 UNCHANGEABLE = {
     "version": "the format's version: another is no tokenizer this library reads (load_tokenizer refuses it)",
     "model.type": "another model type reads none of this model's fields: no tokenizer",

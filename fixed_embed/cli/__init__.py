@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import importlib
 import io
 import os
@@ -77,7 +78,14 @@ def main(argv: list[str] | None = None, configure_console: bool | None = None) -
     except Exception as error:
         # Lightning's clean-up after a failed run can raise again, hiding the user's error in the context.
         user_error = next((cause for cause in causes(error) if isinstance(cause, UserError)), None)
-        if user_error is None and (written := environment_error(error)) is not None:  # not a bug
+        written = environment_error(error) if user_error is None else None
+        if (
+            written is not None
+            and written.errno in (errno.EACCES, errno.EPERM)
+            and os.path.exists(written.filename or "")
+        ):
+            user_error = UserError(f"cannot read {written.filename}: {written.strerror}; check its permissions")
+        elif written is not None:  # not a bug
             kept = KEPT.get(command, "no file is left half-written (writes are atomic)")
             user_error = RunWriteError(write_refused(written, kept, "choose another output path"))
         elif user_error is None and (named := _named_path_error(error, argv)) is not None:

@@ -16,6 +16,7 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from fixed_embed.config import CONFIG_FILE_FLAGS, DEFAULT_RUN, config_values, expand_config_args, refused_value
 from fixed_embed.data import TextDataModule
 from fixed_embed.data.corpus_check import check_corpus
+from fixed_embed.data.token_shards import INDEX
 from fixed_embed.distributed import launch_agreement, rank_watch
 from fixed_embed.distributed.ranks import is_launching_rank
 from fixed_embed.errors import ConfigError, RunComplete, RunWriteError, environment_error, write_refused
@@ -88,7 +89,7 @@ class FixedEmbedCLI(LightningCLI):
         folder = pin_run_folder(config.trainer, config.run)
         if is_launching_rank():  # the run folder's writer, and a reader of the data folders (token shards)
             self._locks += [run_lock.acquire(folder)] if folder is not None else []
-            read = {Path(p) for p in (config.data.train, config.data.valid) if p and Path(p).is_dir()}
+            read = {Path(p).resolve() for p in (config.data.train, config.data.valid) if p and _shards_or_being(p)}
             self._locks += [run_lock.acquire(p, "or point data at another", beside=True, shared=True) for p in read]
         self._max_steps, how = run_length(config)
         rank_zero_info(how)
@@ -124,6 +125,10 @@ class _SaveConfig(SaveConfigCallback):
         if stage == "fit" and isinstance(trainer.logger, TensorBoardLogger):  # in TensorBoard's text tab, as code
             text = self.parser.dump(self.config, skip_none=False)
             trainer.logger.experiment.add_text("config", "".join(f"    {line}" for line in text.splitlines(True)))
+
+
+def _shards_or_being(path: str) -> bool:  # token shards, or a folder a pretokenize holds: a reader leaves a record
+    return (Path(path) / INDEX).is_file() or (Path(path).parent / f".{Path(path).name}.lock").is_file()
 
 
 def _preflight(config: Any) -> None:

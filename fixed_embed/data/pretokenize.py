@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from fixed_embed.atomic import atomic_path, atomic_write_text, write_for_parent
+from fixed_embed.atomic import atomic_path, atomic_write_text
 from fixed_embed.data.sharding import document_cycle, is_held_out, reader_plan, virtual_shard_of
 from fixed_embed.data.sources import DocumentSource
 from fixed_embed.data.token_shards import FORMAT, INDEX, SPLITS, TOKENIZER_FILE, VERSION, checksum, token_dtype
@@ -86,6 +86,8 @@ def pretokenize(source: DocumentSource, tokenizer: str, out: str | os.PathLike, 
     }  # fmt: skip
     done = _prepare(out, plan, overwrite)
     mine = range(task[0] * shards // task[1], (task[0] + 1) * shards // task[1]) if task else range(shards)
+    for half in (p for v in mine for split in SPLITS for p in out.glob(f".{_shard_file(split, v)}.tmp-*")):
+        half.unlink()  # a killed writer's or worker's: these names are this run's alone while it holds the lock
     saved = out / TOKENIZER_FILE  # written over when it changed since a first run: the shards' ids are this one's
     if not saved.is_file() or saved.read_text() != tok.to_str(pretty=True):
         atomic_write_text(saved, tok.to_str(pretty=True))
@@ -241,7 +243,6 @@ _QUEUE: Any = None
 def _init_worker(queue: Any, threads: int) -> None:
     global _QUEUE
     _QUEUE = queue
-    write_for_parent()
     # the tokenizer's own thread pool, sized so the workers share the cores instead of each taking all
     os.environ.setdefault("RAYON_NUM_THREADS", str(threads))
     os.environ.setdefault("RAYON_RS_NUM_CPUS", str(threads))

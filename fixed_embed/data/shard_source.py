@@ -43,7 +43,7 @@ class TokenShardSource:
     def check(self) -> None:
         """The shards must have been written with this tokenizer (and, for training, this hold-out)."""
         data = self.data
-        self.shards().check_tokenizer(tokenizer_fingerprint(data.tokenizer()), data.tokenizer_path(), data.eos_id())
+        self.shards().check_tokenizer(tokenizer_fingerprint(data.tokenizer()), data.tokenizer_path())
         if self.role == "train":
             self.shards().check_holdout(data.hparams.holdout_per_mille)
 

@@ -39,13 +39,13 @@ def _matches(path: str, size: int, mtime_ns: int, sha256: str) -> bool:
 
 
 def _identity(path: Path) -> tuple[int, ...]:
-    """The file behind ``path`` and its version: replaced (a new inode) or written in place (ctime, which no copy
-    tool sets back), it differs."""
+    """The file behind ``path`` and its version: replaced (a new inode) or written in place (mtime), it differs;
+    not ctime, which a chmod, chown or hard link of a backup also moves."""
     try:
         stat = path.stat()
     except FileNotFoundError:
         return ()
-    return stat.st_dev, stat.st_ino, stat.st_size, stat.st_ctime_ns
+    return stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns
 
 
 def shard_folder(path: str | os.PathLike | None) -> Path | None:
@@ -140,8 +140,8 @@ class TokenShards:
     def holdout_per_mille(self) -> int:
         return int(self.index["holdout"]["per_mille"])
 
-    def check_tokenizer(self, fingerprint: str, spec: str, eos_id: int) -> None:
-        """Refuse a tokenizer other than the one these ids were made with (its fingerprint) or another EOS."""
+    def check_tokenizer(self, fingerprint: str, spec: str) -> None:
+        """Refuse a tokenizer other than the one these ids were made with (its fingerprint: its EOS id with it)."""
         written = self.index["tokenizer"]
         if written["fingerprint"] != fingerprint:
             own, made = load_tokenizer(self.tokenizer_file), f"tokenizer {written.get('spec')}"
@@ -153,10 +153,6 @@ class TokenShards:
             raise DataError(
                 f"the token shards {self.folder} were written with another tokenizer: {why}: their ids would mean "
                 f"other tokens; {fix}, or pretokenize again with data.tokenizer"
-            )
-        if self.eos_id != eos_id:
-            raise DataError(
-                f"the token shards {self.folder} end documents with id {self.eos_id}, the tokenizer {eos_id}"
             )
 
     def check_holdout(self, per_mille: int) -> None:

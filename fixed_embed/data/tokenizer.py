@@ -76,11 +76,14 @@ def tokenizer_mismatch(then: Tokenizer, then_name: str, now: Tokenizer, now_name
     return f"{then_name} (fingerprint {old[:12]}) and {now_name} ({new[:12]}) differ in {differ}"
 
 
-def kept_copy(tokenizer: Tokenizer) -> Path:
-    """``tokenizer`` as a file in the cache, named by its fingerprint: what a refusal can offer as data.tokenizer."""
+def kept_copy(tokenizer: Tokenizer) -> str:
+    """``tokenizer`` as a file in the cache, named by its fingerprint: what a refusal can offer as data.tokenizer
+    (where the cache cannot take it, a word saying so: the refusal is not to become a write error)."""
     path = cache_root() / "tokenizers" / f"fingerprint-{tokenizer_fingerprint(tokenizer)[:16]}.json"
-    atomic_write_text(path, tokenizer.to_str())
-    return path
+    try:
+        return str(atomic_write_text(path, tokenizer.to_str()))
+    except OSError as error:
+        return f"the checkpoint's tokenizer, which could not be copied to {path}: {error.strerror}"
 
 
 def bpe_cache_dir(fingerprint: str, vocab_size: int) -> Path:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import glob
 import io
 import os
 import pickle
@@ -23,12 +24,13 @@ _META = "meta.pt"  # Lightning's metadata file inside a distributed checkpoint
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """Lightning's checkpoints written atomically; a save killed mid-write leaves a temporary that the next launch,
-    taking over the dead one's run lock, removes (fixed_embed.run.lock)."""
+    """Lightning's checkpoints written atomically; a save killed mid-write leaves a temporary the next one removes."""
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str | os.PathLike, storage_options: Any = None) -> None:
         if storage_options is not None:
             raise TypeError(f"AtomicCheckpointIO takes no storage_options, got {storage_options!r}")
+        for killed in Path(path).parent.glob(f".{glob.escape(Path(path).name)}.tmp-*"):  # its name is this run's alone
+            killed.unlink(missing_ok=True)
         with atomic_write(path, "wb") as file:
             torch.save(checkpoint, file)
 

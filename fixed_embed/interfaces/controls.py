@@ -8,7 +8,7 @@ from typing import Literal
 import torch
 from torch import nn
 
-from fixed_embed.config import PositiveFinite, PositiveInt, number_domain
+from fixed_embed.config import PositiveFinite, PositiveInt, domain
 from fixed_embed.errors import ConfigError
 from fixed_embed.interfaces.base import InputInterface
 from fixed_embed.interfaces.codes import bits_of, random_injection
@@ -16,7 +16,7 @@ from fixed_embed.interfaces.codes import code_width as minimal_code_width
 from fixed_embed.interfaces.paper import BinaryCodeInput, LearnedInput
 from fixed_embed.interfaces.tiling import binary_code_norm, tile, tiled_norm
 
-TorchSeed = number_domain("an integer in [0, 2**64)", int, (">=", 0), ("<", 2**64))  # what Generator.manual_seed takes
+TorchSeed = domain("an integer in [0, 2**64)", int, (">=", 0), ("<", 2**64))  # what Generator.manual_seed takes
 
 
 class PermutedCodeInput(BinaryCodeInput):

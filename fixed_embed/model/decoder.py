@@ -11,15 +11,15 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from fixed_embed.config import PositiveFinite, PositiveInt, number_domain
+from fixed_embed.config import PositiveFinite, PositiveInt, domain
 from fixed_embed.errors import ConfigError
 from fixed_embed.interfaces import InputInterface, LearnedInput
 from fixed_embed.model.loss import linear_cross_entropy
 
 #: 2**24: past any model's sizes, and every weight's bytes well inside the int64 torch counts them in.
-VocabSize = number_domain("an integer in [2, 2**24]", int, (">=", 2), ("<=", 2**24))
-Dim = number_domain("an integer in [1, 2**24]", int, (">=", 1), ("<=", 2**24))
-Depth = number_domain("an integer in [1, 1024]", int, (">=", 1), ("<=", 1024))  # a block takes ~3 ms to build on meta
+VocabSize = domain("an integer in [2, 2**24]", int, (">=", 2), ("<=", 2**24))
+Dim = domain("an integer in [1, 2**24]", int, (">=", 1), ("<=", 2**24))
+Depth = domain("an integer in [1, 1024]", int, (">=", 1), ("<=", 1024))  # a block takes ~3 ms to build on meta
 
 
 @dataclass

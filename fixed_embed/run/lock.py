@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import errno
+import glob
 import json
 import logging
 import os
@@ -145,12 +146,12 @@ def acquire(target: str | os.PathLike, fix: str = "or use --run NEW_NAME", besid
         except BaseException:  # a full disk: no half-written lock left to refuse the next launch
             path.unlink(missing_ok=True)
             raise
-        others = sorted(folder.glob(f"{path.name}.read-*"))
+        others = sorted(folder.glob(f"{glob.escape(path.name)}.read-*"))
     _held.add(path)
     lock = RunLock(path, record, made)
     try:
         for other in others:
-            _refuse_if_live(other, target, beside, fix)
+            _refuse_if_live(other, target, beside, fix, shared)
     except RunInUseError:
         lock.release()
         raise
@@ -160,13 +161,18 @@ def acquire(target: str | os.PathLike, fix: str = "or use --run NEW_NAME", besid
 def readers(target: str | os.PathLike) -> list[str]:
     """The live readers of ``target`` (whose lock lies beside it), described."""
     target = Path(target)
-    records = [(path, _read(path)) for path in target.parent.glob(f".{target.name}.lock.read-*")]
-    return [_describe(record) for path, record in records if record and _stale_reason(record, path) is None]
+    live = []
+    for path in target.parent.glob(f".{glob.escape(target.name)}.lock.read-*"):
+        if (record := _read(path)) is not None and _stale_reason(record, path) is None:
+            live.append(_describe(record))
+        elif record is not None:
+            _take_over(path, record)  # a killed reader's record: nobody else would remove it
+    return live
 
 
-def _refuse_if_live(path: Path, target: Path, beside: bool, fix: str) -> None:
-    """Refuse if ``path`` (``target``'s lock, or a reader's record) names a live holder; take it over if stale,
-    removing what a dead writer left."""
+def _refuse_if_live(path: Path, target: Path, beside: bool, fix: str, shared: bool = False) -> None:
+    """Refuse if ``path`` (``target``'s lock, or a reader's record) names a live holder. A stale one a writer takes
+    over (a dead writer's lock with what it left, a dead reader's record); a reader leaves it to the next writer."""
     if (holder := _read(path)) is None:
         return
     if (reason := _stale_reason(holder, path)) is None:
@@ -174,7 +180,7 @@ def _refuse_if_live(path: Path, target: Path, beside: bool, fix: str) -> None:
             f"{'' if beside else 'run folder '}{target} is in use by another launch ({_describe(holder)}: "
             f"{holder.get('command', '?')}); wait for it to end or stop it, {fix}. If it is gone, delete {path}"
         )
-    if _take_over(path, holder):
+    if not shared and _take_over(path, holder) and ".read-" not in path.name:
         logging.getLogger(__name__).info(f"run lock: taking over {path} from {_describe(holder)}: {reason}")
         if isinstance(pid := holder.get("pid"), int):
             remove_leftovers(target, pid, beside)
