@@ -202,6 +202,7 @@ def edge_cases():
             yield pytest.param(key, value, id=f"{key}={value}")
 
 
+@pytest.mark.slow  # ~90 cases of a fit's parse and checks (~20 s): in `make test`, not the inner loop
 @pytest.mark.parametrize(("key", "value"), list(edge_cases()))
 def test_an_edge_size_is_taken_or_refused_in_one_line_before_any_work(key, value, tmp_path):
     """params, and fit's parse and checks of the values (as tests/test_bad_values.py runs them, ~30 ms); where fit

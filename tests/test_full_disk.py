@@ -92,6 +92,7 @@ KINDS = {  # how a refusal is made -> its errno and the words of the fix
     "disk full": ("ENOSPC", "free disk space"),
     "read-only folder": ("EACCES", "choose another output path"),
 }
+WHOLE_LAUNCH = {"fit"}  # seconds a case: in `make test`, not the inner loop
 POINTS = {"fit": 1}  # points tried (default 3): a whole launch takes seconds
 # Known gaps, each a refusal that is not yet one line naming the file: strict, so that the fix shows.
 GAPS = {  # command or (command, kind) -> what fails
@@ -253,7 +254,9 @@ def trial_write(path: Path, size: int) -> bool:
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
-@pytest.mark.parametrize("command", sorted(LAUNCH))
+@pytest.mark.parametrize(
+    "command", [pytest.param(c, marks=[pytest.mark.slow] * (c in WHOLE_LAUNCH)) for c in sorted(LAUNCH)]
+)
 def test_a_refused_write_is_one_line_naming_the_file_and_keeps_what_was_there(command, kind, tmp_path, corpus,
                                                                               checkpoint, request):  # fmt: skip
     if kind == "read-only folder" and os.geteuid() == 0:

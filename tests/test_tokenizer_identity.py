@@ -123,7 +123,7 @@ def _datamodule(saved: Saved, **options: Any) -> TextDataModule:
     return TextDataModule(val_sequences=4, holdout_per_mille=300, **options)
 
 
-@pytest.fixture(scope="module", params=["corpus-bpe", "smollm2"])
+@pytest.fixture(scope="module", params=["corpus-bpe", pytest.param("smollm2", marks=pytest.mark.slow)])  # 49k tokens
 def saved(request, corpus, tmp_path_factory):
     if request.param == "smollm2" and not SMOLLM2.is_file():
         pytest.skip(f"the SmolLM2 tokenizer is not at {SMOLLM2}")

@@ -3,6 +3,7 @@ lock, the resume plan, the length from ``model.token_budget``, ``val_check_inter
 
 from __future__ import annotations
 
+import os
 import sys
 from argparse import ArgumentError
 from pathlib import Path
@@ -152,7 +153,7 @@ def run(argv: list[str]) -> int:
     except SystemExit as stop:
         if isinstance(stop.__context__, KeyboardInterrupt):  # Lightning's Ctrl-C handler: sys.exit(1)
             _say_interrupted(trainers)
-        elif stop.code == 2 and (files := [f for f in config_values(argv, CONFIG_FILE_FLAGS) if Path(f).is_file()]):
+        elif stop.code == 2 and (files := [f for f in config_values(argv, CONFIG_FILE_FLAGS) if os.path.isfile(f)]):
             # a usage error: which files it came from
             print(f"fixed-embed {argv[0]}: (the config files given: {', '.join(files)})", file=sys.stderr)
         raise
