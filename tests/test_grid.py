@@ -227,8 +227,12 @@ def test_a_local_grid_killed_mid_way_continues_every_run_exactly_once(tmp_path):
     assert scored.returncode == 0 and scored.stdout.count("scoring ") == 2, scored.stdout + scored.stderr[-3000:]
     assert json.loads((run_dir / "benchmarks" / "step_00000120" / "results.json").read_text())["scores"] == in_loop
     bench = runs.curves(run_dir, ("bench/fixed_embed_word_order/acc",))["bench/fixed_embed_word_order/acc"]
-    pairs = sorted(map(tuple, bench))  # the in-loop benchmark's and the jobs' at each update: the same scores
-    assert [step for step, _ in pairs] == [99, 99, 119, 119] and pairs[0] == pairs[1] and pairs[2] == pairs[3]
+    scores: dict[int, set] = {}  # the in-loop benchmark's and the jobs' at each update: the same scores
+    for step, value in bench:
+        scores.setdefault(step, set()).add(value)
+    # (the in-loop one at update 100 is missing when the SIGTERM stopped it mid-way: the job's then stands alone)
+    assert sorted(scores) == [99, 119] and all(len(same) == 1 for same in scores.values()), bench
+    assert sum(step == 119 for step, _ in bench) == 2, bench  # the end of the run's in-loop benchmark and the job's
     again = subprocess.run(score, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and "scoring " not in again.stdout  # what is scored is not scored twice
 
