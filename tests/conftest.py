@@ -146,3 +146,15 @@ def checkpoint(tmp_path_factory, corpus):
     tmp = tmp_path_factory.mktemp("tiny")
     fit_tiny(tmp, corpus, stop_at=1, max_steps=1, decoder={"max_seq_len": 128})
     return tmp / "ckpt" / "last.ckpt"
+
+
+@pytest.fixture(scope="module")
+def shards(corpus, tmp_path_factory):
+    """The session corpus as 4 token shards with a 10 % hold-out."""
+    from fixed_embed.data.pretokenize import pretokenize
+    from fixed_embed.data.sources import DocumentSource
+
+    data, tok = corpus
+    out = tmp_path_factory.mktemp("shards") / "s"
+    pretokenize(DocumentSource(str(data)), str(tok), out, shards=4, holdout_per_mille=100)
+    return out

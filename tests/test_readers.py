@@ -24,8 +24,6 @@ import numpy as np
 import pytest
 
 from callbacks import CheckpointPolicy
-from fixed_embed.data.pretokenize import pretokenize
-from fixed_embed.data.sources import DocumentSource
 from fixed_embed.data.token_shards import TokenShards
 from fixed_embed.distributed import checkpoint as checkpoint_files
 from fixed_embed.errors import DataError
@@ -47,14 +45,6 @@ from tests.test_one_writer import (
     refused,
     tree,
 )
-
-
-@pytest.fixture(scope="module")
-def shards(corpus, tmp_path_factory):
-    data, tok = corpus
-    out = tmp_path_factory.mktemp("readers") / "shards"
-    pretokenize(DocumentSource(str(data)), str(tok), out, shards=2, holdout_per_mille=100)
-    return out
 
 
 @pytest.mark.parametrize("command", sorted(WRITERS))

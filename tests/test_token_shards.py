@@ -27,15 +27,6 @@ ROOT = Path(__file__).resolve().parents[1]
 SEQ, WIDTH = 16, 17
 
 
-@pytest.fixture(scope="module")
-def shards(corpus, tmp_path_factory):
-    """The session corpus as 4 shards with a 10 % hold-out."""
-    data, tok = corpus
-    out = tmp_path_factory.mktemp("shards") / "s"
-    pretokenize(DocumentSource(str(data)), str(tok), out, shards=4, holdout_per_mille=100)
-    return out
-
-
 def _files(out: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(out.iterdir())}
 
