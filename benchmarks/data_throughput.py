@@ -3,7 +3,8 @@
 1. **Streaming** (tokenize + pack, what `data.train: FILES` does): one full pass over the corpus
    (tokenization happens lazily, batch by batch, so a pass is the honest unit), through the
    StatefulDataLoader with 0 (main process), 1, 2, ... workers.
-2. **pretokenize** (`fixed-embed pretokenize`): the same corpus written as token shards, with 1, 2, ...
+2. **pretokenize** (`fixed-embed pretokenize`): the same corpus written as token shards, with 1,
+2, ...
    worker processes (tokens written per second, wall clock, start-up included).
 3. **Token shards** (read + pack + collate, what `data.train: SHARDS/` does): batches of the global
    order from the memory-mapped shards in one process (the main process, no loader worker).
@@ -37,7 +38,9 @@ READ_TARGET = 10_000_000
 
 def measure(source, tokenizer, seq_len, workers, batch_size=8):
     eos = special_token_id(load_tokenizer(tokenizer), "<|endoftext|>")
-    ds = PackedBlocks(source, tokenizer, seq_len, eos_id=eos, num_shards=64, shuffle_buffer=64, epochs=1)
+    ds = PackedBlocks(
+        source, tokenizer, seq_len, eos_id=eos, num_shards=64, shuffle_buffer=64, epochs=1
+    )
     loader = StatefulDataLoader(ds, batch_size=batch_size, num_workers=workers)
     start, seen = time.perf_counter(), 0
     for batch in loader:
@@ -46,7 +49,8 @@ def measure(source, tokenizer, seq_len, workers, batch_size=8):
 
 
 def measure_shards(folder, seq_len, batches, batch_size=8):
-    """Read + pack + collate ``batches`` batches of the global order through the loader (main process)."""
+    """Read + pack + collate ``batches`` batches of the global order through the loader (main
+    process)."""
     loader = TokenBlockLoader(RankBatches(TokenShards(folder), seq_len, batch_size, seed=0))
     it = iter(loader)
     next(it)  # the first pass's permutation is drawn here, once per pass
@@ -61,14 +65,21 @@ def main() -> None:
     parser.add_argument("--data", default=str(SHARED / "gutenberg-prose" / "train.jsonl"))
     parser.add_argument("--tokenizer", default=str(SHARED / "smollm2-tokenizer" / "tokenizer.json"))
     parser.add_argument("--seq-len", type=int, default=2048)
-    parser.add_argument("--workers", type=int, nargs="*", default=[0, 1, 2], help="streaming loader workers")
+    parser.add_argument(
+        "--workers", type=int, nargs="*", default=[0, 1, 2], help="streaming loader workers"
+    )
     parser.add_argument("--pretokenize-workers", type=int, nargs="*", default=[1, 2])
     parser.add_argument("--shards", type=int, default=16, help="pretokenize output shards")
-    parser.add_argument("--read-batches", type=int, default=2000, help="batches of 8 read from the shards")
+    parser.add_argument(
+        "--read-batches", type=int, default=2000, help="batches of 8 read from the shards"
+    )
     args = parser.parse_args()
     console = Console(width=140)
     source = DocumentSource(args.data)
-    name = f"{Path(args.data).name}, {Path(args.tokenizer).name}, ctx {args.seq_len}, {os.cpu_count()} cores"
+    name = (
+        f"{Path(args.data).name}, {Path(args.tokenizer).name}, ctx {args.seq_len}, "
+        f"{os.cpu_count()} cores"
+    )
     seen = 0
     if args.workers:
         table = Table(title=f"streaming tokenize+pack, one pass over {name}")
@@ -77,29 +88,51 @@ def main() -> None:
         for workers in args.workers:
             rate, seen = measure(source, args.tokenizer, args.seq_len, workers)
             per_worker = rate / max(1, workers)
-            table.add_row(str(workers) + (" (main process)" if workers == 0 else ""), f"{rate:,.0f}",
-                          f"{per_worker:,.0f}", f"{-(-TARGET_PER_GPU // int(per_worker))}")  # fmt: skip
+            table.add_row(
+                str(workers) + (" (main process)" if workers == 0 else ""),
+                f"{rate:,.0f}",
+                f"{per_worker:,.0f}",
+                f"{-(-TARGET_PER_GPU // int(per_worker))}",
+            )
         console.print(table)
         print(f"prediction tokens per pass: {seen:,}")
     with tempfile.TemporaryDirectory(prefix="bench-shards-") as tmp:
-        table = Table(title=f"pretokenize {name} into {args.shards} shards (wall clock, start-up included)")
-        for col in ("processes", "tokens", "seconds", "tokens/s", "tokens/s per process", "bytes on disk"):
+        table = Table(
+            title=f"pretokenize {name} into {args.shards} shards (wall clock, start-up included)"
+        )
+        for col in (
+            "processes",
+            "tokens",
+            "seconds",
+            "tokens/s",
+            "tokens/s per process",
+            "bytes on disk",
+        ):
             table.add_column(col, justify="right")
         folder = None
         for workers in args.pretokenize_workers:
             folder = Path(tmp) / f"w{workers}"
-            result = pretokenize(source, args.tokenizer, folder, shards=args.shards, workers=workers)
-            table.add_row(str(workers), f"{result['tokens']:,}", f"{result['seconds']:.1f}",
-                          f"{result['tokens_per_s']:,.0f}", f"{result['tokens_per_s'] / workers:,.0f}",
-                          f"{result['bytes']:,}")  # fmt: skip
+            result = pretokenize(
+                source, args.tokenizer, folder, shards=args.shards, workers=workers
+            )
+            table.add_row(
+                str(workers),
+                f"{result['tokens']:,}",
+                f"{result['seconds']:.1f}",
+                f"{result['tokens_per_s']:,.0f}",
+                f"{result['tokens_per_s'] / workers:,.0f}",
+                f"{result['bytes']:,}",
+            )
         console.print(table)
         if folder is None:
             folder = Path(tmp) / "w1"
             pretokenize(source, args.tokenizer, folder, shards=args.shards)
         rate = measure_shards(folder, args.seq_len, args.read_batches)
         print(
-            f"token shards: read + pack + collate, global order, one process, batches of 8 x {args.seq_len + 1}: "
-            f"{rate:,.0f} prediction tokens/s (target {READ_TARGET:,}: {'met' if rate >= READ_TARGET else 'MISSED'})"
+            "token shards: read + pack + collate, global order, one process, batches of 8 x "
+            f"{args.seq_len + 1}: "
+            f"{rate:,.0f} prediction tokens/s (target {READ_TARGET:,}: "
+            f"{'met' if rate >= READ_TARGET else 'MISSED'})"
         )
 
 

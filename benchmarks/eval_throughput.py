@@ -1,4 +1,5 @@
-"""Loglikelihood requests per second: our lm-eval model vs lm-eval's ``hf`` backend on the exported model.
+"""Loglikelihood requests per second: our lm-eval model vs lm-eval's ``hf`` backend on the
+exported model.
 
 Same machine, same weights (the tiny config's model, exported to a Llama folder), same requests:
 the offline word-order task's 200 items x 2 continuations, and the rolling perplexity documents.
@@ -53,18 +54,34 @@ def main() -> None:
     from fixed_embed.evaluation.lm_eval_model import FixedEmbedLM
 
     with tempfile.TemporaryDirectory() as tmp:
-        cli = FixedEmbedCLI(args=["--config", str(ROOT / f"experiments/tiny/{args.variant}.yaml")], run=False)
+        cli = FixedEmbedCLI(
+            args=["--config", str(ROOT / f"experiments/tiny/{args.variant}.yaml")], run=False
+        )
         model, tokenizer = cli.model.eval(), cli.datamodule.tokenizer()
-        ours = FixedEmbedLM.from_module(model, tokenizer, batch_size=args.batch_size, dtype="float32")
+        ours = FixedEmbedLM.from_module(
+            model, tokenizer, batch_size=args.batch_size, dtype="float32"
+        )
         export_llama(model, tokenizer, Path(tmp) / "hf")
-        hf = HFLM(pretrained=str(Path(tmp) / "hf"), dtype="float32", batch_size=args.batch_size, device="cpu")
-        table = Table(title=f"lm-eval requests/s, tiny {args.variant} model, batch {args.batch_size}, CPU")
+        hf = HFLM(
+            pretrained=str(Path(tmp) / "hf"),
+            dtype="float32",
+            batch_size=args.batch_size,
+            device="cpu",
+        )
+        table = Table(
+            title=f"lm-eval requests/s, tiny {args.variant} model, batch {args.batch_size}, CPU"
+        )
         for column in ("request type", "requests", "fixed_embed req/s", "hf req/s", "ratio"):
             table.add_column(column, justify="left" if column == "request type" else "right")
         for kind, reqs in requests().items():
             ours_s, hf_s = timed(getattr(ours, kind), reqs), timed(getattr(hf, kind), reqs)
-            table.add_row(kind, str(len(reqs)), f"{len(reqs) / ours_s:,.1f}", f"{len(reqs) / hf_s:,.1f}",
-                          f"{hf_s / ours_s:.2f}")  # fmt: skip
+            table.add_row(
+                kind,
+                str(len(reqs)),
+                f"{len(reqs) / ours_s:,.1f}",
+                f"{len(reqs) / hf_s:,.1f}",
+                f"{hf_s / ours_s:.2f}",
+            )
     Console(width=120).print(table)
 
 

@@ -39,7 +39,12 @@ def training_state_bytes(interface, ids, grad_out) -> int:
     optimizer = torch.optim.AdamW(params, lr=1e-4)
     interface(ids).backward(grad_out)
     optimizer.step()
-    state = [t for s in optimizer.state.values() for t in s.values() if torch.is_tensor(t) and t.dim() > 0]
+    state = [
+        t
+        for s in optimizer.state.values()
+        for t in s.values()
+        if torch.is_tensor(t) and t.dim() > 0
+    ]
     return sum(t.numel() * t.element_size() for t in [*params, *(p.grad for p in params), *state])
 
 
@@ -60,8 +65,10 @@ def main() -> None:
         seconds = time_fwd_bwd(interface, ids, grad_out, args.repeats)
         rows.append((cls.__name__, seconds, training_state_bytes(interface, ids, grad_out)))
     learned_time = rows[0][1]
-    table = Table(title=f"input layer, ids {args.batch}x{args.seq}, d {args.d_model}, V {args.vocab:,}, "
-                  f"{torch.get_num_threads()} threads")  # fmt: skip
+    table = Table(
+        title=f"input layer, ids {args.batch}x{args.seq}, d {args.d_model}, V {args.vocab:,}, "
+        f"{torch.get_num_threads()} threads"
+    )
     for col in ("interface", "fwd+bwd ms (median)", "x learned", "params+grads+AdamW bytes"):
         table.add_column(col, justify="right")
     for name, seconds, nbytes in rows:
@@ -71,7 +78,8 @@ def main() -> None:
 
 
 def paper_training_state(n_gpus: int = 2) -> Table:
-    """fp32 weights + gradients + AdamW moments of the whole paper model, per GPU, learned vs binary16.
+    """fp32 weights + gradients + AdamW moments of the whole paper model, per GPU, learned vs
+    binary16.
 
     Built on the meta device and stepped once with AdamW there, so the bytes are those of the
     tensors that training really allocates (without allocating them). Under DDP every GPU holds
@@ -90,8 +98,15 @@ def paper_training_state(n_gpus: int = 2) -> Table:
         optimizer = build_adamw(model, AdamWConfig(implementation="for-loop"))
         optimizer.step()
         params = list(model.parameters())
-        state = [t for s in optimizer.state.values() for t in s.values() if torch.is_tensor(t) and t.dim() > 0]
-        sizes[variant] = sum(t.numel() * t.element_size() for t in [*params, *(p.grad for p in params), *state])
+        state = [
+            t
+            for s in optimizer.state.values()
+            for t in s.values()
+            if torch.is_tensor(t) and t.dim() > 0
+        ]
+        sizes[variant] = sum(
+            t.numel() * t.element_size() for t in [*params, *(p.grad for p in params), *state]
+        )
     table = Table(title=f"paper config: fp32 weights + grads + AdamW state per GPU ({n_gpus} GPUs)")
     for col in ("interface", "DDP bytes/GPU", f"FSDP bytes/GPU (/{n_gpus})"):
         table.add_column(col, justify="right")

@@ -1,4 +1,5 @@
-"""What the Lightning loop and the monitors cost: `fixed-embed fit` vs a plain PyTorch loop, same model and batches.
+"""What the Lightning loop and the monitors cost: `fixed-embed fit` vs a plain PyTorch loop,
+same model and batches.
 
 Both sides are built from the same experiment YAML by the same LightningCLI parser (model,
 seed, data module), so they train the identical model on the identical batch stream:
@@ -111,13 +112,17 @@ def build(variant: str, steps: int, log_dir: str, monitors: bool = True):
     from fixed_embed.cli.train import FixedEmbedCLI
 
     args = [
-        "--config", str(ROOT / f"experiments/tiny/{variant}.yaml"),
-        f"--trainer.max_steps={steps}", "--trainer.limit_val_batches=0",
+        "--config",
+        str(ROOT / f"experiments/tiny/{variant}.yaml"),
+        f"--trainer.max_steps={steps}",
+        "--trainer.limit_val_batches=0",
         f"--trainer.logger.init_args.save_dir={log_dir}",
-    ]  # fmt: skip
+    ]
     cli = FixedEmbedCLI(args=args, run=False)
     # No checkpoints (the plain loop saves nothing either), no in-loop lm-eval.
-    from callbacks.benchmarks import BenchmarkCallback  # with FixedEmbedCLI: this script's --help needs neither
+    from callbacks.benchmarks import (
+        BenchmarkCallback,
+    )  # with FixedEmbedCLI: this script's --help needs neither
 
     dropped = (L.pytorch.callbacks.Checkpoint, BenchmarkCallback)
     kept = [c for c in cli.trainer.callbacks if not isinstance(c, dropped)]
@@ -181,7 +186,9 @@ def measure(loop: str, variant: str, steps: int, warmup: int) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--warmup", type=int, default=5, help="steps excluded from the timing")
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
@@ -196,26 +203,56 @@ def main() -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"Lightning loop and monitors vs a plain PyTorch loop (tiny config, {args.steps} steps, CPU)")
-    columns = ("variant", "plain tok/s", "fit-bare tok/s", "fit tok/s", "fit / plain", "monitors, in-hook",
-               "monitors, end-to-end", "input layer", "fit RSS MB")  # fmt: skip
+    table = Table(
+        title=f"Lightning loop and monitors vs a plain PyTorch loop (tiny config, {args.steps} "
+        "steps, CPU)"
+    )
+    columns = (
+        "variant",
+        "plain tok/s",
+        "fit-bare tok/s",
+        "fit tok/s",
+        "fit / plain",
+        "monitors, in-hook",
+        "monitors, end-to-end",
+        "input layer",
+        "fit RSS MB",
+    )
     for column in columns:
         table.add_column(column, justify="left" if column == "variant" else "right")
     for variant in args.variants:
         result = {}
         for loop in ("plain", "fit-bare", "fit"):
             out = subprocess.run(
-                [sys.executable, __file__, "--one", loop, variant, "--steps", str(args.steps),
-                 "--warmup", str(args.warmup)],
-                capture_output=True, text=True, check=True, cwd=ROOT,
-            ).stdout  # fmt: skip
+                [
+                    sys.executable,
+                    __file__,
+                    "--one",
+                    loop,
+                    variant,
+                    "--steps",
+                    str(args.steps),
+                    "--warmup",
+                    str(args.warmup),
+                ],
+                capture_output=True,
+                text=True,
+                check=True,
+                cwd=ROOT,
+            ).stdout
             result[loop] = json.loads(out.strip().splitlines()[-1])
         plain, bare, fit = (result[k]["tokens_per_sec"] for k in ("plain", "fit-bare", "fit"))
         table.add_row(
-            variant, f"{plain:,.0f}", f"{bare:,.0f}", f"{fit:,.0f}", f"{fit / plain:.3f}",
-            f"{100 * result['fit']['monitor_frac']:.2f} %", f"{100 * (1 - fit / bare):+.1f} %",
-            f"{100 * result['fit']['input_layer_frac']:.2f} %", f"{result['fit']['peak_rss_mb']:,.0f}",
-        )  # fmt: skip
+            variant,
+            f"{plain:,.0f}",
+            f"{bare:,.0f}",
+            f"{fit:,.0f}",
+            f"{fit / plain:.3f}",
+            f"{100 * result['fit']['monitor_frac']:.2f} %",
+            f"{100 * (1 - fit / bare):+.1f} %",
+            f"{100 * result['fit']['input_layer_frac']:.2f} %",
+            f"{result['fit']['peak_rss_mb']:,.0f}",
+        )
     Console(width=120).print(table)
 
 

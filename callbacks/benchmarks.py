@@ -1,5 +1,6 @@
-"""BenchmarkCallback: lm-eval tasks on the live weights every N updates and at the end (README, "Watch a run"). Every
-rank takes part: keep ``limit`` within the group's timeout; ``on_error: warn`` only for errors all ranks meet alike."""
+"""BenchmarkCallback: lm-eval tasks on the live weights every N updates and at the end (README,
+"Watch a run"). Every rank takes part: keep ``limit`` within the group's timeout; ``on_error:
+warn`` only for errors all ranks meet alike."""
 
 from __future__ import annotations
 
@@ -62,13 +63,16 @@ class BenchmarkCallback(UpdateCallback):
         self._evaluated_step = -1
 
     def final_eval_command(self, checkpoint: Path, folder: Path) -> list[str] | None:
-        """The ``fixed-embed eval`` command that writes what the end of training writes (None: nothing)."""
+        """The ``fixed-embed eval`` command that writes what the end of training writes (None:
+        nothing)."""
         if not (self.enabled and self.at_train_end):
             return None
         command = ["fixed-embed", "eval", str(checkpoint), "--tasks", ",".join(self.tasks)]
         command += ["--limit", str(self.limit)] if self.limit is not None else []
         command += ["--num-fewshot", str(self.num_fewshot)] if self.num_fewshot else []
-        command += [arg for include in self.include_path for arg in ("--include-path", str(include))]
+        command += [
+            arg for include in self.include_path for arg in ("--include-path", str(include))
+        ]
         return [*command, "--output", str(folder)]
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
@@ -81,15 +85,23 @@ class BenchmarkCallback(UpdateCallback):
 
     def on_update_end(self, trainer: L.Trainer, pl_module: L.LightningModule, update: int) -> None:
         if self.due(update):
-            if due(update, getattr(trainer.checkpoint_callback, "every_n_steps", 0)):  # it runs after this one
+            if due(
+                update, getattr(trainer.checkpoint_callback, "every_n_steps", 0)
+            ):  # it runs after this one
                 save_now(trainer)
             self.evaluate(trainer, pl_module)
             if self.interrupted:
-                save_now(trainer)  # no-op when saved above; otherwise the updates since the last save are kept
+                save_now(
+                    trainer
+                )  # no-op when saved above; otherwise the updates since the last save are kept
                 trainer.should_stop = True  # every rank: the interruption was a vote
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if self.interrupted or not (self.enabled and self.at_train_end) or trainer.global_step == self._evaluated_step:
+        if (
+            self.interrupted
+            or not (self.enabled and self.at_train_end)
+            or trainer.global_step == self._evaluated_step
+        ):
             return
         if trainer.checkpoint_callback is not None:
             save_now(trainer)  # no-op when the checkpoint callback already saved this update
@@ -101,27 +113,49 @@ class BenchmarkCallback(UpdateCallback):
 
         step = trainer.global_step
         if self.tokenizer is None and not hasattr(trainer.datamodule, "tokenizer"):
-            raise ValueError("BenchmarkCallback needs a tokenizer: set its tokenizer= or use TextDataModule")
-        tokenizer = load_tokenizer(self.tokenizer) if self.tokenizer is not None else trainer.datamodule.tokenizer()
-        preemption = next((c for c in trainer.callbacks if isinstance(c, PreemptionCheckpoint) and c.enabled), None)
+            raise ValueError(
+                "BenchmarkCallback needs a tokenizer: set its tokenizer= or use TextDataModule"
+            )
+        tokenizer = (
+            load_tokenizer(self.tokenizer)
+            if self.tokenizer is not None
+            else trainer.datamodule.tokenizer()
+        )
+        preemption = next(
+            (c for c in trainer.callbacks if isinstance(c, PreemptionCheckpoint) and c.enabled),
+            None,
+        )
         interrupt = preemption.stop_requested if preemption is not None else None
         lm = FixedEmbedLM.from_module(
-            pl_module, tokenizer, batch_size=self.batch_size, distributed=trainer.world_size > 1, interrupt=interrupt
+            pl_module,
+            tokenizer,
+            batch_size=self.batch_size,
+            distributed=trainer.world_size > 1,
+            interrupt=interrupt,
         )
         rng = random.getstate(), np.random.get_state()  # lm-eval seeds the global RNGs
         try:  # compiled blocks run eager: no recompiles of the training graph
             devices = range(torch.cuda.device_count())
             with torch.random.fork_rng(devices=devices), torch.compiler.set_stance("force_eager"):
-                results = run_suite(lm, columns_for(None, self.tasks, self.num_fewshot), self.limit, self.include_path)
+                results = run_suite(
+                    lm,
+                    columns_for(None, self.tasks, self.num_fewshot),
+                    self.limit,
+                    self.include_path,
+                )
         except EvaluationInterrupted:
             self.interrupted = True
-            rank_zero_info(f"BenchmarkCallback at step {step}: stopped by a stop request (the checkpoint is saved)")
+            rank_zero_info(
+                f"BenchmarkCallback at step {step}: stopped by a stop request (the checkpoint is "
+                "saved)"
+            )
             return {}
         except Exception as error:
             if self.on_error == "raise":
                 raise
             rank_zero_warn(
-                f"BenchmarkCallback at step {step} failed, training goes on: {type(error).__name__}: {error}"
+                f"BenchmarkCallback at step {step} failed, training goes on: "
+                f"{type(error).__name__}: {error}"
             )
             return {}
         finally:
@@ -129,15 +163,29 @@ class BenchmarkCallback(UpdateCallback):
             np.random.set_state(rng[1])
         self._evaluated_step = step
         checkpoints = getattr(trainer.checkpoint_callback, "dirpath", None)
-        run_folder = Path(checkpoints).parent if checkpoints else Path(trainer.log_dir or trainer.default_root_dir)
+        run_folder = (
+            Path(checkpoints).parent
+            if checkpoints
+            else Path(trainer.log_dir or trainer.default_root_dir)
+        )
         if not trainer.is_global_zero:  # after trainer.log_dir: a collective under DDP
             return {}
-        metrics = {"bench/" + "/".join(key.split("|")[:2]): score["value"] for key, score in results["scores"].items()}
+        metrics = {
+            "bench/" + "/".join(key.split("|")[:2]): score["value"]
+            for key, score in results["scores"].items()
+        }
         for logger in trainer.loggers:
-            logger.log_metrics(metrics, step=step - 1)  # the index of the last update, as train/loss
+            logger.log_metrics(
+                metrics, step=step - 1
+            )  # the index of the last update, as train/loss
         saved = step_checkpoint(Path(checkpoints), step) if checkpoints else None
-        scored = {"checkpoint": str(saved) if saved and saved.exists() else None, "update": step}  # what was scored
-        path = write_results({**scored, **results}, f"step {step}", benchmark_folder(run_folder, step))
+        scored = {
+            "checkpoint": str(saved) if saved and saved.exists() else None,
+            "update": step,
+        }  # what was scored
+        path = write_results(
+            {**scored, **results}, f"step {step}", benchmark_folder(run_folder, step)
+        )
         rank_zero_info(f"BenchmarkCallback at step {step}: {metrics} ({path})")
         self.last_metrics = metrics
         return metrics

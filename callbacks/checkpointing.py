@@ -1,4 +1,5 @@
-"""CheckpointPolicy: bounded, requeue-safe checkpoints, ``last.ckpt`` a link (docs/faults.md, "Bounded checkpoints")."""
+"""CheckpointPolicy: bounded, requeue-safe checkpoints, ``last.ckpt`` a link (docs/faults.md,
+"Bounded checkpoints")."""
 
 from __future__ import annotations
 
@@ -13,7 +14,13 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from callbacks.update_boundary import UpdateCallback
 from fixed_embed.atomic import atomic_symlink
 from fixed_embed.config import PositiveInt
-from fixed_embed.run.folder import LAST, checkpoint_folder, step_checkpoint, step_checkpoints, step_of
+from fixed_embed.run.folder import (
+    LAST,
+    checkpoint_folder,
+    step_checkpoint,
+    step_checkpoints,
+    step_of,
+)
 from fixed_embed.run.lock import readers
 
 
@@ -37,7 +44,8 @@ class CheckpointPolicy(UpdateCallback, Checkpoint):
         super().__init__(every_n_steps)
         if keep_every is not None and (keep_every < 1 or keep_every % every_n_steps):
             raise ValueError(
-                f"keep_every ({keep_every}) must be a positive multiple of every_n_steps ({every_n_steps})"
+                f"keep_every ({keep_every}) must be a positive multiple of every_n_steps "
+                f"({every_n_steps})"
             )
         self.keep_last, self.keep_every = keep_last, keep_every
         self.dirpath, self.save_weights_only = dirpath, save_weights_only
@@ -45,19 +53,33 @@ class CheckpointPolicy(UpdateCallback, Checkpoint):
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if self.dirpath is None:
-            self.dirpath = str(checkpoint_folder(Path(trainer.log_dir or trainer.default_root_dir)))  # a collective
+            self.dirpath = str(
+                checkpoint_folder(Path(trainer.log_dir or trainer.default_root_dir))
+            )  # a collective
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        # One checkpoint: state tensors (whole, even sharded) + AdamW's two fp32 moments (not yet made).
-        size = sum(t.numel() * t.element_size() for t in pl_module.state_dict().values() if isinstance(t, torch.Tensor))
+        # One checkpoint: state tensors (whole, even sharded) + AdamW's two fp32 moments (not yet
+        # made).
+        size = sum(
+            t.numel() * t.element_size()
+            for t in pl_module.state_dict().values()
+            if isinstance(t, torch.Tensor)
+        )
         if not self.save_weights_only:
             size += sum(8 * p.numel() for p in pl_module.parameters() if p.requires_grad)
         steps = trainer.max_steps
         permanent = steps // self.keep_every if self.keep_every and steps > 0 else 0
-        most = permanent + self.keep_last + 1  # + the one being written before the oldest is deleted
-        kept = f" and every {self.keep_every}th ({permanent} over {steps:,} updates)" if self.keep_every else ""
+        most = (
+            permanent + self.keep_last + 1
+        )  # + the one being written before the oldest is deleted
+        kept = (
+            f" and every {self.keep_every}th ({permanent} over {steps:,} updates)"
+            if self.keep_every
+            else ""
+        )
         rank_zero_info(
-            f"Checkpoints: {_gb(size)} each; every {self.every_n_steps} updates into {self.dirpath}, "
+            f"Checkpoints: {_gb(size)} each; every {self.every_n_steps} updates into "
+            f"{self.dirpath}, "
             f"keeping the last {self.keep_last}{kept}: at most {most} on disk = {_gb(most * size)}"
         )
         if trainer.is_global_zero:
@@ -65,7 +87,8 @@ class CheckpointPolicy(UpdateCallback, Checkpoint):
             free = shutil.disk_usage(next(p for p in (path, *path.parents) if p.exists())).free
             if most * size > free:
                 rank_zero_warn(
-                    f"the checkpoint policy may need {_gb(most * size)} but {self.dirpath} has {_gb(free)} free; "
+                    f"the checkpoint policy may need {_gb(most * size)} but {self.dirpath} has "
+                    f"{_gb(free)} free; "
                     "lower keep_last or raise keep_every"
                 )
 
@@ -78,7 +101,8 @@ class CheckpointPolicy(UpdateCallback, Checkpoint):
             self.save(trainer)
 
     def save(self, trainer: L.Trainer) -> Path:
-        """Save ``step=N.ckpt`` (once per update), relink ``last.ckpt``, prune; returns ``last.ckpt``. Collective."""
+        """Save ``step=N.ckpt`` (once per update), relink ``last.ckpt``, prune; returns
+        ``last.ckpt``. Collective."""
         folder, step = Path(self.dirpath), trainer.global_step
         if step == self._saved_step:
             return folder / LAST
@@ -89,7 +113,9 @@ class CheckpointPolicy(UpdateCallback, Checkpoint):
         if trainer.is_global_zero:
             atomic_symlink(path.name, folder / LAST)
             # Newer ones than this update belong to another history and are left alone.
-            for expired in [p for p in step_checkpoints(folder) if step_of(p) <= step][: -self.keep_last]:
+            for expired in [p for p in step_checkpoints(folder) if step_of(p) <= step][
+                : -self.keep_last
+            ]:
                 if self.keep_every and step_of(expired) % self.keep_every == 0:
                     continue
                 if held := readers(
@@ -103,11 +129,17 @@ class CheckpointPolicy(UpdateCallback, Checkpoint):
 
 
 def save_now(trainer: L.Trainer) -> Path:
-    """Save now (via :class:`CheckpointPolicy`, else as ``last.ckpt``); returns the path to resume. Collective."""
+    """Save now (via :class:`CheckpointPolicy`, else as ``last.ckpt``); returns the path to
+    resume. Collective."""
     callback = trainer.checkpoint_callback
     if isinstance(callback, CheckpointPolicy):
         return callback.save(trainer)
-    path = Path(getattr(callback, "dirpath", None) or checkpoint_folder(Path(trainer.default_root_dir))) / LAST
+    path = (
+        Path(
+            getattr(callback, "dirpath", None) or checkpoint_folder(Path(trainer.default_root_dir))
+        )
+        / LAST
+    )
     trainer.save_checkpoint(path)
     return path
 

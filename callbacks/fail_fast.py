@@ -1,5 +1,6 @@
-"""FailFast: an exception on one rank ends every rank within seconds, naming it, instead of a collective's
-timeout (:mod:`fixed_embed.distributed.rank_watch`; docs/faults.md, "A failure on one rank")."""
+"""FailFast: an exception on one rank ends every rank within seconds, naming it, instead of a
+collective's timeout (:mod:`fixed_embed.distributed.rank_watch`; docs/faults.md, "A failure on
+one rank")."""
 
 from __future__ import annotations
 
@@ -24,12 +25,16 @@ class FailFast(L.Callback):
         if self.enabled:
             rank_watch.start(self.poll_s)
 
-    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+    def on_exception(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
+    ) -> None:
         if not self.enabled:
             return
         self._failed = True
         if trainer.is_global_zero:
-            rank_watch.note_lost_ranks(trainer)  # a rank killed by the OS: named, before Lightning kills the others
+            rank_watch.note_lost_ranks(
+                trainer
+            )  # a rank killed by the OS: named, before Lightning kills the others
         if (watch := rank_watch.current()) is not None:
             watch.fail(f"{type(exception).__name__}: {exception}")
 
@@ -37,6 +42,7 @@ class FailFast(L.Callback):
         if not self.enabled or rank_watch.current() is None:
             return
         if not self._failed and trainer.world_size > 1:
-            # Rank 0 hosts the store: all stop watching first, or an early exit looks like a lost store.
+            # Rank 0 hosts the store: all stop watching first, or an early exit looks like a lost
+            # store.
             trainer.strategy.barrier("fail_fast_teardown")
         rank_watch.stop()

@@ -1,4 +1,5 @@
-"""GradientMonitor: global and per-part gradient norms after the reduction, before clipping (README's tag table)."""
+"""GradientMonitor: global and per-part gradient norms after the reduction, before clipping
+(README's tag table)."""
 
 from __future__ import annotations
 
@@ -17,21 +18,31 @@ class GradientMonitor(UpdateCallback):
     """
 
     def __init__(
-        self, every_n_steps: int = 10, per_part: bool = True, parameter_norms: bool = False, enabled: bool = True
+        self,
+        every_n_steps: int = 10,
+        per_part: bool = True,
+        parameter_norms: bool = False,
+        enabled: bool = True,
     ) -> None:
         super().__init__(every_n_steps, enabled)
         self.per_part = per_part
         self.parameter_norms = parameter_norms
 
-    def on_before_update_step(self, trainer: L.Trainer, pl_module: L.LightningModule, update: int) -> None:
+    def on_before_update_step(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, update: int
+    ) -> None:
         if not self.due(update):
             return
         parts = self._parts(pl_module)
-        grads = {name: [p.grad for p in params if p.grad is not None] for name, params in parts.items()}
+        grads = {
+            name: [p.grad for p in params if p.grad is not None] for name, params in parts.items()
+        }
         norms = global_norms({name: g for name, g in grads.items() if g})
         if not norms:
             return
-        total = torch.linalg.vector_norm(torch.stack(list(norms.values())))  # the parts' norms make the global one
+        total = torch.linalg.vector_norm(
+            torch.stack(list(norms.values()))
+        )  # the parts' norms make the global one
         metrics = {"grad/norm": total}
         clip = trainer.gradient_clip_val
         if clip and (trainer.gradient_clip_algorithm or "norm") == "norm":
@@ -39,20 +50,28 @@ class GradientMonitor(UpdateCallback):
         if self.per_part:
             metrics.update({f"grad/{name}": norm for name, norm in norms.items()})
         if self.parameter_norms:
-            weights = global_norms({name: [p.detach() for p in params] for name, params in parts.items()})
+            weights = global_norms(
+                {name: [p.detach() for p in params] for name, params in parts.items()}
+            )
             metrics["param/norm"] = torch.linalg.vector_norm(torch.stack(list(weights.values())))
             if self.per_part:
                 metrics.update({f"param/{name}": norm for name, norm in weights.items()})
         # Already global (DDP-reduced or all-reduced shards): identical on every rank.
-        self.last_metrics = log_global(trainer, {k: (v, "max") for k, v in metrics.items()}, update - 1)
+        self.last_metrics = log_global(
+            trainer, {k: (v, "max") for k, v in metrics.items()}, update - 1
+        )
 
     @staticmethod
     def _parts(pl_module: L.LightningModule) -> dict[str, list[torch.nn.Parameter]]:
         decoder = pl_module.decoder
-        parts = {"interface": [p for p in decoder.interface.parameters() if p.requires_grad]}  # empty: dropped below
+        parts = {
+            "interface": [p for p in decoder.interface.parameters() if p.requires_grad]
+        }  # empty: dropped below
         for i, block in enumerate(decoder.layers):
             parts[f"block_{i}"] = [p for p in block.parameters() if p.requires_grad]
         parts["final_norm"] = [p for p in decoder.norm.parameters() if p.requires_grad]
         seen = {id(p) for params in parts.values() for p in params}
-        parts["head"] = [p for p in decoder.head.parameters() if p.requires_grad and id(p) not in seen]
+        parts["head"] = [
+            p for p in decoder.head.parameters() if p.requires_grad and id(p) not in seen
+        ]
         return {name: params for name, params in parts.items() if params}

@@ -1,5 +1,6 @@
-"""InputNormMonitor: norms of the interface's output on real batches, drift, fixed codes checked (README's tags), by a
-hook on a logged update's first forward: no extra compute, and under FSDP the table is unsharded only then."""
+"""InputNormMonitor: norms of the interface's output on real batches, drift, fixed codes checked
+(README's tags), by a hook on a logged update's first forward: no extra compute, and under FSDP
+the table is unsharded only then."""
 
 from __future__ import annotations
 
@@ -17,12 +18,18 @@ class InputNormMonitor(UpdateCallback):
     every_n_steps: log every N optimizer updates.
     histogram: also log a histogram of the per-token norms (TensorBoard only).
     track_drift: learned tables: keep a copy of the initial table (V x d, on its device) for drift.
-    probe_ids: fixed interfaces: how many ids, spread over the vocabulary, are re-encoded as a check.
-    enabled: the on/off switch.
+    probe_ids: fixed interfaces: how many ids, spread over the vocabulary, are re-encoded as a
+    check. enabled: the on/off switch.
     """
 
-    def __init__(self, every_n_steps: int = 50, histogram: bool = False, track_drift: bool = True,
-                 probe_ids: int = 1024, enabled: bool = True) -> None:  # fmt: skip
+    def __init__(
+        self,
+        every_n_steps: int = 50,
+        histogram: bool = False,
+        track_drift: bool = True,
+        probe_ids: int = 1024,
+        enabled: bool = True,
+    ) -> None:
         super().__init__(every_n_steps, enabled)
         if probe_ids < 2:
             raise ValueError(f"InputNormMonitor: probe_ids must be >= 2, got {probe_ids}")
@@ -44,7 +51,9 @@ class InputNormMonitor(UpdateCallback):
             with torch.no_grad():
                 self._reference = (probe, interface(probe).clone())
         elif self.track_drift:
-            self._reference = [p.detach().clone() for p in interface.parameters() if p.requires_grad]
+            self._reference = [
+                p.detach().clone() for p in interface.parameters() if p.requires_grad
+            ]
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if self._hook is not None:  # set only when enabled at on_train_start
@@ -52,7 +61,9 @@ class InputNormMonitor(UpdateCallback):
             self._hook = None
         self._reference = None
 
-    def on_update_start(self, trainer: L.Trainer, pl_module: L.LightningModule, update: int) -> None:
+    def on_update_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, update: int
+    ) -> None:
         if self.due(update):
             self._armed, self._update, self._captured = True, update, None  # its first micro-batch
 
@@ -69,18 +80,29 @@ class InputNormMonitor(UpdateCallback):
             return  # not a logged update
         (norms, expected), self._captured = self._captured, None
         interface = pl_module.decoder.interface
-        metrics = {"input/norm_mean": (norms.mean(), "mean"), "input/norm_min": (norms.min(), "min"),
-                   "input/norm_max": (norms.max(), "max")}  # fmt: skip
-        if interface.fixed:  # their analytic norm; a learned table's norms are its own (or rescaled to one): error 0
-            metrics |= {"input/norm_expected": (expected.mean(), "mean"),
-                        "input/norm_error": ((norms - expected).abs().max(), "max")}  # fmt: skip
+        metrics = {
+            "input/norm_mean": (norms.mean(), "mean"),
+            "input/norm_min": (norms.min(), "min"),
+            "input/norm_max": (norms.max(), "max"),
+        }
+        if (
+            interface.fixed
+        ):  # their analytic norm; a learned table's norms are its own (or rescaled to one): error 0
+            metrics |= {
+                "input/norm_expected": (expected.mean(), "mean"),
+                "input/norm_error": ((norms - expected).abs().max(), "max"),
+            }
             probe, codes = self._reference
             with torch.no_grad():
                 moved = (interface(probe) != codes).any(-1).nonzero().flatten()
             if moved.numel():
-                raise RuntimeError(f"the fixed {type(interface).__name__} changed during training (step {update}): the "
-                                   f"codes of {moved.numel()} of {probe.numel()} probe ids differ from the start, e.g. "
-                                   f"id {int(probe[moved[0]])}")  # fmt: skip
+                raise RuntimeError(
+                    f"the fixed {type(interface).__name__} changed during training (step "
+                    f"{update}): the "
+                    f"codes of {moved.numel()} of {probe.numel()} probe ids differ from the start, "
+                    "e.g. "
+                    f"id {int(probe[moved[0]])}"
+                )
         elif self.track_drift and self._reference:
             params = [p.detach() for p in interface.parameters() if p.requires_grad]
             delta = [p - r for p, r in zip(params, self._reference, strict=True)]

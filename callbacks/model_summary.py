@@ -1,5 +1,6 @@
-"""ParameterSummary: per part, trainable/frozen parameters, fixed state and FLOPs per token, at fit start. A
-``ModelSummary`` subclass, so the trainer adds none: Lightning's cannot tell a frozen parameter from a fixed code."""
+"""ParameterSummary: per part, trainable/frozen parameters, fixed state and FLOPs per token, at
+fit start. A ``ModelSummary`` subclass, so the trainer adds none: Lightning's cannot tell a
+frozen parameter from a fixed code."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from fixed_embed.model.accounting import module_costs
 
 
 def summary_table(module: L.LightningModule) -> Table:
-    """The table for a LanguageModel (anything with a ``decoder`` built by fixed_embed.model.decoder)."""
+    """The table for a LanguageModel (anything with a ``decoder`` built by
+    fixed_embed.model.decoder)."""
     decoder = module.decoder
     rows = module_costs(decoder)
     table = Table(title=f"{type(module).__name__} with {type(decoder.interface).__name__}")
@@ -24,7 +26,9 @@ def summary_table(module: L.LightningModule) -> Table:
         table.add_row(row.name, row.kind, *(f"{getattr(row, count):,}" for count in counts))
     totals = {count: sum(getattr(row, count) for row in rows) for count in counts}
     table.add_section()
-    table.add_row("total", f"ctx {decoder.config.max_seq_len}", *(f"{total:,}" for total in totals.values()))
+    table.add_row(
+        "total", f"ctx {decoder.config.max_seq_len}", *(f"{total:,}" for total in totals.values())
+    )
     state = optimizer_state_bytes(totals["trainable"])
     table.caption = f"fp32 weights + grads + AdamW moments: {state / 2**30:.2f} GiB"
     return table

@@ -1,5 +1,6 @@
-"""PreemptionCheckpoint: on SIGTERM, finish the update in flight, save, exit 0 (docs/faults.md, "Preemption").
-Lightning's own handler raises at the next micro-batch, possibly mid-accumulation, and exits with an error."""
+"""PreemptionCheckpoint: on SIGTERM, finish the update in flight, save, exit 0 (docs/faults.md,
+"Preemption"). Lightning's own handler raises at the next micro-batch, possibly
+mid-accumulation, and exits with an error."""
 
 from __future__ import annotations
 
@@ -24,9 +25,13 @@ class PreemptionCheckpoint(UpdateCallback):
 
     def __init__(self, signals: list[str] | None = None, enabled: bool = True) -> None:
         names = ["SIGTERM"] if signals is None else list(signals)
-        unknown = [n for n in names if not isinstance(getattr(signal, str(n), None), signal.Signals)]
+        unknown = [
+            n for n in names if not isinstance(getattr(signal, str(n), None), signal.Signals)
+        ]
         if unknown or not names:
-            raise ValueError(f"signals must be non-empty signal names such as 'SIGTERM', got {names!r}")
+            raise ValueError(
+                f"signals must be non-empty signal names such as 'SIGTERM', got {names!r}"
+            )
         super().__init__(every_n_steps=1, enabled=enabled)
         self.signals = [signal.Signals[n] for n in names]
         self.received: signal.Signals | None = None
@@ -51,7 +56,9 @@ class PreemptionCheckpoint(UpdateCallback):
         if signal.SIGTERM in self.signals:  # its broadcast now always says 0 (lightning_internals)
             self._restore_broadcast = skip_sigterm_broadcast(trainer)
         names = ", ".join(s.name for s in self.signals)
-        rank_zero_info(f"PreemptionCheckpoint: on {names}, save a checkpoint at the end of the update and stop")
+        rank_zero_info(
+            f"PreemptionCheckpoint: on {names}, save a checkpoint at the end of the update and stop"
+        )
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if not self._previous:  # disabled, or never installed
@@ -73,6 +80,7 @@ class PreemptionCheckpoint(UpdateCallback):
         trainer.limit_val_batches = 0  # no validation on stopping: the grace period is short
         what = self.received.name if self.received is not None else "a signal on another rank"
         rank_zero_info(
-            f"PreemptionCheckpoint: {what} -> saved {path} at step {trainer.global_step}; stopping. "
+            f"PreemptionCheckpoint: {what} -> saved {path} at step {trainer.global_step}; "
+            "stopping. "
             "Relaunch the same command with --ckpt_path last to continue"
         )

@@ -1,5 +1,6 @@
-"""UpdateProgressBar: a bar counting optimizer updates (Lightning's count micro-batches), a line per validation, and
-off a terminal one per ``log_every_n_steps``. Metrics are read once per update (host syncs); setup opens console.log."""
+"""UpdateProgressBar: a bar counting optimizer updates (Lightning's count micro-batches), a line
+per validation, and off a terminal one per ``log_every_n_steps``. Metrics are read once per
+update (host syncs); setup opens console.log."""
 
 from __future__ import annotations
 
@@ -9,7 +10,15 @@ import lightning as L
 import rich.progress
 from lightning.pytorch.callbacks import ProgressBar
 from lightning.pytorch.utilities import rank_zero_info
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, Task, TaskID, TextColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    Task,
+    TaskID,
+    TextColumn,
+)
 from rich.text import Text
 
 from fixed_embed.run import console
@@ -21,7 +30,8 @@ class _RateColumn(ProgressColumn):
 
 
 class UpdateProgressBar(ProgressBar):
-    """Args: refresh_per_second: how often the bar is redrawn (0: no bar; the validation lines stay)."""
+    """Args: refresh_per_second: how often the bar is redrawn (0: no bar; the validation lines
+    stay)."""
 
     def __init__(self, refresh_per_second: float = 4) -> None:
         super().__init__()
@@ -48,10 +58,15 @@ class UpdateProgressBar(ProgressBar):
             return None
         if self.progress is None:
             self.progress = Progress(
-                TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), rich.progress.TimeElapsedColumn(),
-                rich.progress.TimeRemainingColumn(), _RateColumn(),
-                TextColumn("{task.fields[metrics]}", style="italic"), refresh_per_second=self.refresh_per_second,
-            )  # fmt: skip
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                rich.progress.TimeElapsedColumn(),
+                rich.progress.TimeRemainingColumn(),
+                _RateColumn(),
+                TextColumn("{task.fields[metrics]}", style="italic"),
+                refresh_per_second=self.refresh_per_second,
+            )
             self.progress.start()
         return self.progress.add_task(description, total=total, completed=completed, metrics="")
 
@@ -65,29 +80,51 @@ class UpdateProgressBar(ProgressBar):
         self._metrics_step = trainer.global_step  # metrics first read when the next update ends
 
     def on_train_batch_end(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
     ) -> None:
         if self.progress is None or self.train_task is None:
             return
         self.progress.update(self.train_task, completed=trainer.global_step)
-        if (step := trainer.global_step) != self._metrics_step:  # once per update: the device runs ahead meanwhile
+        if (
+            step := trainer.global_step
+        ) != self._metrics_step:  # once per update: the device runs ahead meanwhile
             self._metrics_step = step
             self._show_metrics(trainer, pl_module)
-            if not self.progress.console.is_terminal and step % trainer.log_every_n_steps == 0:  # the bar as a line
-                task, lr = self.train_progress_bar, float(trainer.callback_metrics.get("train/lr", 0))
-                speed = (task.speed or 0) * float(trainer.callback_metrics.get("train/tokens", 0)) / step  # tokens/s
-                rank_zero_info(f"update {step}/{task.total}: {task.fields['metrics']}, lr {lr:.3g}, {speed:,.0f} "
-                               f"tokens/s, {rich.progress.TimeRemainingColumn().render(task).plain} left")  # fmt: skip
+            if (
+                not self.progress.console.is_terminal and step % trainer.log_every_n_steps == 0
+            ):  # the bar as a line
+                task, lr = (
+                    self.train_progress_bar,
+                    float(trainer.callback_metrics.get("train/lr", 0)),
+                )
+                speed = (
+                    (task.speed or 0)
+                    * float(trainer.callback_metrics.get("train/tokens", 0))
+                    / step
+                )  # tokens/s
+                rank_zero_info(
+                    f"update {step}/{task.total}: {task.fields['metrics']}, lr {lr:.3g}, "
+                    f"{speed:,.0f} "
+                    f"tokens/s, {rich.progress.TimeRemainingColumn().render(task).plain} left"
+                )
 
     def _show_metrics(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self.progress is not None and self.train_task is not None:
-            text = " ".join(f"{k}: {v:.3g}" for k, v in self.get_metrics(trainer, pl_module).items())
+            text = " ".join(
+                f"{k}: {v:.3g}" for k, v in self.get_metrics(trainer, pl_module).items()
+            )
             self.progress.update(self.train_task, metrics=text)
 
     def get_metrics(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, Any]:
         metrics = super().get_metrics(trainer, pl_module)
         metrics.pop("v_num", None)  # the run's name, truncated: not a metric
-        # train/loss is logged without prog_bar (Lightning would read it every micro-batch): read here.
+        # train/loss is logged without prog_bar (Lightning would read it every micro-batch): read
+        # here.
         if (loss := trainer.callback_metrics.get("train/loss")) is not None:
             metrics["train/loss"] = float(loss)
         return metrics
@@ -118,12 +155,16 @@ class UpdateProgressBar(ProgressBar):
         metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val")}
         text = ", ".join(f"{k} {v:.4g}" for k, v in sorted(metrics.items())) or "no metrics"
         rank_zero_info(f"validation at update {trainer.global_step}: {text}")
-        self._show_metrics(trainer, pl_module)  # the bar's figures: this validation's, also when training ends here
+        self._show_metrics(
+            trainer, pl_module
+        )  # the bar's figures: this validation's, also when training ends here
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if self.progress is not None:
             self.progress.stop()
         self.progress = self.train_task = self.eval_task = None
 
-    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+    def on_exception(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
+    ) -> None:
         self.teardown(trainer, pl_module, "fit")

@@ -1,5 +1,6 @@
-"""SpeedMonitor: tokens/s, samples/s, MFU, peak memory, data wait (README's ``perf/`` tags) over ``every_n_steps``
-updates, first fetch to last update's end (one device sync); warm-up and windows with a validation are left out."""
+"""SpeedMonitor: tokens/s, samples/s, MFU, peak memory, data wait (README's ``perf/`` tags) over
+``every_n_steps`` updates, first fetch to last update's end (one device sync); warm-up and
+windows with a validation are left out."""
 
 from __future__ import annotations
 
@@ -25,19 +26,24 @@ class SpeedMonitor(UpdateCallback):
     enabled: the on/off switch.
     """
 
-    def __init__(self, every_n_steps: int = 10, skip_first_steps: NonNegativeInt = 3, enabled: bool = True) -> None:
+    def __init__(
+        self, every_n_steps: int = 10, skip_first_steps: NonNegativeInt = 3, enabled: bool = True
+    ) -> None:
         super().__init__(every_n_steps, enabled)
         self.skip_first_steps = skip_first_steps
         self._first_update_logged = False
         self._peak: float | None = None
-        self.matmul_dtype: str | None = None  # set at train start: the dtype of the peak MFU divides by
+        self.matmul_dtype: str | None = (
+            None  # set at train start: the dtype of the peak MFU divides by
+        )
         self._seq_len = 0  # of the last micro-batch
         self._timer: FetchTimer | None = None
         self._updates = 0  # updates done in this fit
         self._reset(pending=False)
 
     def _reset(self, pending: bool) -> None:
-        """Close the window; with ``pending``, the next one opens at the next fetch (or batch start)."""
+        """Close the window; with ``pending``, the next one opens at the next fetch (or batch
+        start)."""
         self._window_start: float | None = None
         self._pending = pending
         self._tokens = self._samples = 0
@@ -72,10 +78,14 @@ class SpeedMonitor(UpdateCallback):
             self._timer.remove()
             self._timer = None
 
-    def on_micro_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any) -> None:
+    def on_micro_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any
+    ) -> None:
         self._open(time.perf_counter())  # no fetch was timed (the first batch, or no profiler hook)
 
-    def on_micro_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any) -> None:
+    def on_micro_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any
+    ) -> None:
         self._seq_len = batch.shape[1] - 1
         if self._window_start is not None:
             self._tokens += batch.shape[0] * self._seq_len
@@ -87,7 +97,9 @@ class SpeedMonitor(UpdateCallback):
             self._first_update_logged = True
             # Start-up cost, from the process's own start: what every preemption pays again.
             since = time.time() - psutil.Process().create_time()
-            rank_zero_info(f"First update done {since:.1f} s after the process started (update {update})")
+            rank_zero_info(
+                f"First update done {since:.1f} s after the process started (update {update})"
+            )
             log_global(trainer, {"perf/time_to_first_update_s": (since, "max")}, update - 1)
         if self._window_start is None:  # still warming up
             if not self._pending and self._updates >= self.skip_first_steps:
@@ -111,7 +123,10 @@ class SpeedMonitor(UpdateCallback):
         if self._peak is not None:
             flops = pl_module.decoder.flops_per_token(self._seq_len)
             metrics["perf/mfu"] = flops * tokens_per_sec / (self._peak * world)
-        reduce = {name: (value, "max" if name == "perf/peak_mem_gb" else "mean") for name, value in metrics.items()}
+        reduce = {
+            name: (value, "max" if name == "perf/peak_mem_gb" else "mean")
+            for name, value in metrics.items()
+        }
         self.last_metrics = log_global(trainer, reduce, update - 1)
         self._reset(pending=True)  # what the later callbacks do now is in no window
 

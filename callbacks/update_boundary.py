@@ -1,5 +1,6 @@
-"""Update boundaries for every callback here (README, "Watch a run"): update *n* ends with ``global_step == n``, logged
-at ``n - 1``; ``ends_update`` (Lightning's call) ends it, not ``batch_idx``: epochs restart it, resumes start midway."""
+"""Update boundaries for every callback here (README, "Watch a run"): update *n* ends with
+``global_step == n``, logged at ``n - 1``; ``ends_update`` (Lightning's call) ends it, not
+``batch_idx``: epochs restart it, resumes start midway."""
 
 from __future__ import annotations
 
@@ -13,24 +14,35 @@ from torch.distributed.tensor import DTensor
 
 from fixed_embed.lightning_internals import ends_update
 
-_OPS = {"mean": dist.ReduceOp.SUM, "sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
+_OPS = {
+    "mean": dist.ReduceOp.SUM,
+    "sum": dist.ReduceOp.SUM,
+    "max": dist.ReduceOp.MAX,
+    "min": dist.ReduceOp.MIN,
+}
 
 
 def due(update: int, every_n_steps: int) -> bool:
-    """Whether an interval of ``every_n_steps`` updates fires for update ``update`` (0 or less: never)."""
+    """Whether an interval of ``every_n_steps`` updates fires for update ``update`` (0 or less:
+    never)."""
     return every_n_steps > 0 and update > 0 and update % every_n_steps == 0
 
 
-def log_global(trainer: L.Trainer, metrics: Mapping[str, tuple[torch.Tensor | float, str]], step: int) -> dict:
-    """Reduce ``{name: (value, "mean" | "sum" | "max" | "min")}`` over ranks, log on rank 0, return the values: a
-    monitor's ``self.log`` would write only every ``log_every_n_steps`` and cannot reduce by min or max."""
+def log_global(
+    trainer: L.Trainer, metrics: Mapping[str, tuple[torch.Tensor | float, str]], step: int
+) -> dict:
+    """Reduce ``{name: (value, "mean" | "sum" | "max" | "min")}`` over ranks, log on rank 0,
+    return the values: a monitor's ``self.log`` would write only every ``log_every_n_steps`` and
+    cannot reduce by min or max."""
     device = trainer.strategy.root_device
     reduced: dict[str, float] = {}
     for kind in _OPS:  # the same order on every rank
         names = [name for name, (_, how) in metrics.items() if how == kind]
         if not names:
             continue
-        values = torch.stack([torch.as_tensor(metrics[n][0], dtype=torch.float32, device=device) for n in names])
+        values = torch.stack(
+            [torch.as_tensor(metrics[n][0], dtype=torch.float32, device=device) for n in names]
+        )
         if trainer.world_size > 1 and dist.is_available() and dist.is_initialized():
             dist.all_reduce(values, op=_OPS[kind])
             if kind == "mean":
@@ -43,22 +55,30 @@ def log_global(trainer: L.Trainer, metrics: Mapping[str, tuple[torch.Tensor | fl
 
 
 def global_norms(groups: Mapping[str, Iterable[torch.Tensor]]) -> dict[str, torch.Tensor]:
-    """The fp32 L2 norm of each named group of whole tensors or FSDP2 shards (``DTensor``: one all-reduce a group, so
-    all ranks call it with the same groups)."""
-    norms = {name: torch.nn.utils.get_total_norm([t for t in tensors if t.numel()]) for name, tensors in groups.items()}
-    return {name: (n.full_tensor() if isinstance(n, DTensor) else n).float() for name, n in norms.items()}
+    """The fp32 L2 norm of each named group of whole tensors or FSDP2 shards (``DTensor``: one
+    all-reduce a group, so all ranks call it with the same groups)."""
+    norms = {
+        name: torch.nn.utils.get_total_norm([t for t in tensors if t.numel()])
+        for name, tensors in groups.items()
+    }
+    return {
+        name: (n.full_tensor() if isinstance(n, DTensor) else n).float()
+        for name, n in norms.items()
+    }
 
 
 class UpdateCallback(L.Callback):
     """Per-update callback (:meth:`due` every ``every_n_steps`` updates): override ``on_update_*`` /
-    ``on_micro_batch_*``, not Lightning's batch hooks (skipped unless ``enabled``); other hooks check it themselves."""
+    ``on_micro_batch_*``, not Lightning's batch hooks (skipped unless ``enabled``); other hooks
+    check it themselves."""
 
     min_every_n_steps = 1  # a subclass where 0 means something ("never in the loop") lowers it
 
     def __init__(self, every_n_steps: int = 1, enabled: bool = True) -> None:
         if every_n_steps < self.min_every_n_steps:
             raise ValueError(
-                f"{type(self).__name__}: every_n_steps must be >= {self.min_every_n_steps}, got {every_n_steps}"
+                f"{type(self).__name__}: every_n_steps must be >= {self.min_every_n_steps}, got "
+                f"{every_n_steps}"
             )
         self.every_n_steps = every_n_steps
         self.enabled = enabled
@@ -69,20 +89,31 @@ class UpdateCallback(L.Callback):
     def due(self, update: int) -> bool:
         return due(update, self.every_n_steps)
 
-    def on_update_start(self, trainer: L.Trainer, pl_module: L.LightningModule, update: int) -> None:
+    def on_update_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, update: int
+    ) -> None:
         """Update ``update`` begins: its first micro-batch, before that micro-batch's forward."""
 
-    def on_micro_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any) -> None:
+    def on_micro_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any
+    ) -> None:
         """Every micro-batch, before its forward (after :meth:`on_update_start` for the first)."""
 
-    def on_before_update_step(self, trainer: L.Trainer, pl_module: L.LightningModule, update: int) -> None:
-        """Update ``update``'s gradients are accumulated and reduced; clipping and its step come next."""
+    def on_before_update_step(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, update: int
+    ) -> None:
+        """Update ``update``'s gradients are accumulated and reduced; clipping and its step come
+        next."""
 
-    def on_micro_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any) -> None:
-        """Every micro-batch, after its backward (and the step, for an update's last; before :meth:`on_update_end`)."""
+    def on_micro_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any
+    ) -> None:
+        """Every micro-batch, after its backward (and the step, for an update's last; before
+        :meth:`on_update_end`)."""
 
     def on_update_end(self, trainer: L.Trainer, pl_module: L.LightningModule, update: int) -> None:
-        """Update ``update`` is complete: its optimizer step is taken, ``trainer.global_step == update``."""
+        """Update ``update`` is complete: its optimizer step is taken, ``trainer.global_step ==
+        update``."""
 
     def on_train_batch_start(
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
@@ -103,7 +134,12 @@ class UpdateCallback(L.Callback):
             self.on_before_update_step(trainer, pl_module, trainer.global_step + 1)
 
     def on_train_batch_end(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
     ) -> None:
         if not self.enabled:
             return

@@ -12,10 +12,18 @@ from experiments.runs import tiny_variants
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--logs", default="logs/demo")
-    parser.add_argument("extra", nargs="*", help="extra fixed-embed fit arguments, e.g. --trainer.max_steps=50")
+    parser.add_argument(
+        "extra", nargs="*", help="extra fixed-embed fit arguments, e.g. --trainer.max_steps=50"
+    )
     add_arguments(parser)
     args = parser.parse_args()
-    launch(tiny_variants(args.extra), args.logs, "make demo: tiny variants on the offline corpus (CPU)", None, args)
+    launch(
+        tiny_variants(args.extra),
+        args.logs,
+        "make demo: tiny variants on the offline corpus (CPU)",
+        None,
+        args,
+    )
 
 
 if __name__ == "__main__":

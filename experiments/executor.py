@@ -1,9 +1,10 @@
-"""Where a plan's runs execute: this machine (``--executor local``, the default: ``--jobs`` fits at once
-sharing the cores, as ever) or a SLURM cluster (``--executor slurm``: one job per run through submitit,
-requeued on a time limit or preemption). docs/cluster.md.
+"""Where a plan's runs execute: this machine (``--executor local``, the default: ``--jobs`` fits
+at once sharing the cores, as ever) or a SLURM cluster (``--executor slurm``: one job per run
+through submitit, requeued on a time limit or preemption). docs/cluster.md.
 
-submitit writes the job scripts, submits them (``sbatch``), reads their states (``sacct``), requeues a
-job warned before its time limit and pickles what it runs: nothing here templates or polls SLURM by hand.
+submitit writes the job scripts, submits them (``sbatch``), reads their states (``sacct``),
+requeues a job warned before its time limit and pickles what it runs: nothing here templates or
+polls SLURM by hand.
 """
 
 from __future__ import annotations
@@ -26,12 +27,28 @@ from fixed_embed.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[1]
 SLURM_DEFAULTS = ROOT / "experiments" / "slurm" / "jobs.yaml"
-LIVE = ("PENDING", "RUNNING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIGURING", "COMPLETING", "SUSPENDED",
-        "RESIZING", "SIGNALING", "STAGE_OUT", "UNKNOWN", "PREEMPTED")  # fmt: skip
-# ^ states whose job may still write its row (PREEMPTED: when SLURM requeues it; submitit polls it on); a job's
-# row file, once written, ends its wait whatever the state says (UNKNOWN: sacct has no record of it)
+LIVE = (
+    "PENDING",
+    "RUNNING",
+    "REQUEUED",
+    "REQUEUE_HOLD",
+    "REQUEUE_FED",
+    "CONFIGURING",
+    "COMPLETING",
+    "SUSPENDED",
+    "RESIZING",
+    "SIGNALING",
+    "STAGE_OUT",
+    "UNKNOWN",
+    "PREEMPTED",
+)
+# ^ states whose job may still write its row (PREEMPTED: when SLURM requeues it; submitit polls it
+# on); a job's row file, once written, ends its wait whatever the state says (UNKNOWN: sacct has no
+# record of it)
 
-_fits: set[subprocess.Popen] = set()  # this process's running fits: stopped (and saved) by stop_fits()
+_fits: set[subprocess.Popen] = (
+    set()
+)  # this process's running fits: stopped (and saved) by stop_fits()
 _fits_lock = threading.Lock()
 STOPPING = threading.Event()  # set by stop_fits(): this process is ending
 
@@ -49,13 +66,15 @@ def ended(fit: subprocess.Popen) -> None:
 
 
 def stop_fits() -> int:
-    """SIGTERM to every running fit of this process, which saves its update and exits; the number stopped."""
+    """SIGTERM to every running fit of this process, which saves its update and exits; the
+    number stopped."""
     with _fits_lock:
         STOPPING.set()
         fits = list(_fits)
     for fit in fits:
         fit.send_signal(signal.SIGTERM)
-    for fit in fits:  # until it exited, without reaping it: its Popen.wait, maybe the frame this interrupted, does
+    # until it exited, without reaping it: its Popen.wait, maybe the frame this interrupted, does
+    for fit in fits:
         with contextlib.suppress(ChildProcessError):
             os.waitid(os.P_PID, fit.pid, os.WEXITED | os.WNOWAIT)
     return len(fits)
@@ -72,12 +91,15 @@ class SlurmSettings:
     gpus_per_run: int = 1
     cpus_per_run: int = 8
     mem_gb: int | None = None  # None: the partition's default
-    signal_delay_s: int = 180  # SIGUSR2 this long before the limit: the fit saves, the job is requeued
+    signal_delay_s: int = (
+        180  # SIGUSR2 this long before the limit: the fit saves, the job is requeued
+    )
     max_requeues: int = 20
 
 
 def _kind(name: str, flag: str) -> Any:
-    """A setting's type (declared once, for the YAML and the flags): a name, or a finite number > 0 (>= 0)."""
+    """A setting's type (declared once, for the YAML and the flags): a name, or a finite number
+    > 0 (>= 0)."""
     if name in ("partition", "account", "qos"):
         return str
     return positive(flag, zero=name in ("gpus_per_run", "max_requeues"))
@@ -85,40 +107,69 @@ def _kind(name: str, flag: str) -> Any:
 
 def add_arguments(parser: argparse.ArgumentParser, jobs: int = 1) -> None:
     group = parser.add_argument_group("where the runs execute (docs/cluster.md)")
-    group.add_argument("--executor", choices=("local", "slurm"), default="local",
-                       help="local: fits on this machine (default); slurm: one SLURM job per run")  # fmt: skip
-    group.add_argument("--jobs", type=positive("--jobs"), default=jobs,
-                       help="runs at once (local: fits sharing the cores; slurm: jobs queued or running)")  # fmt: skip
-    group.add_argument("--slurm-config", type=Path, default=SLURM_DEFAULTS, help="YAML of the settings below")
+    group.add_argument(
+        "--executor",
+        choices=("local", "slurm"),
+        default="local",
+        help="local: fits on this machine (default); slurm: one SLURM job per run",
+    )
+    group.add_argument(
+        "--jobs",
+        type=positive("--jobs"),
+        default=jobs,
+        help="runs at once (local: fits sharing the cores; slurm: jobs queued or running)",
+    )
+    group.add_argument(
+        "--slurm-config", type=Path, default=SLURM_DEFAULTS, help="YAML of the settings below"
+    )
     for f in fields(SlurmSettings):
         flag = f"--{f.name.replace('_', '-')}"
-        group.add_argument(flag, type=_kind(f.name, flag), default=None, help=f"slurm: {f.name} (default {f.default})")
-    group.add_argument("--status", action="store_true", help="print each run's state (finished, running, queued, "
-                       "failed: job id and log) and exit")  # fmt: skip
+        group.add_argument(
+            flag,
+            type=_kind(f.name, flag),
+            default=None,
+            help=f"slurm: {f.name} (default {f.default})",
+        )
+    group.add_argument(
+        "--status",
+        action="store_true",
+        help="print each run's state (finished, running, queued, failed: job id and log) and exit",
+    )
 
 
 def slurm_settings(args: argparse.Namespace) -> SlurmSettings:
-    """The YAML's settings, then the flags given; a key or value the YAML may not hold is refused naming both."""
+    """The YAML's settings, then the flags given; a key or value the YAML may not hold is
+    refused naming both."""
     settings = SlurmSettings()
     path = Path(args.slurm_config)
     if path.is_file():
         try:
-            loaded, known = read_yaml(path.read_text(), str(path)) or {}, [f.name for f in fields(SlurmSettings)]
+            loaded, known = (
+                read_yaml(path.read_text(), str(path)) or {},
+                [f.name for f in fields(SlurmSettings)],
+            )
         except (UserError, yaml.YAMLError) as error:
             raise SystemExit(" ".join(str(error).split())) from None
         if not isinstance(loaded, dict) or set(loaded) - set(known):
             keys = sorted(set(loaded) - set(known)) if isinstance(loaded, dict) else "not a mapping"
             raise SystemExit(f"{path}: unknown SLURM settings {keys}; known: {', '.join(known)}")
         try:
-            settings = replace(settings, **{k: v if v is None else _kind(k, k)(str(v)) for k, v in loaded.items()})
+            settings = replace(
+                settings, **{k: v if v is None else _kind(k, k)(str(v)) for k, v in loaded.items()}
+            )
         except UserError as error:  # the type's one-line refusal
             raise SystemExit(f"{path}: {error}") from None
-    given = {f.name: getattr(args, f.name) for f in fields(SlurmSettings) if getattr(args, f.name) is not None}
+    given = {
+        f.name: getattr(args, f.name)
+        for f in fields(SlurmSettings)
+        if getattr(args, f.name) is not None
+    }
     return replace(settings, **given)
 
 
 class LocalRuns:
-    """``jobs`` runs at once in this process's threads, each a fit process (the cores split between them)."""
+    """``jobs`` runs at once in this process's threads, each a fit process (the cores split
+    between them)."""
 
     name = "local"
 
@@ -131,7 +182,8 @@ class LocalRuns:
         return self._pool.submit(job, *args, self.threads)
 
     def attach(self, record: dict) -> None:
-        """A local run outlives no launch (its fit is stopped with it), so there is nothing to attach to."""
+        """A local run outlives no launch (its fit is stopped with it), so there is nothing to
+        attach to."""
         return None
 
     def state(self, handle: Future) -> str:
@@ -150,10 +202,13 @@ class LocalRuns:
 
 
 class SlurmRuns:
-    """One SLURM job per run (submitit), its id and log recorded so that a later launch attaches to it."""
+    """One SLURM job per run (submitit), its id and log recorded so that a later launch attaches
+    to it."""
 
     name = "slurm"
-    poll_s = float(os.environ.get("FIXED_EMBED_SLURM_POLL_S", 30))  # how often job states are read (sacct)
+    poll_s = float(
+        os.environ.get("FIXED_EMBED_SLURM_POLL_S", 30)
+    )  # how often job states are read (sacct)
 
     def __init__(self, folder: Path, settings: SlurmSettings, jobs: int = 1) -> None:
         import submitit
@@ -162,20 +217,30 @@ class SlurmRuns:
         self._executor = submitit.AutoExecutor(
             folder=self.folder / "%j", cluster="slurm", slurm_max_num_timeout=settings.max_requeues
         )
-        optional = {"slurm_partition": settings.partition, "slurm_account": settings.account,
-                    "slurm_qos": settings.qos, "mem_gb": settings.mem_gb}  # fmt: skip
+        optional = {
+            "slurm_partition": settings.partition,
+            "slurm_account": settings.account,
+            "slurm_qos": settings.qos,
+            "mem_gb": settings.mem_gb,
+        }
         extra = {key: value for key, value in optional.items() if value is not None}
         self._executor.update_parameters(
-            timeout_min=settings.time_min, gpus_per_node=settings.gpus_per_run, cpus_per_task=settings.cpus_per_run,
-            nodes=1, tasks_per_node=1, slurm_signal_delay_s=settings.signal_delay_s, **extra,
-        )  # fmt: skip
+            timeout_min=settings.time_min,
+            gpus_per_node=settings.gpus_per_run,
+            cpus_per_task=settings.cpus_per_run,
+            nodes=1,
+            tasks_per_node=1,
+            slurm_signal_delay_s=settings.signal_delay_s,
+            **extra,
+        )
 
     def submit(self, job: Any, *args: Any) -> Any:
         self._executor.update_parameters(name=f"fixed-embed:{args[0]}")
         return self._executor.submit(job, *args, None)
 
     def attach(self, record: dict) -> Any:
-        """The job a record names, while SLURM may still run it; else None (then the run is submitted again)."""
+        """The job a record names, while SLURM may still run it; else None (then the run is
+        submitted again)."""
         import submitit
 
         if record.get("executor") != "slurm":
@@ -196,8 +261,12 @@ class SlurmRuns:
         return f"SLURM job {handle.job_id} {self.state(handle)}; log {handle.paths.stderr}"
 
     def record(self, handle: Any) -> dict:
-        return {"executor": "slurm", "job": handle.job_id, "log": str(handle.paths.stderr),
-                "settings": asdict(self.settings)}  # fmt: skip
+        return {
+            "executor": "slurm",
+            "job": handle.job_id,
+            "log": str(handle.paths.stderr),
+            "settings": asdict(self.settings),
+        }
 
     def shutdown(self) -> None:
         return None

@@ -1,10 +1,12 @@
-"""A plan's runs as jobs (experiments/executor.py), their rows merged into one runs file by this launch alone.
+"""A plan's runs as jobs (experiments/executor.py), their rows merged into one runs file by this
+launch alone.
 
-A run's job fits it (``--ckpt_path last``: from its checkpoint when it has one) and writes its row beside it
-(``<logs>/<name>/row.json``); the launch holding the runs file merges the rows, so no two processes write
-it. Each job's id goes to ``OUT-jobs.json``: a launch killed and started again with the same command
-attaches to the jobs still queued or running, merges the rows of those that finished meanwhile and
-submits the rest again, which resume from their checkpoints (docs/cluster.md).
+A run's job fits it (``--ckpt_path last``: from its checkpoint when it has one) and writes its
+row beside it (``<logs>/<name>/row.json``); the launch holding the runs file merges the rows, so
+no two processes write it. Each job's id goes to ``OUT-jobs.json``: a launch killed and started
+again with the same command attaches to the jobs still queued or running, merges the rows of
+those that finished meanwhile and submits the rest again, which resume from their checkpoints
+(docs/cluster.md).
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ def row_file(logs: str, name: str) -> Path:
 
 
 def read_row(logs: str, name: str, extra: list[str]) -> dict | None:
-    """The row a finished job wrote for ``name``; one of other flags is refused as a runs file's is."""
+    """The row a finished job wrote for ``name``; one of other flags is refused as a runs file's
+    is."""
     try:
         row = json.loads(row_file(logs, name).read_text())
     except (OSError, ValueError):
@@ -45,8 +48,10 @@ def read_row(logs: str, name: str, extra: list[str]) -> dict | None:
 
 def _same_flags(row: dict, name: str, extra: list[str], where: Path | str) -> None:
     if row.get("extra", extra) != extra:
-        raise ValueError(f"{where} already has a run {name!r} with flags {row['extra']}, not {extra}; write to "
-                         "another --out and --logs (or remove that row to re-run it)")  # fmt: skip
+        raise ValueError(
+            f"{where} already has a run {name!r} with flags {row['extra']}, not {extra}; write to "
+            "another --out and --logs (or remove that row to re-run it)"
+        )
 
 
 class Stopped(Exception):
@@ -54,15 +59,28 @@ class Stopped(Exception):
 
 
 class FitJob(submitit.helpers.Checkpointable):
-    """One run's job: its fit, then its row file. Warned before a time limit, it stops the fit (which saves)
-    and submitit requeues the job, which resumes the fit."""
+    """One run's job: its fit, then its row file. Warned before a time limit, it stops the fit
+    (which saves) and submitit requeues the job, which resumes the fit."""
 
-    def __call__(self, name: str, config: Any, logs: str, extra: list[str], evaluate: str | None,
-                 eval_device: str, threads: int | None) -> str:  # fmt: skip
+    def __call__(
+        self,
+        name: str,
+        config: Any,
+        logs: str,
+        extra: list[str],
+        evaluate: str | None,
+        eval_device: str,
+        threads: int | None,
+    ) -> str:
         _wait_for(Path(logs) / name / DEFAULT_RUN)
-        row = runs.run(name, config, logs, extra, threads=threads, evaluate=evaluate, eval_device=eval_device)
+        row = runs.run(
+            name, config, logs, extra, threads=threads, evaluate=evaluate, eval_device=eval_device
+        )
         if row is None:
-            raise Stopped(f"{name} was stopped before its length; the same command resumes it from its checkpoint")
+            raise Stopped(
+                f"{name} was stopped before its length; the same command resumes it from its "
+                "checkpoint"
+            )
         atomic_write_text(row_file(logs, name), json.dumps(row, indent=1) + "\n")
         return name
 
@@ -93,23 +111,42 @@ def _records(out: str | None) -> dict[str, dict]:
         return {}
 
 
-def run_all(plan: list[tuple], logs: str, title: str, out: str | None = None, jobs: int = 1,
-            evaluate: str | None = None, eval_device: str = "cpu",
-            executor: LocalRuns | SlurmRuns | None = None) -> list[dict]:  # fmt: skip
-    """Run the plan's missing rows as jobs, ``jobs`` at a time (or ``executor``'s); rows keep the plan's order."""
+def run_all(
+    plan: list[tuple],
+    logs: str,
+    title: str,
+    out: str | None = None,
+    jobs: int = 1,
+    evaluate: str | None = None,
+    eval_device: str = "cpu",
+    executor: LocalRuns | SlurmRuns | None = None,
+) -> list[dict]:
+    """Run the plan's missing rows as jobs, ``jobs`` at a time (or ``executor``'s); rows keep
+    the plan's order."""
     executor = executor or LocalRuns(jobs)
     done: dict[str, dict] = {}
     if out:
-        runs.hold(f"{out}.json")  # before any job: a second launch on this --out would train the same rows
+        runs.hold(
+            f"{out}.json"
+        )  # before any job: a second launch on this --out would train the same rows
         if Path(f"{out}.json").is_file():
             done = {row["name"]: row for row in runs.read_runs(f"{out}.json")["runs"]}
     planned = {name: extra for name, _, extra in plan}
-    kept = [row for name, row in done.items() if name not in planned]  # earlier runs outside this plan stay
+    kept = [
+        row for name, row in done.items() if name not in planned
+    ]  # earlier runs outside this plan stay
     rows = {name: done[name] for name in planned if name in done}
-    for name, row in rows.items():  # a finished row stands in for a run only if it ran the same flags
+    for (
+        name,
+        row,
+    ) in rows.items():  # a finished row stands in for a run only if it ran the same flags
         _same_flags(row, name, planned[name], f"{out}.json")
-    unmerged = {name: read_row(logs, name, extra) for name, extra in planned.items() if name not in rows}
-    merged = {name: row for name, row in unmerged.items() if row is not None}  # finished while no launch merged
+    unmerged = {
+        name: read_row(logs, name, extra) for name, extra in planned.items() if name not in rows
+    }
+    merged = {
+        name: row for name, row in unmerged.items() if row is not None
+    }  # finished while no launch merged
     rows.update(merged)
 
     def save() -> None:
@@ -130,7 +167,9 @@ def run_all(plan: list[tuple], logs: str, title: str, out: str | None = None, jo
         while active or (queue and not failed):
             while queue and len(active) < executor.jobs and not failed:
                 name, config, extra = queue.pop(0)
-                active[name] = executor.submit(FitJob(), name, config, logs, extra, evaluate, eval_device)
+                active[name] = executor.submit(
+                    FitJob(), name, config, logs, extra, evaluate, eval_device
+                )
                 records[name] = executor.record(active[name])
                 if out:
                     atomic_write_text(f"{out}-jobs.json", json.dumps(records, indent=1) + "\n")
@@ -150,18 +189,30 @@ def run_all(plan: list[tuple], logs: str, title: str, out: str | None = None, jo
         if interrupt:  # a second SIGTERM while the fits save does not cut this short
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
         stopped = stop_fits()
-        going = (f"its {len(active)} jobs go on" if isinstance(executor, SlurmRuns)
-                 else f"{stopped} running fits saved their checkpoints")  # fmt: skip
-        raise SystemExit(f"{title}: stopped ({stop}); {going} and {len(rows)} of {len(plan)} "
-                         "rows are done; the same command continues") from None  # fmt: skip
+        going = (
+            f"its {len(active)} jobs go on"
+            if isinstance(executor, SlurmRuns)
+            else f"{stopped} running fits saved their checkpoints"
+        )
+        raise SystemExit(
+            f"{title}: stopped ({stop}); {going} and {len(rows)} of {len(plan)} "
+            "rows are done; the same command continues"
+        ) from None
     finally:
         if interrupt:
             signal.signal(signal.SIGTERM, previous)
         executor.shutdown()
     if failed:
         lines = [f"  {name}: {why}" for name, why in failed.items()]
-        raise SystemExit("\n".join([f"{title}: {len(failed)} runs failed (finished rows kept; the same command "
-                                    "runs the failed ones again, from their checkpoints):", *lines]))  # fmt: skip
+        raise SystemExit(
+            "\n".join(
+                [
+                    f"{title}: {len(failed)} runs failed (finished rows kept; the same command "
+                    "runs the failed ones again, from their checkpoints):",
+                    *lines,
+                ]
+            )
+        )
     ordered = [rows[name] for name in planned]
     Console(width=150).print(runs.table(ordered, title))
     return ordered
@@ -173,14 +224,19 @@ def _interrupt(signum: int, frame: object) -> None:
 
 def _wait(executor: LocalRuns | SlurmRuns, handles: list) -> None:
     if isinstance(executor, LocalRuns):
-        concurrent.futures.wait(handles, timeout=5.0, return_when=concurrent.futures.FIRST_COMPLETED)
+        concurrent.futures.wait(
+            handles, timeout=5.0, return_when=concurrent.futures.FIRST_COMPLETED
+        )
     elif handles:
         time.sleep(executor.poll_s)
         executor.refresh()
 
 
-def status(plan: list[tuple], logs: str, out: str | None, executor: LocalRuns | SlurmRuns) -> list[str]:
-    """One line per planned run: finished, running, queued, failed or stopped (job id and log), or not started."""
+def status(
+    plan: list[tuple], logs: str, out: str | None, executor: LocalRuns | SlurmRuns
+) -> list[str]:
+    """One line per planned run: finished, running, queued, failed or stopped (job id and log),
+    or not started."""
     finished = set()
     if out and Path(f"{out}.json").is_file():
         finished = {row["name"] for row in runs.read_runs(f"{out}.json")["runs"]}
@@ -207,8 +263,11 @@ def status(plan: list[tuple], logs: str, out: str | None, executor: LocalRuns | 
     return lines
 
 
-def launch(plan: list[tuple], logs: str, title: str, out: str | None, args: Any, **options: Any) -> list[dict]:
-    """A runner's plan on the executor its flags chose (experiments/executor.py), or its ``--status``."""
+def launch(
+    plan: list[tuple], logs: str, title: str, out: str | None, args: Any, **options: Any
+) -> list[dict]:
+    """A runner's plan on the executor its flags chose (experiments/executor.py), or its
+    ``--status``."""
     executor = executor_for(args, Path(logs) / "jobs")
     if args.status:
         print("\n".join(status(plan, logs, out, executor)))

@@ -1,4 +1,5 @@
-"""`make sweep-recodings`: several code assignments at tiny scale -- GF(2) seeds and random injections.
+"""`make sweep-recodings`: several code assignments at tiny scale -- GF(2) seeds and random
+injections.
 
 Separates "which recoding" from "recoding at all": the binary16 identity code, GF(2) recodings
 drawn from several ``code_seed`` values, and random (non-linear) injections. Results go to
@@ -32,9 +33,20 @@ def main() -> None:
                 [*args.extra, f"--model.interface.init_args.code_seed={seed}"],
             )
         )
-        plan.append((f"recode/permuted-seed{seed}", beyond / "permuted.yaml",
-                     [*args.extra, f"--model.interface.init_args.code_seed={seed}"]))  # fmt: skip
-    launch(plan, args.logs, "Recodings at tiny scale (CPU, offline corpus, 300 updates of 8 x 256)", args.out, args)
+        plan.append(
+            (
+                f"recode/permuted-seed{seed}",
+                beyond / "permuted.yaml",
+                [*args.extra, f"--model.interface.init_args.code_seed={seed}"],
+            )
+        )
+    launch(
+        plan,
+        args.logs,
+        "Recodings at tiny scale (CPU, offline corpus, 300 updates of 8 x 256)",
+        args.out,
+        args,
+    )
 
 
 if __name__ == "__main__":

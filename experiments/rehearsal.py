@@ -1,4 +1,5 @@
-"""`make rehearsal`: the paper's run, launched, preempted and relaunched exactly as a cluster would, on 2 CPU cores.
+"""`make rehearsal`: the paper's run, launched, preempted and relaunched exactly as a cluster
+would, on 2 CPU cores.
 
 For each strategy (DDP, FSDP) it runs the paper's gf2 config composed with
 ``experiments/rehearsal/override.yaml`` (2 gloo processes, a tiny backbone, 8 updates of 8
@@ -33,18 +34,33 @@ STEPS = 8
 
 
 def command(strategy: str, run: str, logs: Path) -> list[str]:
-    return [sys.executable, "-m", "fixed_embed", "fit",
-            "--config", str(ROOT / "experiments/paper/gf2.yaml"),
-            "--config", str(ROOT / f"experiments/strategies/{strategy}.yaml"),
-            "--config", str(ROOT / "experiments/rehearsal/override.yaml"),
-            f"--trainer.logger.init_args.save_dir={logs}", "--run", run, "--ckpt_path", "last"]  # fmt: skip
+    return [
+        sys.executable,
+        "-m",
+        "fixed_embed",
+        "fit",
+        "--config",
+        str(ROOT / "experiments/paper/gf2.yaml"),
+        "--config",
+        str(ROOT / f"experiments/strategies/{strategy}.yaml"),
+        "--config",
+        str(ROOT / "experiments/rehearsal/override.yaml"),
+        f"--trainer.logger.init_args.save_dir={logs}",
+        "--run",
+        run,
+        "--ckpt_path",
+        "last",
+    ]
 
 
 def launch(args: list[str], interrupt_after: str | None = None) -> tuple[int, str, float]:
-    """Run ``args``; with ``interrupt_after``, send SIGTERM to the launching process once that text appears."""
+    """Run ``args``; with ``interrupt_after``, send SIGTERM to the launching process once that
+    text appears."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     start = time.monotonic()
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT, env=env)
+    proc = subprocess.Popen(
+        args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT, env=env
+    )
     output = []
     for line in proc.stdout:
         output.append(line)
@@ -61,7 +77,9 @@ def scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
         return {}
     events = EventAccumulator(str(folder), size_guidance={"scalars": 0})
     events.Reload()
-    return {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+    return {
+        tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]
+    }
 
 
 def rehearse(strategy: str, logs: Path) -> list[tuple[str, bool, str]]:
@@ -72,29 +90,46 @@ def rehearse(strategy: str, logs: Path) -> list[tuple[str, bool, str]]:
 
     rc, out, seconds = launch(command(strategy, "reference", logs))
     check("reference run exits 0", rc == 0, f"{seconds:.0f} s" if rc == 0 else out[-2000:])
-    rc, out, seconds = launch(command(strategy, "preempted", logs), interrupt_after="BenchmarkCallback at step 4")
-    check("SIGTERM: exit 0 with a checkpoint", rc == 0 and "PreemptionCheckpoint: SIGTERM -> saved" in out,
-          f"{seconds:.0f} s" if rc == 0 else out[-2000:])  # fmt: skip
+    rc, out, seconds = launch(
+        command(strategy, "preempted", logs), interrupt_after="BenchmarkCallback at step 4"
+    )
+    check(
+        "SIGTERM: exit 0 with a checkpoint",
+        rc == 0 and "PreemptionCheckpoint: SIGTERM -> saved" in out,
+        f"{seconds:.0f} s" if rc == 0 else out[-2000:],
+    )
     rc, out, seconds = launch(command(strategy, "preempted", logs))
-    check("the same command resumes and finishes", rc == 0 and "resuming " in out,
-          f"{seconds:.0f} s" if rc == 0 else out[-2000:])  # fmt: skip
+    check(
+        "the same command resumes and finishes",
+        rc == 0 and "resuming " in out,
+        f"{seconds:.0f} s" if rc == 0 else out[-2000:],
+    )
 
     base = logs / "paper" / "gf2"
     reference, resumed = scalars(base / "reference"), scalars(base / "preempted")
     ref_loss, loss = reference.get("train/loss", []), resumed.get("train/loss", [])
-    check("one TensorBoard curve: every update once", [s for s, _ in loss] == list(range(STEPS)), str(loss))
+    check(
+        "one TensorBoard curve: every update once",
+        [s for s, _ in loss] == list(range(STEPS)),
+        str(loss),
+    )
     same = len(loss) == len(ref_loss) == STEPS and all(
         math.isclose(a, b, rel_tol=1e-5) for (_, a), (_, b) in zip(loss, ref_loss, strict=True)
     )
     check("per-update losses equal the uninterrupted run's", same, f"{loss} vs {ref_loss}")
     check("validation after updates 4 and 8", [s for s, _ in resumed.get("val/loss", [])] == [3, 7])
     check("in-loop benchmark after update 4", any(t.startswith("bench/") for t in resumed), "")
-    check("no version_N folders", sorted(p.name for p in base.iterdir()) == ["preempted", "reference"])
+    check(
+        "no version_N folders", sorted(p.name for p in base.iterdir()) == ["preempted", "reference"]
+    )
     folder = base / "preempted" / "checkpoints"
     names = sorted(p.name for p in folder.iterdir() if not p.name.startswith("."))
     kept = {"last.ckpt", "step=00000004.ckpt", "step=00000006.ckpt", "step=00000008.ckpt"}
-    check("checkpoints: exactly the policy's, last a link", set(names) == kept and (folder / "last.ckpt").is_symlink(),
-          str(names))  # fmt: skip
+    check(
+        "checkpoints: exactly the policy's, last a link",
+        set(names) == kept and (folder / "last.ckpt").is_symlink(),
+        str(names),
+    )
     return checks
 
 
@@ -106,12 +141,17 @@ def main(argv: list[str] | None = None) -> int:
     logs = Path(args.logs)
     shutil.rmtree(logs, ignore_errors=True)
     start = time.monotonic()
-    checks = [c for strategy in args.strategies.split(",") for c in rehearse(strategy, logs / strategy)]
+    checks = [
+        c for strategy in args.strategies.split(",") for c in rehearse(strategy, logs / strategy)
+    ]
     for name, ok, detail in checks:
         shown = detail if detail and (not ok or len(detail) < 40) else ""
         print(f"{'PASS' if ok else 'FAIL'}  {name}" + (f"  ({shown})" if shown else ""))
     failed = sum(not ok for _, ok, _ in checks)
-    print(f"rehearsal: {len(checks) - failed} of {len(checks)} checks hold in {time.monotonic() - start:.0f} s")
+    print(
+        f"rehearsal: {len(checks) - failed} of {len(checks)} checks hold in "
+        f"{time.monotonic() - start:.0f} s"
+    )
     return 1 if failed else 0
 
 

@@ -1,4 +1,5 @@
-"""What the study (study.py) runs and how it names its runs, for the runner and its report (study_report.py).
+"""What the study (study.py) runs and how it names its runs, for the runner and its report
+(study_report.py).
 
 The report reads nothing but the runs file, and finds a run's tokenizer, size, variant, rate and
 seed in its name. Both sides take the variants, sizes, metric and the name's format from here, so a
@@ -11,8 +12,13 @@ import re
 
 PAPER = ("learned", "binary16", "gf2")
 # control -> the paper variant whose best learning rate it trains at
-CONTROLS = {"matched": "binary16", "norm_matched": "learned", "random_full": "binary16",
-            "lowrank_binary": "learned", "lowrank_normal": "learned"}  # fmt: skip
+CONTROLS = {
+    "matched": "binary16",
+    "norm_matched": "learned",
+    "random_full": "binary16",
+    "lowrank_binary": "learned",
+    "lowrank_normal": "learned",
+}
 LABELS = {
     "learned": "learned table",
     "binary16": "binary code (binary16)",
@@ -26,10 +32,11 @@ LABELS = {
 SIZES = ("s", "m", "l")  # smallest first: the report's tables and figures follow this order
 METRIC = "val_bpb"  # what the learning rate is chosen by, and the headline
 
-# TOKENIZER-SIZE/VARIANT-lrLR-seedS[-stepsN][-codeC], LR as `{lr:g}` writes it (the same text as the run's
-# --model.optimizer.lr). Without -steps the run trains for its size file's updates; without -code its
-# interface draws the config's codebook (gf2's code_seed 12345, random_full's 1); with them, N updates
-# (--trainer.max_steps, its warm-up and validations scaled alike) and code_seed C.
+# TOKENIZER-SIZE/VARIANT-lrLR-seedS[-stepsN][-codeC], LR as `{lr:g}` writes it (the same text as
+# the run's
+# --model.optimizer.lr). Without -steps the run trains for its size file's updates; without -code
+# its interface draws the config's codebook (gf2's code_seed 12345, random_full's 1); with them, N
+# updates (--trainer.max_steps, its warm-up and validations scaled alike) and code_seed C.
 NAME = re.compile(
     r"^(?P<tok>[a-z0-9]+)-(?P<size>[a-z]+)/(?P<variant>[a-z0-9_]+)-lr(?P<lr>[0-9.e+-]+?)-seed(?P<seed>\d+)"
     r"(?:-steps(?P<steps>\d+))?(?:-code(?P<code>\d+))?$"
@@ -38,30 +45,48 @@ FORMAT = "TOKENIZER-SIZE/VARIANT-lrLR-seedS[-stepsN][-codeC]"
 CODED = ("gf2", "random_full")  # the variants whose fixed codebook is drawn from a code_seed
 
 
-def run_name(tokenizer: str, size: str, variant: str, lr: float, seed: int, steps: int | None = None,
-             code: int | None = None) -> str:  # fmt: skip
+def run_name(
+    tokenizer: str,
+    size: str,
+    variant: str,
+    lr: float,
+    seed: int,
+    steps: int | None = None,
+    code: int | None = None,
+) -> str:
     if code is not None and variant not in CODED:
         raise ValueError(f"{variant} draws no codebook: only {CODED} take a code seed")
-    return (f"{tokenizer}-{size}/{variant}-lr{lr:g}-seed{seed}" + (f"-steps{steps}" if steps is not None else "")
-            + (f"-code{code}" if code is not None else ""))  # fmt: skip
+    return (
+        f"{tokenizer}-{size}/{variant}-lr{lr:g}-seed{seed}"
+        + (f"-steps{steps}" if steps is not None else "")
+        + (f"-code{code}" if code is not None else "")
+    )
 
 
 def parse_name(name: str) -> dict:
-    """``{"tok", "size", "variant", "lr", "seed", "steps", "code"}`` of a name :func:`run_name` wrote
-    (``steps`` and ``code`` None where the name has none); ValueError otherwise."""
+    """``{"tok", "size", "variant", "lr", "seed", "steps", "code"}`` of a name :func:`run_name`
+    wrote (``steps`` and ``code`` None where the name has none); ValueError otherwise."""
     match = NAME.match(name)
     if match is None:
         raise ValueError(f"study run name {name!r} is not {FORMAT}")
-    return {"tok": match["tok"], "size": match["size"], "variant": match["variant"], "lr": float(match["lr"]),
-            "seed": int(match["seed"]), "steps": int(match["steps"]) if match["steps"] else None,
-            "code": int(match["code"]) if match["code"] else None}  # fmt: skip
+    return {
+        "tok": match["tok"],
+        "size": match["size"],
+        "variant": match["variant"],
+        "lr": float(match["lr"]),
+        "seed": int(match["seed"]),
+        "steps": int(match["steps"]) if match["steps"] else None,
+        "code": int(match["code"]) if match["code"] else None,
+    }
 
 
-WIDTH_FLAG = "--model.decoder.ffn_dim="  # the matched control's SwiGLU width: a flag of its run, not a config
+# the matched control's SwiGLU width: a flag of its run, not a config
+WIDTH_FLAG = "--model.decoder.ffn_dim="
 
 
 def widened(decoder: dict, flags: list[str]) -> dict:
-    """``decoder`` (a config's ``model.decoder``) at the SwiGLU width a run's ``flags`` set, if they set one."""
+    """``decoder`` (a config's ``model.decoder``) at the SwiGLU width a run's ``flags`` set, if
+    they set one."""
     for flag in flags:
         if flag.startswith(WIDTH_FLAG):
             decoder = {**decoder, "ffn_dim": int(flag.removeprefix(WIDTH_FLAG))}

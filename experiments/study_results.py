@@ -1,11 +1,12 @@
-"""The study's runs file, indexed for its report: a run's configs, its value on each split, the rate a
-variant is compared at and its runs there (study_report.py draws the tables and figures from it).
+"""The study's runs file, indexed for its report: a run's configs, its value on each split, the
+rate a variant is compared at and its runs there (study_report.py draws the tables and figures
+from it).
 
 Two splits: **val** (validation bits/byte over the 9 held-out books) chooses every learning rate;
-**test** (WikiText-2 bits/byte, out of domain) is read by no choice. Differences between variants are
-paired by training seed (the same seed: the same data order and, for the two fixed codes, the same
-initial weights). Where a codebook was drawn per seed (``-codeC`` runs), a variant's seeds use them, so
-its spread holds the codebook's variance.
+**test** (WikiText-2 bits/byte, out of domain) is read by no choice. Differences between
+variants are paired by training seed (the same seed: the same data order and, for the two fixed
+codes, the same initial weights). Where a codebook was drawn per seed (``-codeC`` runs), a
+variant's seeds use them, so its spread holds the codebook's variance.
 """
 
 from __future__ import annotations
@@ -15,12 +16,23 @@ import statistics
 from functools import cache
 
 from experiments.runs import ROOT, merged_config
-from experiments.study_plan import CONTROLS, METRIC, PAPER, SIZES, non_embedding_params, parse_name, widened
+from experiments.study_plan import (
+    CONTROLS,
+    METRIC,
+    PAPER,
+    SIZES,
+    non_embedding_params,
+    parse_name,
+    widened,
+)
 from experiments.study_stats import Paired, paired
 
 TEST = "wikitext2_local|bits_per_byte|0"
 WORD_PPL = "wikitext2_local|word_perplexity|0"
-SPLITS = {"val": "validation bits/byte (books; chooses the rates)", "test": "WikiText-2 bits/byte (no choice reads it)"}
+SPLITS = {
+    "val": "validation bits/byte (books; chooses the rates)",
+    "test": "WikiText-2 bits/byte (no choice reads it)",
+}
 GAPS = (("learned", "binary16"), ("learned", "gf2"), ("binary16", "gf2"))  # (a, b): b - a
 Cell = dict[int, dict]  # seed -> row
 
@@ -39,7 +51,8 @@ def _config(row: dict) -> dict:
     return _merged(row["config"])
 
 
-@cache  # a render reads each run's configs for every table and figure it appears in; nothing mutates them
+# a render reads each run's configs for every table and figure it appears in; nothing mutates them
+@cache
 def _merged(configs: str) -> dict:
     return merged_config([ROOT / c for c in configs.split(" + ")])
 
@@ -56,16 +69,23 @@ def updates(row: dict) -> int:
 def wikitext_ratio(rows: list[dict]) -> float | None:
     """WikiText-2 bits/byte per nat of word perplexity: words / (bytes ln 2) of the fixed test text.
 
-    Rows scored before the suite logged bits/byte (study v2's) carry the word perplexity only; the ratio
-    of the rows that log both converts them exactly (the same text for every run, so one constant)."""
-    ratios = [r["scores"][TEST]["value"] / math.log(r["scores"][WORD_PPL]["value"]) for r in rows
-              if TEST in r.get("scores", {}) and WORD_PPL in r["scores"]]  # fmt: skip
+    Rows scored before the suite logged bits/byte (study v2's) carry the word perplexity only;
+    the ratio of the rows that log both converts them exactly (the same text for every run, so
+    one constant)."""
+    ratios = [
+        r["scores"][TEST]["value"] / math.log(r["scores"][WORD_PPL]["value"])
+        for r in rows
+        if TEST in r.get("scores", {}) and WORD_PPL in r["scores"]
+    ]
     ratios = [x for x in ratios if math.isfinite(x)]  # a diverged run scores inf or NaN
     if not ratios:
         return None
     if max(ratios) - min(ratios) > 1e-9 * max(ratios):
-        raise ValueError(f"WikiText-2 bits/byte over ln(word ppl) differs across runs ({min(ratios)}..{max(ratios)})"
-                         ": the test text changed between runs, so they cannot be compared")  # fmt: skip
+        raise ValueError(
+            "WikiText-2 bits/byte over ln(word ppl) differs across runs "
+            f"({min(ratios)}..{max(ratios)})"
+            ": the test text changed between runs, so they cannot be compared"
+        )
     return statistics.mean(ratios)
 
 
@@ -95,25 +115,37 @@ class Study:
         found = {key[1] for key in self.index if key[0] == tok}
         return [s for s in SIZES if s in found]
 
-    def swept(self, tok: str, size: str, variant: str, steps: int | None = None) -> dict[float, float]:
-        """Seed 1's validation bits/byte per rate at ``steps`` updates (None: the size's own) and the config's
-        codebook."""
+    def swept(
+        self, tok: str, size: str, variant: str, steps: int | None = None
+    ) -> dict[float, float]:
+        """Seed 1's validation bits/byte per rate at ``steps`` updates (None: the size's own)
+        and the config's codebook."""
         by_lr = self.index.get((tok, size, variant, steps), {})
-        return {lr: _finite(seeds[1][None].get(METRIC)) for lr, seeds in by_lr.items() if None in seeds.get(1, {})}
+        return {
+            lr: _finite(seeds[1][None].get(METRIC))
+            for lr, seeds in by_lr.items()
+            if None in seeds.get(1, {})
+        }
 
     def best(self, tok: str, size: str, variant: str, steps: int | None = None) -> float | None:
         scored = self.swept(tok, size, variant, steps)
         return min(scored, key=scored.get) if len(scored) > 1 else None
 
     def sweeps(self, tok: str, size: str) -> list[int | None]:
-        """The lengths the size was swept at (seed 1 of every paper variant at 2 or more rates), shortest first."""
-        return [n for n in self.lengths(tok, size) if all(len(self.swept(tok, size, v, n)) > 1 for v in PAPER)]
+        """The lengths the size was swept at (seed 1 of every paper variant at 2 or more rates),
+        shortest first."""
+        return [
+            n
+            for n in self.lengths(tok, size)
+            if all(len(self.swept(tok, size, v, n)) > 1 for v in PAPER)
+        ]
 
     def chosen_at(self, tok: str, size: str, steps: int | None) -> int | None:
-        """The sweep whose best rates a run of ``steps`` updates uses: the swept length nearest it in log updates,
-        the size's own on a tie or where none ran. The study ran each length at the nearest sweep's rates
-        (study_stages' ``length_rate``); a length that then also ran at another rate is a sweep of its own, and
-        its best on seed 1 is used there, as at every sweep."""
+        """The sweep whose best rates a run of ``steps`` updates uses: the swept length nearest
+        it in log updates, the size's own on a tie or where none ran. The study ran each length
+        at the nearest sweep's rates (study_stages' ``length_rate``); a length that then also
+        ran at another rate is a sweep of its own, and its best on seed 1 is used there, as at
+        every sweep."""
         own = self.own_updates(tok, size)
         found, target = self.sweeps(tok, size), steps or own
         if not found or target is None:
@@ -121,72 +153,113 @@ class Study:
         return min(found, key=lambda n: (abs(math.log(target / (n or own))), n is not None))
 
     def rate(self, tok: str, size: str, variant: str, steps: int | None = None) -> float | None:
-        """The rate a variant is compared at: its best of the sweep it was chosen by (a control: its paper
-        variant's), as the study chose it; for a run outside the plan, the rate with the most seeds."""
+        """The rate a variant is compared at: its best of the sweep it was chosen by (a control:
+        its paper variant's), as the study chose it; for a run outside the plan, the rate with
+        the most seeds."""
         by_lr = self.index.get((tok, size, variant, steps), {})
-        chosen = self.best(tok, size, CONTROLS.get(variant, variant), self.chosen_at(tok, size, steps))
+        chosen = self.best(
+            tok, size, CONTROLS.get(variant, variant), self.chosen_at(tok, size, steps)
+        )
         if chosen in by_lr:
             return chosen
         return max(by_lr, key=lambda lr: (len(by_lr[lr]), -lr)) if by_lr else None
 
-    def cell(self, tok: str, size: str, variant: str, steps: int | None = None, fold: bool = True,
-             lr: float | None = None) -> Cell:  # fmt: skip
-        """Seed -> row at ``lr`` (default: the compared rate); with ``fold``, seed s uses codebook s where it was
-        drawn."""
+    def cell(
+        self,
+        tok: str,
+        size: str,
+        variant: str,
+        steps: int | None = None,
+        fold: bool = True,
+        lr: float | None = None,
+    ) -> Cell:
+        """Seed -> row at ``lr`` (default: the compared rate); with ``fold``, seed s uses
+        codebook s where it was drawn."""
         lr = lr or self.rate(tok, size, variant, steps)
         seeds = self.index.get((tok, size, variant, steps), {}).get(lr, {})
-        own = {s: codes[s] for s, codes in seeds.items() if fold and s > 1 and s in codes}  # seed 1: the config's
-        return {s: own.get(s, codes.get(None)) for s, codes in sorted(seeds.items()) if s in own or None in codes}
+        own = {
+            s: codes[s] for s, codes in seeds.items() if fold and s > 1 and s in codes
+        }  # seed 1: the config's
+        return {
+            s: own.get(s, codes.get(None))
+            for s, codes in sorted(seeds.items())
+            if s in own or None in codes
+        }
 
-    def spread(self, tok: str, size: str, variant: str, steps: int | None = None) -> tuple[Paired, float | None]:
-        """The seed noise a sweep's margins are read against: the val values over seeds at the variant's best
-        rate of the sweep at ``steps``, or where that has one seed, at the rate with the most; and that rate."""
+    def spread(
+        self, tok: str, size: str, variant: str, steps: int | None = None
+    ) -> tuple[Paired, float | None]:
+        """The seed noise a sweep's margins are read against: the val values over seeds at the
+        variant's best rate of the sweep at ``steps``, or where that has one seed, at the rate
+        with the most; and that rate."""
         by_lr = self.index.get((tok, size, variant, steps), {})
         lr = self.best(tok, size, variant, steps)
         if len(by_lr.get(lr, {})) < 2 and by_lr:
             lr = max(by_lr, key=lambda r: (len(by_lr[r]), -r))
         values = self.values(self.cell(tok, size, variant, steps, lr=lr), "val").values()
-        return Paired(tuple(x for x in values if math.isfinite(x))), lr  # a diverged run has no spread to give
+        return Paired(
+            tuple(x for x in values if math.isfinite(x))
+        ), lr  # a diverged run has no spread to give
 
-    def against_best(self, tok: str, size: str, variant: str, steps: int | None, lr: float) -> Paired:
-        """Val bits/byte at ``lr`` minus at the sweep's best rate, paired by seed (the config's codebook)."""
-        at = [self.values(self.cell(tok, size, variant, steps, fold=False, lr=rate), "val")
-              for rate in (self.best(tok, size, variant, steps), lr)]  # fmt: skip
+    def against_best(
+        self, tok: str, size: str, variant: str, steps: int | None, lr: float
+    ) -> Paired:
+        """Val bits/byte at ``lr`` minus at the sweep's best rate, paired by seed (the config's
+        codebook)."""
+        at = [
+            self.values(self.cell(tok, size, variant, steps, fold=False, lr=rate), "val")
+            for rate in (self.best(tok, size, variant, steps), lr)
+        ]
         return paired(*at)
 
     def position(self, tok: str, size: str, variant: str) -> Paired:
         """Per seed, where ``variant`` sits on the line from learned (0) to binary16 (1) on val."""
-        learned, binary = (self.values(self.cell(tok, size, v), "val") for v in ("learned", "binary16"))
+        learned, binary = (
+            self.values(self.cell(tok, size, v), "val") for v in ("learned", "binary16")
+        )
         mine = self.values(self.cell(tok, size, variant), "val")
         shares = [
-            (mine[s] - learned[s]) / (binary[s] - learned[s]) for s in sorted(mine) if s in learned and s in binary
+            (mine[s] - learned[s]) / (binary[s] - learned[s])
+            for s in sorted(mine)
+            if s in learned and s in binary
         ]
         return Paired(tuple(x for x in shares if math.isfinite(x)))
 
     def values(self, cell: Cell, split: str) -> dict[int, float]:
         return {s: self.value(row, split) for s, row in cell.items()}
 
-    def gap(self, tok: str, size: str, a: str, b: str, split: str, steps: int | None = None) -> Paired:
-        return paired(self.values(self.cell(tok, size, a, steps), split),
-                      self.values(self.cell(tok, size, b, steps), split))  # fmt: skip
+    def gap(
+        self, tok: str, size: str, a: str, b: str, split: str, steps: int | None = None
+    ) -> Paired:
+        return paired(
+            self.values(self.cell(tok, size, a, steps), split),
+            self.values(self.cell(tok, size, b, steps), split),
+        )
 
     def lengths(self, tok: str, size: str) -> list[int | None]:
-        """The training lengths any paper variant ran at ``size``, shortest first (None: the size's own); a
-        variant that has not run one shows "--" there."""
+        """The training lengths any paper variant ran at ``size``, shortest first (None: the
+        size's own); a variant that has not run one shows "--" there."""
         found = {steps for t, s, v, steps in self.index if (t, s) == (tok, size) and v in PAPER}
         return sorted(found, key=lambda n: n or self.own_updates(tok, size))
 
     def own_updates(self, tok: str, size: str) -> int | None:
         """The size file's updates (None where no run of the size trained them)."""
         key = (tok, size, None)
-        return next((updates(r) for r in self.rows if (parse(r)["tok"], parse(r)["size"], parse(r)["steps"]) == key),
-                    None)  # fmt: skip
+        return next(
+            (
+                updates(r)
+                for r in self.rows
+                if (parse(r)["tok"], parse(r)["size"], parse(r)["steps"]) == key
+            ),
+            None,
+        )
 
     def tokens(self, tok: str, size: str, steps: int | None) -> int:
         return self.first(tok, size, steps)["tokens_seen"]
 
     def first(self, tok: str, size: str, steps: int | None) -> dict:
-        """A run of a paper variant at ``size`` and ``steps`` (for what they share: parameters, tokens)."""
+        """A run of a paper variant at ``size`` and ``steps`` (for what they share: parameters,
+        tokens)."""
         return next(row for v in PAPER for row in self.cell(tok, size, v, steps).values())
 
 

@@ -1,6 +1,6 @@
-"""Which runs the study (study.py) makes, stage by stage: the scale (CPU or GPU plan), a run's name, configs
-and flags, the learning-rate sweep and the rungs it adds at an edge, the later stages at each variant's best
-rate, and the smoke plan. Nothing here runs anything."""
+"""Which runs the study (study.py) makes, stage by stage: the scale (CPU or GPU plan), a run's
+name, configs and flags, the learning-rate sweep and the rungs it adds at an edge, the later
+stages at each variant's best rate, and the smoke plan. Nothing here runs anything."""
 
 from __future__ import annotations
 
@@ -21,10 +21,10 @@ STEPS_FLAG = "--trainer.max_steps="
 class Scale:
     """A plan's configs, and per size its sweep, its training lengths and its codebook variants.
 
-    CPU: every size is swept (seed 1) around the rate v2 found; S and M also train to L's token count
-    (1,024 updates), and S along a training-length axis (0.5, 2, 4.7 and 8 tokens per non-embedding
-    parameter), its rates swept again at 1,024 updates (``resweep``); gf2 (every size) and random_full (M)
-    draw another codebook for each further seed.
+    CPU: every size is swept (seed 1) around the rate v2 found; S and M also train to L's token
+    count (1,024 updates), and S along a training-length axis (0.5, 2, 4.7 and 8 tokens per
+    non-embedding parameter), its rates swept again at 1,024 updates (``resweep``); gf2 (every
+    size) and random_full (M) draw another codebook for each further seed.
     GPU: the sweep runs at S only, its best rate serves every size, and there is no length axis.
     """
 
@@ -39,11 +39,16 @@ class Scale:
             self.resweep: dict[str, int] = {}
             self.codebooks: tuple[tuple[str, str], ...] = ()
         else:
-            self.sweep = {"s": (1e-3, 2e-3, 3e-3, 5e-3, 1e-2), "m": (3e-4, 1e-3, 2e-3, 3e-3, 5e-3, 1e-2),
-                          "l": (2e-3, 3e-3, 5e-3)}  # fmt: skip
-            # M at L's tokens first: with S at L's tokens it separates size from length at equal tokens
+            self.sweep = {
+                "s": (1e-3, 2e-3, 3e-3, 5e-3, 1e-2),
+                "m": (3e-4, 1e-3, 2e-3, 3e-3, 5e-3, 1e-2),
+                "l": (2e-3, 3e-3, 5e-3),
+            }
+            # M at L's tokens first: with S at L's tokens it separates size from length at equal
+            # tokens
             self.lengths = {"m": (1024,), "s": (1024, 432, 1728)}
-            # S's axis reaches 16x its own 108 updates, where a rate chosen at 108 may no longer be best
+            # S's axis reaches 16x its own 108 updates, where a rate chosen at 108 may no longer be
+            # best
             self.resweep = {"s": 1024}
             self.codebooks = (("l", "gf2"), ("m", "random_full"), ("m", "gf2"), ("s", "gf2"))
 
@@ -53,10 +58,19 @@ class Scale:
         return (STUDY / f"{variant}.yaml", *scale, self.folder / f"size-{size}.yaml", *vocabulary)
 
 
-def step(scale: Scale, size: str, variant: str, lr: float, seed: int, tokenizer: str | None = None,
-         steps: int | None = None, code: int | None = None) -> tuple:  # fmt: skip
-    """One run: its name, configs and flags. ``steps`` trains that many updates instead of the size's
-    (warm-up 10 %, four validations, as every size file has); ``code`` draws that codebook."""
+def step(
+    scale: Scale,
+    size: str,
+    variant: str,
+    lr: float,
+    seed: int,
+    tokenizer: str | None = None,
+    steps: int | None = None,
+    code: int | None = None,
+) -> tuple:
+    """One run: its name, configs and flags. ``steps`` trains that many updates instead of the
+    size's (warm-up 10 %, four validations, as every size file has); ``code`` draws that
+    codebook."""
     tokenizer = tokenizer or scale.tokenizer
     configs = scale.configs(variant, size, tokenizer)
     flags = [f"--seed_everything={seed}", f"--model.optimizer.lr={lr:g}"]
@@ -67,9 +81,14 @@ def step(scale: Scale, size: str, variant: str, lr: float, seed: int, tokenizer:
         flags.append(f"--model.interface.init_args.code_width={decoder['d_model']}")
     if steps is not None:
         if steps % 4:
-            raise ValueError(f"study: {steps} updates do not split into 4 validations; give a multiple of 4")
-        flags += [f"{STEPS_FLAG}{steps}", f"--trainer.val_check_interval={steps // 4}",
-                  f"--model.schedule.warmup_steps={round(steps / 10)}"]  # fmt: skip
+            raise ValueError(
+                f"study: {steps} updates do not split into 4 validations; give a multiple of 4"
+            )
+        flags += [
+            f"{STEPS_FLAG}{steps}",
+            f"--trainer.val_check_interval={steps // 4}",
+            f"--model.schedule.warmup_steps={round(steps / 10)}",
+        ]
     if code is not None:
         flags.append(f"--model.interface.init_args.code_seed={code}")
     return name(tokenizer, size, variant, lr, seed, steps, code), configs, flags
@@ -84,25 +103,30 @@ def matched_ffn(decoder: dict) -> int:
     return decoder["ffn_dim"] + round(decoder["vocab_size"] / (3 * decoder["n_layers"]))
 
 
-def sweep_plan(scale: Scale, rates: dict[tuple[str, str], list[float]], lengths: dict[str, int] | None = None
-               ) -> list[tuple]:  # fmt: skip
-    """Seed 1 of every (size, variant) at each of its rates, for ``lengths[size]`` updates where given (else
-    the size's own); the smallest size first (the cheapest)."""
+def sweep_plan(
+    scale: Scale, rates: dict[tuple[str, str], list[float]], lengths: dict[str, int] | None = None
+) -> list[tuple]:
+    """Seed 1 of every (size, variant) at each of its rates, for ``lengths[size]`` updates where
+    given (else the size's own); the smallest size first (the cheapest)."""
     lengths = lengths or {}
-    return [step(scale, size, variant, lr, 1, steps=lengths.get(size)) for (size, variant), lrs in rates.items()
-            for lr in lrs]  # fmt: skip
+    return [
+        step(scale, size, variant, lr, 1, steps=lengths.get(size))
+        for (size, variant), lrs in rates.items()
+        for lr in lrs
+    ]
 
 
 def initial_rates(scale: Scale) -> dict[tuple[str, str], list[float]]:
     return {(size, v): sorted(lrs) for size, lrs in scale.sweep.items() for v in PAPER}
 
 
-def resweep_rates(scale: Scale, best: dict[str, dict[str, float]], rows: dict[str, dict]
-                  ) -> dict[tuple[str, str], list[float]]:  # fmt: skip
-    """The resweep's first rates: each variant's own-length best and the ladder's rungs either side (the edge
-    rule extends them, so its best is still never at an edge of what ran). The variant whose own-length best
-    came nearest a tie (the smallest margin of another rate over it, seed 1) runs first: a resweep stopped
-    early has answered the least sure choice."""
+def resweep_rates(
+    scale: Scale, best: dict[str, dict[str, float]], rows: dict[str, dict]
+) -> dict[tuple[str, str], list[float]]:
+    """The resweep's first rates: each variant's own-length best and the ladder's rungs either
+    side (the edge rule extends them, so its best is still never at an edge of what ran). The
+    variant whose own-length best came nearest a tie (the smallest margin of another rate over
+    it, seed 1) runs first: a resweep stopped early has answered the least sure choice."""
     rates = {}
     for size in scale.resweep:
         for v in PAPER:
@@ -111,22 +135,33 @@ def resweep_rates(scale: Scale, best: dict[str, dict[str, float]], rows: dict[st
     return dict(sorted(rates.items(), key=lambda item: _tie(scale, rows, best, *item[0])))
 
 
-def _tie(scale: Scale, rows: dict[str, dict], best: dict[str, dict[str, float]], size: str, variant: str) -> float:
-    """The smallest margin of another own-length rate over the variant's best (inf where none has scored)."""
+def _tie(
+    scale: Scale, rows: dict[str, dict], best: dict[str, dict[str, float]], size: str, variant: str
+) -> float:
+    """The smallest margin of another own-length rate over the variant's best (inf where none
+    has scored)."""
     scored = {lr: score(rows, name(scale.tokenizer, size, variant, lr, 1)) for lr in LADDER}
     top = scored.get(best[size][variant])
-    margins = [x - top for lr, x in scored.items() if x is not None and top is not None and lr != best[size][variant]]
+    margins = [
+        x - top
+        for lr, x in scored.items()
+        if x is not None and top is not None and lr != best[size][variant]
+    ]
     return min(margins, default=math.inf)
 
 
-def best_lrs(scale: Scale, rows: dict[str, dict], rates: dict[tuple[str, str], list[float]],
-             lengths: dict[str, int] | None = None) -> tuple[dict, dict]:  # fmt: skip
-    """Each swept (size, variant)'s best rate among its ``rates`` (seed 1, at ``lengths[size]`` updates where
-    given), and the rungs still to run.
+def best_lrs(
+    scale: Scale,
+    rows: dict[str, dict],
+    rates: dict[tuple[str, str], list[float]],
+    lengths: dict[str, int] | None = None,
+) -> tuple[dict, dict]:
+    """Each swept (size, variant)'s best rate among its ``rates`` (seed 1, at ``lengths[size]``
+    updates where given), and the rungs still to run.
 
-    A variant whose best rate is the lowest or highest it ran asks for the next rung of the ladder at
-    that size, so a best rate is never at the edge of what was tried (unless the ladder ends).
-    Returns ``({size: {variant: lr}}, {(size, variant): [lr, ...]})``.
+    A variant whose best rate is the lowest or highest it ran asks for the next rung of the
+    ladder at that size, so a best rate is never at the edge of what was tried (unless the
+    ladder ends). Returns ``({size: {variant: lr}}, {(size, variant): [lr, ...]})``.
     """
     best: dict[str, dict[str, float]] = {}
     more: dict[tuple[str, str], list[float]] = {}
@@ -135,7 +170,9 @@ def best_lrs(scale: Scale, rows: dict[str, dict], rates: dict[tuple[str, str], l
         scored = {lr: score(rows, name(scale.tokenizer, size, variant, lr, 1, steps)) for lr in lrs}
         scored = {lr: x for lr, x in scored.items() if x is not None}
         if not scored:
-            raise SystemExit(f"study: no finished sweep run of {variant} at size {size} ({lrs}): run the sweep")
+            raise SystemExit(
+                f"study: no finished sweep run of {variant} at size {size} ({lrs}): run the sweep"
+            )
         lr = best.setdefault(size, {})[variant] = min(scored, key=scored.get)
         rung = LADDER.index(lr) if lr in LADDER else None
         for edge, neighbour in ((min(lrs), -1), (max(lrs), 1)):
@@ -146,15 +183,17 @@ def best_lrs(scale: Scale, rows: dict[str, dict], rates: dict[tuple[str, str], l
 
 
 def score(rows: dict[str, dict], run_name: str) -> float | None:
-    """The run's validation bits/byte; None when it has not run (or logged none); inf when it diverged."""
+    """The run's validation bits/byte; None when it has not run (or logged none); inf when it
+    diverged."""
     row = rows.get(run_name)
     if row is None or row.get(METRIC) is None:
         return None
     return row[METRIC] if math.isfinite(row[METRIC]) else math.inf
 
 
-def swept(scale: Scale, rows: dict[str, dict], lengths: dict[str, int] | None = None
-          ) -> dict[tuple[str, str], list[float]]:  # fmt: skip
+def swept(
+    scale: Scale, rows: dict[str, dict], lengths: dict[str, int] | None = None
+) -> dict[tuple[str, str], list[float]]:
     """The rates each (swept size, paper variant) finished with seed 1 at the size's own length (or
     ``lengths[size]`` updates: then only the sizes it names) and codebook."""
     lengths = lengths or {}
@@ -163,7 +202,9 @@ def swept(scale: Scale, rows: dict[str, dict], lengths: dict[str, int] | None = 
         if not NAME.match(n):  # a row of another plan in the file
             continue
         r = parse_name(n)
-        own = r["tok"] == scale.tokenizer and r["seed"] == 1 and r["steps"] == lengths.get(r["size"])
+        own = (
+            r["tok"] == scale.tokenizer and r["seed"] == 1 and r["steps"] == lengths.get(r["size"])
+        )
         own = own and r["code"] is None
         if own and (r["size"], r["variant"]) in rates:
             rates[(r["size"], r["variant"])].add(r["lr"])
@@ -171,7 +212,8 @@ def swept(scale: Scale, rows: dict[str, dict], lengths: dict[str, int] | None = 
 
 
 def rate_at(scale: Scale, best: dict[str, dict[str, float]], size: str, variant: str) -> float:
-    """A paper variant's rate at ``size``: its own best there, or the tuning size's where it was not swept."""
+    """A paper variant's rate at ``size``: its own best there, or the tuning size's where it was
+    not swept."""
     return best.get(size, best[scale.tune if scale.tune in best else next(iter(best))])[variant]
 
 
@@ -179,47 +221,92 @@ def own_steps(scale: Scale, size: str) -> int:
     return merged_config(scale.configs("learned", size, scale.tokenizer))["trainer"]["max_steps"]
 
 
-def length_rate(scale: Scale, best: dict[str, dict[str, float]], again: dict[str, dict[str, float]], size: str,
-                variant: str, steps: int) -> float:  # fmt: skip
-    """A paper variant's rate at ``size`` trained ``steps`` updates: the resweep's best (``again``) where the
-    size was swept again at a length nearer ``steps`` in log updates than its own (at S: 432 updates are 2.4x
-    from 1,024, 4x from 108), else the size's own best."""
+def length_rate(
+    scale: Scale,
+    best: dict[str, dict[str, float]],
+    again: dict[str, dict[str, float]],
+    size: str,
+    variant: str,
+    steps: int,
+) -> float:
+    """A paper variant's rate at ``size`` trained ``steps`` updates: the resweep's best
+    (``again``) where the size was swept again at a length nearer ``steps`` in log updates than
+    its own (at S: 432 updates are 2.4x from 1,024, 4x from 108), else the size's own best."""
     resweep = scale.resweep.get(size)
-    if resweep and size in again and abs(math.log(steps / resweep)) < abs(math.log(steps / own_steps(scale, size))):
+    if (
+        resweep
+        and size in again
+        and abs(math.log(steps / resweep)) < abs(math.log(steps / own_steps(scale, size)))
+    ):
         return again[size][variant]
     return rate_at(scale, best, size, variant)
 
 
-def later_plan(scale: Scale, stages: list[str], best: dict[str, dict[str, float]], seeds: list[int],
-               again: dict[str, dict[str, float]] | None = None) -> list[tuple]:  # fmt: skip
-    """Stages in priority order (a study stopped early has answered the first questions); seeds outermost
-    within a stage, so it has whole seeds, but in the length stage cells outermost, so it has whole cells.
-    ``again``: the resweep's best rates, for the lengths nearer its length than the size's own."""
+def later_plan(
+    scale: Scale,
+    stages: list[str],
+    best: dict[str, dict[str, float]],
+    seeds: list[int],
+    again: dict[str, dict[str, float]] | None = None,
+) -> list[tuple]:
+    """Stages in priority order (a study stopped early has answered the first questions); seeds
+    outermost within a stage, so it has whole seeds, but in the length stage cells outermost, so
+    it has whole cells. ``again``: the resweep's best rates, for the lengths nearer its length
+    than the size's own."""
     steps = []
     if "sizes" in stages:
-        steps += [step(scale, size, v, rate_at(scale, best, size, v), seed) for seed in seeds for size in scale.sizes
-                  for v in PAPER]  # fmt: skip
+        steps += [
+            step(scale, size, v, rate_at(scale, best, size, v), seed)
+            for seed in seeds
+            for size in scale.sizes
+            for v in PAPER
+        ]
     if "length" in stages:
-        steps += [step(scale, size, v, length_rate(scale, best, again or {}, size, v, n), seed, steps=n)
-                  for size, lengths in scale.lengths.items() for n in lengths for v in PAPER
-                  for seed in seeds]  # fmt: skip
-    if "codebooks" in stages:  # seed s > 1 draws codebook s: the spread over seeds holds the codebook's
-        steps += [step(scale, size, v, rate_at(scale, best, size, CONTROLS.get(v, v)), seed, code=seed)
-                  for seed in seeds if seed > 1 for size, v in scale.codebooks]  # fmt: skip
+        steps += [
+            step(scale, size, v, length_rate(scale, best, again or {}, size, v, n), seed, steps=n)
+            for size, lengths in scale.lengths.items()
+            for n in lengths
+            for v in PAPER
+            for seed in seeds
+        ]
+    if (
+        "codebooks" in stages
+    ):  # seed s > 1 draws codebook s: the spread over seeds holds the codebook's
+        steps += [
+            step(scale, size, v, rate_at(scale, best, size, CONTROLS.get(v, v)), seed, code=seed)
+            for seed in seeds
+            if seed > 1
+            for size, v in scale.codebooks
+        ]
     if "controls" in stages:
-        steps += [step(scale, scale.tune, c, rate_at(scale, best, scale.tune, like), seed) for seed in seeds
-                  for c, like in CONTROLS.items()]  # fmt: skip
+        steps += [
+            step(scale, scale.tune, c, rate_at(scale, best, scale.tune, like), seed)
+            for seed in seeds
+            for c, like in CONTROLS.items()
+        ]
     if "smollm2" in stages and scale.tokenizer != "smollm2":
-        steps += [step(scale, scale.tune, v, rate_at(scale, best, scale.tune, v), seed, "smollm2") for seed in seeds
-                  for v in PAPER]  # fmt: skip
+        steps += [
+            step(scale, scale.tune, v, rate_at(scale, best, scale.tune, v), seed, "smollm2")
+            for seed in seeds
+            for v in PAPER
+        ]
     return steps
 
 
-# --smoke: the plan's configs, shrunk to 2 updates of tiny batches on this machine's CPU and local data
-SMOKE = ["--trainer.accelerator=cpu", "--trainer.precision=32-true", "--trainer.max_steps=2",
-         "--trainer.val_check_interval=2", "--model.schedule.warmup_steps=1", "--data.batch_size=1",
-         "--data.seq_len=64", "--data.num_workers=0", "--data.val_sequences=9",
-         "--data.train=../shared/data/gutenberg-prose/train.jsonl"]  # fmt: skip
+# --smoke: the plan's configs, shrunk to 2 updates of tiny batches on this machine's CPU and local
+# data
+SMOKE = [
+    "--trainer.accelerator=cpu",
+    "--trainer.precision=32-true",
+    "--trainer.max_steps=2",
+    "--trainer.val_check_interval=2",
+    "--model.schedule.warmup_steps=1",
+    "--data.batch_size=1",
+    "--data.seq_len=64",
+    "--data.num_workers=0",
+    "--data.val_sequences=9",
+    "--data.train=../shared/data/gutenberg-prose/train.jsonl",
+]
 
 
 def smoke_plan(scale: Scale) -> list[tuple]:
@@ -229,19 +316,31 @@ def smoke_plan(scale: Scale) -> list[tuple]:
     return steps + [step(scale, scale.tune, v, 1e-3, 1) for v in others]
 
 
-def fully_scored(scale: Scale, rows: dict[str, dict], rates: dict[tuple[str, str], list[float]],
-                 lengths: dict[str, int] | None = None) -> dict:  # fmt: skip
-    """The (size, variant)s of ``rates`` whose every rate seed 1 has scored (at ``lengths[size]`` updates where
-    given), with their rates."""
+def fully_scored(
+    scale: Scale,
+    rows: dict[str, dict],
+    rates: dict[tuple[str, str], list[float]],
+    lengths: dict[str, int] | None = None,
+) -> dict:
+    """The (size, variant)s of ``rates`` whose every rate seed 1 has scored (at
+    ``lengths[size]`` updates where given), with their rates."""
     lengths = lengths or {}
-    return {(size, v): lrs for (size, v), lrs in rates.items()
-            if all(score(rows, name(scale.tokenizer, size, v, lr, 1, lengths.get(size))) is not None
-                   for lr in lrs)}  # fmt: skip
+    return {
+        (size, v): lrs
+        for (size, v), lrs in rates.items()
+        if all(
+            score(rows, name(scale.tokenizer, size, v, lr, 1, lengths.get(size))) is not None
+            for lr in lrs
+        )
+    }
 
 
-def planned_rates(scale: Scale, rows: dict[str, dict], rates: dict[tuple[str, str], list[float]]) -> tuple[dict, bool]:
-    """The rates the later stages run at, for --estimate, and whether any is a guess: each (size, variant)'s
-    best where seed 1 has scored every rate of its sweep, else the middle of the size's sweep."""
+def planned_rates(
+    scale: Scale, rows: dict[str, dict], rates: dict[tuple[str, str], list[float]]
+) -> tuple[dict, bool]:
+    """The rates the later stages run at, for --estimate, and whether any is a guess: each
+    (size, variant)'s best where seed 1 has scored every rate of its sweep, else the middle of
+    the size's sweep."""
     best = {size: {v: lrs[len(lrs) // 2] for v in PAPER} for size, lrs in scale.sweep.items()}
     complete = fully_scored(scale, rows, rates)
     if complete:

@@ -1,7 +1,8 @@
-"""The study report's statistics: paired differences over seeds, Holm's correction, a slope over sizes.
+"""The study report's statistics: paired differences over seeds, Holm's correction, a slope over
+sizes.
 
-Small samples (3 seeds) make every interval wide; the report states them rather than hiding them, and
-states how many comparisons a family of tests holds.
+Small samples (3 seeds) make every interval wide; the report states them rather than hiding
+them, and states how many comparisons a family of tests holds.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from scipy import stats
 
 @dataclass(frozen=True)
 class Paired:
-    """Differences b - a over the seeds both ran: mean, sd, a 95 % t interval and a two-sided t-test p."""
+    """Differences b - a over the seeds both ran: mean, sd, a 95 % t interval and a two-sided
+    t-test p."""
 
     diffs: tuple[float, ...]
 
@@ -34,7 +36,8 @@ class Paired:
         return statistics.stdev(self.diffs) if self.n > 1 else math.nan
 
     def ci(self, level: float = 0.95) -> tuple[float, float]:
-        """The t interval of the mean; NaN for fewer than 2 seeds (one seed has no spread to measure)."""
+        """The t interval of the mean; NaN for fewer than 2 seeds (one seed has no spread to
+        measure)."""
         if self.n < 2:
             return math.nan, math.nan
         half = stats.t.ppf(0.5 + level / 2, self.n - 1) * self.sd / math.sqrt(self.n)
@@ -42,7 +45,8 @@ class Paired:
 
     @property
     def p(self) -> float:
-        """Two-sided paired t-test of a zero mean difference; NaN below 2 seeds or with no spread."""
+        """Two-sided paired t-test of a zero mean difference; NaN below 2 seeds or with no
+        spread."""
         if self.n < 2 or self.sd == 0:
             return math.nan
         t = self.mean / (self.sd / math.sqrt(self.n))
@@ -50,13 +54,20 @@ class Paired:
 
 
 def paired(a: dict[int, float], b: dict[int, float]) -> Paired:
-    """``b[seed] - a[seed]`` over the seeds both have with a finite value (a diverged run pairs with nothing)."""
-    return Paired(tuple(b[s] - a[s] for s in sorted(set(a) & set(b)) if math.isfinite(a[s]) and math.isfinite(b[s])))
+    """``b[seed] - a[seed]`` over the seeds both have with a finite value (a diverged run pairs
+    with nothing)."""
+    return Paired(
+        tuple(
+            b[s] - a[s]
+            for s in sorted(set(a) & set(b))
+            if math.isfinite(a[s]) and math.isfinite(b[s])
+        )
+    )
 
 
 def holm(ps: Sequence[float]) -> list[float]:
-    """Holm-Bonferroni adjusted p-values (family-wise error), in the input's order; NaN stays NaN and is not
-    counted as a test."""
+    """Holm-Bonferroni adjusted p-values (family-wise error), in the input's order; NaN stays
+    NaN and is not counted as a test."""
     tested = sorted((p, i) for i, p in enumerate(ps) if not math.isnan(p))
     adjusted = [math.nan] * len(ps)
     running = 0.0
@@ -66,16 +77,19 @@ def holm(ps: Sequence[float]) -> list[float]:
     return adjusted
 
 
-def slope_fit(xs: Sequence[float], samples: Sequence[Sequence[float]]) -> tuple[float, float, float]:
-    """The least-squares slope of y on log10(x) through every point's mean, and its 95 % interval from the
-    seed noise of every point at once.
+def slope_fit(
+    xs: Sequence[float], samples: Sequence[Sequence[float]]
+) -> tuple[float, float, float]:
+    """The least-squares slope of y on log10(x) through every point's mean, and its 95 %
+    interval from the seed noise of every point at once.
 
-    ``samples[i]`` holds the per-seed values at ``xs[i]`` (a gap per seed). The slope is a weighted sum of
-    the means, ``sum(w_i * mean_i)``, so its variance is ``sum(w_i**2 * s_i**2 / n_i)``; the interval is t
-    with Welch-Satterthwaite degrees of freedom. (A bootstrap over 3 seeds would understate it: resampling
-    3 values shrinks their spread by sqrt(2/3), and its percentiles are normal, not t.) The interval holds
-    no misfit to a line, which 3 points cannot measure. Returns ``(slope, low, high)`` in y per decade of x;
-    NaN bounds where a point has one seed.
+    ``samples[i]`` holds the per-seed values at ``xs[i]`` (a gap per seed). The slope is a
+    weighted sum of the means, ``sum(w_i * mean_i)``, so its variance is ``sum(w_i**2 * s_i**2 /
+    n_i)``; the interval is t with Welch-Satterthwaite degrees of freedom. (A bootstrap over 3
+    seeds would understate it: resampling 3 values shrinks their spread by sqrt(2/3), and its
+    percentiles are normal, not t.) The interval holds no misfit to a line, which 3 points
+    cannot measure. Returns ``(slope, low, high)`` in y per decade of x; NaN bounds where a
+    point has one seed.
     """
     if len(xs) < 2 or any(not s for s in samples):
         raise ValueError(f"a fit needs 2 or more points, each with a value: got {len(xs)} points")
@@ -88,19 +102,24 @@ def slope_fit(xs: Sequence[float], samples: Sequence[Sequence[float]]) -> tuple[
     variance = sum(parts)
     if variance == 0:
         return slope, slope, slope
-    df = variance**2 / sum(part**2 / (len(v) - 1) for part, v in zip(parts, samples, strict=True) if part)
+    df = variance**2 / sum(
+        part**2 / (len(v) - 1) for part, v in zip(parts, samples, strict=True) if part
+    )
     half = float(stats.t.ppf(0.975, df)) * math.sqrt(variance)
     return slope, slope - half, slope + half
 
 
 def slope_p(xs: Sequence[float], samples: Sequence[Sequence[float]]) -> float:
-    """The two-sided p of a zero slope for :func:`slope_fit`'s line: its t with the same Welch-Satterthwaite degrees
-    of freedom as its interval. NaN where a point has one seed or the seeds do not vary (no noise to test against)."""
+    """The two-sided p of a zero slope for :func:`slope_fit`'s line: its t with the same
+    Welch-Satterthwaite degrees of freedom as its interval. NaN where a point has one seed or
+    the seeds do not vary (no noise to test against)."""
     slope, low, high = slope_fit(xs, samples)
     if math.isnan(low) or low == high:
         return math.nan
     logs = np.log10(np.asarray(xs, dtype=float))
     weights = (logs - logs.mean()) / ((logs - logs.mean()) ** 2).sum()
     parts = [w**2 * statistics.variance(v) / len(v) for w, v in zip(weights, samples, strict=True)]
-    df = sum(parts) ** 2 / sum(part**2 / (len(v) - 1) for part, v in zip(parts, samples, strict=True) if part)
+    df = sum(parts) ** 2 / sum(
+        part**2 / (len(v) - 1) for part, v in zip(parts, samples, strict=True) if part
+    )
     return float(2 * stats.t.sf(abs(slope) / math.sqrt(sum(parts)), df))

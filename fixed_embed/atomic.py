@@ -1,5 +1,6 @@
-"""Atomic writes: a reader, or the next launch after a kill, sees the old file, link or folder or the new one.
-Each is written under a temporary name in the target's own folder (so the rename is never a copy), then replaced."""
+"""Atomic writes: a reader, or the next launch after a kill, sees the old file, link or folder
+or the new one. Each is written under a temporary name in the target's own folder (so the rename
+is never a copy), then replaced."""
 
 from __future__ import annotations
 
@@ -14,27 +15,35 @@ from typing import IO
 
 from fixed_embed.errors import ConfigError, writing
 
-os.umask(_UMASK := os.umask(0))  # read (at import, before threads): a written file gets what open() gives, 0666 & ~it
+os.umask(
+    _UMASK := os.umask(0)
+)  # read (at import, before threads): a written file gets what open() gives, 0666 & ~it
 
 
 def temporary_name(path: str | os.PathLike, kind: str = "tmp") -> Path:
-    """The hidden sibling ``.<name>.<kind>-<pid>`` that :func:`atomic_path` writes before the rename."""
+    """The hidden sibling ``.<name>.<kind>-<pid>`` that :func:`atomic_path` writes before the
+    rename."""
     path = Path(path)
     return path.with_name(f".{path.name}.{kind}-{os.getpid()}")
 
 
 @contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary path to write; on success it replaces ``path``, on an exception ``path`` is untouched."""
+    """Yield a temporary path to write; on success it replaces ``path``, on an exception
+    ``path`` is untouched."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temporary_name(path)
     try:
-        with writing(path):  # a refused write(), fsync or Rust writer names no file: the error is given path
+        with writing(
+            path
+        ):  # a refused write(), fsync or Rust writer names no file: the error is given path
             yield tmp
             with open(tmp, "rb") as file:
                 os.fsync(file.fileno())
-            os.chmod(tmp, 0o666 & ~_UMASK)  # also when written through a temporary file of the writer's (0600)
+            os.chmod(
+                tmp, 0o666 & ~_UMASK
+            )  # also when written through a temporary file of the writer's (0600)
             os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
@@ -42,9 +51,12 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
 
 @contextmanager
 def atomic_write(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
-    """``open(path, mode)`` that is atomic: ``with atomic_write(p, "wb") as f: torch.save(obj, f)``."""
+    """``open(path, mode)`` that is atomic: ``with atomic_write(p, "wb") as f: torch.save(obj,
+    f)``."""
     if not mode.startswith("w"):
-        raise ValueError(f"atomic_write writes a whole file: mode must start with 'w', got {mode!r}")
+        raise ValueError(
+            f"atomic_write writes a whole file: mode must start with 'w', got {mode!r}"
+        )
     with atomic_path(path) as tmp, open(tmp, mode) as file:
         yield file
 
@@ -56,7 +68,8 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
 
 
 def atomic_symlink(target: str | os.PathLike, link: str | os.PathLike) -> None:
-    """Make ``link`` a symlink to ``target`` by a rename over what was there (a real folder of that name is removed)."""
+    """Make ``link`` a symlink to ``target`` by a rename over what was there (a real folder of
+    that name is removed)."""
     link = Path(link)
     tmp = temporary_name(link)
     tmp.unlink(missing_ok=True)
@@ -71,10 +84,13 @@ def atomic_symlink(target: str | os.PathLike, link: str | os.PathLike) -> None:
 
 @contextmanager
 def atomic_folder(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield an empty temporary folder; on success it replaces ``path`` whole. The caller holds the folder's lock."""
+    """Yield an empty temporary folder; on success it replaces ``path`` whole. The caller holds
+    the folder's lock."""
     path = Path(path)
     tmp, old = temporary_name(path), temporary_name(path, "old")
-    if path.is_dir() and not os.access(path, os.W_OK):  # before the work: it could be moved aside, never removed
+    if path.is_dir() and not os.access(
+        path, os.W_OK
+    ):  # before the work: it could be moved aside, never removed
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
@@ -93,16 +109,21 @@ def atomic_folder(path: str | os.PathLike) -> Iterator[Path]:
 
 def remove_leftovers(target: str | os.PathLike, pid: int, beside: bool) -> None:
     """Remove what writer ``pid``, killed while it held ``target``'s lock, left: its temporary files
-    and folders in ``target`` and, for a lock ``beside`` it, its temporary siblings (``.<name>.tmp-<pid>``). A
-    previous ``target`` it had moved aside (killed between :func:`atomic_folder`'s renames) is put back instead."""
+    and folders in ``target`` and, for a lock ``beside`` it, its temporary siblings
+    (``.<name>.tmp-<pid>``). A previous ``target`` it had moved aside (killed between
+    :func:`atomic_folder`'s renames) is put back instead."""
     target = Path(target)
     inside = list(target.rglob(f".*-{pid}")) if target.is_dir() and not target.is_symlink() else []
-    for left in (list(target.parent.glob(f".{glob.escape(target.name)}.*-{pid}")) if beside else []) + inside:
+    for left in (
+        list(target.parent.glob(f".{glob.escape(target.name)}.*-{pid}")) if beside else []
+    ) + inside:
         if left.name.rpartition("-")[0].endswith((".tmp", ".old")):
             if left.name == f".{target.name}.old-{pid}" and not target.exists():
                 os.replace(left, target)
                 continue
-            shutil.rmtree(left) if left.is_dir() and not left.is_symlink() else left.unlink(missing_ok=True)
+            shutil.rmtree(left) if left.is_dir() and not left.is_symlink() else left.unlink(
+                missing_ok=True
+            )
 
 
 def process_running(pid: int) -> bool:
@@ -117,13 +138,19 @@ def process_running(pid: int) -> bool:
 
 
 def check_output(path: str | os.PathLike, what: str) -> None:
-    """Refuse an output path that cannot be made: a name longer than the file system takes, a parent that is a file."""
+    """Refuse an output path that cannot be made: a name longer than the file system takes, a
+    parent that is a file."""
     path = Path(path)
     for part in path.parts:
         if len(os.fsencode(part)) > 255:
-            raise ConfigError(f"{what} {path}: the name {part[:40]}... is {len(os.fsencode(part))} bytes; at most 255")
+            raise ConfigError(
+                f"{what} {path}: the name {part[:40]}... is {len(os.fsencode(part))} bytes; at "
+                "most 255"
+            )
     for parent in [path, *path.parents]:
         if parent.exists():
             if parent != path and not parent.is_dir():
-                raise ConfigError(f"{what} {path}: {parent} is a file, not a folder; choose another path")
+                raise ConfigError(
+                    f"{what} {path}: {parent} is a file, not a folder; choose another path"
+                )
             return

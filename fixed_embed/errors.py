@@ -1,4 +1,5 @@
-"""User errors: bad config, data, paths or checkpoints; the CLI prints their message without a traceback."""
+"""User errors: bad config, data, paths or checkpoints; the CLI prints their message without a
+traceback."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from contextlib import contextmanager
 
 
 class UserError(Exception):
-    """A mistake in what the user gave (config, data, path, checkpoint): message says what and how to fix it."""
+    """A mistake in what the user gave (config, data, path, checkpoint): message says what and
+    how to fix it."""
 
 
 class ConfigError(UserError, ValueError):
@@ -34,16 +36,27 @@ class OutputExistsError(UserError, FileExistsError):
 
 
 class RunWriteError(UserError):
-    """The file system refused a write of the run (no space, file too large, name too long, permission)."""
+    """The file system refused a write of the run (no space, file too large, name too long,
+    permission)."""
 
 
 class RunComplete(Exception):
-    """The checkpoint to resume is at the run's length: nothing to train (the message says so, and what is left)."""
+    """The checkpoint to resume is at the run's length: nothing to train (the message says so,
+    and what is left)."""
 
 
-# OSErrors that say the environment refuses a write or a name -- never a bug: the CLI prints one line, exit 2.
+# OSErrors that say the environment refuses a write or a name -- never a bug: the CLI prints one
+# line, exit 2.
 ENVIRONMENT_ERRNOS = frozenset(
-    {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.ENAMETOOLONG, errno.EACCES, errno.EPERM, errno.EROFS}
+    {
+        errno.ENOSPC,
+        errno.EDQUOT,
+        errno.EFBIG,
+        errno.ENAMETOOLONG,
+        errno.EACCES,
+        errno.EPERM,
+        errno.EROFS,
+    }
 )
 
 
@@ -62,11 +75,17 @@ def causes(error: BaseException | None) -> Iterator[BaseException]:
 
 
 def environment_error(error: BaseException | None) -> OSError | None:
-    """The OSError of :data:`ENVIRONMENT_ERRNOS` that ``error`` was raised from or during, if any; a Rust writer's
-    (safetensors, tokenizers) ``... (os error 28)`` made one."""
+    """The OSError of :data:`ENVIRONMENT_ERRNOS` that ``error`` was raised from or during, if
+    any; a Rust writer's (safetensors, tokenizers) ``... (os error 28)`` made one."""
     for cause in causes(error):
-        if rust := None if isinstance(cause, OSError) else re.search(r"\(os error (\d+)\)", str(cause)):
-            cause = OSError(int(rust[1]), os.strerror(int(rust[1])), getattr(cause, "filename", None))  # writing()'s
+        if (
+            rust := None
+            if isinstance(cause, OSError)
+            else re.search(r"\(os error (\d+)\)", str(cause))
+        ):
+            cause = OSError(
+                int(rust[1]), os.strerror(int(rust[1])), getattr(cause, "filename", None)
+            )  # writing()'s
         if getattr(cause, "errno", None) in ENVIRONMENT_ERRNOS:
             return cause
     return None
@@ -74,19 +93,30 @@ def environment_error(error: BaseException | None) -> OSError | None:
 
 @contextmanager
 def writing(path: str | os.PathLike) -> Iterator[None]:
-    """Name ``path`` in a refused write whose error names no file (``write()``'s, a Rust writer's, torch.save's)."""
+    """Name ``path`` in a refused write whose error names no file (``write()``'s, a Rust
+    writer's, torch.save's)."""
     try:
         yield
     except Exception as error:
-        for cause in causes(error) if environment_error(error) is not None else ():  # in place: an ExitStack goes on
+        for cause in (
+            causes(error) if environment_error(error) is not None else ()
+        ):  # in place: an ExitStack goes on
             cause.filename = getattr(cause, "filename", None) or str(path)
         raise
 
 
 def write_refused(error: OSError, kept: str, elsewhere: str) -> str:
-    """Every command's words for a write the file system refused: the file, the reason, what is intact, the fix."""
-    first = {errno.ENOSPC: "free disk space or ", errno.EDQUOT: "free space in your quota or ",
-             errno.EFBIG: "raise the file-size limit (ulimit -f) or "}.get(error.errno, "")  # fmt: skip
-    verb = "use" if error.errno in (errno.EACCES, errno.EPERM, errno.ENAMETOOLONG) else "write"  # reads meet these too
-    return (f"cannot {verb} {error.filename or 'a file'}: {error.strerror} ([Errno {error.errno}] "
-            f"{errno.errorcode.get(error.errno, '')}); {kept}.\n{first}{elsewhere}")  # fmt: skip
+    """Every command's words for a write the file system refused: the file, the reason, what is
+    intact, the fix."""
+    first = {
+        errno.ENOSPC: "free disk space or ",
+        errno.EDQUOT: "free space in your quota or ",
+        errno.EFBIG: "raise the file-size limit (ulimit -f) or ",
+    }.get(error.errno, "")
+    verb = (
+        "use" if error.errno in (errno.EACCES, errno.EPERM, errno.ENAMETOOLONG) else "write"
+    )  # reads meet these too
+    return (
+        f"cannot {verb} {error.filename or 'a file'}: {error.strerror} ([Errno {error.errno}] "
+        f"{errno.errorcode.get(error.errno, '')}); {kept}.\n{first}{elsewhere}"
+    )

@@ -1,5 +1,6 @@
-"""A package's public names, imported from their modules on first use (PEP 562): configs and checkpoints name a
-class by its package, whichever module defines it (a move breaks none), and importing the package stays cheap."""
+"""A package's public names, imported from their modules on first use (PEP 562): configs and
+checkpoints name a class by its package, whichever module defines it (a move breaks none), and
+importing the package stays cheap."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from typing import Any
 
 
 def exports(package: str, homes: dict[str, str]) -> Callable[[str], Any]:
-    """The package's ``__getattr__``: each public name -> the module (relative to ``package``) that defines it."""
+    """The package's ``__getattr__``: each public name -> the module (relative to ``package``)
+    that defines it."""
 
     def __getattr__(name: str) -> Any:
         if name not in homes:

@@ -1,4 +1,5 @@
-"""Run ``fixed-embed ARGV`` inside the test process: the same parser, configs and checks as the command.
+"""Run ``fixed-embed ARGV`` inside the test process: the same parser, configs and checks as the
+command.
 
 A ``fit --print_config`` in a fresh interpreter costs ~14 s of imports; in-process it is a parse
 (~0.3 s). The exit status is what the command would exit with: ``main``'s return value, or the
@@ -34,15 +35,16 @@ class Result:
 
 
 def run_cli(*argv: str) -> Result:
-    """``stderr`` also holds the INFO log lines (``resuming ...``, ``resume: ...``), which the command's own
-    console set-up would print there."""
+    """``stderr`` also holds the INFO log lines (``resuming ...``, ``resume: ...``), which the
+    command's own console set-up would print there."""
     out, err = io.StringIO(), io.StringIO()
     handler = logging.StreamHandler(err)
     handler.setLevel(logging.INFO)
     root = logging.getLogger()
     root.addHandler(handler)
     try:
-        # sys.argv as the command would see it: LightningCLI warns when it also holds pytest's arguments.
+        # sys.argv as the command would see it: LightningCLI warns when it also holds pytest's
+        # arguments.
         with (
             contextlib.redirect_stdout(out),
             contextlib.redirect_stderr(err),

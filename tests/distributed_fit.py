@@ -1,12 +1,13 @@
-"""A tiny fit on a fixed global batch stream with 1 or N CPU processes (gloo), for the distributed tests.
+"""A tiny fit on a fixed global batch stream with 1 or N CPU processes (gloo), for the
+distributed tests.
 
 Every update sees the same global batch whatever the process count: rank r of N takes rows
 r, r + N, ... of global batch i. Lightning's DDP launcher re-runs this script for the other ranks.
 Global rank 0 writes a JSON of per-update losses (averaged over ranks) and monitor metrics.
 
     python tests/distributed_fit.py OUT.json --devices 2 [--strategy ddp|fsdp] [--steps 4]
-        [--ckpt-dir DIR] [--stop-at N] [--resume CKPT] [--bench-tokenizer TOKENIZER] [--fail-on-rank R --fail-at N]
-        [--kill-on-rank R --fail-at N]
+        [--ckpt-dir DIR] [--stop-at N] [--resume CKPT] [--bench-tokenizer TOKENIZER]
+        [--fail-on-rank R --fail-at N] [--kill-on-rank R --fail-at N]
 """
 
 from __future__ import annotations
@@ -44,7 +45,9 @@ class GlobalBatchRows(Dataset):
         return self.steps
 
     def __getitem__(self, i: int) -> torch.Tensor:
-        batch = torch.randint(0, VOCAB, (GLOBAL_BATCH, SEQ + 1), generator=torch.Generator().manual_seed(i))
+        batch = torch.randint(
+            0, VOCAB, (GLOBAL_BATCH, SEQ + 1), generator=torch.Generator().manual_seed(i)
+        )
         return batch[self.rank :: self.world]
 
 
@@ -80,7 +83,8 @@ class FailOnRank(L.Callback):
 
     def on_train_batch_start(self, trainer, *args) -> None:
         if trainer.global_rank == self.rank and trainer.global_step == self.step:
-            # CLOCK_MONOTONIC is one clock for every process of the machine: the test times rank 0's end from here
+            # CLOCK_MONOTONIC is one clock for every process of the machine: the test times rank
+            # 0's end from here
             print(f"failing at monotonic {time.monotonic():.3f}", file=sys.stderr, flush=True)
             raise RuntimeError(f"injected failure on rank {self.rank} at step {self.step}")
 
@@ -103,9 +107,11 @@ class Record(L.Callback):
 
 
 def main(argv: list[str] | None = None) -> dict | None:
-    """Run the fit of ``argv`` (the command line); global rank 0 writes OUT and returns what it wrote.
+    """Run the fit of ``argv`` (the command line); global rank 0 writes OUT and returns what it
+    wrote.
 
-    With ``--devices 1`` a test may call this in its own process; more devices need a process per rank."""
+    With ``--devices 1`` a test may call this in its own process; more devices need a process
+    per rank."""
     parser = argparse.ArgumentParser()
     parser.add_argument("out")
     parser.add_argument("--devices", type=int, default=1)
@@ -113,11 +119,19 @@ def main(argv: list[str] | None = None) -> dict | None:
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--bench-tokenizer", help="also run BenchmarkCallback with this tokenizer")
     parser.add_argument("--ckpt-dir", help="save last.ckpt there after every update")
-    parser.add_argument("--stop-at", type=int, help="stop after this many updates (the schedule keeps --steps)")
+    parser.add_argument(
+        "--stop-at", type=int, help="stop after this many updates (the schedule keeps --steps)"
+    )
     parser.add_argument("--resume", help="checkpoint to resume from")
     parser.add_argument("--fail-on-rank", type=int, help="raise on this rank only (with --fail-at)")
-    parser.add_argument("--fail-at", type=int, default=2, help="the update at which --fail-on-rank raises")
-    parser.add_argument("--kill-on-rank", type=int, help="SIGKILL this rank's process (as the OS would) at --fail-at")
+    parser.add_argument(
+        "--fail-at", type=int, default=2, help="the update at which --fail-on-rank raises"
+    )
+    parser.add_argument(
+        "--kill-on-rank",
+        type=int,
+        help="SIGKILL this rank's process (as the OS would) at --fail-at",
+    )
     args = parser.parse_args(argv)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # 2 ranks on 2 cores
@@ -130,14 +144,33 @@ def main(argv: list[str] | None = None) -> dict | None:
 def _fit(args: argparse.Namespace) -> dict | None:
     L.seed_everything(0)
     model = LanguageModel(
-        decoder={"vocab_size": VOCAB, "d_model": 32, "n_layers": 2, "n_heads": 4, "ffn_dim": 64, "max_seq_len": 256},
-        interface=LearnedInput, optimizer={"lr": 1e-2}, schedule={"warmup_steps": 1},
-        parallel={"param_dtype": "float32"},  # CPU: fp32 compute, so 1 and 2 processes agree closely
-    )  # fmt: skip
+        decoder={
+            "vocab_size": VOCAB,
+            "d_model": 32,
+            "n_layers": 2,
+            "n_heads": 4,
+            "ffn_dim": 64,
+            "max_seq_len": 256,
+        },
+        interface=LearnedInput,
+        optimizer={"lr": 1e-2},
+        schedule={"warmup_steps": 1},
+        parallel={
+            "param_dtype": "float32"
+        },  # CPU: fp32 compute, so 1 and 2 processes agree closely
+    )
     monitors = [GradientMonitor(every_n_steps=1), InputNormMonitor(every_n_steps=1)]
     if args.bench_tokenizer:
-        monitors.append(BenchmarkCallback(["fixed_embed_word_order"], every_n_steps=2, limit=6, batch_size=2,
-                                          tokenizer=args.bench_tokenizer, at_train_end=False))  # fmt: skip
+        monitors.append(
+            BenchmarkCallback(
+                ["fixed_embed_word_order"],
+                every_n_steps=2,
+                limit=6,
+                batch_size=2,
+                tokenizer=args.bench_tokenizer,
+                at_train_end=False,
+            )
+        )
     record = Record(monitors)
     strategy = args.strategy if args.devices > 1 else "auto"
     if strategy == "fsdp":
@@ -150,12 +183,22 @@ def _fit(args: argparse.Namespace) -> dict | None:
     if args.stop_at:
         callbacks.append(StopAt(args.stop_at))
     if args.ckpt_dir:
-        callbacks.append(ModelCheckpoint(args.ckpt_dir, every_n_train_steps=1, save_last=True, save_top_k=0))
+        callbacks.append(
+            ModelCheckpoint(args.ckpt_dir, every_n_train_steps=1, save_last=True, save_top_k=0)
+        )
     trainer = L.Trainer(
-        accelerator="cpu", devices=args.devices, strategy=strategy, max_steps=args.steps, logger=False,
-        enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=bool(args.ckpt_dir),
-        gradient_clip_val=1.0, use_distributed_sampler=False, callbacks=callbacks,
-    )  # fmt: skip
+        accelerator="cpu",
+        devices=args.devices,
+        strategy=strategy,
+        max_steps=args.steps,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=bool(args.ckpt_dir),
+        gradient_clip_val=1.0,
+        use_distributed_sampler=False,
+        callbacks=callbacks,
+    )
     data = GlobalBatchRows(args.steps, trainer.global_rank, trainer.world_size)
     trainer.fit(model, StatefulDataLoader(data, batch_size=None), ckpt_path=args.resume)
     if not trainer.is_global_zero:

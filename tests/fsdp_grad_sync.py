@@ -1,6 +1,7 @@
-"""FSDP2 on 2 gloo processes: gradients accumulated with the reduce-scatter on the last micro-batch only
-(``set_requires_gradient_sync``, as ``LanguageModel.on_train_batch_start`` sets it) equal those reduced after
-every micro-batch (Lightning's behaviour before), flat and hybrid (2 x 1 mesh) sharding. Prints one JSON line.
+"""FSDP2 on 2 gloo processes: gradients accumulated with the reduce-scatter on the last
+micro-batch only (``set_requires_gradient_sync``, as ``LanguageModel.on_train_batch_start`` sets
+it) equal those reduced after every micro-batch (Lightning's behaviour before), flat and hybrid
+(2 x 1 mesh) sharding. Prints one JSON line.
 
     python tests/fsdp_grad_sync.py   (used by tests/test_gpu_path.py)
 """
@@ -18,7 +19,14 @@ import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-TINY = {"vocab_size": 64, "d_model": 32, "n_layers": 2, "n_heads": 4, "ffn_dim": 64, "max_seq_len": 16}
+TINY = {
+    "vocab_size": 64,
+    "d_model": 32,
+    "n_layers": 2,
+    "n_heads": 4,
+    "ffn_dim": 64,
+    "max_seq_len": 16,
+}
 MICRO = 3
 
 
@@ -33,7 +41,9 @@ def grads(rank: int, sync_every: bool, shard_group_size: int | None) -> dict[str
     config = DecoderConfig(**TINY)
     decoder = Decoder(config, LearnedInput(config.vocab_size, config.d_model))
     mesh = init_device_mesh("cpu", (2,), mesh_dim_names=("data_parallel",))
-    apply_parallelism(decoder, ParallelConfig(param_dtype="float32", shard_group_size=shard_group_size), mesh)
+    apply_parallelism(
+        decoder, ParallelConfig(param_dtype="float32", shard_group_size=shard_group_size), mesh
+    )
     generator = torch.Generator().manual_seed(100 + rank)
     for i in range(MICRO):
         ids = torch.randint(0, config.vocab_size, (2, 9), generator=generator)

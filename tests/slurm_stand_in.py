@@ -1,7 +1,7 @@
-"""Stand-ins for SLURM's sbatch, srun, sacct, scancel, scontrol and squeue on one machine, for the tests of
-``--executor slurm`` (tests/test_grid.py). Each job runs its script in a session of its own; its state,
-its process group and its requeues live in ``$FAKE_SLURM_DIR``. ``python slurm_stand_in.py install BIN``
-writes the commands into BIN."""
+"""Stand-ins for SLURM's sbatch, srun, sacct, scancel, scontrol and squeue on one machine, for
+the tests of ``--executor slurm`` (tests/test_grid.py). Each job runs its script in a session of
+its own; its state, its process group and its requeues live in ``$FAKE_SLURM_DIR``. ``python
+slurm_stand_in.py install BIN`` writes the commands into BIN."""
 
 from __future__ import annotations
 
@@ -29,14 +29,30 @@ def _save(job: dict) -> None:
 
 
 def sbatch(argv: list[str]) -> None:
-    at = next(i for i, arg in enumerate(argv) if not arg.startswith("-"))  # options, the script, its arguments
+    at = next(
+        i for i, arg in enumerate(argv) if not arg.startswith("-")
+    )  # options, the script, its arguments
     script, args = Path(argv[at]), argv[at + 1 :]
     STATE.mkdir(parents=True, exist_ok=True)
     job_id = str(len(list(STATE.glob("*.json"))) + 1001)
-    _save({"id": job_id, "script": str(script), "args": args, "cwd": os.getcwd(), "state": "PENDING", "pgid": None,
-           "restarts": 0, "requeue": False})  # fmt: skip
-    subprocess.Popen([sys.executable, __file__, "_run", job_id], start_new_session=True,
-                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    _save(
+        {
+            "id": job_id,
+            "script": str(script),
+            "args": args,
+            "cwd": os.getcwd(),
+            "state": "PENDING",
+            "pgid": None,
+            "restarts": 0,
+            "requeue": False,
+        }
+    )
+    subprocess.Popen(
+        [sys.executable, __file__, "_run", job_id],
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     print(f"Submitted batch job {job_id}")
 
 
@@ -44,12 +60,20 @@ def _run(job_id: str) -> None:
     """The job's life: its script, then again while it is requeued."""
     while True:
         job = _job(job_id)
-        env = {**os.environ, "SLURM_JOB_ID": job_id, "SLURM_JOB_NAME": "stand-in", "SLURM_NTASKS": "1",
-               "SLURM_JOB_NUM_NODES": "1", "SLURM_JOB_NODELIST": "localhost",
-               "SLURM_RESTART_COUNT": str(job["restarts"])}  # fmt: skip
+        env = {
+            **os.environ,
+            "SLURM_JOB_ID": job_id,
+            "SLURM_JOB_NAME": "stand-in",
+            "SLURM_NTASKS": "1",
+            "SLURM_JOB_NUM_NODES": "1",
+            "SLURM_JOB_NODELIST": "localhost",
+            "SLURM_RESTART_COUNT": str(job["restarts"]),
+        }
         env["SLURM_SUBMIT_DIR"] = job["cwd"]
         (STATE / f"{job_id}.step").unlink(missing_ok=True)  # the last attempt's step
-        proc = subprocess.Popen(["bash", job["script"], *job["args"]], env=env, cwd=job["cwd"], start_new_session=True)
+        proc = subprocess.Popen(
+            ["bash", job["script"], *job["args"]], env=env, cwd=job["cwd"], start_new_session=True
+        )
         _save({**job, "state": "RUNNING", "pgid": proc.pid, "requeue": False})
         code = proc.wait()
         job = _job(job_id)
@@ -62,9 +86,10 @@ def _run(job_id: str) -> None:
 
 
 def srun(argv: list[str]) -> None:
-    """``srun [--unbuffered] --output O [--error E] CMD...``: the task in a process group of its own (the step: what
-    ``scancel --signal`` reaches), its output appended to O (and E). As the real srun, a SIGTERM to srun itself
-    ends the task with SIGKILL (srun: forcing job termination)."""
+    """``srun [--unbuffered] --output O [--error E] CMD...``: the task in a process group of its
+    own (the step: what ``scancel --signal`` reaches), its output appended to O (and E). As the
+    real srun, a SIGTERM to srun itself ends the task with SIGKILL (srun: forcing job
+    termination)."""
     job_id, files, i = os.environ["SLURM_JOB_ID"], {}, 0
     while argv[i].startswith("--"):
         if argv[i] in ("--output", "--error"):
@@ -91,7 +116,10 @@ def sacct(argv: list[str]) -> None:
 
 def _signal(job_id: str, signum: int, groups: tuple[str, ...] = ("step", "pgid")) -> None:
     step = STATE / f"{job_id}.step"
-    found = {"pgid": _job(job_id)["pgid"], "step": int(step.read_text()) if step.is_file() else None}
+    found = {
+        "pgid": _job(job_id)["pgid"],
+        "step": int(step.read_text()) if step.is_file() else None,
+    }
     for group in groups:
         if found[group]:
             with contextlib.suppress(ProcessLookupError):
@@ -104,7 +132,9 @@ def scancel(argv: list[str]) -> None:
     if at is not None:  # --signal SIG or --signal=SIG
         name = argv[at].partition("=")[2] or argv[at + 1]
         signum = getattr(signal, "SIG" + name.removeprefix("SIG"))
-        _signal(job_id, signum, ("pgid",) if "--batch" in argv else ("step",))  # the batch shell, or the step
+        _signal(
+            job_id, signum, ("pgid",) if "--batch" in argv else ("step",)
+        )  # the batch shell, or the step
         return
     _save({**_job(job_id), "state": "CANCELLED"})
     _signal(job_id, signal.SIGTERM)

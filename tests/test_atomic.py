@@ -1,4 +1,5 @@
-"""fixed_embed.atomic: the target holds its old content or the new, never part of it, and no temporary file stays."""
+"""fixed_embed.atomic: the target holds its old content or the new, never part of it, and no
+temporary file stays."""
 
 import json
 import os
@@ -26,7 +27,9 @@ def test_the_target_keeps_its_old_content_until_the_write_completes(tmp_path):
     with atomic_write(target) as file:
         file.write("new, ")
         file.flush()
-        assert target.read_text() == "old"  # a reader mid-write sees the old file, not half the new one
+        assert (
+            target.read_text() == "old"
+        )  # a reader mid-write sees the old file, not half the new one
         tmp = Path(file.name)
         assert tmp.parent == target.parent and tmp.name.startswith(".")  # same filesystem, hidden
         file.write("whole")

@@ -1,4 +1,5 @@
-"""Every sub-command x every path-like argument x every bad input: exit 2, no traceback, the path named.
+"""Every sub-command x every path-like argument x every bad input: exit 2, no traceback, the
+path named.
 
 Generated, not listed: the sub-commands come from ``fixed_embed.cli.COMMANDS``; each one's arguments
 from its own parser (argparse's, captured when its ``run`` parses; LightningCLI's for ``fit``,
@@ -32,7 +33,8 @@ from tests.cli import run_cli
 ROOT = Path(__file__).resolve().parents[1]
 SKIPPED = {
     "lm-eval": "lm-eval's own CLI",
-    "test": "the same parser and before-work checks as validate (fixed_embed/cli/train.py); ~0.7 s a case",
+    "test": "the same parser and before-work checks as validate (fixed_embed/cli/train.py); ~0.7 s "
+    "a case",
 }
 # LightningCLI builds its parser per launch (~0.7 s): validate's cases run in the full suite only.
 SLOW = {"validate"}
@@ -69,22 +71,31 @@ def argparse_parser(command: str) -> argparse.ArgumentParser:
 
 
 def arguments(command: str) -> list[tuple[str, bool, bool]]:
-    """``(flag or positional name, positional, required)`` of every path-like argument of ``command``."""
+    """``(flag or positional name, positional, required)`` of every path-like argument of
+    ``command``."""
     if command in LIGHTNING:
         return _lightning_arguments()
     found = []
     for action in argparse_parser(command)._actions:
-        if action.choices or action.nargs == 0 or action.type in (int, float) or not PATH_LIKE.search(action.dest):
+        if (
+            action.choices
+            or action.nargs == 0
+            or action.type in (int, float)
+            or not PATH_LIKE.search(action.dest)
+        ):
             continue
         flag = action.option_strings[-1] if action.option_strings else action.dest
-        found.append((flag, not action.option_strings, bool(action.required) or not action.option_strings))
+        found.append(
+            (flag, not action.option_strings, bool(action.required) or not action.option_strings)
+        )
     return found
 
 
 @functools.cache
 def _lightning_arguments() -> list[tuple[str, bool, bool]]:
-    """The path-like keys of LightningCLI's fit parser: ``--config``, ``--ckpt_path`` and ``data.*`` ones
-    (``trainer.*`` paths are outputs -- the run folder -- and ``model.*`` holds none)."""
+    """The path-like keys of LightningCLI's fit parser: ``--config``, ``--ckpt_path`` and
+    ``data.*`` ones (``trainer.*`` paths are outputs -- the run folder -- and ``model.*`` holds
+    none)."""
     from fixed_embed.cli.train import FixedEmbedCLI
 
     original = FixedEmbedCLI.parse_arguments
@@ -99,9 +110,18 @@ def _lightning_arguments() -> list[tuple[str, bool, bool]]:
         fit = parsed.parser._subcommands_action._name_parser_map["fit"]
     finally:
         FixedEmbedCLI.parse_arguments = original
-    keys = {a.dest for a in fit._actions if PATH_LIKE.search(a.dest) and not OUTPUT.search(a.dest)
-            and "Print" not in type(a).__name__}  # fmt: skip
-    return [(f"--{key}", False, False) for key in sorted(keys) if "." not in key or key.startswith("data.")]
+    keys = {
+        a.dest
+        for a in fit._actions
+        if PATH_LIKE.search(a.dest)
+        and not OUTPUT.search(a.dest)
+        and "Print" not in type(a).__name__
+    }
+    return [
+        (f"--{key}", False, False)
+        for key in sorted(keys)
+        if "." not in key or key.startswith("data.")
+    ]
 
 
 def role(flag: str, command: str = "") -> str:
@@ -110,8 +130,15 @@ def role(flag: str, command: str = "") -> str:
         return "config"  # LightningCLI's --data takes the data section as a YAML file
     if OUTPUT.search(name):
         return "output"
-    return {"ckpt_path": "checkpoint", "checkpoints": "checkpoint", "folder": "sharded", "train": "corpus",
-            "valid": "corpus", "data": "corpus", "include_path": "tasks"}.get(name, name)  # fmt: skip
+    return {
+        "ckpt_path": "checkpoint",
+        "checkpoints": "checkpoint",
+        "folder": "sharded",
+        "train": "corpus",
+        "valid": "corpus",
+        "data": "corpus",
+        "include_path": "tasks",
+    }.get(name, name)
 
 
 ROLES = {"checkpoint", "sharded", "corpus", "tokenizer", "config", "results", "tasks", "output"}
@@ -121,7 +148,8 @@ def commands() -> list[str]:
     return [c for c in COMMANDS if c not in SKIPPED]
 
 
-# -- the valid inputs of each role -----------------------------------------------------------------------------
+# -- the valid inputs of each role
+# -----------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -135,8 +163,12 @@ def valid(tmp_path_factory, corpus):
     folder = tmp_path_factory.mktemp("valid")
     model = LanguageModel(decoder=TINY_DECODER)
     datamodule_state = {"tokenizer": str(tok), "tokenizer_json": load_tokenizer(tok).to_str()}
-    checkpoint = {"state_dict": model.state_dict(), "hyper_parameters": dict(model.hparams), "global_step": 0,
-                  "TextDataModule": datamodule_state}  # fmt: skip
+    checkpoint = {
+        "state_dict": model.state_dict(),
+        "hyper_parameters": dict(model.hparams),
+        "global_step": 0,
+        "TextDataModule": datamodule_state,
+    }
     torch.save(checkpoint, folder / "tiny.ckpt")
     meta = {k: v for k, v in checkpoint.items() if k != "state_dict"}
     sharded = dcp_folder(folder / "sharded.ckpt", {"state_dict": model.state_dict()}, meta)
@@ -144,14 +176,29 @@ def valid(tmp_path_factory, corpus):
     results.write_text(json.dumps({"model": "m", "columns": [], "scores": {}}))
     tasks = folder / "tasks"
     tasks.mkdir()
-    return {"checkpoint": folder / "tiny.ckpt", "sharded": sharded, "corpus": data, "tokenizer": tok,
-            "config": ROOT / "experiments" / "tiny" / "gf2.yaml", "results": results, "tasks": tasks}  # fmt: skip
+    return {
+        "checkpoint": folder / "tiny.ckpt",
+        "sharded": sharded,
+        "corpus": data,
+        "tokenizer": tok,
+        "config": ROOT / "experiments" / "tiny" / "gf2.yaml",
+        "results": results,
+        "tasks": tasks,
+    }
 
 
 def bad(kind: str, role_: str, where: Path) -> Path:
     """A bad input of ``kind`` for an argument of ``role_``, made under ``where``."""
-    suffix = {"checkpoint": ".ckpt", "sharded": ".ckpt", "corpus": ".jsonl", "tokenizer": ".json", "config": ".yaml",
-              "results": ".json", "tasks": "", "output": ""}[role_]  # fmt: skip
+    suffix = {
+        "checkpoint": ".ckpt",
+        "sharded": ".ckpt",
+        "corpus": ".jsonl",
+        "tokenizer": ".json",
+        "config": ".yaml",
+        "results": ".json",
+        "tasks": "",
+        "output": "",
+    }[role_]
     path = where / f"bad-{kind}{suffix}"
     if kind == "missing":
         return where / "no" / f"such{suffix}"
@@ -168,11 +215,19 @@ def bad(kind: str, role_: str, where: Path) -> Path:
         return where / "a-file" / "out"
     elif kind == "bad_record":
         if role_ == "corpus":
-            path.write_text('{"text": "one good document"}\n{"text": "a broken record\n{"text": "another"}\n')
+            path.write_text(
+                '{"text": "one good document"}\n{"text": "a broken record\n{"text": "another"}\n'
+            )
         elif role_ in ("checkpoint", "sharded"):
-            torch.save({"state_dict": {"w": torch.zeros(2)}, "hyper_parameters": {"decoder": "wide"}}, path)
+            torch.save(
+                {"state_dict": {"w": torch.zeros(2)}, "hyper_parameters": {"decoder": "wide"}}, path
+            )
         elif role_ == "tokenizer":
-            path.write_text(json.dumps({"version": "1.0", "model": {"type": "BPE", "vocab": "not a vocabulary"}}))
+            path.write_text(
+                json.dumps(
+                    {"version": "1.0", "model": {"type": "BPE", "vocab": "not a vocabulary"}}
+                )
+            )
         elif role_ == "config":
             path.write_text(yaml.safe_dump({"model": {"decoder": {"d_model": "wide"}}}))
         elif role_ == "results":
@@ -188,9 +243,15 @@ def baseline(command: str, valid: dict, where: Path) -> tuple[list[str], dict[st
     if command in LIGHTNING:
         from tests.test_lifecycle import fit_args
 
-        line = fit_args(where, (valid["corpus"], valid["tokenizer"]), "gf2", "--trainer.max_steps", "1")[1:]
-        # the flags under test are added last (later flags win); --config and --data.* are already valid
-        return [command, *line, "--ckpt_path", str(valid["checkpoint"])] if command != "fit" else [command, *line], {}
+        line = fit_args(
+            where, (valid["corpus"], valid["tokenizer"]), "gf2", "--trainer.max_steps", "1"
+        )[1:]
+        # the flags under test are added last (later flags win); --config and --data.* are already
+        # valid
+        return [command, *line, "--ckpt_path", str(valid["checkpoint"])] if command != "fit" else [
+            command,
+            *line,
+        ], {}
     lead = [command] + (["probe"] if command == "analyze" else [])
     parts: dict[str, list[str]] = {}
     for flag, positional, required in arguments(command):
@@ -203,8 +264,11 @@ def baseline(command: str, valid: dict, where: Path) -> tuple[list[str], dict[st
         )
         parts[flag] = [value] if positional else [flag, value]
     # Options that keep the baseline offline and small (a command's defaults may reach the hub).
-    lead += {"eval": ["--suite", "offline", "--limit", "2"], "prefetch": ["--suite", "offline"],
-             "generate": ["--prompt", "Once", "--max-new-tokens", "2"]}.get(command, [])  # fmt: skip
+    lead += {
+        "eval": ["--suite", "offline", "--limit", "2"],
+        "prefetch": ["--suite", "offline"],
+        "generate": ["--prompt", "Once", "--max-new-tokens", "2"],
+    }.get(command, [])
     return lead, parts
 
 
@@ -213,7 +277,9 @@ def cases():
         for flag, positional, _ in arguments(command):
             for kind in BAD_OUTPUTS if role(flag, command) == "output" else BAD_INPUTS:
                 marks = [pytest.mark.slow] if command in SLOW else []
-                yield pytest.param(command, flag, positional, kind, id=f"{command}:{flag}:{kind}", marks=marks)
+                yield pytest.param(
+                    command, flag, positional, kind, id=f"{command}:{flag}:{kind}", marks=marks
+                )
 
 
 def test_every_path_argument_has_a_role():
@@ -226,7 +292,9 @@ def test_every_path_argument_has_a_role():
 
 def test_the_generated_cases_cover_every_sub_command():
     covered = {case.values[0] for case in cases()}
-    assert covered == set(commands()), set(commands()) - covered  # every sub-command has a path to spoil
+    assert covered == set(commands()), (
+        set(commands()) - covered
+    )  # every sub-command has a path to spoil
     print(f"{sum(1 for _ in cases())} (sub-command x argument x bad input) combinations")
 
 

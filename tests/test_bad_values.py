@@ -1,11 +1,13 @@
-"""Every numeric and choice option x 0, -1, NaN, inf, a wrong type, an unknown choice: refused in one line naming
-the option before any work, or a legal value that :data:`LEGAL` lists with its reason.
+"""Every numeric and choice option x 0, -1, NaN, inf, a wrong type, an unknown choice: refused
+in one line naming the option before any work, or a legal value that :data:`LEGAL` lists with
+its reason.
 
-Generated, not listed: fit's options from its own parser (LightningCLI: ``model.*``, ``data.*``, ``trainer.*``,
-found as tests/test_bad_paths.py finds them), the other sub-commands' from their argparse parsers. An option is
-numeric or a choice by its type (its signature's, for fit). For fit a case is a parse, then the checks fit runs
-before any work (``fixed_embed.train.experiment.check_values``), in-process; for the others, their parser, then the
-command itself where the parser takes the value.
+Generated, not listed: fit's options from its own parser (LightningCLI: ``model.*``, ``data.*``,
+``trainer.*``, found as tests/test_bad_paths.py finds them), the other sub-commands' from their
+argparse parsers. An option is numeric or a choice by its type (its signature's, for fit). For
+fit a case is a parse, then the checks fit runs before any work
+(``fixed_embed.train.experiment.check_values``), in-process; for the others, their parser, then
+the command itself where the parser takes the value.
 """
 
 from __future__ import annotations
@@ -22,7 +24,13 @@ import pytest
 from fixed_embed.config import expand_config_args
 from fixed_embed.errors import ConfigError
 from tests.cli import run_cli
-from tests.test_bad_paths import _Parsed, argparse_parser, baseline, commands, valid  # noqa: F401 (valid: a fixture)
+from tests.test_bad_paths import (  # noqa: F401 (valid: a fixture)
+    _Parsed,
+    argparse_parser,
+    baseline,
+    commands,
+    valid,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "experiments" / "tiny" / "gf2.yaml"
@@ -31,15 +39,18 @@ UNKNOWN = "no_such_choice"
 # (option, value) -> why it is legal. Every other case must be refused.
 # fmt: off
 LEGAL = {
-    **{(f"trainer.{k}", "-1"): "Lightning's -1: no limit / all" for k in ("max_steps", "max_epochs", "devices",
-                                                                          "num_sanity_val_steps")},
+    **{(f"trainer.{k}", "-1"): "Lightning's -1: no limit / all"
+       for k in ("max_steps", "max_epochs", "devices", "num_sanity_val_steps")},
     **{(f"trainer.{k}", "0"): "0 disables it (Lightning)" for k in (
-        "fast_dev_run", "limit_train_batches", "limit_val_batches", "limit_test_batches", "limit_predict_batches",
+        "fast_dev_run", "limit_train_batches", "limit_val_batches", "limit_test_batches",
+        "limit_predict_batches",
         "overfit_batches", "min_steps", "min_epochs", "num_sanity_val_steps", "gradient_clip_val",
         "reload_dataloaders_every_n_epochs", "log_every_n_steps")},
     ("seed_everything", "0"): "a seed",
-    # Not checked before work yet: Lightning parses a duration string when the Trainer is built (its traceback).
-    ("trainer.val_check_interval", "x"): "NOT CHECKED: a duration string ('DD:HH:MM:SS') is legal, Lightning parses it",
+    # Not checked before work yet: Lightning parses a duration string when the Trainer is built
+    # (its traceback).
+    ("trainer.val_check_interval", "x"): "NOT CHECKED: a duration string ('DD:HH:MM:SS') is legal, "
+                                         "Lightning parses it",
     ("model.loss_chunk_tokens", "0"): "0: the unchunked loss (documented)",
     ("model.schedule.warmup_steps", "0"): "no warm-up",
     ("model.schedule.min_lr_ratio", "0"): "cosine to 0",
@@ -85,12 +96,21 @@ def fit_parser():
 
 def _kind(hint) -> str | None:
     """``number``, ``numbers`` (a tuple of them), ``choice`` or None, from a type hint."""
-    options = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+    options = (
+        typing.get_args(hint)
+        if typing.get_origin(hint) in (typing.Union, types.UnionType)
+        else (hint,)
+    )
     if any(typing.get_origin(o) is typing.Literal for o in options):
         return "choice"
-    if any(isinstance(o, type) and issubclass(o, (int, float)) and not issubclass(o, bool) for o in options):
+    if any(
+        isinstance(o, type) and issubclass(o, (int, float)) and not issubclass(o, bool)
+        for o in options
+    ):
         return "number"
-    if any(typing.get_origin(o) is tuple and _kind(typing.get_args(o)[0]) == "number" for o in options):
+    if any(
+        typing.get_origin(o) is tuple and _kind(typing.get_args(o)[0]) == "number" for o in options
+    ):
         return "numbers"
     return None
 
@@ -98,29 +118,50 @@ def _kind(hint) -> str | None:
 def fit_options() -> list[tuple[str, str]]:
     found = []
     for action in fit_parser()._actions:
-        if not action.dest.startswith(("trainer.callbacks", "trainer.logger")) and not action.dest.endswith(".help"):
-            found += [(key, kind) for key, hint in _fields(action.dest, getattr(action, "_typehint", None) or
-                      action.type) if (kind := "choice" if action.choices else _kind(hint))]  # fmt: skip
+        if not action.dest.startswith(
+            ("trainer.callbacks", "trainer.logger")
+        ) and not action.dest.endswith(".help"):
+            found += [
+                (key, kind)
+                for key, hint in _fields(
+                    action.dest, getattr(action, "_typehint", None) or action.type
+                )
+                if (kind := "choice" if action.choices else _kind(hint))
+            ]
     return found
 
 
 def _fields(dest: str, hint) -> list[tuple[str, object]]:
-    """``(key, type)`` of the option, or of each field of the dataclass it takes (``decoder: DecoderConfig | None``)."""
-    options = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+    """``(key, type)`` of the option, or of each field of the dataclass it takes (``decoder:
+    DecoderConfig | None``)."""
+    options = (
+        typing.get_args(hint)
+        if typing.get_origin(hint) in (typing.Union, types.UnionType)
+        else (hint,)
+    )
     if (schema := next((o for o in options if dataclasses.is_dataclass(o)), None)) is None:
         return [(dest, hint)]
-    return [f for name, h in typing.get_type_hints(schema).items() for f in _fields(f"{dest}.{name}", h)]
+    return [
+        f for name, h in typing.get_type_hints(schema).items() for f in _fields(f"{dest}.{name}", h)
+    ]
 
 
 def argparse_options(command: str) -> list[tuple[str, str, bool]]:
     """``(flag, kind, positional)`` of the command's numeric and choice arguments."""
     found = []
     for action in argparse_parser(command)._actions:
-        numeric = action.type in (int, float) or getattr(action.type, "__qualname__", "").startswith("positive.")
+        numeric = action.type in (int, float) or getattr(
+            action.type, "__qualname__", ""
+        ).startswith("positive.")
         kind = "choice" if action.choices else ("number" if numeric else None)
         if kind:
-            found.append((action.option_strings[-1] if action.option_strings else action.dest, kind,
-                          not action.option_strings))  # fmt: skip
+            found.append(
+                (
+                    action.option_strings[-1] if action.option_strings else action.dest,
+                    kind,
+                    not action.option_strings,
+                )
+            )
     return found
 
 
@@ -141,15 +182,34 @@ def _tiny_config() -> str:
 
 def test_the_generators_find_the_options():
     keys = {key for key, _ in fit_options()}
-    assert {"model.optimizer.lr", "model.decoder.n_heads", "data.seq_len", "trainer.accumulate_grad_batches",
-            "trainer.max_steps", "model.on_nonfinite", "model.optimizer.betas"} <= keys, sorted(keys)  # fmt: skip
-    flags = {f"{c} {flag}" for c in commands() if c not in ("fit", "validate", "test") for flag, *_ in
-             argparse_options(c)}  # fmt: skip
-    assert {"params --world-size", "eval --limit", "eval --batch-size", "pretokenize --workers"} <= flags, flags
+    assert {
+        "model.optimizer.lr",
+        "model.decoder.n_heads",
+        "data.seq_len",
+        "trainer.accumulate_grad_batches",
+        "trainer.max_steps",
+        "model.on_nonfinite",
+        "model.optimizer.betas",
+    } <= keys, sorted(keys)
+    flags = {
+        f"{c} {flag}"
+        for c in commands()
+        if c not in ("fit", "validate", "test")
+        for flag, *_ in argparse_options(c)
+    }
+    assert {
+        "params --world-size",
+        "eval --limit",
+        "eval --batch-size",
+        "pretokenize --workers",
+    } <= flags, flags
     generated = {(key, value) for key, kind in fit_options() for value in values(kind)}
     generated |= {(f"{c.values[0]} {c.values[1]}", c.values[3]) for c in command_cases()}
     assert set(LEGAL) <= generated, set(LEGAL) - generated  # no stale reason
-    print(f"{sum(1 for _ in fit_cases())} fit cases, {sum(1 for _ in command_cases())} sub-command cases")
+    print(
+        f"{sum(1 for _ in fit_cases())} fit cases, {sum(1 for _ in command_cases())} sub-command "
+        "cases"
+    )
 
 
 @pytest.mark.parametrize(("key", "kind", "value"), list(fit_cases()))
@@ -168,7 +228,9 @@ def test_a_bad_fit_value_is_refused_in_one_line_naming_the_key(key, kind, value)
         except ConfigError as error:
             message = str(error)
         else:
-            assert (key, value) in LEGAL, f"--{key} {value} is taken: refuse it, or list it in LEGAL with a reason"
+            assert (key, value) in LEGAL, (
+                f"--{key} {value} is taken: refuse it, or list it in LEGAL with a reason"
+            )
             return
     assert (key, value) not in LEGAL, f"--{key} {value} is listed as legal but refused: {message}"
     assert "\n" not in message and key.split(".")[-1] in message, message
@@ -182,7 +244,8 @@ def model_cases():
 
 @pytest.mark.parametrize(("key", "kind", "value"), list(model_cases()))
 def test_params_refuses_a_bad_model_value_of_its_config_in_one_line(key, kind, value):
-    """``fixed-embed params CONFIG`` builds the config's model section as fit does (experiment.build_model)."""
+    """``fixed-embed params CONFIG`` builds the config's model section as fit does
+    (experiment.build_model)."""
     import yaml
 
     from fixed_embed.config import load_experiment
@@ -201,17 +264,31 @@ def test_params_refuses_a_bad_model_value_of_its_config_in_one_line(key, kind, v
     ("argv", "said"),
     [
         (["--model.optimizer.lr", "0"], "model.optimizer.lr: must be a finite number > 0, got 0"),
-        (["--model.optimizer.lr", ".nan"], "model.optimizer.lr: must be a finite number > 0, got '.nan'"),
-        (["--model.decoder.n_heads", "7"], "model.decoder.d_model (64) must be divisible by n_heads (7)"),
-        (["--trainer.accumulate_grad_batches", "0"], "trainer.accumulate_grad_batches must be a finite number > 0"),
+        (
+            ["--model.optimizer.lr", ".nan"],
+            "model.optimizer.lr: must be a finite number > 0, got '.nan'",
+        ),
+        (
+            ["--model.decoder.n_heads", "7"],
+            "model.decoder.d_model (64) must be divisible by n_heads (7)",
+        ),
+        (
+            ["--trainer.accumulate_grad_batches", "0"],
+            "trainer.accumulate_grad_batches must be a finite number > 0",
+        ),
         (["--trainer.strategy", "nope"], "trainer.strategy 'nope' is not a Lightning strategy"),
-        (["--trainer.max_steps", "0"], "trainer.max_steps must be a finite number > 0 (or -1: no limit), got 0"),
+        (
+            ["--trainer.max_steps", "0"],
+            "trainer.max_steps must be a finite number > 0 (or -1: no limit), got 0",
+        ),
     ],
 )
 def test_the_command_prints_one_line_and_exits_2_before_any_work(argv, said, tmp_path, corpus):
     from tests.test_lifecycle import fit_args
 
-    args = fit_args(tmp_path, corpus, "gf2", "--trainer.max_steps", "1", "--model.decoder.d_model", "64", *argv)
+    args = fit_args(
+        tmp_path, corpus, "gf2", "--trainer.max_steps", "1", "--model.decoder.d_model", "64", *argv
+    )
     result = run_cli(*args)
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
     errors = [line for line in result.stderr.splitlines() if "error:" in line]
@@ -219,24 +296,39 @@ def test_the_command_prints_one_line_and_exits_2_before_any_work(argv, said, tmp
     assert not (tmp_path / "logs").exists()  # before any work: no run folder
 
 
-def test_val_check_interval_beyond_the_run_says_no_validation_will_run(tmp_path, corpus, monkeypatch):
+def test_val_check_interval_beyond_the_run_says_no_validation_will_run(
+    tmp_path, corpus, monkeypatch
+):
     from fixed_embed.cli import train
     from tests.test_lifecycle import fit_args
 
-    monkeypatch.setattr(train, "_preflight", lambda config: (_ for _ in ()).throw(_Fit()))  # stop before any data
+    monkeypatch.setattr(
+        train, "_preflight", lambda config: (_ for _ in ()).throw(_Fit())
+    )  # stop before any data
     said, locks = [], []
     monkeypatch.setattr(train, "rank_zero_warn", said.append)
     try:
         with pytest.raises(_Fit):
-            train.FixedEmbedCLI(args=fit_args(tmp_path, corpus, "gf2", "--trainer.max_steps", "5",
-                                              "--trainer.val_check_interval", "10"), locks=locks)  # fmt: skip
+            train.FixedEmbedCLI(
+                args=fit_args(
+                    tmp_path,
+                    corpus,
+                    "gf2",
+                    "--trainer.max_steps",
+                    "5",
+                    "--trainer.val_check_interval",
+                    "10",
+                ),
+                locks=locks,
+            )
     finally:
         for lock in locks:
             lock.release()
     assert said == ["trainer.val_check_interval 10 > the run's 5 updates: no validation runs"]
 
 
-# -- the other sub-commands' argparse numbers and choices ---------------------------------------------------------
+# -- the other sub-commands' argparse numbers and choices
+# ---------------------------------------------------------
 
 
 def command_cases():
@@ -249,7 +341,14 @@ def command_cases():
 
 
 @pytest.mark.parametrize(("command", "flag", "positional", "value"), list(command_cases()))
-def test_a_bad_sub_command_value_is_refused_in_one_line(command, flag, positional, value, valid, tmp_path):  # noqa: F811
+def test_a_bad_sub_command_value_is_refused_in_one_line(
+    command,
+    flag,
+    positional,
+    value,
+    valid,  # noqa: F811
+    tmp_path,
+):
     lead, parts = baseline(command, valid, tmp_path)
     if positional:  # analyze's analysis: the first word after the command
         lead = [command, value]
@@ -259,7 +358,10 @@ def test_a_bad_sub_command_value_is_refused_in_one_line(command, flag, positiona
         assert argparse_parser(command).parse_args(line[1:]) is not None
         return
     result = run_cli(*line)
-    assert result.returncode == 2 and "Traceback" not in result.stderr, (line, result.stderr[-2000:])
+    assert result.returncode == 2 and "Traceback" not in result.stderr, (
+        line,
+        result.stderr[-2000:],
+    )
     errors = [s for s in result.stderr.splitlines() if "error:" in s]
     assert len(errors) == 1 and flag in errors[0], result.stderr[-2000:]
     assert "usage:" not in result.stderr, result.stderr[-2000:]  # one line, not argparse's usage
@@ -269,14 +371,21 @@ def test_positive_refuses_what_is_not_a_finite_positive_number():
     from fixed_embed.config import positive
     from fixed_embed.errors import UserError
 
-    assert positive("-n")("3") == 3 and positive("-f", float)("0.5") == 0.5 and positive("-z", zero=True)("0") == 0
+    assert (
+        positive("-n")("3") == 3
+        and positive("-f", float)("0.5") == 0.5
+        and positive("-z", zero=True)("0") == 0
+    )
     for text in ("0", "-1", "nan", "inf", "x", "1.5"):
         with pytest.raises(UserError, match=f"^-n must be a finite int > 0, got '{text}'$"):
-            positive("-n")(text)  # not a ValueError: argparse would catch it and print its usage block
+            positive("-n")(
+                text
+            )  # not a ValueError: argparse would catch it and print its usage block
 
 
 def test_a_parsed_value_is_a_plain_number():
-    """Not the domain's own subclass, which would reach the hyper-parameters: weights_only loads refuse it."""
+    """Not the domain's own subclass, which would reach the hyper-parameters: weights_only loads
+    refuse it."""
     config = fit_parser().parse_args(["--config", _tiny_config(), "--model.optimizer.lr", "0.5"])
     assert type(config.model.optimizer.lr) is float and type(config.data.seq_len) is int
     assert {type(b) for b in config.model.optimizer.betas} == {float}
@@ -285,19 +394,31 @@ def test_a_parsed_value_is_a_plain_number():
 EXPERIMENTS = ROOT / "experiments"
 OVERRIDE = EXPERIMENTS / "rehearsal" / "override.yaml"
 COMPOSITIONS = [
-    *([p] for p in sorted(EXPERIMENTS.rglob("*.yaml")) if p.name != "callbacks.yaml" and p.parent.name
-      not in ("strategies", "rehearsal", "gpu", "slurm")),  # slurm/: job settings, tests/test_grid.py
-    *([EXPERIMENTS / "paper" / f"{v}.yaml", EXPERIMENTS / "strategies" / f"{s}.yaml", *extra]
-      for v in ("learned", "gf2") for s in ("ddp", "fsdp") for extra in ([], [OVERRIDE])),
-    [EXPERIMENTS / "study" / "gf2.yaml", EXPERIMENTS / "study" / "gpu" / "base.yaml",
-     EXPERIMENTS / "study" / "gpu" / "size-s.yaml"],
-]  # fmt: skip
+    *(
+        [p]
+        for p in sorted(EXPERIMENTS.rglob("*.yaml"))
+        if p.name != "callbacks.yaml"
+        and p.parent.name not in ("strategies", "rehearsal", "gpu", "slurm")
+    ),  # slurm/: job settings, tests/test_grid.py
+    *(
+        [EXPERIMENTS / "paper" / f"{v}.yaml", EXPERIMENTS / "strategies" / f"{s}.yaml", *extra]
+        for v in ("learned", "gf2")
+        for s in ("ddp", "fsdp")
+        for extra in ([], [OVERRIDE])
+    ),
+    [
+        EXPERIMENTS / "study" / "gf2.yaml",
+        EXPERIMENTS / "study" / "gpu" / "base.yaml",
+        EXPERIMENTS / "study" / "gpu" / "size-s.yaml",
+    ],
+]
 
 
 @pytest.mark.parametrize("files", COMPOSITIONS, ids=lambda files: "+".join(p.stem for p in files))
 def test_every_experiment_passes_the_value_checks(files, tmp_path):
     """The checks run on values as YAML gives them (an int -1, not the command line's string): every
-    experiment as the Makefile and README compose them passes, and so does a YAML `devices: -1` (all GPUs)."""
+    experiment as the Makefile and README compose them passes, and so does a YAML `devices: -1`
+    (all GPUs)."""
     from fixed_embed.train.experiment import check_values
 
     devices = tmp_path / "devices.yaml"
@@ -312,9 +433,14 @@ def test_a_class_path_that_does_not_import_is_named_in_one_line(tmp_path, corpus
     from tests.test_lifecycle import fit_args
 
     old = tmp_path / "old.yaml"
-    old.write_text("trainer:\n  callbacks:\n    - class_path: callbacks.throughput.ThroughputMonitor\n")
+    old.write_text(
+        "trainer:\n  callbacks:\n    - class_path: callbacks.throughput.ThroughputMonitor\n"
+    )
     result = run_cli(*fit_args(tmp_path, corpus, "gf2", "--config", str(old)))
     errors = [line for line in result.stderr.splitlines() if "error:" in line]
     assert result.returncode == 2 and len(errors) == 1, result.stderr[-2000:]
-    assert "trainer.callbacks: Problem with given class_path 'callbacks.throughput.ThroughputMonitor': module " \
-           "'callbacks.throughput' has no attribute 'ThroughputMonitor'" in errors[0]  # fmt: skip
+    assert (
+        "trainer.callbacks: Problem with given class_path "
+        "'callbacks.throughput.ThroughputMonitor': module "
+        "'callbacks.throughput' has no attribute 'ThroughputMonitor'" in errors[0]
+    )

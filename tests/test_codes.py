@@ -23,7 +23,8 @@ GF2 = galois.GF(2)
 
 
 @pytest.mark.parametrize(
-    ("vocab", "width"), [(2, 1), (3, 2), (4, 2), (5, 3), (256, 8), (257, 9), (8192, 13), (49152, 16), (65536, 16)]
+    ("vocab", "width"),
+    [(2, 1), (3, 2), (4, 2), (5, 3), (256, 8), (257, 9), (8192, 13), (49152, 16), (65536, 16)],
 )
 def test_code_width_is_ceil_log2(vocab, width):
     assert code_width(vocab) == width
@@ -84,8 +85,24 @@ def test_random_invertible_is_invertible_and_seeded():
 def test_golden_matrix_for_paper_seed():
     """Pins the paper's recoding: any change to the generator changes every gf2 result."""
     rows = random_invertible_gf2(16, 12345)
-    assert rows == [41839, 52686, 35165, 18669, 63381, 16585, 36686, 4924,
-                    10114, 48879, 14872, 63424, 36826, 19803, 7490, 42]  # fmt: skip
+    assert rows == [
+        41839,
+        52686,
+        35165,
+        18669,
+        63381,
+        16585,
+        36686,
+        4924,
+        10114,
+        48879,
+        14872,
+        63424,
+        36826,
+        19803,
+        7490,
+        42,
+    ]
     digest = hashlib.sha256(bytes(matrix_from_rows(rows, 16).flatten().tolist())).hexdigest()
     assert digest == "17ad7511edf93d76b1e7caa56c493af933f97f13e34986e91c0143db7aa895a8"
 

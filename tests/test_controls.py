@@ -1,4 +1,5 @@
-"""The controls beyond the paper: each new interface keeps the interface contracts and does what it claims."""
+"""The controls beyond the paper: each new interface keeps the interface contracts and does what
+it claims."""
 
 import math
 
@@ -32,7 +33,9 @@ CONTROLS = [
 IDS = lambda: torch.arange(V)  # noqa: E731
 
 
-@pytest.mark.parametrize(("cls", "options", "trainable"), CONTROLS, ids=lambda x: getattr(x, "__name__", str(x)))
+@pytest.mark.parametrize(
+    ("cls", "options", "trainable"), CONTROLS, ids=lambda x: getattr(x, "__name__", str(x))
+)
 def test_contracts(cls, options, trainable):
     interface = cls(V, D, **options)
     ids = torch.randint(0, V, (3, 7))
@@ -72,7 +75,9 @@ def test_permuted_assignment_is_a_seeded_injection_recorded_in_checkpoints():
 
 def test_random_codes_norm_matching_is_exact_and_the_table_is_verified_on_load():
     matched = RandomCodeInput(V, D, code_seed=1, norm_match=True)
-    assert torch.allclose(matched(IDS()).norm(dim=-1), binary_code_norm(IDS(), V, D), rtol=1e-5, atol=1e-6)
+    assert torch.allclose(
+        matched(IDS()).norm(dim=-1), binary_code_norm(IDS(), V, D), rtol=1e-5, atol=1e-6
+    )
     assert torch.equal(matched(IDS())[0], torch.zeros(D))  # token 0: the binary code's norm, 0
     raw = RandomCodeInput(V, D, code_seed=1)
     assert raw.codes.std().item() == pytest.approx(1.0, abs=0.05)  # unit variance before tiling
@@ -86,7 +91,9 @@ def test_random_codes_norm_matching_is_exact_and_the_table_is_verified_on_load()
 
 
 def test_random_codes_store_only_a_fingerprint_checked_at_the_precision_stored():
-    assert list(RandomCodeInput(V, D, code_seed=1).state_dict()) == ["fingerprint"]  # never the V x K table
+    assert list(RandomCodeInput(V, D, code_seed=1).state_dict()) == [
+        "fingerprint"
+    ]  # never the V x K table
     # bf16-true casts float buffers: its checkpoint still loads into the same code, and no other
     for seed, refused in ((1, False), (2, True)):
         state = RandomCodeInput(V, D, code_seed=seed).to(torch.bfloat16).state_dict()
@@ -114,7 +121,9 @@ def test_norm_matched_learned_rows_have_the_binary_norm_and_learn_direction():
     assert interface.weight.grad[1:].abs().sum() > 0 and interface.weight.grad[0].abs().sum() == 0
 
 
-@pytest.mark.parametrize(("cls", "options", "trainable"), CONTROLS[2:], ids=lambda x: getattr(x, "__name__", str(x)))
+@pytest.mark.parametrize(
+    ("cls", "options", "trainable"), CONTROLS[2:], ids=lambda x: getattr(x, "__name__", str(x))
+)
 def test_tiny_fit(tmp_path, corpus, cls, options, trainable):
     from functools import partial
 
@@ -126,7 +135,9 @@ def test_tiny_fit(tmp_path, corpus, cls, options, trainable):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize(("cls", "options", "trainable"), CONTROLS, ids=lambda x: getattr(x, "__name__", str(x)))
+@pytest.mark.parametrize(
+    ("cls", "options", "trainable"), CONTROLS, ids=lambda x: getattr(x, "__name__", str(x))
+)
 def test_contracts_on_gpu(cls, options, trainable):
     interface = cls(V, D, **options)
     cpu = interface(IDS()[None])

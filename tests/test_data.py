@@ -50,13 +50,20 @@ def corpus(tmp_path_factory):
         with open(folder / f"part{part}.jsonl", "w") as f:
             for i in range(20):
                 text = " ".join(rng.choice(words) for _ in range(rng.randint(30, 400)))
-                f.write(json.dumps({"text": "" if (part, i) == (0, 5) else f"Doc {part}-{i}. {text}"}) + "\n")
+                f.write(
+                    json.dumps({"text": "" if (part, i) == (0, 5) else f"Doc {part}-{i}. {text}"})
+                    + "\n"
+                )
     return folder
 
 
 @pytest.fixture(scope="module")
 def tokenizer(corpus, tmp_path_factory):
-    texts = [json.loads(line)["text"] for p in sorted(corpus.glob("*.jsonl")) for line in p.read_text().splitlines()]
+    texts = [
+        json.loads(line)["text"]
+        for p in sorted(corpus.glob("*.jsonl"))
+        for line in p.read_text().splitlines()
+    ]
     return str(train_bpe(texts, 300, tmp_path_factory.mktemp("tok"), "test-corpus"))
 
 
@@ -89,25 +96,43 @@ def test_the_saved_stream_state_keeps_its_keys(corpus, tokenizer):
     next(iter(ds))
     state = ds.state_dict()
     assert set(state) == {
-        "fingerprint", "layout", "reader", "epoch", "source_shards", "source_shard", "source_state",
-        "source_doc_index", "doc_in_batch", "blocks_from_doc", "carry_at_doc", "carries", "buffer", "rng_state",
-        "blocks_delivered", "flushing",
-    }  # fmt: skip
+        "fingerprint",
+        "layout",
+        "reader",
+        "epoch",
+        "source_shards",
+        "source_shard",
+        "source_state",
+        "source_doc_index",
+        "doc_in_batch",
+        "blocks_from_doc",
+        "carry_at_doc",
+        "carries",
+        "buffer",
+        "rng_state",
+        "blocks_delivered",
+        "flushing",
+    }
     assert json.loads(state["fingerprint"])["bos_id"] is None and state["layout"] == 2
 
 
 @pytest.mark.slow  # a fresh interpreter: the test process has Lightning loaded already
 def test_data_modules_import_without_lightning():
-    """Only the datamodule needs Lightning: the packer, sharding, tokenizer and corpus load without it."""
+    """Only the datamodule needs Lightning: the packer, sharding, tokenizer and corpus load
+    without it."""
     code = (
         "import sys\n"
-        "import fixed_embed.data.packing, fixed_embed.data.sharding, fixed_embed.data.reader_state\n"
+        "import fixed_embed.data.packing, fixed_embed.data.sharding, "
+        "fixed_embed.data.reader_state\n"
         "import fixed_embed.data.block_cache, fixed_embed.data.tokenizer, fixed_embed.data.corpus\n"
         "from fixed_embed.data import DocumentSource, PackedBlocks\n"
-        "loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('lightning', 'pytorch_lightning'))\n"
+        "loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('lightning', "
+        "'pytorch_lightning'))\n"
         "assert not loaded, loaded\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     from fixed_embed.data import TextDataModule as lazy
     from fixed_embed.data.datamodule import TextDataModule as direct
@@ -115,14 +140,21 @@ def test_data_modules_import_without_lightning():
     assert lazy is direct
 
 
-def test_hub_splits_choose_what_training_and_validation_read(corpus, tokenizer, tmp_path, monkeypatch):
-    """A hub ``train`` / ``valid`` is read from ``train_split`` / ``valid_split``: the blocks equal those
-    of local files holding the same documents (the hub is faked: no network)."""
+def test_hub_splits_choose_what_training_and_validation_read(
+    corpus, tokenizer, tmp_path, monkeypatch
+):
+    """A hub ``train`` / ``valid`` is read from ``train_split`` / ``valid_split``: the blocks
+    equal those of local files holding the same documents (the hub is faked: no network)."""
     lines = (corpus / "part1.jsonl").read_text().splitlines(keepends=True)
     (tmp_path / "web.jsonl").write_text("".join(lines[:12]))
     (tmp_path / "heldout.jsonl").write_text("".join(lines[12:]))
-    splits = {name: [json.loads(line)["text"] for line in (tmp_path / f"{name}.jsonl").read_text().splitlines()]
-              for name in ("web", "heldout")}  # fmt: skip
+    splits = {
+        name: [
+            json.loads(line)["text"]
+            for line in (tmp_path / f"{name}.jsonl").read_text().splitlines()
+        ]
+        for name in ("web", "heldout")
+    }
     real_load, opened = datasets.load_dataset, []
 
     def load_dataset(path, name=None, split=None, streaming=False, **kw):
@@ -133,10 +165,24 @@ def test_hub_splits_choose_what_training_and_validation_read(corpus, tokenizer, 
 
     monkeypatch.setattr(datasets, "load_dataset", load_dataset)
     monkeypatch.setenv("FIXED_EMBED_CACHE", str(tmp_path / "cache"))
-    kw = {"tokenizer": tokenizer, "seq_len": 16, "batch_size": 4, "val_sequences": 6, "shuffle_buffer": 8}
-    hub = TextDataModule(train="owner/corpus", valid="owner/corpus", hub_name="cfg", train_split="web",
-                         valid_split="heldout", **kw)  # fmt: skip
-    files = TextDataModule(train=str(tmp_path / "web.jsonl"), valid=str(tmp_path / "heldout.jsonl"), **kw)
+    kw = {
+        "tokenizer": tokenizer,
+        "seq_len": 16,
+        "batch_size": 4,
+        "val_sequences": 6,
+        "shuffle_buffer": 8,
+    }
+    hub = TextDataModule(
+        train="owner/corpus",
+        valid="owner/corpus",
+        hub_name="cfg",
+        train_split="web",
+        valid_split="heldout",
+        **kw,
+    )
+    files = TextDataModule(
+        train=str(tmp_path / "web.jsonl"), valid=str(tmp_path / "heldout.jsonl"), **kw
+    )
     assert torch.equal(hub.validation_blocks(), files.validation_blocks())
     assert opened == [("cfg", "heldout")]
     assert torch.equal(next(iter(hub.train_dataloader())), next(iter(files.train_dataloader())))
@@ -157,9 +203,12 @@ def test_ranks_and_workers_are_disjoint_and_complete(corpus, tokenizer):
 
 
 def test_more_readers_than_num_shards_split_finer(corpus, tokenizer):
-    # 2 ranks x 2 workers = 4 readers > num_shards = 2: one virtual shard per reader, as num_shards = 4
+    # 2 ranks x 2 workers = 4 readers > num_shards = 2: one virtual shard per reader, as num_shards
+    # = 4
     four = _reader_blocks(corpus, tokenizer, 0, 1, 0, num_shards=4)
-    sharded = [b for rank in range(2) for b in _reader_blocks(corpus, tokenizer, rank, 2, 2, num_shards=2)]
+    sharded = [
+        b for rank in range(2) for b in _reader_blocks(corpus, tokenizer, rank, 2, 2, num_shards=2)
+    ]
     assert len(sharded) == len(set(sharded)) and sorted(sharded) == sorted(four)
 
 
@@ -189,44 +238,75 @@ def test_loader_resumes_exactly_after_two_resumes(corpus, tokenizer, workers):
 
 
 def test_resume_refusals_name_what_changed(corpus, tokenizer, tmp_path):
-    """The data module's one resume check: the stream's settings, the readers (ranks, workers), the tokenizer."""
+    """The data module's one resume check: the stream's settings, the readers (ranks, workers),
+    the tokenizer."""
     from fixed_embed.data.loader_state import LOADER_STATES
 
     def data(**kw):
-        return TextDataModule(**{"train": str(corpus / "*.jsonl"), "tokenizer": tokenizer, "seq_len": 16, **kw})
+        return TextDataModule(
+            **{"train": str(corpus / "*.jsonl"), "tokenizer": tokenizer, "seq_len": 16, **kw}
+        )
 
     states = []
     for rank in range(2):
         ds = data().train_source.training_stream(rank, 2)
         next(iter(ds))
         states.append([ds.state_dict()])
-    checkpoint = {LOADER_STATES: states, "datamodule_hyper_parameters": {"num_workers": 0},
-                  "TextDataModule": data().state_dict()}  # fmt: skip
+    checkpoint = {
+        LOADER_STATES: states,
+        "datamodule_hyper_parameters": {"num_workers": 0},
+        "TextDataModule": data().state_dict(),
+    }
     assert data().resume_refusals(checkpoint, 2) == []
     (why,) = data(seq_len=32).resume_refusals(checkpoint, 2)
-    assert re.search(r"refusing to resume: .*other data settings \(seq_len: checkpoint 16, now 32\)", why)
+    assert re.search(
+        r"refusing to resume: .*other data settings \(seq_len: checkpoint 16, now 32\)", why
+    )
     (why,) = data().resume_refusals(checkpoint, 4)
     assert "the data position of 2 ranks but this run has 4" in why
     (why,) = data(num_workers=2).resume_refusals(checkpoint, 2)
     assert "saved by 0 loader worker(s) per device and data.num_workers is 2" in why
-    texts = [json.loads(line)["text"] for p in sorted(corpus.glob("*.jsonl")) for line in p.read_text().splitlines()]
+    texts = [
+        json.loads(line)["text"]
+        for p in sorted(corpus.glob("*.jsonl"))
+        for line in p.read_text().splitlines()
+    ]
     other = str(train_bpe(texts, 280, tmp_path / "other", "other"))
     refusals = data(tokenizer=other).resume_refusals(checkpoint, 2)
-    assert re.search(rf"and data.tokenizer {re.escape(repr(other))} \(\w{{12}}\) differ in merges, vocab:", refusals[0])
-    with pytest.raises(ValueError, match=r"differ in .*: resuming would feed the model other ids"):  # at load
+    assert re.search(
+        rf"and data.tokenizer {re.escape(repr(other))} \(\w{{12}}\) differ in merges, vocab:",
+        refusals[0],
+    )
+    with pytest.raises(
+        ValueError, match=r"differ in .*: resuming would feed the model other ids"
+    ):  # at load
         data(tokenizer=other).load_state_dict(checkpoint["TextDataModule"])
 
 
 def test_datamodule_vocab_and_validation(corpus, tokenizer):
-    dm = TextDataModule(train=str(corpus / "*.jsonl"), tokenizer=tokenizer, seq_len=16, batch_size=4,
-                        val_sequences=10, holdout_per_mille=300)  # fmt: skip
+    dm = TextDataModule(
+        train=str(corpus / "*.jsonl"),
+        tokenizer=tokenizer,
+        seq_len=16,
+        batch_size=4,
+        val_sequences=10,
+        holdout_per_mille=300,
+    )
     assert dm.vocab_size() == 300
     val = dm.validation_blocks()
     assert val.shape == (10, 17)
-    again = TextDataModule(train=str(corpus / "*.jsonl"), tokenizer=tokenizer, seq_len=16, batch_size=2,
-                           val_sequences=10, holdout_per_mille=300)  # fmt: skip
+    again = TextDataModule(
+        train=str(corpus / "*.jsonl"),
+        tokenizer=tokenizer,
+        seq_len=16,
+        batch_size=2,
+        val_sequences=10,
+        holdout_per_mille=300,
+    )
     assert torch.equal(again.validation_blocks(), val)
-    train_blocks = {tuple(b.tolist()) for b in stream(corpus, tokenizer, epochs=1, holdout_per_mille=300)}
+    train_blocks = {
+        tuple(b.tolist()) for b in stream(corpus, tokenizer, epochs=1, holdout_per_mille=300)
+    }
     assert not train_blocks & {tuple(b.tolist()) for b in val}
 
 
@@ -234,16 +314,27 @@ def test_datamodule_vocab_and_validation(corpus, tokenizer):
 def test_training_batches_are_pinned_on_cuda_only(corpus, tokenizer, device):
     from types import SimpleNamespace
 
-    dm = TextDataModule(train=str(corpus / "*.jsonl"), tokenizer=tokenizer, seq_len=16, batch_size=4)
-    dm.trainer = SimpleNamespace(global_rank=0, world_size=1, max_steps=4, accumulate_grad_batches=1,
-                                 strategy=SimpleNamespace(root_device=torch.device(device)))  # fmt: skip
+    dm = TextDataModule(
+        train=str(corpus / "*.jsonl"), tokenizer=tokenizer, seq_len=16, batch_size=4
+    )
+    dm.trainer = SimpleNamespace(
+        global_rank=0,
+        world_size=1,
+        max_steps=4,
+        accumulate_grad_batches=1,
+        strategy=SimpleNamespace(root_device=torch.device(device)),
+    )
     assert dm.train_dataloader().pin_memory == (device == "cuda")
 
 
 @pytest.mark.parametrize(
     ("path", "error", "message"),
     [
-        ("/nonexistent/data.jsonl", FileNotFoundError, "data file not found: /nonexistent/data.jsonl"),
+        (
+            "/nonexistent/data.jsonl",
+            FileNotFoundError,
+            "data file not found: /nonexistent/data.jsonl",
+        ),
         ("/tmp/*.nothing-matches-this", FileNotFoundError, "matches no file"),
     ],
 )
@@ -272,8 +363,15 @@ def test_tokenizer_errors(tmp_path):
 
 def test_txt_files_and_invalid_utf8(tmp_path, tokenizer):
     (tmp_path / "a.txt").write_bytes(b"caf\xe9 au lait " * 50)
-    ds = PackedBlocks(DocumentSource(str(tmp_path / "a.txt")), tokenizer, seq_len=8, eos_id=0, num_shards=1,
-                      shuffle_buffer=0, epochs=1)  # fmt: skip
+    ds = PackedBlocks(
+        DocumentSource(str(tmp_path / "a.txt")),
+        tokenizer,
+        seq_len=8,
+        eos_id=0,
+        num_shards=1,
+        shuffle_buffer=0,
+        epochs=1,
+    )
     assert len(list(ds)) > 0
     assert ds.stats.replaced_characters == 50
 
@@ -281,9 +379,14 @@ def test_txt_files_and_invalid_utf8(tmp_path, tokenizer):
 @pytest.mark.slow  # the real corpus and tokenizer: 20 s
 def test_gutenberg_with_smollm2_tokenizer(shared_data):
     tok = str(shared_data / "smollm2-tokenizer" / "tokenizer.json")
-    dm = TextDataModule(train=str(shared_data / "gutenberg-prose" / "train.jsonl"),
-                        valid=str(shared_data / "gutenberg-prose" / "valid.jsonl"), tokenizer=tok,
-                        seq_len=128, batch_size=2, val_sequences=4)  # fmt: skip
+    dm = TextDataModule(
+        train=str(shared_data / "gutenberg-prose" / "train.jsonl"),
+        valid=str(shared_data / "gutenberg-prose" / "valid.jsonl"),
+        tokenizer=tok,
+        seq_len=128,
+        batch_size=2,
+        val_sequences=4,
+    )
     assert dm.vocab_size() == 49152
     assert dm.validation_blocks().shape == (4, 129)
     batch = next(iter(dm.train_dataloader()))
@@ -299,11 +402,15 @@ def test_default_corpus_is_deterministic_and_cached(tmp_path, monkeypatch):
     train = (first / "train.jsonl").read_bytes()
     assert len(train) > 1_000_000 and (first / "valid.jsonl").stat().st_size > 10_000
     mtime = (first / "train.jsonl").stat().st_mtime_ns
-    assert default_corpus() == first and (first / "train.jsonl").stat().st_mtime_ns == mtime  # cached
+    assert (
+        default_corpus() == first and (first / "train.jsonl").stat().st_mtime_ns == mtime
+    )  # cached
     monkeypatch.setenv("FIXED_EMBED_CACHE", str(tmp_path / "b"))
     assert (default_corpus() / "train.jsonl").read_bytes() == train
     train_ids = {json.loads(line)["id"] for line in train.decode().splitlines()}
-    valid_ids = {json.loads(line)["id"] for line in (first / "valid.jsonl").read_text().splitlines()}
+    valid_ids = {
+        json.loads(line)["id"] for line in (first / "valid.jsonl").read_text().splitlines()
+    }
     assert not train_ids & valid_ids
 
 
@@ -323,11 +430,17 @@ def test_a_stream_saved_right_after_a_pass_resumes_into_the_next(corpus, tokeniz
 
 
 def test_a_hold_out_too_small_for_a_block_says_it_is_validation(tmp_path, tokenizer, monkeypatch):
-    """A few short held-out documents, fragmented over validation's fixed shards: the error names validation
-    and its options, not the training readers."""
+    """A few short held-out documents, fragmented over validation's fixed shards: the error
+    names validation and its options, not the training readers."""
     monkeypatch.setenv("FIXED_EMBED_CACHE", str(tmp_path / "cache"))
     short = tmp_path / "short.jsonl"
-    short.write_text("".join(json.dumps({"text": f"the river {i} and the hill"}) + "\n" for i in range(300)))
-    dm = TextDataModule(train=str(short), tokenizer=tokenizer, seq_len=64, batch_size=2, holdout_per_mille=50)
-    with pytest.raises(DataError, match=r"^validation: the documents of .*short\.jsonl \(50 per mille held out"):
+    short.write_text(
+        "".join(json.dumps({"text": f"the river {i} and the hill"}) + "\n" for i in range(300))
+    )
+    dm = TextDataModule(
+        train=str(short), tokenizer=tokenizer, seq_len=64, batch_size=2, holdout_per_mille=50
+    )
+    with pytest.raises(
+        DataError, match=r"^validation: the documents of .*short\.jsonl \(50 per mille held out"
+    ):
         dm.validation_blocks()

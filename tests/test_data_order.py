@@ -1,5 +1,6 @@
-"""Study protocol in the data layer: the data order follows the training seed, a seeded permutation of
-passages over the whole corpus (resumable), validation from every document, and bits per byte."""
+"""Study protocol in the data layer: the data order follows the training seed, a seeded
+permutation of passages over the whole corpus (resumable), validation from every document, and
+bits per byte."""
 
 import json
 import math
@@ -24,14 +25,21 @@ def books(tmp_path_factory):
     for part in range(2):
         with open(folder / f"part{part}.jsonl", "w") as f:
             for b in range(part * 3, part * 3 + 3):
-                paragraphs = [f"Book {b} paragraph {p} tells of the sea and the wind." for p in range(40 + 10 * b)]
+                paragraphs = [
+                    f"Book {b} paragraph {p} tells of the sea and the wind."
+                    for p in range(40 + 10 * b)
+                ]
                 f.write(json.dumps({"text": "\n\n".join(paragraphs)}) + "\n")
     return folder
 
 
 @pytest.fixture(scope="module")
 def tokenizer(books, tmp_path_factory):
-    texts = [json.loads(line)["text"] for p in sorted(books.glob("*.jsonl")) for line in p.read_text().splitlines()]
+    texts = [
+        json.loads(line)["text"]
+        for p in sorted(books.glob("*.jsonl"))
+        for line in p.read_text().splitlines()
+    ]
     return str(train_bpe(texts, 300, tmp_path_factory.mktemp("tok"), "books"))
 
 
@@ -41,23 +49,31 @@ def first_docs(source: DocumentSource, n: int) -> list[str]:
 
 def test_passages_cut_at_paragraph_breaks_and_keep_every_character(books):
     whole = [
-        t for p in sorted(books.glob("*.jsonl")) for t in (json.loads(x)["text"] for x in p.read_text().splitlines())
+        t
+        for p in sorted(books.glob("*.jsonl"))
+        for t in (json.loads(x)["text"] for x in p.read_text().splitlines())
     ]
     cut = DocumentSource(str(books / "*.jsonl"), passage_chars=200)
     passages = [t for batch in cut.open().iter(batch_size=100) for t in batch["text"]]
-    assert all(len(p) >= 200 for p in passages[:-1] if not p.endswith("wind."))  # only a book's last may be short
+    assert all(
+        len(p) >= 200 for p in passages[:-1] if not p.endswith("wind.")
+    )  # only a book's last may be short
     assert "\n\n".join(passages).replace("\n\n", "") == "".join(whole).replace("\n\n", "")
     assert sum(len(p) < 200 for p in passages) <= BOOKS  # at most one short tail per book
 
 
 def test_shuffled_documents_depend_on_the_seed_and_cover_every_book(books):
     def order(seed):
-        return first_docs(DocumentSource(str(books / "*.jsonl"), passage_chars=200, shuffle_seed=seed), 12)
+        return first_docs(
+            DocumentSource(str(books / "*.jsonl"), passage_chars=200, shuffle_seed=seed), 12
+        )
 
     assert order(1) == order(1)
     assert order(1) != order(2)
     books_seen = {int(text.split()[1]) for text in order(1)}
-    assert len(books_seen) >= 4  # twelve passages of a permutation come from most books, not the first one
+    assert (
+        len(books_seen) >= 4
+    )  # twelve passages of a permutation come from most books, not the first one
     stream_order = first_docs(DocumentSource(str(books / "*.jsonl"), passage_chars=200), 8)
     assert {int(t.split()[1]) for t in stream_order} == {0}  # unshuffled: the first book's passages
 
@@ -65,8 +81,16 @@ def test_shuffled_documents_depend_on_the_seed_and_cover_every_book(books):
 def test_a_shuffled_stream_resumes_exactly(books, tokenizer):
     def loader():
         source = DocumentSource(str(books / "*.jsonl"), passage_chars=300, shuffle_seed=5)
-        blocks = PackedBlocks(source, tokenizer, seq_len=16, eos_id=0, num_shards=4, shuffle_buffer=8, seed=5,
-                              tokenize_batch=3)  # fmt: skip
+        blocks = PackedBlocks(
+            source,
+            tokenizer,
+            seq_len=16,
+            eos_id=0,
+            num_shards=4,
+            shuffle_buffer=8,
+            seed=5,
+            tokenize_batch=3,
+        )
         return StatefulDataLoader(blocks, batch_size=4)
 
     reference = [b for _, b in zip(range(40), loader(), strict=False)]
@@ -89,8 +113,16 @@ def test_the_data_seed_follows_the_training_seed_when_null(books, tokenizer, mon
     monkeypatch.setenv("PL_GLOBAL_SEED", "0")  # restored after the test: seed_everything sets it
 
     def first_block(seed):
-        dm = TextDataModule(train=str(books / "*.jsonl"), valid=str(books / "part1.jsonl"), tokenizer=tokenizer,
-                            seq_len=16, batch_size=2, shuffle_documents=True, passage_chars=300, seed=seed)  # fmt: skip
+        dm = TextDataModule(
+            train=str(books / "*.jsonl"),
+            valid=str(books / "part1.jsonl"),
+            tokenizer=tokenizer,
+            seq_len=16,
+            batch_size=2,
+            shuffle_documents=True,
+            passage_chars=300,
+            seed=seed,
+        )
         return next(iter(dm.train_dataloader()))
 
     seed_everything(1)
@@ -115,11 +147,15 @@ def test_validation_takes_an_equal_share_of_every_document_spread_through_it(boo
     blocks = spread_blocks(source, tok, seq_len=16, total=BOOKS * 5 + 2, eos_id=0)
     assert blocks.shape == (BOOKS * 5 + 2, 17)
     texts = [tok.decode(b.tolist()) for b in blocks]
-    owners = [{b for b in range(BOOKS) if f"Book {b} " in t or f"{b} paragraph" in t} for t in texts]
+    owners = [
+        {b for b in range(BOOKS) if f"Book {b} " in t or f"{b} paragraph" in t} for t in texts
+    ]
     assert all(len(owner) == 1 for owner in owners)  # each block lies inside one book
     per_book = [sum(owner == {b} for owner in owners) for b in range(BOOKS)]
     assert per_book == [6, 6, 5, 5, 5, 5]  # an equal share of every book, the first two one more
-    first_book = [t for t in texts[:6]]  # spread: the first and last picks are far apart in the book
+    first_book = [
+        t for t in texts[:6]
+    ]  # spread: the first and last picks are far apart in the book
     positions = [int(t.split("paragraph ")[1].split()[0]) for t in first_book if "paragraph " in t]
     assert max(positions) - min(positions) > 20
     with pytest.raises(Exception, match=r"val_sequences >= 6"):

@@ -1,4 +1,5 @@
-"""Evaluation: the export equals the model, our lm-eval scores equal lm-eval's hf backend, the CLI and its errors."""
+"""Evaluation: the export equals the model, our lm-eval scores equal lm-eval's hf backend, the
+CLI and its errors."""
 
 import json
 from pathlib import Path
@@ -28,7 +29,8 @@ def datasets_cache_in_tmp(tmp_path, monkeypatch):
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory, corpus):
-    """A briefly trained GF(2) model with a 256-token context (long enough for the offline tasks)."""
+    """A briefly trained GF(2) model with a 256-token context (long enough for the offline
+    tasks)."""
     folder = tmp_path_factory.mktemp("trained")
     fit_tiny(folder, corpus, 3, max_steps=3, decoder={"max_seq_len": 256})
     return folder / "ckpt" / "last.ckpt"
@@ -59,7 +61,9 @@ def _leaves(value):
 def _samples(results, task):
     """Every per-request score (floats) and greedy flag (bools), in lm-eval's sample order."""
     leaves = _leaves([s["resps"] for s in results["samples"][task]])
-    return [x for x in leaves if not isinstance(x, bool)], [x for x in leaves if isinstance(x, bool)]
+    return [x for x in leaves if not isinstance(x, bool)], [
+        x for x in leaves if isinstance(x, bool)
+    ]
 
 
 def test_scores_equal_lm_eval_hf_backend_on_the_export(tmp_path, checkpoint):
@@ -72,9 +76,15 @@ def test_scores_equal_lm_eval_hf_backend_on_the_export(tmp_path, checkpoint):
     export_llama(model, tokenizer, tmp_path / "hf")
     manager = TaskManager(include_path=str(tasks_dir()))
     common = {"tasks": TASKS, "task_manager": manager, "limit": 8, "log_samples": True}
-    ours = lm_eval.simple_evaluate(model=FixedEmbedLM(str(checkpoint), batch_size=3, device="cpu"), **common)
+    ours = lm_eval.simple_evaluate(
+        model=FixedEmbedLM(str(checkpoint), batch_size=3, device="cpu"), **common
+    )
     hf = lm_eval.simple_evaluate(
-        model="hf", model_args=f"pretrained={tmp_path / 'hf'},dtype=float32", batch_size=3, device="cpu", **common
+        model="hf",
+        model_args=f"pretrained={tmp_path / 'hf'},dtype=float32",
+        batch_size=3,
+        device="cpu",
+        **common,
     )
     for task in TASKS:
         (scores, greedy), (hf_scores, hf_greedy) = _samples(ours, task), _samples(hf, task)
@@ -96,18 +106,24 @@ def test_batching_limits_and_token_zero(checkpoint):
     scores = lm.loglikelihood(requests, disable_tqdm=True)
     assert sizes == [3, 3, 1] and len(scores) == 7
     # Sorting for batching must not reorder the answers: each equals its own single-request score.
-    assert [s for s, _ in scores] == pytest.approx([lm.loglikelihood([r], disable_tqdm=True)[0][0] for r in requests])
+    assert [s for s, _ in scores] == pytest.approx(
+        [lm.loglikelihood([r], disable_tqdm=True)[0][0] for r in requests]
+    )
     eos = "<|endoftext|>"
-    (score, _), = lm.loglikelihood([_Request(eos * 40, eos * 5)], disable_tqdm=True)  # fmt: skip
+    ((score, _),) = lm.loglikelihood([_Request(eos * 40, eos * 5)], disable_tqdm=True)
     assert torch.isfinite(torch.tensor(score))
     long_context = " ".join(["alpha"] * 400)  # > 256 tokens: truncated from the left, still scored
-    assert torch.isfinite(torch.tensor(lm.loglikelihood([_Request(long_context, " beta")], disable_tqdm=True)[0][0]))
+    assert torch.isfinite(
+        torch.tensor(lm.loglikelihood([_Request(long_context, " beta")], disable_tqdm=True)[0][0])
+    )
 
 
 def test_generate_until_is_greedy_and_stops(checkpoint):
     lm = FixedEmbedLM(str(checkpoint), batch_size=4, device="cpu")
     context = "alpha beta gamma"
-    [text] = lm.generate_until([_Request(context, {"until": ["zzz"], "max_gen_toks": 6})], disable_tqdm=True)
+    [text] = lm.generate_until(
+        [_Request(context, {"until": ["zzz"], "max_gen_toks": 6})], disable_tqdm=True
+    )
     ids = lm.tok_encode(context)
     with torch.no_grad():
         for _ in range(6):
@@ -115,21 +131,41 @@ def test_generate_until_is_greedy_and_stops(checkpoint):
     assert text == lm.tok_decode(ids[-6:], skip_special_tokens=False).split("<|endoftext|>")[0]
     if text.strip():
         stop = text.strip().split()[0]
-        [cut] = lm.generate_until([_Request(context, {"until": [stop], "max_gen_toks": 6})], disable_tqdm=True)
+        [cut] = lm.generate_until(
+            [_Request(context, {"until": [stop], "max_gen_toks": 6})], disable_tqdm=True
+        )
         assert stop not in cut and text.startswith(cut)
     with pytest.raises(ValueError, match="greedily"):
-        lm.generate_until([_Request(context, {"do_sample": True, "temperature": 1.0})], disable_tqdm=True)
+        lm.generate_until(
+            [_Request(context, {"do_sample": True, "temperature": 1.0})], disable_tqdm=True
+        )
 
 
 def test_cli_eval_writes_results_and_table_and_merges(tmp_path, checkpoint):
     out = tmp_path / "eval"
-    run = run_cli("eval", checkpoint, "--suite", "offline", "--limit", "4", "--batch-size", "2", "--device", "cpu",
-                  "--output", out, "--name", "tiny-gf2")  # fmt: skip
+    run = run_cli(
+        "eval",
+        checkpoint,
+        "--suite",
+        "offline",
+        "--limit",
+        "4",
+        "--batch-size",
+        "2",
+        "--device",
+        "cpu",
+        "--output",
+        out,
+        "--name",
+        "tiny-gf2",
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     results = json.loads((out / "results.json").read_text())
     assert results["model"] == "tiny-gf2"
     assert results["lm_eval"]["0-shot"]["results"]["fixed_embed_word_order"]["sample_len"] == 4
-    assert {"fixed_embed_word_order|acc|0", "fixed_embed_docs_ppl|word_perplexity|0"} <= set(results["scores"])
+    assert {"fixed_embed_word_order|acc|0", "fixed_embed_docs_ppl|word_perplexity|0"} <= set(
+        results["scores"]
+    )
     table = (out / "table.md").read_text()
     assert table.startswith("| model | word order | docs word ppl | docs bits/byte |")
     assert "| tiny-gf2 @ update 3 |" in table  # the row says what it scored
@@ -137,13 +173,29 @@ def test_cli_eval_writes_results_and_table_and_merges(tmp_path, checkpoint):
     assert markdown_table([results, other]).count("\n") == 4
     (tmp_path / "other.json").write_text(json.dumps(other))
     merged = tmp_path / "merged.md"
-    assert main(["table", str(out / "results.json"), str(tmp_path / "other.json"), "--output", str(merged)]) == 0
-    assert merged.read_text() == markdown_table([results, other]) + TABLE_NOTES  # the notes travel with the rows
+    assert (
+        main(
+            [
+                "table",
+                str(out / "results.json"),
+                str(tmp_path / "other.json"),
+                "--output",
+                str(merged),
+            ]
+        )
+        == 0
+    )
+    assert (
+        merged.read_text() == markdown_table([results, other]) + TABLE_NOTES
+    )  # the notes travel with the rows
 
 
-def test_results_name_the_file_a_moved_last_ckpt_resolved_to_and_its_update(tmp_path, checkpoint, monkeypatch):
-    """eval at update 3, last.ckpt moved on to update 5, eval again: two result folders (no refusal, nothing
-    overwritten), each naming its file and update, as the merged table and export's fixed_embed.json do."""
+def test_results_name_the_file_a_moved_last_ckpt_resolved_to_and_its_update(
+    tmp_path, checkpoint, monkeypatch
+):
+    """eval at update 3, last.ckpt moved on to update 5, eval again: two result folders (no
+    refusal, nothing overwritten), each naming its file and update, as the merged table and
+    export's fixed_embed.json do."""
     monkeypatch.chdir(tmp_path)  # the default folder: logs/eval/<run>-<suite>-<hash> under it
     folder = tmp_path / "logs" / "tiny" / "gf2" / "default" / "checkpoints"
     folder.mkdir(parents=True)
@@ -153,28 +205,50 @@ def test_results_name_the_file_a_moved_last_ckpt_resolved_to_and_its_update(tmp_
         torch.save({**saved, "global_step": step}, file)
         last.unlink(missing_ok=True)
         last.symlink_to(file.name)  # as the checkpoint policy moves it
-        argv = ["eval", str(last), "--suite", "offline", "--limit", "2", "--batch-size", "2", "--device", "cpu"]
+        argv = [
+            "eval",
+            str(last),
+            "--suite",
+            "offline",
+            "--limit",
+            "2",
+            "--batch-size",
+            "2",
+            "--device",
+            "cpu",
+        ]
         assert main(argv) == 0
         [path] = set(tmp_path.glob("logs/eval/*/results.json")) - set(written)
         written[path] = path.read_text()
         results = json.loads(written[path])
         assert (results["checkpoint"], results["update"]) == (str(file.resolve()), step)
-        assert f"step_{step:08d}-offline" in path.parent.name and f"step={step:08d}" in results["model"]
-    assert all(path.read_text() == text for path, text in written.items())  # the first one untouched
+        assert (
+            f"step_{step:08d}-offline" in path.parent.name
+            and f"step={step:08d}" in results["model"]
+        )
+    assert all(
+        path.read_text() == text for path, text in written.items()
+    )  # the first one untouched
     assert main(["table", *map(str, written), "--output", str(tmp_path / "table.md")]) == 0
     rows = (tmp_path / "table.md").read_text().splitlines()[2:4]
     assert [" @ update 3 |" in rows[0], " @ update 5 |" in rows[1]] == [True, True], rows
     pytest.importorskip("transformers")
     assert main(["export", str(last), str(tmp_path / "hf")]) == 0
     marker = json.loads((tmp_path / "hf" / "fixed_embed.json").read_text())
-    assert (marker["checkpoint"], marker["update"]) == (str((folder / "step=00000005.ckpt").resolve()), 5)
+    assert (marker["checkpoint"], marker["update"]) == (
+        str((folder / "step=00000005.ckpt").resolve()),
+        5,
+    )
 
 
 def test_bad_inputs_are_clear_errors(tmp_path, checkpoint):
     with pytest.raises(FileNotFoundError, match="checkpoint not found"):
         load_checkpoint(tmp_path / "missing.ckpt")
     (tmp_path / "junk.ckpt").write_bytes(b"not a checkpoint")
-    with pytest.raises(ValueError, match=r"cannot read checkpoint .*: it is not a checkpoint written by fixed-embed"):
+    with pytest.raises(
+        ValueError,
+        match=r"cannot read checkpoint .*: it is not a checkpoint written by fixed-embed",
+    ):
         load_checkpoint(tmp_path / "junk.ckpt")
     torch.save({"weights": torch.zeros(2)}, tmp_path / "other.ckpt")
     with pytest.raises(ValueError, match="not a fixed-embed LanguageModel checkpoint"):

@@ -1,4 +1,5 @@
-"""Faults: killed saves, non-finite updates, poisoned weights and SIGTERM never cost a good checkpoint."""
+"""Faults: killed saves, non-finite updates, poisoned weights and SIGTERM never cost a good
+checkpoint."""
 
 import os
 import signal
@@ -33,7 +34,9 @@ while True:
 @pytest.mark.slow
 def test_sigkill_mid_save_leaves_the_previous_checkpoint_loadable(tmp_path):
     path = tmp_path / "last.ckpt"
-    proc = subprocess.Popen([sys.executable, "-c", SAVE_FOREVER, str(path)], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SAVE_FOREVER, str(path)], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert proc.stdout.readline().strip() == "1"  # one complete checkpoint exists
         deadline = time.monotonic() + 60
@@ -45,7 +48,9 @@ def test_sigkill_mid_save_leaves_the_previous_checkpoint_loadable(tmp_path):
         proc.kill()
     assert list(tmp_path.glob(".last.ckpt.tmp-*")), "the kill was meant to land mid-save"
     checkpoint = torch.load(path, weights_only=True)
-    assert torch.equal(checkpoint["weights"], torch.arange(6_000_000, dtype=torch.float32) + checkpoint["step"])
+    assert torch.equal(
+        checkpoint["weights"], torch.arange(6_000_000, dtype=torch.float32) + checkpoint["step"]
+    )
 
     AtomicCheckpointIO().save_checkpoint({"step": 0}, path)  # the next save clears the orphan
     assert not list(tmp_path.glob(".last.ckpt.tmp-*"))
@@ -74,20 +79,30 @@ class Snapshot(L.Callback):
         self.after[trainer.global_step - 1] = [p.detach().clone() for p in module.parameters()]
 
 
-def test_nonfinite_gradient_stops_naming_the_step_and_keeps_the_last_good_checkpoint(tmp_path, corpus):
+def test_nonfinite_gradient_stops_naming_the_step_and_keeps_the_last_good_checkpoint(
+    tmp_path, corpus
+):
     with pytest.raises(FloatingPointError, match="non-finite gradient at step 3"):
         fit_tiny(tmp_path, corpus, 9, callbacks=[PoisonGradient(3)])
     checkpoint = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=True)
     assert checkpoint["global_step"] == 3
-    assert all(torch.isfinite(t).all() for t in checkpoint["state_dict"].values() if t.is_floating_point())
+    assert all(
+        torch.isfinite(t).all() for t in checkpoint["state_dict"].values() if t.is_floating_point()
+    )
 
 
 def test_skip_drops_exactly_the_nonfinite_update(tmp_path, corpus):
     snapshot = Snapshot()
-    _, model = fit_tiny(tmp_path, corpus, 6, callbacks=[PoisonGradient(3), snapshot], on_nonfinite="skip")
+    _, model = fit_tiny(
+        tmp_path, corpus, 6, callbacks=[PoisonGradient(3), snapshot], on_nonfinite="skip"
+    )
     assert model.skipped_updates == 1
-    assert all(torch.equal(a, b) for a, b in zip(snapshot.before[3], snapshot.after[3], strict=True))
-    assert not all(torch.equal(a, b) for a, b in zip(snapshot.before[4], snapshot.after[4], strict=True))
+    assert all(
+        torch.equal(a, b) for a, b in zip(snapshot.before[3], snapshot.after[3], strict=True)
+    )
+    assert not all(
+        torch.equal(a, b) for a, b in zip(snapshot.before[4], snapshot.after[4], strict=True)
+    )
     assert all(torch.isfinite(p).all() for p in model.parameters())
     assert torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=True)["skipped_updates"] == 1
 
@@ -107,11 +122,14 @@ def test_a_poisoned_model_is_never_written_over_a_good_checkpoint(tmp_path, corp
         fit_tiny(tmp_path, corpus, 9, callbacks=[PoisonWeights(4)])
     checkpoint = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=True)
     assert checkpoint["global_step"] == 3
-    assert all(torch.isfinite(t).all() for t in checkpoint["state_dict"].values() if t.is_floating_point())
+    assert all(
+        torch.isfinite(t).all() for t in checkpoint["state_dict"].values() if t.is_floating_point()
+    )
 
 
 class SignalSelf(L.Callback):
-    """Deliver SIGTERM to this process after micro-batch ``batch`` (mid-accumulation when odd-even)."""
+    """Deliver SIGTERM to this process after micro-batch ``batch`` (mid-accumulation when
+    odd-even)."""
 
     def __init__(self, batch):
         self.batch = batch
@@ -125,15 +143,30 @@ def test_sigterm_mid_accumulation_saves_after_the_update_and_resumes_exactly(tmp
     full, _ = fit_tiny(tmp_path / "full", corpus, 6, accumulate=2, max_steps=6)
     # Micro-batch 4 is the first half of update 3: the save must wait for the update to complete.
     preemption = PreemptionCheckpoint()
-    first, _ = fit_tiny(tmp_path / "run", corpus, 6, accumulate=2, max_steps=6, expect_step=3,
-                        callbacks=[SignalSelf(4), preemption])  # fmt: skip
+    first, _ = fit_tiny(
+        tmp_path / "run",
+        corpus,
+        6,
+        accumulate=2,
+        max_steps=6,
+        expect_step=3,
+        callbacks=[SignalSelf(4), preemption],
+    )
     assert preemption.received == signal.SIGTERM
     assert signal.getsignal(signal.SIGTERM) is not preemption._handle  # handler restored after fit
-    second, _model = fit_tiny(tmp_path / "run", corpus, 6, accumulate=2, max_steps=6,
-                             ckpt_path=str(tmp_path / "run" / "ckpt" / "last.ckpt"))  # fmt: skip
+    second, _model = fit_tiny(
+        tmp_path / "run",
+        corpus,
+        6,
+        accumulate=2,
+        max_steps=6,
+        ckpt_path=str(tmp_path / "run" / "ckpt" / "last.ckpt"),
+    )
     assert len(first.losses) == 6 and len(first.losses + second.losses) == 12
     assert first.losses + second.losses == pytest.approx(full.losses, rel=1e-5)
-    assert all(torch.equal(a, b) for a, b in zip(full.batches, first.batches + second.batches, strict=True))
+    assert all(
+        torch.equal(a, b) for a, b in zip(full.batches, first.batches + second.batches, strict=True)
+    )
 
 
 def test_preemption_rejects_unknown_signals():
@@ -145,14 +178,41 @@ def test_preemption_rejects_unknown_signals():
 def test_cli_fit_on_sigterm_saves_last_checkpoint_and_exits_zero(tmp_path, corpus):
     data, tok = corpus
     proc = subprocess.Popen(
-        [sys.executable, "-m", "fixed_embed", "fit", "--config", str(ROOT / "experiments/tiny/gf2.yaml"),
-         "--trainer.max_steps", "100000", f"--trainer.logger.init_args.save_dir={tmp_path}/logs",
-         "--model.decoder.vocab_size", "300", "--model.decoder.d_model", "32", "--model.decoder.n_heads", "4",
-         "--model.decoder.ffn_dim", "64", "--model.decoder.max_seq_len", "256", "--data.seq_len", "32",
-         f"--data.train={data}", f"--data.tokenizer={tok}", "--data.num_shards", "4", "--data.val_sequences", "4"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
+        [
+            sys.executable,
+            "-m",
+            "fixed_embed",
+            "fit",
+            "--config",
+            str(ROOT / "experiments/tiny/gf2.yaml"),
+            "--trainer.max_steps",
+            "100000",
+            f"--trainer.logger.init_args.save_dir={tmp_path}/logs",
+            "--model.decoder.vocab_size",
+            "300",
+            "--model.decoder.d_model",
+            "32",
+            "--model.decoder.n_heads",
+            "4",
+            "--model.decoder.ffn_dim",
+            "64",
+            "--model.decoder.max_seq_len",
+            "256",
+            "--data.seq_len",
+            "32",
+            f"--data.train={data}",
+            f"--data.tokenizer={tok}",
+            "--data.num_shards",
+            "4",
+            "--data.val_sequences",
+            "4",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=tmp_path,
         env={**os.environ, "HF_DATASETS_CACHE": str(tmp_path / "hf")},
-    )  # fmt: skip
+    )
     output = []
     for line in proc.stdout:
         output.append(line)
@@ -166,8 +226,8 @@ def test_cli_fit_on_sigterm_saves_last_checkpoint_and_exits_zero(tmp_path, corpu
     checkpoint = torch.load(last, weights_only=False)
     assert 0 < checkpoint["global_step"] < 100000
     text = "".join(output).replace("\n", "")
-    # The signal lands between updates (the preemption callback saves) or during the in-loop benchmark
-    # (the checkpoint due at that update was saved before it; the evaluation stops).
+    # The signal lands between updates (the preemption callback saves) or during the in-loop
+    # benchmark (the checkpoint due at that update was saved before it; the evaluation stops).
     assert f"saved {last} at step {checkpoint['global_step']}" in text or (
         f"BenchmarkCallback at step {checkpoint['global_step']}: stopped by a stop request" in text
     )

@@ -1,14 +1,15 @@
-"""A full disk, a file-size limit, a read-only folder: every command that writes a file refuses in one line that
-names the file, the reason and its errno, what is intact and the fix (exit 2, no traceback), leaves no temporary
-file and keeps what it wrote before; ``eval`` refuses before it evaluates when its folder cannot take a results file,
-and prints its scores before writing them.
+"""A full disk, a file-size limit, a read-only folder: every command that writes a file refuses
+in one line that names the file, the reason and its errno, what is intact and the fix (exit 2,
+no traceback), leaves no temporary file and keeps what it wrote before; ``eval`` refuses before
+it evaluates when its folder cannot take a results file, and prints its scores before writing them.
 
-Generated: the commands are test_one_writer's WRITERS and the NOT_WRITERS whose arguments name an output; each runs
-once undisturbed (what it writes, file by file), then in-process under refusals made real, each at several points
-(the first, one in the middle, the last): ``RLIMIT_FSIZE`` just under each written file's size (a write past it
-fails with EFBIG; SIGXFSZ ignored: real, from every writer), a full disk at a file (ENOSPC from the file object
-Python's open() gives: torch.save's, json's, matplotlib's writes; safetensors' own error), and a read-only output
-folder (EACCES; not as root, whom permissions do not stop).
+Generated: the commands are test_one_writer's WRITERS and the NOT_WRITERS whose arguments name
+an output; each runs once undisturbed (what it writes, file by file), then in-process under
+refusals made real, each at several points (the first, one in the middle, the last):
+``RLIMIT_FSIZE`` just under each written file's size (a write past it fails with EFBIG; SIGXFSZ
+ignored: real, from every writer), a full disk at a file (ENOSPC from the file object Python's
+open() gives: torch.save's, json's, matplotlib's writes; safetensors' own error), and a
+read-only output folder (EACCES; not as root, whom permissions do not stop).
 """
 
 from __future__ import annotations
@@ -43,18 +44,38 @@ from tests.test_safety import dcp_folder
 
 
 def _tokenizer(tmp, corpus, checkpoint):
-    return ["tokenizer", "--data", corpus[0], "--vocab-size", "280", "--out", tmp / "tok"], tmp / "tok"
+    return [
+        "tokenizer",
+        "--data",
+        corpus[0],
+        "--vocab-size",
+        "280",
+        "--out",
+        tmp / "tok",
+    ], tmp / "tok"
 
 
 def _table(tmp, corpus, checkpoint):
     results = tmp / "results.json"
     column = {"task": "t", "metric": "acc", "fewshot": 0, "label": "T", "percent": True}
-    results.write_text(json.dumps({"model": "m", "columns": [column], "scores": {"t|acc|0": {"value": 0.5}}}))
+    results.write_text(
+        json.dumps({"model": "m", "columns": [column], "scores": {"t|acc|0": {"value": 0.5}}})
+    )
     return ["table", results, "--output", tmp / "table.md"], tmp / "table.md"
 
 
 def _analyze(tmp, corpus, checkpoint):
-    return ["analyze", "ablate", checkpoint, "--data", corpus[0], "--blocks", "4", "--out", tmp / "ab"], tmp / "ab"
+    return [
+        "analyze",
+        "ablate",
+        checkpoint,
+        "--data",
+        corpus[0],
+        "--blocks",
+        "4",
+        "--out",
+        tmp / "ab",
+    ], tmp / "ab"
 
 
 def _consolidate(tmp, corpus, checkpoint):
@@ -66,25 +87,41 @@ def _consolidate(tmp, corpus, checkpoint):
 
 # command -> its command line and output in a folder; the writers of test_one_writer, and these
 LAUNCH = {name: make for name, (make, _) in WRITERS.items()} | {
-    "tokenizer": _tokenizer, "table": _table, "analyze": _analyze, "consolidate": _consolidate,
-}  # fmt: skip
+    "tokenizer": _tokenizer,
+    "table": _table,
+    "analyze": _analyze,
+    "consolidate": _consolidate,
+}
 AGAIN = {  # what makes a second run write its output again, over the first's
-    "eval": ["--overwrite"], "export": ["--overwrite"], "tokenizer": ["--overwrite", "--vocab-size", "290"],
-}  # fmt: skip
-RERUN = {  # what a rerun of the first command line needs to finish the work a refused run left (and rewrite it)
-    "eval": ["--overwrite"], "export": ["--overwrite"], "tokenizer": ["--overwrite"], "fit": ["--ckpt_path", "last"],
-}  # fmt: skip
+    "eval": ["--overwrite"],
+    "export": ["--overwrite"],
+    "tokenizer": ["--overwrite", "--vocab-size", "290"],
+}
+# what a rerun of the first command line needs to finish the work a refused run left (and rewrite
+# it)
+RERUN = {
+    "eval": ["--overwrite"],
+    "export": ["--overwrite"],
+    "tokenizer": ["--overwrite"],
+    "fit": ["--ckpt_path", "last"],
+}
 
 
 def test_every_command_that_names_an_output_is_tried():
-    named = {c for c in NOT_WRITERS if c not in ("validate", "test", "lm-eval") and
-             any(OUTPUT.search(name) for name, *_ in arguments(c))}  # fmt: skip
+    named = {
+        c
+        for c in NOT_WRITERS
+        if c not in ("validate", "test", "lm-eval")
+        and any(OUTPUT.search(name) for name, *_ in arguments(c))
+    }
     assert set(LAUNCH) == set(WRITERS) | named and set(LAUNCH) <= set(COMMANDS), named
 
 
-# Where a rerun over the first run's output is not a rewrite of it: each point starts from a new folder instead.
+# Where a rerun over the first run's output is not a rewrite of it: each point starts from a new
+# folder instead.
 FRESH_ONLY = {
-    "pretokenize": "--overwrite removes the old shards first; a refused run continues with the same command",
+    "pretokenize": "--overwrite removes the old shards first; a refused run continues with the "
+    "same command",
     "fit": "a rerun is a resume; fit's refusals are also tests/test_run_guard.py's",
 }
 KINDS = {  # how a refusal is made -> its errno and the words of the fix
@@ -94,17 +131,21 @@ KINDS = {  # how a refusal is made -> its errno and the words of the fix
 }
 WHOLE_LAUNCH = {"fit"}  # seconds a case: in `make test`, not the inner loop
 POINTS = {"fit": 1}  # points tried (default 3): a whole launch takes seconds
-# Known gaps, each a refusal that is not yet one line naming the file: strict, so that the fix shows.
+# Known gaps, each a refusal that is not yet one line naming the file: strict, so that the fix
+# shows.
 GAPS = {  # command or (command, kind) -> what fails
-    "fit": "config.yaml (jsonargparse's save through Lightning's SaveConfigCallback) and hparams.yaml are written in "
+    "fit": "config.yaml (jsonargparse's save through Lightning's SaveConfigCallback) and "
+    "hparams.yaml are written in "
     "place, not atomically, and a refused write of them names no file (fixed_embed/cli/train.py)",
 }
-SCORES = "word order"  # a column of eval's table of scores (its task: tests/test_one_writer.py), on stdout
+# a column of eval's table of scores (its task: tests/test_one_writer.py), on stdout
+SCORES = "word order"
 
 
 @contextmanager
 def file_size_limit(limit: int):
-    """``ulimit -f``: a write past ``limit`` bytes of a file fails with EFBIG (SIGXFSZ ignored, as Python starts)."""
+    """``ulimit -f``: a write past ``limit`` bytes of a file fails with EFBIG (SIGXFSZ ignored,
+    as Python starts)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
     handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
@@ -116,7 +157,8 @@ def file_size_limit(limit: int):
 
 
 class FullDisk:
-    """An open file whose writes fail as on a full disk (no fileno: its writers cannot go around ``write``)."""
+    """An open file whose writes fail as on a full disk (no fileno: its writers cannot go around
+    ``write``)."""
 
     def __init__(self, file) -> None:
         self.file = file
@@ -138,16 +180,23 @@ class FullDisk:
 
 
 def _target(path: str | os.PathLike) -> Path:
-    """The path a file written under temporary names (``.NAME.tmp-PID``, a file's or its folder's) is written to."""
+    """The path a file written under temporary names (``.NAME.tmp-PID``, a file's or its
+    folder's) is written to."""
     suffix = f".tmp-{os.getpid()}"
-    return Path(*(p[1 : -len(suffix)] if p.startswith(".") and p.endswith(suffix) else p for p in Path(path).parts))
+    return Path(
+        *(
+            p[1 : -len(suffix)] if p.startswith(".") and p.endswith(suffix) else p
+            for p in Path(path).parts
+        )
+    )
 
 
 @contextmanager
 def disk_full_at(full: Path | None, written: set[Path] | None = None):
-    """The writes of ``full`` fail with ENOSPC at the lowest call a test can reach: the file object Python's open()
-    gives (torch.save, json, matplotlib, transformers write through it), safetensors' Rust ``save_file`` (its own
-    error). ``written``: gets every path opened to write there."""
+    """The writes of ``full`` fail with ENOSPC at the lowest call a test can reach: the file
+    object Python's open() gives (torch.save, json, matplotlib, transformers write through it),
+    safetensors' Rust ``save_file`` (its own error). ``written``: gets every path opened to
+    write there."""
     real_open = io.open
 
     def opened(file, mode="r", *args, **kwargs):
@@ -160,7 +209,9 @@ def disk_full_at(full: Path | None, written: set[Path] | None = None):
     def save_file(tensors, filename, **kwargs):
         (written if written is not None else set()).add(_target(filename))
         if _target(filename) == full:
-            raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+            raise SafetensorError(
+                "Error while serializing: I/O error: No space left on device (os error 28)"
+            )
         return real_save_file(tensors, filename, **kwargs)
 
     with (
@@ -182,51 +233,77 @@ def read_only(folder: Path):
         folder.chmod(mode)
 
 
-def refusals(kind: str, written: list[tuple[Path, int, bool]], tmp: Path, most: int = 3) -> list[tuple]:
-    """``(what, context, the file refused if known)`` per point to refuse at in ``tmp``: a limit just under each
-    written file's size, no space for each file whose writer :func:`disk_full_at` reaches, each written file's folder
-    read-only (``written``: relative paths in the order written, sizes, reached); of these the first, one in the
-    middle, the last."""
+def refusals(
+    kind: str, written: list[tuple[Path, int, bool]], tmp: Path, most: int = 3
+) -> list[tuple]:
+    """``(what, context, the file refused if known)`` per point to refuse at in ``tmp``: a limit
+    just under each written file's size, no space for each file whose writer
+    :func:`disk_full_at` reaches, each written file's folder read-only (``written``: relative
+    paths in the order written, sizes, reached); of these the first, one in the middle, the last."""
     points: dict[Path | int, tuple] = {}
     for path, size, reached in written:
-        if kind == "file size limit":  # under its size: the first file to grow as large fails (eval: also its trial);
-            limit = size * 9 // 10  # 10 % under: a file whose size varies from run to run (eval's times) still does
-            points.setdefault(size, (f"ulimit {limit} bytes", partial(file_size_limit, limit), None))
+        if (
+            kind == "file size limit"
+        ):  # under its size: the first file to grow as large fails (eval: also its trial);
+            limit = (
+                size * 9 // 10
+            )  # 10 % under: a file whose size varies from run to run (eval's times) still does
+            points.setdefault(
+                size, (f"ulimit {limit} bytes", partial(file_size_limit, limit), None)
+            )
         elif kind == "disk full" and reached:
-            points.setdefault(path, (f"no space for {path}", partial(disk_full_at, tmp / path), tmp / path))
+            points.setdefault(
+                path, (f"no space for {path}", partial(disk_full_at, tmp / path), tmp / path)
+            )
         elif kind == "read-only folder":
-            points.setdefault(path.parent, (f"read-only {path.parent}", partial(read_only, tmp / path.parent), None))
+            points.setdefault(
+                path.parent,
+                (f"read-only {path.parent}", partial(read_only, tmp / path.parent), None),
+            )
     found = list(points.values())
-    return found if len(found) <= most else [found[i * (len(found) - 1) // max(most - 1, 1)] for i in range(most)]
+    return (
+        found
+        if len(found) <= most
+        else [found[i * (len(found) - 1) // max(most - 1, 1)] for i in range(most)]
+    )
 
 
 def snapshot(folder: Path) -> dict[str, str]:
     return {
-        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "folder"
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        if p.is_file()
+        else "folder"
         for p in sorted(folder.rglob("*"))
     }
 
 
 def leftovers(folder: Path) -> list[str]:
     """Temporary files and folders (``.NAME.tmp-PID``, ``.NAME.old-PID``) and locks."""
-    return [str(p) for p in folder.rglob("*") if ".tmp-" in p.name or ".old-" in p.name or ".lock" in p.name
-            or p.name == LOCK_NAME]  # fmt: skip
+    return [
+        str(p)
+        for p in folder.rglob("*")
+        if ".tmp-" in p.name or ".old-" in p.name or ".lock" in p.name or p.name == LOCK_NAME
+    ]
 
 
 def written_files(tmp: Path, argv: list) -> list[tuple[Path, int, bool]]:
-    """Run ``argv`` undisturbed: the files it wrote in ``tmp`` (relative), in the order written, with their sizes
-    and whether :func:`disk_full_at` can reach their writer (a Rust writer of a path, but safetensors', it cannot)."""
+    """Run ``argv`` undisturbed: the files it wrote in ``tmp`` (relative), in the order written,
+    with their sizes and whether :func:`disk_full_at` can reach their writer (a Rust writer of a
+    path, but safetensors', it cannot)."""
     before, reached = {p: p.stat().st_mtime_ns for p in tmp.rglob("*")}, set()
     with disk_full_at(None, reached):
         result = run_cli(*argv)
     assert result.returncode == 0, result.stderr[-3000:]
-    files = sorted((p for p in tmp.rglob("*") if p.is_file() and before.get(p) != p.stat().st_mtime_ns),
-                   key=lambda p: p.stat().st_mtime_ns)  # fmt: skip
+    files = sorted(
+        (p for p in tmp.rglob("*") if p.is_file() and before.get(p) != p.stat().st_mtime_ns),
+        key=lambda p: p.stat().st_mtime_ns,
+    )
     return [(p.relative_to(tmp), p.stat().st_size, p in reached) for p in files]
 
 
 def assert_refused(result, out: Path, kind: str) -> Path:
-    """One line naming a file of ``out`` (or its temporary, or its lock), the errno, and the fix; exit 2."""
+    """One line naming a file of ``out`` (or its temporary, or its lock), the errno, and the
+    fix; exit 2."""
     code, fix = KINDS[kind]
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
     lines = result.stderr.splitlines()
@@ -235,13 +312,16 @@ def assert_refused(result, out: Path, kind: str) -> Path:
     line = lines[errors[0]]
     assert f"] {code})" in line and fix in lines[errors[0] + 1], line
     named = Path(line.split(": error: cannot ", 1)[1].split(" ", 1)[1].split(": ", 1)[0])
-    assert named == out or named.is_relative_to(out) or named.name.startswith(f".{out.name}."), (named, out)
+    assert named == out or named.is_relative_to(out) or named.name.startswith(f".{out.name}."), (
+        named,
+        out,
+    )
     return named
 
 
 def trial_write(path: Path, size: int) -> bool:
-    """Whether ``size`` bytes can be written to ``path``'s temporary name now: what eval tries before it evaluates
-    (fixed_embed/evaluation/suite.py's check_results_folder)."""
+    """Whether ``size`` bytes can be written to ``path``'s temporary name now: what eval tries
+    before it evaluates (fixed_embed/evaluation/suite.py's check_results_folder)."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(temporary_name(path), "wb") as file:
@@ -255,10 +335,12 @@ def trial_write(path: Path, size: int) -> bool:
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
 @pytest.mark.parametrize(
-    "command", [pytest.param(c, marks=[pytest.mark.slow] * (c in WHOLE_LAUNCH)) for c in sorted(LAUNCH)]
+    "command",
+    [pytest.param(c, marks=[pytest.mark.slow] * (c in WHOLE_LAUNCH)) for c in sorted(LAUNCH)],
 )
-def test_a_refused_write_is_one_line_naming_the_file_and_keeps_what_was_there(command, kind, tmp_path, corpus,
-                                                                              checkpoint, request):  # fmt: skip
+def test_a_refused_write_is_one_line_naming_the_file_and_keeps_what_was_there(
+    command, kind, tmp_path, corpus, checkpoint, request
+):
     if kind == "read-only folder" and os.geteuid() == 0:
         pytest.skip("root writes into read-only folders")
     if gap := GAPS.get(command) or GAPS.get((command, kind)):
@@ -271,27 +353,39 @@ def test_a_refused_write_is_one_line_naming_the_file_and_keeps_what_was_there(co
         if command in FRESH_ONLY:  # the same point, in a new folder
             (tmp := tmp_path / f"fresh-{i}").mkdir()
             argv, out = LAUNCH[command](tmp, corpus, checkpoint)
-        refusal, refused = next(point[1:] for point in refusals(kind, written, tmp) if point[0] == what)
+        refusal, refused = next(
+            point[1:] for point in refusals(kind, written, tmp) if point[0] == what
+        )
         before = snapshot(tmp)
         with mock.patch.object(eval_cli, "run_suite", wraps=run_suite) as evaluated, refusal():
             probe_refused = command == "eval" and not trial_write(out / "results.json", 4096)
             result = run_cli(*argv, *again)
         named = assert_refused(result, out, kind)
-        whole = named == out and refused is not None and refused.is_relative_to(out)  # a folder written whole
+        whole = (
+            named == out and refused is not None and refused.is_relative_to(out)
+        )  # a folder written whole
         assert refused in (None, named) or whole, (what, named)
         assert not leftovers(tmp), (what, leftovers(tmp))
         after = snapshot(tmp)
         for file in (k for k in set(before) | set(after) if (tmp / k).is_relative_to(named)):
-            assert after.get(file) in (before.get(file), None), (what, file)  # its previous bytes or none, never a part
-        if command == "eval":  # refused before the evaluation when a write would be; else the scores are printed
-            assert evaluated.called != probe_refused and (SCORES in result.stdout) == evaluated.called, what
+            assert after.get(file) in (before.get(file), None), (
+                what,
+                file,
+            )  # its previous bytes or none, never a part
+        if (
+            command == "eval"
+        ):  # refused before the evaluation when a write would be; else the scores are printed
+            assert (
+                evaluated.called != probe_refused and (SCORES in result.stdout) == evaluated.called
+            ), what
         rerun = run_cli(*argv, *RERUN.get(command, []))  # undisturbed, it finishes the work
         assert rerun.returncode == 0, (what, rerun.stderr[-3000:])
 
 
 @pytest.mark.parametrize("command", sorted(WRITERS))
 def test_a_refused_lock_is_named_and_removed(command, tmp_path, corpus, checkpoint):
-    """The lock is each writer's first write: under any lock record's size, the refusal is the lock's."""
+    """The lock is each writer's first write: under any lock record's size, the refusal is the
+    lock's."""
     argv, out = LAUNCH[command](tmp_path, corpus, checkpoint)
     with file_size_limit(16):
         result = run_cli(*argv)

@@ -1,5 +1,5 @@
-"""`fixed-embed generate`: greedy is the argmax of the model's logits step by step, for every paper interface; a seed
-reproduces a sample; a prompt longer than the context is cropped to it."""
+"""`fixed-embed generate`: greedy is the argmax of the model's logits step by step, for every
+paper interface; a seed reproduces a sample; a prompt longer than the context is cropped to it."""
 
 from pathlib import Path
 
@@ -11,7 +11,9 @@ from fixed_embed.model.decoder import Decoder, DecoderConfig
 from tests.cli import run_cli
 from tests.helpers import TINY_DECODER
 
-CHECKPOINT = Path(__file__).parent / "fixtures" / "main-1c25064" / "step=00000002.ckpt"  # tiny binary16, V 512
+CHECKPOINT = (
+    Path(__file__).parent / "fixtures" / "main-1c25064" / "step=00000002.ckpt"
+)  # tiny binary16, V 512
 
 
 def tiny(interface) -> Decoder:
@@ -35,7 +37,12 @@ def test_greedy_is_the_argmax_of_the_logits_step_by_step_and_crops_a_long_prompt
 
 def test_a_seeded_sample_is_reproducible_and_top_k_and_vocab_bound_the_draw():
     decoder, prompt = tiny(GF2CodeInput), torch.tensor([[5, 6, 7]])
-    draw = lambda seed, **kw: decoder.generate(prompt, 20, 1.0, generator=torch.Generator().manual_seed(seed), **kw)  # noqa: E731
+
+    def draw(seed, **kw):
+        return decoder.generate(
+            prompt, 20, 1.0, generator=torch.Generator().manual_seed(seed), **kw
+        )
+
     assert torch.equal(draw(1), draw(1)) and not torch.equal(draw(1), draw(2))
     with torch.no_grad():
         top = decoder(prompt)[:, -1].topk(3).indices[0].tolist()
@@ -44,11 +51,27 @@ def test_a_seeded_sample_is_reproducible_and_top_k_and_vocab_bound_the_draw():
 
 
 def test_the_command_continues_a_prompt_greedily_and_refuses_an_empty_one():
-    greedy = [run_cli("generate", CHECKPOINT, "--prompt", "The", "--max-new-tokens", "5", "--temperature", "0",
-                      "--device", "cpu") for _ in range(2)]  # fmt: skip
+    greedy = [
+        run_cli(
+            "generate",
+            CHECKPOINT,
+            "--prompt",
+            "The",
+            "--max-new-tokens",
+            "5",
+            "--temperature",
+            "0",
+            "--device",
+            "cpu",
+        )
+        for _ in range(2)
+    ]
     assert greedy[0].returncode == 0, greedy[0].stderr[-2000:]
     assert greedy[0].stdout == greedy[1].stdout and greedy[0].stdout.endswith("\n")
-    sampled = [run_cli("generate", CHECKPOINT, "--prompt", "The", "--seed", "3", "--device", "cpu") for _ in range(2)]
+    sampled = [
+        run_cli("generate", CHECKPOINT, "--prompt", "The", "--seed", "3", "--device", "cpu")
+        for _ in range(2)
+    ]
     assert sampled[0].returncode == 0 and sampled[0].stdout == sampled[1].stdout
     empty = run_cli("generate", CHECKPOINT, "--prompt", "", "--device", "cpu")
     assert empty.returncode == 2 and "--prompt holds no text" in empty.stderr
@@ -59,4 +82,8 @@ def test_help_texts_show_no_docstring_markup():
     assert result.returncode == 0 and "fixed_embed.model.decoder.Decoder.generate" in result.stdout
     assert "``" not in result.stdout and ":meth:" not in result.stdout
     params = run_cli("params", "--help")
-    assert ":func:" not in params.stdout and "``" not in params.stdout and "memory_estimate" in params.stdout
+    assert (
+        ":func:" not in params.stdout
+        and "``" not in params.stdout
+        and "memory_estimate" in params.stdout
+    )

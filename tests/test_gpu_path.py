@@ -1,5 +1,6 @@
-"""The GPU path, proven on CPU: the MFU peak per strategy x precision, no host sync on an accumulation's
-micro-batches, no recompiles at evaluation, FSDP2's wrapping and gradient sync, RoPE in fp32, the memory plan."""
+"""The GPU path, proven on CPU: the MFU peak per strategy x precision, no host sync on an
+accumulation's micro-batches, no recompiles at evaluation, FSDP2's wrapping and gradient sync,
+RoPE in fp32, the memory plan."""
 
 import collections
 import json
@@ -24,9 +25,17 @@ from fixed_embed.measure.peak_flops import PEAK_FLOPS, peak_flops, training_matm
 from fixed_embed.train.module import LanguageModel
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = {"vocab_size": 300, "d_model": 32, "n_layers": 2, "n_heads": 4, "ffn_dim": 64, "max_seq_len": 16}
+TINY = {
+    "vocab_size": 300,
+    "d_model": 32,
+    "n_layers": 2,
+    "n_heads": 4,
+    "ffn_dim": 64,
+    "max_seq_len": 16,
+}
 
-# -- 1. MFU: the peak of the dtype the matmuls run in ------------------------------------------------
+# -- 1. MFU: the peak of the dtype the matmuls run in
+# ------------------------------------------------
 
 PLUGINS = {
     "32-true": lambda: Precision(),
@@ -39,7 +48,12 @@ TABLE = [  # strategy, precision, model.parallel.param_dtype -> matmul dtype
     ("ddp", "bf16-mixed", "bfloat16", "bf16"),  # the paper's setup
     ("ddp", "16-mixed", "float32", "fp16"),
     ("ddp", "bf16-true", "float32", "bf16"),
-    ("fsdp", "32-true", "bfloat16", "bf16"),  # experiments/strategies/fsdp.yaml: was divided by the fp32 peak
+    (
+        "fsdp",
+        "32-true",
+        "bfloat16",
+        "bf16",
+    ),  # experiments/strategies/fsdp.yaml: was divided by the fp32 peak
     ("fsdp", "32-true", "float32", "fp32"),
     ("fsdp", "bf16-mixed", "float32", "bf16"),
     ("fsdp", "bf16-true", "bfloat16", "bf16"),
@@ -47,39 +61,53 @@ TABLE = [  # strategy, precision, model.parallel.param_dtype -> matmul dtype
 
 
 @pytest.mark.parametrize(("strategy", "precision", "param_dtype", "expected"), TABLE)
-def test_mfu_peak_follows_what_runs_for_every_strategy_and_precision(strategy, precision, param_dtype, expected,
-                                                                     monkeypatch):  # fmt: skip
-    model = LanguageModel(decoder=TINY, interface=GF2CodeInput, parallel={"param_dtype": param_dtype})
+def test_mfu_peak_follows_what_runs_for_every_strategy_and_precision(
+    strategy, precision, param_dtype, expected, monkeypatch
+):
+    model = LanguageModel(
+        decoder=TINY, interface=GF2CodeInput, parallel={"param_dtype": param_dtype}
+    )
     plugin = PLUGINS[precision]()
     model = plugin.convert_module(model)  # bf16-true: the weights become bf16, as Lightning does
-    trainer = SimpleNamespace(precision_plugin=plugin, strategy=DDPStrategy() if strategy == "ddp" else FSDP2Strategy())
+    trainer = SimpleNamespace(
+        precision_plugin=plugin, strategy=DDPStrategy() if strategy == "ddp" else FSDP2Strategy()
+    )
     assert training_matmul_dtype(trainer, model) == expected
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
     assert peak_flops(torch.device("cuda"), expected) == PEAK_FLOPS["h100"][expected]
-    # torch allowed TF32 (set_float32_matmul_precision("high")): fp32 matmuls are counted at the TF32 peak
+    # torch allowed TF32 (set_float32_matmul_precision("high")): fp32 matmuls are counted at the
+    # TF32 peak
     monkeypatch.setattr(torch, "get_float32_matmul_precision", lambda: "high")
     assert training_matmul_dtype(trainer, model) == ("tf32" if expected == "fp32" else expected)
 
 
 def test_the_fsdp_yaml_case_is_a_bf16_peak_not_fp32(monkeypatch):
-    """experiments/strategies/fsdp.yaml: 32-true with bf16 parameters; the fp32 peak made its MFU ~15x (issue 24)."""
+    """experiments/strategies/fsdp.yaml: 32-true with bf16 parameters; the fp32 peak made its
+    MFU ~15x (issue 24)."""
     config = yaml.safe_load((ROOT / "experiments" / "strategies" / "fsdp.yaml").read_text())
     parallel = {"param_dtype": config["model"]["parallel"]["param_dtype"]}
     model = LanguageModel(decoder=TINY, interface=GF2CodeInput, parallel=parallel)
-    trainer = SimpleNamespace(precision_plugin=PLUGINS[config["trainer"]["precision"]](), strategy=FSDP2Strategy())
+    trainer = SimpleNamespace(
+        precision_plugin=PLUGINS[config["trainer"]["precision"]](), strategy=FSDP2Strategy()
+    )
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
-    assert peak_flops(torch.device("cuda"), training_matmul_dtype(trainer, model)) == PEAK_FLOPS["h100"]["bf16"]
+    assert (
+        peak_flops(torch.device("cuda"), training_matmul_dtype(trainer, model))
+        == PEAK_FLOPS["h100"]["bf16"]
+    )
 
 
-# -- 2. host syncs: none on an accumulation's non-final micro-batches ---------------------------------
+# -- 2. host syncs: none on an accumulation's non-final micro-batches
+# ---------------------------------
 
 SYNCS = ("item", "__float__", "__int__", "__bool__", "tolist")
 DATA_CODE = (f"{Path('fixed_embed', 'data')}", f"{Path('torch', 'utils', 'data')}", "torchdata")
 
 
 class SyncCounter(L.Callback):
-    """Counts Tensor -> Python conversions (each a host sync on a GPU) from one micro-batch's start to the next's,
-    leaving out the data pipeline's own (host tensors) and AdamW's CPU step counters."""
+    """Counts Tensor -> Python conversions (each a host sync on a GPU) from one micro-batch's
+    start to the next's, leaving out the data pipeline's own (host tensors) and AdamW's CPU step
+    counters."""
 
     def __init__(self):
         self.counts, self.batch, self.optimizer = collections.Counter(), None, None
@@ -97,13 +125,17 @@ class SyncCounter(L.Callback):
     def count(self, tensor):
         if self.batch is None:
             return
-        if self.optimizer is not None and any(tensor is s.get("step") for s in self.optimizer.state.values()):
+        if self.optimizer is not None and any(
+            tensor is s.get("step") for s in self.optimizer.state.values()
+        ):
             return
         frame = sys._getframe(2)
         while frame is not None:
             if any(part in frame.f_code.co_filename for part in DATA_CODE):
                 return
-            if frame.f_code.co_name == "check_ids":  # its CPU branch; on CUDA it is torch._assert_async
+            if (
+                frame.f_code.co_name == "check_ids"
+            ):  # its CPU branch; on CUDA it is torch._assert_async
                 return
             frame = frame.f_back
         self.counts[self.batch] += 1
@@ -128,28 +160,53 @@ def test_no_host_sync_on_non_final_micro_batches(tmp_path, corpus, monkeypatch):
     data, tok = corpus
     L.seed_everything(0)
     model = LanguageModel(decoder=TINY, interface=GF2CodeInput, schedule={"warmup_steps": 1})
-    dm = TextDataModule(train=str(data), tokenizer=str(tok), seq_len=16, batch_size=2, num_workers=0, num_shards=4,
-                        shuffle_buffer=8, val_sequences=4, holdout_per_mille=100)  # fmt: skip
+    dm = TextDataModule(
+        train=str(data),
+        tokenizer=str(tok),
+        seq_len=16,
+        batch_size=2,
+        num_workers=0,
+        num_shards=4,
+        shuffle_buffer=8,
+        val_sequences=4,
+        holdout_per_mille=100,
+    )
     throughput = SpeedMonitor(every_n_steps=2, skip_first_steps=1)
     monitors = [GradientMonitor(every_n_steps=1), InputNormMonitor(every_n_steps=2), throughput]
-    trainer = L.Trainer(accelerator="cpu", max_steps=4, accumulate_grad_batches=4, logger=False, log_every_n_steps=1,
-                        enable_checkpointing=False, enable_model_summary=False, limit_val_batches=0,
-                        default_root_dir=tmp_path, gradient_clip_val=1.0,
-                        callbacks=[counter, UpdateProgressBar(), *monitors])  # fmt: skip
+    trainer = L.Trainer(
+        accelerator="cpu",
+        max_steps=4,
+        accumulate_grad_batches=4,
+        logger=False,
+        log_every_n_steps=1,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        default_root_dir=tmp_path,
+        gradient_clip_val=1.0,
+        callbacks=[counter, UpdateProgressBar(), *monitors],
+    )
     trainer.fit(model, dm)
     assert trainer.global_step == 4 and len(counter.counts) == 16
     final = {i: n for i, n in counter.counts.items() if (i + 1) % 4 == 0}
     non_final = {i: n for i, n in counter.counts.items() if (i + 1) % 4}
-    assert all(n == 0 for n in non_final.values()), non_final  # the progress bar read the loss here before
+    assert all(n == 0 for n in non_final.values()), (
+        non_final
+    )  # the progress bar read the loss here before
     print("host syncs per update (final micro-batch):", final)
-    assert all(n <= 10 for n in final.values()), final  # the non-finite check, the bar, the monitors' windows
+    assert all(n <= 10 for n in final.values()), (
+        final
+    )  # the non-finite check, the bar, the monitors' windows
     assert throughput.matmul_dtype == "fp32"  # CPU, 32-true: read from what runs (no peak: no MFU)
 
 
-# -- 6. compile: evaluation adds no graph -------------------------------------------------------------
+# -- 6. compile: evaluation adds no graph
+# -------------------------------------------------------------
 
 
-def test_validation_and_evaluation_do_not_recompile_the_training_graph(tmp_path, corpus, monkeypatch):
+def test_validation_and_evaluation_do_not_recompile_the_training_graph(
+    tmp_path, corpus, monkeypatch
+):
     from torch._dynamo.testing import CompileCounter
 
     from fixed_embed.evaluation.lm_eval_model import FixedEmbedLM
@@ -158,7 +215,9 @@ def test_validation_and_evaluation_do_not_recompile_the_training_graph(tmp_path,
     torch._dynamo.reset()
     counter = CompileCounter()  # a backend that counts compilations and runs the graph eagerly
     compile_module = torch.nn.Module.compile
-    monkeypatch.setattr(torch.nn.Module, "compile", lambda self, **kw: compile_module(self, backend=counter))
+    monkeypatch.setattr(
+        torch.nn.Module, "compile", lambda self, **kw: compile_module(self, backend=counter)
+    )
 
     class AfterFirstUpdate(L.Callback):
         def on_train_batch_end(self, trainer, *args):
@@ -167,16 +226,27 @@ def test_validation_and_evaluation_do_not_recompile_the_training_graph(tmp_path,
 
     first = AfterFirstUpdate()
     try:
-        _, model = fit_tiny(tmp_path, corpus, 4, max_steps=4, callbacks=[first], parallel={"compile": True,
-                            "activation_checkpointing": True}, accumulate=2)  # fmt: skip
+        _, model = fit_tiny(
+            tmp_path,
+            corpus,
+            4,
+            max_steps=4,
+            callbacks=[first],
+            parallel={"compile": True, "activation_checkpointing": True},
+            accumulate=2,
+        )
         trainer = model.trainer
         assert first.frames >= 1  # the blocks were compiled for training
         trainer.validate(model, trainer.datamodule)  # no-grad: a graph of its own, were it compiled
         tokenizer = trainer.datamodule.tokenizer()
         lm = FixedEmbedLM.from_module(model, tokenizer, batch_size=2)
         with torch.compiler.set_stance("force_eager"):  # what BenchmarkCallback wraps lm-eval in
-            lm._loglikelihood_tokens([(None, [1, 2, 3], [4, 5]), (None, [1, 2, 3, 4, 5, 6, 7], [8])])
-        assert counter.frame_count == first.frames  # fit (4 updates), validation, lm-eval: no recompiles
+            lm._loglikelihood_tokens(
+                [(None, [1, 2, 3], [4, 5]), (None, [1, 2, 3, 4, 5, 6, 7], [8])]
+            )
+        assert (
+            counter.frame_count == first.frames
+        )  # fit (4 updates), validation, lm-eval: no recompiles
         with torch.no_grad():  # the control: outside the eager stance, evaluation compiles again
             model.decoder(torch.randint(0, 300, (1, 7)))
         assert counter.frame_count > first.frames
@@ -184,7 +254,8 @@ def test_validation_and_evaluation_do_not_recompile_the_training_graph(tmp_path,
         torch._dynamo.reset()
 
 
-# -- 7. FSDP2: wrapping, tied weights, gradient sync ----------------------------------------------------
+# -- 7. FSDP2: wrapping, tied weights, gradient sync
+# ----------------------------------------------------
 
 
 class FakeMesh:
@@ -210,12 +281,16 @@ def test_fsdp2_root_keeps_torch_default_and_blocks_reshard(monkeypatch):
     decoder = Decoder(config, GF2CodeInput(config.vocab_size, config.d_model))
     apply_parallelism(decoder, ParallelConfig(), FakeMesh())
     assert [kw.get("reshard_after_forward") for _, kw in calls] == [True, True, False, None]
-    assert "reshard_after_forward" not in calls[-1][1] and calls[-1][0] is decoder  # root: torch's default
+    assert (
+        "reshard_after_forward" not in calls[-1][1] and calls[-1][0] is decoder
+    )  # root: torch's default
 
     tied = DecoderConfig(**{**TINY, "tie_embeddings": True})
     with pytest.raises(ConfigError, match="tie_embeddings=true cannot be sharded with FSDP2"):
         apply_parallelism(Decoder(tied, LearnedInput(300, 32)), ParallelConfig(), FakeMesh())
-    parser = ArgumentParser(exit_on_error=False)  # its type, which jsonargparse checks while parsing
+    parser = ArgumentParser(
+        exit_on_error=False
+    )  # its type, which jsonargparse checks while parsing
     parser.add_class_arguments(ParallelConfig, "parallel")
     with pytest.raises(ArgumentError, match="shard_group_size"):
         parser.parse_args(["--parallel.shard_group_size=0"])
@@ -239,9 +314,18 @@ def test_fsdp2_gradient_sync_only_on_an_updates_last_micro_batch():
 
     blocks = torch.randint(0, 300, (12, 17), generator=torch.Generator().manual_seed(0))
     record = Record()
-    trainer = L.Trainer(accelerator="cpu", max_epochs=1, max_steps=100, accumulate_grad_batches=4, logger=False,
-                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                        limit_val_batches=0, callbacks=[record])  # fmt: skip
+    trainer = L.Trainer(
+        accelerator="cpu",
+        max_epochs=1,
+        max_steps=100,
+        accumulate_grad_batches=4,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        callbacks=[record],
+    )
     model = LanguageModel(decoder=TINY, interface=GF2CodeInput, schedule={"warmup_steps": 1})
     trainer.fit(model, torch.utils.data.DataLoader(blocks, batch_size=2))
     assert record.decided == record.stepped == [False, False, False, True, False, True]
@@ -250,15 +334,22 @@ def test_fsdp2_gradient_sync_only_on_an_updates_last_micro_batch():
 @pytest.mark.multi_rank
 def test_fsdp2_gradients_without_per_micro_batch_reduce_scatter_equal_todays(tmp_path):
     out = tmp_path / "grads.json"
-    run = subprocess.run([sys.executable, str(ROOT / "tests" / "fsdp_grad_sync.py"), str(out)], capture_output=True,
-                         text=True, timeout=300)  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "fsdp_grad_sync.py"), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     result = json.loads(out.read_text())
     assert result["params"] > 0
-    assert result["max_abs_diff"]["last_only"] < 1e-6 and result["max_abs_diff"]["hybrid"] < 1e-6, result
+    assert result["max_abs_diff"]["last_only"] < 1e-6 and result["max_abs_diff"]["hybrid"] < 1e-6, (
+        result
+    )
 
 
-# -- 9. RoPE in fp32 ------------------------------------------------------------------------------------
+# -- 9. RoPE in fp32
+# ------------------------------------------------------------------------------------
 
 
 def test_rope_rotates_in_fp32_and_keeps_fp32_tables_under_bf16():
@@ -271,10 +362,13 @@ def test_rope_rotates_in_fp32_and_keeps_fp32_tables_under_bf16():
     x = torch.randn(1, 2, 2048, 8).to(torch.bfloat16)
     out = rope(x)
     assert out.dtype == torch.bfloat16
-    assert torch.equal(out, reference(x.float()).to(torch.bfloat16))  # rounded once, after an fp32 rotation
+    assert torch.equal(
+        out, reference(x.float()).to(torch.bfloat16)
+    )  # rounded once, after an fp32 rotation
 
 
-# -- 3. memory: fits per GPU kind, the cheapest way out, refusal at fit start -------------------------------
+# -- 3. memory: fits per GPU kind, the cheapest way out, refusal at fit start
+# -------------------------------
 
 
 def test_paper_ddp_needs_a_change_on_80gb_and_fits_on_h200():
@@ -284,7 +378,8 @@ def test_paper_ddp_needs_a_change_on_80gb_and_fits_on_h200():
     config = ROOT / "experiments" / "paper" / "binary16.yaml"
     est = training_memory(config)
     gib = 2**30
-    # 78.6 GiB of tensors; the peak, at the loss with autocast's bf16 copies (~3.2 GiB): 81.7 GiB (traced, issue 33)
+    # 78.6 GiB of tensors; the peak, at the loss with autocast's bf16 copies (~3.2 GiB): 81.7 GiB
+    # (traced, issue 33)
     assert 78 * gib < est.total < 79 * gib and 81 * gib < est.allocated < 83 * gib
     assert est.required > est.allocated + gib  # fragmentation, context, NCCL (2 GPUs)
     rows = {(r["gpu"], r["strategy"]): r for r in memory_plan(config)}
@@ -299,7 +394,9 @@ def test_fit_refuses_to_start_when_the_estimate_exceeds_the_device(monkeypatch):
 
     model = LanguageModel(decoder=TINY, interface=GF2CodeInput)
     model.trainer = SimpleNamespace(max_steps=3)
-    monkeypatch.setattr(memory, "memory_warning", lambda *args: "estimated training memory 90 GiB exceeds ...")
+    monkeypatch.setattr(
+        memory, "memory_warning", lambda *args: "estimated training memory 90 GiB exceeds ..."
+    )
     with pytest.raises(ConfigError, match="refusing to start: estimated training memory 90 GiB"):
         model.setup("fit")
     monkeypatch.setenv("FIXED_EMBED_IGNORE_MEMORY_ESTIMATE", "1")
@@ -307,7 +404,8 @@ def test_fit_refuses_to_start_when_the_estimate_exceeds_the_device(monkeypatch):
         model.setup("fit")
 
 
-# -- 8. offline compute nodes: task data checked at fit start, prefetch on a login node ------------------------
+# -- 8. offline compute nodes: task data checked at fit start, prefetch on a login node
+# ------------------------
 
 MISSING_TASK = """task: {name}
 dataset_path: json
@@ -330,9 +428,15 @@ def test_a_task_whose_data_cannot_be_loaded_fails_at_fit_start_with_the_way_out(
 
     tasks = tmp_path / "tasks"
     tasks.mkdir()
-    (tasks / "gone.yaml").write_text(MISSING_TASK.format(name="gone_local_task", path=tmp_path / "missing.jsonl"))
-    manager = check_tasks(["gone_local_task"], [tasks])  # the name is known: the old check passed here
-    with pytest.raises(DataError, match=r"gone_local_task: .*fixed-embed prefetch --tasks gone_local_task"):
+    (tasks / "gone.yaml").write_text(
+        MISSING_TASK.format(name="gone_local_task", path=tmp_path / "missing.jsonl")
+    )
+    manager = check_tasks(
+        ["gone_local_task"], [tasks]
+    )  # the name is known: the old check passed here
+    with pytest.raises(
+        DataError, match=r"gone_local_task: .*fixed-embed prefetch --tasks gone_local_task"
+    ):
         check_task_data(["gone_local_task"], manager)
 
 
@@ -344,7 +448,9 @@ def test_prefetch_caches_the_paper_suite_and_the_tokenizer(monkeypatch):
     from tests.cli import run_cli
 
     built, loaded = [], []
-    monkeypatch.setattr(suite, "check_tasks", lambda tasks, include_path=(): None)  # no registry scan: seconds
+    monkeypatch.setattr(
+        suite, "check_tasks", lambda tasks, include_path=(): None
+    )  # no registry scan: seconds
     monkeypatch.setattr(lm_eval.tasks, "get_task_dict", lambda tasks, manager: built.extend(tasks))
     monkeypatch.setattr(tokenizer, "load_tokenizer", lambda spec: loaded.append(spec))
     result = run_cli("prefetch")
@@ -358,24 +464,41 @@ def test_prefetch_refuses_an_unknown_task_before_loading_the_tokenizer(monkeypat
     from tests.cli import run_cli
 
     loaded = []
-    monkeypatch.setattr(tokenizer, "load_tokenizer", lambda spec: loaded.append(spec))  # a hub download otherwise
+    monkeypatch.setattr(
+        tokenizer, "load_tokenizer", lambda spec: loaded.append(spec)
+    )  # a hub download otherwise
     result = run_cli("prefetch", "--tasks", "no_such_task")
-    assert result.returncode == 2 and "no_such_task" in result.stderr and not loaded, result.stderr[-2000:]
+    assert result.returncode == 2 and "no_such_task" in result.stderr and not loaded, result.stderr[
+        -2000:
+    ]
 
 
-# -- 4. make gpu-check, end to end on CPU ------------------------------------------------------------------------
+# -- 4. make gpu-check, end to end on CPU
+# ------------------------------------------------------------------------
 
 
 @pytest.mark.slow
 def test_gpu_check_passes_end_to_end_on_cpu(tmp_path):
     out = tmp_path / "gpu-check"
-    # DDP only and no bench rows (tests/test_benchmarks.py runs those): three launches, ~80 s on 2 cores
-    argv = [sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--device", "cpu", "--strategies", "ddp",
-            "--no-bench", "--out", str(out)]  # fmt: skip
+    # DDP only and no bench rows (tests/test_benchmarks.py runs those): three launches, ~80 s on 2
+    # cores
+    argv = [
+        sys.executable,
+        str(ROOT / "benchmarks" / "gpu_check.py"),
+        "--device",
+        "cpu",
+        "--strategies",
+        "ddp",
+        "--no-bench",
+        "--out",
+        str(out),
+    ]
     run = subprocess.run(argv, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
     report = json.loads((out / "report.json").read_text())
     assert report["passed"] == len(report["checks"]) == 10
     fit = report["fits"]["ddp"]
-    assert [v for _, v in fit["losses"]] == pytest.approx([v for _, v in fit["reference_losses"]], rel=1e-5)
+    assert [v for _, v in fit["losses"]] == pytest.approx(
+        [v for _, v in fit["reference_losses"]], rel=1e-5
+    )
     assert "FAIL" not in (out / "report.md").read_text()

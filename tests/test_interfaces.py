@@ -85,7 +85,9 @@ def test_gf2_checkpoints_hold_only_the_matrix_and_refuse_another():
     with pytest.raises(ValueError, match="code_matrix differs from the one code_seed=6 gives"):
         GF2CodeInput(300, 16, code_seed=6).load_state_dict(saved)
     explicit = GF2CodeInput(300, 16, matrix=torch.eye(9, dtype=torch.long).tolist())
-    with pytest.raises(ValueError, match="code_matrix differs from the one the explicit matrix gives"):
+    with pytest.raises(
+        ValueError, match="code_matrix differs from the one the explicit matrix gives"
+    ):
         explicit.load_state_dict(saved)
     # the row masks encode applies are derived from the options, as is decode's inverse
     assert iface.rows.tolist() == random_invertible_gf2(9, 5)
@@ -125,7 +127,9 @@ def test_every_interface_is_built_by_its_config_name_and_keeps_the_contract():
             built(torch.tensor([[300]]))
     # every class path the experiments and docs name still resolves
     root = Path(__file__).resolve().parents[1]
-    texts = [p.read_text() for folder in ("experiments", "docs") for p in (root / folder).rglob("*.y*ml")]
+    texts = [
+        p.read_text() for folder in ("experiments", "docs") for p in (root / folder).rglob("*.y*ml")
+    ]
     named = set(re.findall(r"fixed_embed\.interfaces\.(\w+)", "\n".join(texts)))
     assert named and all(isinstance(getattr(interfaces, name, None), type) for name in named)
 
@@ -154,9 +158,12 @@ def test_expected_norm_equals_actual_for_codes(cls):
 
 
 def test_spec_round_trips():
-    for iface in (LearnedInput(300, 16, init_std=0.1), BinaryCodeInput(300, 16, code_width=10),
-                  GF2CodeInput(300, 16, code_seed=9, offset=[1] + [0] * 8),
-                  GF2CodeInput(4, 16, matrix=[[1, 1], [0, 1]])):  # fmt: skip
+    for iface in (
+        LearnedInput(300, 16, init_std=0.1),
+        BinaryCodeInput(300, 16, code_width=10),
+        GF2CodeInput(300, 16, code_seed=9, offset=[1] + [0] * 8),
+        GF2CodeInput(4, 16, matrix=[[1, 1], [0, 1]]),
+    ):
         spec = iface.spec()
         module, _, name = spec["class_path"].rpartition(".")
         rebuilt = getattr(__import__(module, fromlist=[name]), name)(
@@ -171,14 +178,23 @@ def test_spec_round_trips():
 @pytest.mark.parametrize(
     ("build", "message"),
     [
-        (lambda: BinaryCodeInput(49152, 2048, code_width=15), r"vocab_size 49152 needs 16 bits but code_width=15"),
+        (
+            lambda: BinaryCodeInput(49152, 2048, code_width=15),
+            r"vocab_size 49152 needs 16 bits but code_width=15",
+        ),
         (lambda: BinaryCodeInput(49152, 8), r"d_model \(8\) must be >= the code width K = 16"),
         (lambda: BinaryCodeInput(1, 8), r"vocab_size must be an integer >= 2, got 1"),
         (lambda: LearnedInput(1, 8), r"vocab_size must be an integer >= 2, got 1"),
         (lambda: GF2CodeInput(4, 8, matrix=[[1, 1], [1, 1]]), r"singular \(rank 1 < 2\)"),
         (lambda: GF2CodeInput(4, 8, matrix=[[1, 0, 0], [0, 1, 0], [0, 0, 1]]), r"K x K = 2 x 2"),
-        (lambda: GF2CodeInput(49152, 2048, offset=[1, 0, 1]), r"offset must have K = 16 bits, got 3"),
-        (lambda: GF2CodeInput(49152, 2048, offset=2**16), r"16-bit mask in \[0, 65535\], got 65536"),
+        (
+            lambda: GF2CodeInput(49152, 2048, offset=[1, 0, 1]),
+            r"offset must have K = 16 bits, got 3",
+        ),
+        (
+            lambda: GF2CodeInput(49152, 2048, offset=2**16),
+            r"16-bit mask in \[0, 65535\], got 65536",
+        ),
     ],
 )
 def test_errors_name_the_numbers(build, message):
@@ -196,7 +212,9 @@ def test_out_of_vocab_and_float_ids_rejected(cls):
 
 
 def _tiny(interface_cls, **kw):
-    config = DecoderConfig(vocab_size=256, d_model=32, n_layers=2, n_heads=4, ffn_dim=64, max_seq_len=16)
+    config = DecoderConfig(
+        vocab_size=256, d_model=32, n_layers=2, n_heads=4, ffn_dim=64, max_seq_len=16
+    )
     return Decoder(config, interface_cls(256, 32, **kw))
 
 
@@ -223,5 +241,7 @@ def test_sequence_of_token_zero_gives_finite_logits_and_gradients(cls):
         # all-zero input stays zero through bias-free blocks: uniform logits, by design
         assert torch.allclose(logits, torch.zeros_like(logits))
         assert math.isclose(
-            torch.nn.functional.cross_entropy(logits.flatten(0, 1), ids.flatten()).item(), math.log(256), rel_tol=1e-6
+            torch.nn.functional.cross_entropy(logits.flatten(0, 1), ids.flatten()).item(),
+            math.log(256),
+            rel_tol=1e-6,
         )

@@ -1,11 +1,13 @@
-"""Leftovers of killed writers: a writer killed (``kill -9``) at any of its renames leaves temporary files and
-folders (``.NAME.tmp-PID``, ``.NAME.old-PID``: a whole model each at paper scale); whoever takes over its lock
-removes them, and a previous output it had moved aside is put back.
+"""Leftovers of killed writers: a writer killed (``kill -9``) at any of its renames leaves
+temporary files and folders (``.NAME.tmp-PID``, ``.NAME.old-PID``: a whole model each at paper
+scale); whoever takes over its lock removes them, and a previous output it had moved aside is
+put back.
 
-Generated: every writing command of :data:`tests.test_one_writer.WRITERS` runs in a forked child that dies
-(``os._exit``, no clean-up: as ``kill -9``) just before its k-th ``os.replace``, for k spread over all the renames
-a whole run makes; then the same command runs again here, as a user's relaunch, and must succeed and leave nothing
-hidden behind. A new writer joins by being listed there.
+Generated: every writing command of :data:`tests.test_one_writer.WRITERS` runs in a forked child
+that dies (``os._exit``, no clean-up: as ``kill -9``) just before its k-th ``os.replace``, for k
+spread over all the renames a whole run makes; then the same command runs again here, as a
+user's relaunch, and must succeed and leave nothing hidden behind. A new writer joins by being
+listed there.
 """
 
 from __future__ import annotations
@@ -22,8 +24,11 @@ from fixed_embed.atomic import remove_leftovers
 from tests.cli import run_cli
 from tests.test_one_writer import WRITERS
 
-KILL_POINTS = 4  # renames tried per command, spread over the run's renames (first and last included)
-# What a whole run leaves hidden by design (the BPE cache's folder, a run's console log): never a killed write's.
+KILL_POINTS = (
+    4  # renames tried per command, spread over the run's renames (first and last included)
+)
+# What a whole run leaves hidden by design (the BPE cache's folder, a run's console log): never a
+# killed write's.
 HIDDEN_BY_DESIGN = (".cache",)
 
 
@@ -42,10 +47,13 @@ def _renames(argv: list) -> int:
 
 
 def _killed_at(argv: list, k: int) -> int:
-    """Run ``argv`` in a forked child that dies just before its k-th ``os.replace``; return the child's pid."""
+    """Run ``argv`` in a forked child that dies just before its k-th ``os.replace``; return the
+    child's pid."""
     pid = os.fork()
     if pid == 0:  # the child: no pytest clean-up, no atexit (a kill -9 runs none)
-        torch.set_num_threads(1)  # the parent's OpenMP pool is not in the child: a parallel op there would hang
+        torch.set_num_threads(
+            1
+        )  # the parent's OpenMP pool is not in the child: a parallel op there would hang
         try:
             real, count = os.replace, [0]
 
@@ -74,28 +82,41 @@ def hidden(folder: Path) -> list[str]:
     return sorted(
         str(p.relative_to(folder))
         for p in folder.rglob(".*")
-        if not p.name.startswith(HIDDEN_BY_DESIGN) and not any(q.name.startswith(HIDDEN_BY_DESIGN) for q in p.parents)
+        if not p.name.startswith(HIDDEN_BY_DESIGN)
+        and not any(q.name.startswith(HIDDEN_BY_DESIGN) for q in p.parents)
     )
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("command", sorted(set(WRITERS) - {"consolidate"}))  # consolidate: see below
-def test_a_writer_killed_at_any_rename_leaves_nothing_after_the_relaunch(command, tmp_path, corpus, checkpoint):
+@pytest.mark.parametrize(
+    "command", sorted(set(WRITERS) - {"consolidate"})
+)  # consolidate: see below
+def test_a_writer_killed_at_any_rename_leaves_nothing_after_the_relaunch(
+    command, tmp_path, corpus, checkpoint
+):
     make, _ = WRITERS[command]
     argv, out = make(tmp_path, corpus, checkpoint)
     if command == "fit":  # each kill in a fresh run of its own; the relaunch continues it
         again = lambda k: [*argv, "--run", f"killed-{k}"]  # noqa: E731
-        assert run_cli(*again(-1)).returncode == 0  # the first fit also fills the data caches: renames of its own
+        assert (
+            run_cli(*again(-1)).returncode == 0
+        )  # the first fit also fills the data caches: renames of its own
         renames = _renames(again(0))
-    else:  # over the previous output: an export's kill can fall between moving it aside and the swap
+    # over the previous output: an export's kill can fall between moving it aside and the swap
+    else:
         again = lambda k: [*argv, "--overwrite"]  # noqa: E731
         assert run_cli(*argv).returncode == 0
         renames = _renames(again(0))
-    tried = 2 if command == "fit" else KILL_POINTS  # a fit's relaunch takes seconds: its first and last renames
+    tried = (
+        2 if command == "fit" else KILL_POINTS
+    )  # a fit's relaunch takes seconds: its first and last renames
     points = sorted({1 + round(i * (renames - 1) / (tried - 1)) for i in range(tried)})
     for k in points:
         pid = _killed_at(again(k), k)
-        assert any(name.endswith(f"-{pid}") for name in hidden(tmp_path)), (k, hidden(tmp_path))  # it left some
+        assert any(name.endswith(f"-{pid}") for name in hidden(tmp_path)), (
+            k,
+            hidden(tmp_path),
+        )  # it left some
         result = run_cli(*again(k), *(["--ckpt_path", "last"] if command == "fit" else []))
         assert result.returncode == 0, (k, result.stderr[-3000:])
         assert hidden(tmp_path) == [], (k, hidden(tmp_path))
@@ -104,11 +125,15 @@ def test_a_writer_killed_at_any_rename_leaves_nothing_after_the_relaunch(command
 
 
 def test_what_a_dead_writer_left_goes_and_its_moved_aside_output_comes_back(tmp_path):
-    """The unit under the generated test, for consolidate too (its write is an atomic file of the same kind):
-    the dead pid's files and folders of this target go; a live writer's, another target's and other names stay;
-    a moved-aside output returns."""
+    """The unit under the generated test, for consolidate too (its write is an atomic file of
+    the same kind): the dead pid's files and folders of this target go; a live writer's, another
+    target's and other names stay; a moved-aside output returns."""
     dead, live = 4_194_301, os.getpid()
-    kept = [tmp_path / f".one.ckpt.tmp-{live}", tmp_path / f".other.ckpt.tmp-{dead}", tmp_path / "other.txt"]
+    kept = [
+        tmp_path / f".one.ckpt.tmp-{live}",
+        tmp_path / f".other.ckpt.tmp-{dead}",
+        tmp_path / "other.txt",
+    ]
     for path in [tmp_path / f".one.ckpt.tmp-{dead}", *kept]:
         path.write_text("x")
     remove_leftovers(tmp_path / "one.ckpt", dead, beside=True)
@@ -119,5 +144,7 @@ def test_what_a_dead_writer_left_goes_and_its_moved_aside_output_comes_back(tmp_
     (tmp_path / f".export.tmp-{dead}").mkdir()
     (tmp_path / f".export.tmp-{dead}" / "model.safetensors").write_text("half")
     remove_leftovers(folder, dead, beside=True)
-    assert (folder / "config.json").read_text() == "{}"  # killed between the renames: the previous export is back
+    assert (
+        folder / "config.json"
+    ).read_text() == "{}"  # killed between the renames: the previous export is back
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["export", *(p.name for p in kept)])

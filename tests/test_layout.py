@@ -1,5 +1,6 @@
-"""The tree's shape: the layers' import contracts (pyproject.toml), the library's line budget, files of at most
-400 lines; the library never imports the ``fixed-embed`` command, whose modules are shells of one shape."""
+"""The tree's shape: the layers' import contracts (pyproject.toml), the library's line budget,
+files of at most 400 lines; the library never imports the ``fixed-embed`` command, whose modules
+are shells of one shape."""
 
 import ast
 from pathlib import Path
@@ -29,18 +30,29 @@ def test_the_library_never_imports_the_cli():
         for path in sorted(folder.rglob("*.py")):
             if any(path == shell or shell in path.parents for shell in SHELLS):
                 continue
-            hits = sorted(m for m in imported_modules(ast.parse(path.read_text())) if m.startswith("fixed_embed.cli"))
+            hits = sorted(
+                m
+                for m in imported_modules(ast.parse(path.read_text()))
+                if m.startswith("fixed_embed.cli")
+            )
             offenders += [f"{path.relative_to(ROOT)}: {name}" for name in hits]
     assert not offenders, "\n".join(offenders)
 
 
 def test_every_command_module_exposes_run_argv_and_no_library():
-    allowed = {"run", "main", "FixedEmbedCLI", "CommandParser"}  # entry point, dispatcher, the two parsers
+    allowed = {
+        "run",
+        "main",
+        "FixedEmbedCLI",
+        "CommandParser",
+    }  # entry point, dispatcher, the two parsers
     for path in sorted(CLI.glob("*.py")):
         tree = ast.parse(path.read_text())
         defined = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
         public = {name for name in defined if not name.startswith("_")}
-        assert public <= allowed, f"{path.name} defines {sorted(public - allowed)}: library code belongs outside cli/"
+        assert public <= allowed, (
+            f"{path.name} defines {sorted(public - allowed)}: library code belongs outside cli/"
+        )
         if path.name != "__init__.py":
             run = defined.get("run")
             assert isinstance(run, ast.FunctionDef), f"{path.name} has no run(argv)"
@@ -53,36 +65,51 @@ def library_lines() -> int:
 
 
 def test_the_library_stays_within_its_line_budget():
-    budget = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["fixed-embed"]["library_lines"]
+    budget = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["fixed-embed"][
+        "library_lines"
+    ]
     lines = library_lines()
     assert lines <= budget, (
-        f"fixed_embed/ + callbacks/ hold {lines:,} lines, over the budget of {budget:,} (pyproject.toml "
+        f"fixed_embed/ + callbacks/ hold {lines:,} lines, over the budget of {budget:,} "
+        "(pyproject.toml "
         "[tool.fixed-embed]): delete before you add"
     )
 
 
 def test_every_import_keeps_the_layer_contracts(capsys):
-    # grimp reads the source; nothing is imported. The output names each broken contract and its import chain.
-    # Not importlinter.cli.lint_imports: its logging dictConfig would silence every logger of this process.
-    assert lint_imports(config_filename=str(ROOT / "pyproject.toml"), cache_dir=None, no_logo=True), (
-        capsys.readouterr().out
-    )
+    # grimp reads the source; nothing is imported. The output names each broken contract and its
+    # import chain. Not importlinter.cli.lint_imports: its logging dictConfig would silence every
+    # logger of this process.
+    assert lint_imports(
+        config_filename=str(ROOT / "pyproject.toml"), cache_dir=None, no_logo=True
+    ), capsys.readouterr().out
 
 
 def test_no_file_in_the_tree_is_over_400_lines():
-    ours = [p for p in ROOT.rglob("*.py") if not any(part.startswith(".") for part in p.relative_to(ROOT).parts)]
-    long = {str(p.relative_to(ROOT)): n for p in ours if (n := len(p.read_text().splitlines())) > 400}
+    ours = [
+        p
+        for p in ROOT.rglob("*.py")
+        if not any(part.startswith(".") for part in p.relative_to(ROOT).parts)
+    ]
+    long = {
+        str(p.relative_to(ROOT)): n for p in ours if (n := len(p.read_text().splitlines())) > 400
+    }
     assert not long, f"files over 400 lines (split them by concept): {long}"
 
 
 def test_every_package_and_root_module_of_the_library_has_a_layer():
     # a module no layer names could import anything, unseen by the layers contract
-    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"][
+        "contracts"
+    ]
     [layers] = [contract["layers"] for contract in config if contract["type"] == "layers"]
     named = {name.strip() for layer in layers for name in layer.split("|")}
     children = {
         f"fixed_embed.{p.stem if p.is_file() else p.name}"
         for p in (ROOT / "fixed_embed").iterdir()
-        if (p.suffix == ".py" or (p / "__init__.py").is_file()) and p.stem not in ("__init__", "__main__")
+        if (p.suffix == ".py" or (p / "__init__.py").is_file())
+        and p.stem not in ("__init__", "__main__")
     }
-    assert children <= named, f"in no layer of pyproject.toml [tool.importlinter]: {sorted(children - named)}"
+    assert children <= named, (
+        f"in no layer of pyproject.toml [tool.importlinter]: {sorted(children - named)}"
+    )

@@ -1,4 +1,5 @@
-"""The private names of Lightning (and torch, tqdm) this project relies on are still there, as relied on.
+"""The private names of Lightning (and torch, tqdm) this project relies on are still there, as
+relied on.
 
 An upgrade that renames, drops or re-signs one fails here, naming it, instead of somewhere in a run.
 In-process and without training: imports, signatures, a few cheap objects and the library's source.
@@ -39,16 +40,25 @@ def _resolve(dotted: str):
 
 @functools.cache
 def _trainer() -> L.Trainer:
-    return L.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                     enable_model_summary=False)  # fmt: skip
+    return L.Trainer(
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
 
 
 def _instance(owner: str):
     """A cheap object of ``owner``, for attributes that exist on instances only."""
     return {
         "lightning.pytorch.loops.fit_loop._FitLoop": lambda: _trainer().fit_loop,
-        "lightning.pytorch.loops.training_epoch_loop._TrainingEpochLoop": lambda: _trainer().fit_loop.epoch_loop,
-        "lightning.pytorch.strategies.ModelParallelStrategy": lambda: L.pytorch.strategies.ModelParallelStrategy(),
+        "lightning.pytorch.loops.training_epoch_loop._TrainingEpochLoop": lambda: (
+            _trainer().fit_loop.epoch_loop
+        ),
+        "lightning.pytorch.strategies.ModelParallelStrategy": lambda: (
+            L.pytorch.strategies.ModelParallelStrategy()
+        ),
         "torch.nn.Module": torch.nn.Module,
     }[owner]()
 
@@ -78,7 +88,9 @@ def _problem(entry: Internal) -> str | None:
             return f"parameters {found}, relied on: {expected}"
     for called_in in entry.called_in:
         where = called_in if "." in called_in else f"{entry.owner}.{called_in}"
-        source = _source(inspect.getattr_static(_resolve(where.rpartition(".")[0]), where.rpartition(".")[2]))
+        source = _source(
+            inspect.getattr_static(_resolve(where.rpartition(".")[0]), where.rpartition(".")[2])
+        )
         if not re.search(re.escape(entry.name) + (r"\(" if entry.kind == "method" else ""), source):
             return f"{where} no longer uses it"
     return None
@@ -91,18 +103,27 @@ def _library(entry: Internal) -> str:
     return f"{name} {getattr(module, '__version__', '?')}"
 
 
-@pytest.mark.parametrize("entry", EVERY, ids=lambda e: f"{e.owner.rsplit('.', 1)[-1]}.{e.name.strip(chr(34))}")
+@pytest.mark.parametrize(
+    "entry", EVERY, ids=lambda e: f"{e.owner.rsplit('.', 1)[-1]}.{e.name.strip(chr(34))}"
+)
 def test_every_relied_on_internal_is_still_there(entry):
     problem = _problem(entry)
     assert problem is None, (
-        f"{_library(entry)} changed {entry.owner}.{entry.name} ({problem}; used by {entry.used_by}); "
+        f"{_library(entry)} changed {entry.owner}.{entry.name} ({problem}; used by "
+        f"{entry.used_by}); "
         "update fixed_embed/lightning_internals.py"
     )
 
 
 def test_the_helpers_do_what_their_callers_rely_on():
-    trainer = L.Trainer(accelerator="cpu", max_steps=5, logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False)  # fmt: skip
+    trainer = L.Trainer(
+        accelerator="cpu",
+        max_steps=5,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
     module = L.LightningModule()
     assert internals.attached_trainer(module) is None
     module.trainer = trainer
@@ -115,9 +136,12 @@ def test_the_helpers_do_what_their_callers_rely_on():
 
     checkpoint = {"loops": {"fit_loop": {"state_dict": {internals.COMBINED_LOADER: ["state"]}}}}
     assert internals.fit_loop_state(checkpoint) == {"combined_loader": ["state"]}
-    assert "state_dict" in trainer.fit_loop.state_dict()  # the loop's own state, under the key read above
+    assert (
+        "state_dict" in trainer.fit_loop.state_dict()
+    )  # the loop's own state, under the key read above
 
-    # The profiler wrap sees the loop's fetch action (named after the loop's class) and passes every action on.
+    # The profiler wrap sees the loop's fetch action (named after the loop's class) and passes
+    # every action on.
     class Profiler:
         def __init__(self):
             self.seen = []
@@ -129,7 +153,9 @@ def test_the_helpers_do_what_their_callers_rely_on():
             self.seen.append(("stop", action))
 
     profiler, calls = Profiler(), []
-    timer = internals.FetchTimer(profiler, lambda: calls.append("fetch start"), lambda: calls.append("fetch stop"))
+    timer = internals.FetchTimer(
+        profiler, lambda: calls.append("fetch start"), lambda: calls.append("fetch stop")
+    )
     fetch = f"[{type(trainer.fit_loop.epoch_loop).__name__}].train_dataloader_next"
     profiler.start(fetch)
     profiler.stop(fetch)
@@ -142,10 +168,19 @@ def test_the_helpers_do_what_their_callers_rely_on():
 
 
 def test_no_other_project_file_touches_these_internals():
-    """The private names read, written or called through this module appear nowhere else in the project's code."""
-    touched = {f".{e.name}" for e in internals.LIGHTNING_INTERNALS if e.kind in ("instance", "method")}
+    """The private names read, written or called through this module appear nowhere else in the
+    project's code."""
+    touched = {
+        f".{e.name}" for e in internals.LIGHTNING_INTERNALS if e.kind in ("instance", "method")
+    }
     touched -= {".max_steps"}  # also the trainer's public (read-only) property
-    touched |= {"._last_lr", "._trainer", "._save_distributed_checkpoint", "train_dataloader_next", ".__class__ ="}
+    touched |= {
+        "._last_lr",
+        "._trainer",
+        "._save_distributed_checkpoint",
+        "train_dataloader_next",
+        ".__class__ =",
+    }
     home = Path(internals.__file__).resolve()
     found = [
         f"{path.relative_to(ROOT)}:{n}: {name}"
@@ -166,17 +201,25 @@ def test_the_sigterm_broadcast_is_skipped_while_preemption_owns_sigterm_and_rest
 
     from callbacks.preemption import PreemptionCheckpoint
 
-    trainer = L.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    trainer = L.Trainer(
+        accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False
+    )
     loop = trainer.fit_loop.epoch_loop
     original = loop._broadcast_sigterm_tensor
     callback = PreemptionCheckpoint()
     callback.on_train_start(trainer, None)
     try:
-        assert loop._broadcast_sigterm_tensor() is None and "_broadcast_sigterm_tensor" in vars(loop)
+        assert loop._broadcast_sigterm_tensor() is None and "_broadcast_sigterm_tensor" in vars(
+            loop
+        )
     finally:
         callback.teardown(trainer, None, "fit")
-    assert loop._broadcast_sigterm_tensor == original and "_broadcast_sigterm_tensor" not in vars(loop)
-    other = PreemptionCheckpoint(signals=["SIGUSR1"])  # Lightning's SIGTERM handler stays: so does its broadcast
+    assert loop._broadcast_sigterm_tensor == original and "_broadcast_sigterm_tensor" not in vars(
+        loop
+    )
+    other = PreemptionCheckpoint(
+        signals=["SIGUSR1"]
+    )  # Lightning's SIGTERM handler stays: so does its broadcast
     other.on_train_start(trainer, None)
     try:
         assert "_broadcast_sigterm_tensor" not in vars(loop)

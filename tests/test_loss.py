@@ -1,4 +1,5 @@
-"""Chunked head + cross-entropy: the same loss and gradients as ``F.cross_entropy`` over the full logits."""
+"""Chunked head + cross-entropy: the same loss and gradients as ``F.cross_entropy`` over the
+full logits."""
 
 import socket
 
@@ -11,7 +12,9 @@ from fixed_embed.model.decoder import Decoder, DecoderConfig
 from fixed_embed.model.loss import linear_cross_entropy
 from fixed_embed.train.module import LanguageModel
 
-CONFIG = DecoderConfig(vocab_size=300, d_model=32, n_layers=2, n_heads=4, ffn_dim=64, max_seq_len=16)
+CONFIG = DecoderConfig(
+    vocab_size=300, d_model=32, n_layers=2, n_heads=4, ffn_dim=64, max_seq_len=16
+)
 N = 3 * 16  # tokens of a [3, 16] batch
 CHUNKS = [1, 7, 16, 20, N, 1000]  # one row, not dividing N, dividing N, > N
 
@@ -21,7 +24,8 @@ def plain_loss(hidden, weight, targets):
 
 
 def close(got, ref, rtol=1e-5):
-    """fp32 agreement up to summation order: relative, with a floor of ``rtol`` x the largest entry."""
+    """fp32 agreement up to summation order: relative, with a floor of ``rtol`` x the largest
+    entry."""
     torch.testing.assert_close(got, ref, rtol=rtol, atol=rtol * float(ref.abs().max()))
 
 
@@ -52,7 +56,9 @@ def test_upstream_gradient_scales_and_no_grad_gives_the_same_loss():
     close(got_h, ref_h)
     close(got_w, ref_w)
     with torch.no_grad():
-        torch.testing.assert_close(linear_cross_entropy(h, w, t, 7), plain_loss(h, w, t), rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(
+            linear_cross_entropy(h, w, t, 7), plain_loss(h, w, t), rtol=1e-6, atol=1e-6
+        )
     # a frozen head: only the hidden states get a gradient
     hidden = h.clone().requires_grad_(True)
     linear_cross_entropy(hidden, w, t, 7).backward()
@@ -68,8 +74,11 @@ def test_bf16_autocast_matches_the_plain_path():
         ref, (ref_h, ref_w) = loss_and_grads(lambda h, w: plain_loss(h, w, t), h, w)
         got, (got_h, got_w) = loss_and_grads(lambda h, w: linear_cross_entropy(h, w, t, 7), h, w)
     assert got_h.dtype == got_w.dtype == torch.float32  # the leaves' dtype, as on the plain path
-    torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)  # same bf16 logits, same fp32 softmax
-    # bf16 matmuls of the same operands; the chunked head-weight gradient is summed over chunks in fp32
+    torch.testing.assert_close(
+        got, ref, rtol=1e-5, atol=1e-5
+    )  # same bf16 logits, same fp32 softmax
+    # bf16 matmuls of the same operands; the chunked head-weight gradient is summed over chunks in
+    # fp32
     exact = loss_and_grads(lambda h, w: plain_loss(h.double(), w.double(), t), h, w)[1]
     for got_g, ref_g, exact_g in zip((got_h, got_w), (ref_h, ref_w), exact, strict=True):
         close(got_g, ref_g, rtol=1e-2)
@@ -90,11 +99,14 @@ def model_grads(model, ids, chunk, checkpointing=False):
     else:
         loss = model.loss(ids[:, :-1], ids[:, 1:], chunk)
     loss.backward()
-    return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    return loss.detach(), {
+        n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None
+    }
 
 
 @pytest.mark.parametrize(
-    ("interface", "options"), [(GF2CodeInput, {}), (LearnedInput, {}), (LearnedInput, {"tie_embeddings": True})]
+    ("interface", "options"),
+    [(GF2CodeInput, {}), (LearnedInput, {}), (LearnedInput, {"tie_embeddings": True})],
 )
 @pytest.mark.parametrize("chunk", [5, 16, 64])
 def test_decoder_loss_gives_every_parameter_the_same_gradient(interface, options, chunk):
@@ -106,7 +118,9 @@ def test_decoder_loss_gives_every_parameter_the_same_gradient(interface, options
     assert got.keys() == ref.keys() == {n for n, p in model.named_parameters() if p.requires_grad}
     for name in ref:
         close(got[name], ref[name])
-    torch.testing.assert_close(model.loss(ids[:, :-1], ids[:, 1:], 0), ref_loss, rtol=0, atol=0)  # 0: unchunked
+    torch.testing.assert_close(
+        model.loss(ids[:, :-1], ids[:, 1:], 0), ref_loss, rtol=0, atol=0
+    )  # 0: unchunked
 
 
 def test_with_activation_checkpointing_and_logits_unchanged():
@@ -119,7 +133,9 @@ def test_with_activation_checkpointing_and_logits_unchanged():
         close(got[name], ref[name])
     model.activation_checkpointing = False
     logits = model(ids[:, :-1])  # forward(ids) still gives the logits
-    assert logits.shape == (2, 16, 300) and torch.equal(logits, model.head(model.hidden(ids[:, :-1])))
+    assert logits.shape == (2, 16, 300) and torch.equal(
+        logits, model.head(model.hidden(ids[:, :-1]))
+    )
 
 
 def test_language_model_option_and_validation_use_the_chunked_loss():
@@ -133,7 +149,9 @@ def test_language_model_option_and_validation_use_the_chunked_loss():
         losses[chunk] = model.block_loss(block)[0]
     assert LanguageModel(decoder=decoder).loss_chunk_tokens == 4096
     torch.testing.assert_close(losses[5], losses[0], rtol=1e-6, atol=1e-6)
-    assert torch.equal(losses[None], losses[0])  # a negative chunk: refused by its type (tests/test_bad_values.py)
+    assert torch.equal(
+        losses[None], losses[0]
+    )  # a negative chunk: refused by its type (tests/test_bad_values.py)
 
 
 def _fsdp_worker(rank, world, port, results):
@@ -143,11 +161,15 @@ def _fsdp_worker(rank, world, port, results):
     from callbacks.update_boundary import global_norms
     from fixed_embed.distributed.parallel import ParallelConfig, apply_parallelism
 
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
+    )
     try:
         torch.set_num_threads(1)
         mesh = init_device_mesh("cpu", (world,))
-        ids = torch.randint(0, 300, (4, 17), generator=torch.Generator().manual_seed(4))[rank::world]
+        ids = torch.randint(0, 300, (4, 17), generator=torch.Generator().manual_seed(4))[
+            rank::world
+        ]
         out = {}
         for dtype in ("float32", "bfloat16"):
             for chunk in (0, 5):
@@ -155,10 +177,13 @@ def _fsdp_worker(rank, world, port, results):
                 apply_parallelism(model, ParallelConfig(param_dtype=dtype), mesh)
                 loss = model.loss(ids[:, :-1], ids[:, 1:], chunk)
                 loss.backward()
-                # one scalar per parameter (identical on all ranks): the sum of squares of its full gradient
+                # one scalar per parameter (identical on all ranks): the sum of squares of its full
+                # gradient
                 sums = {
                     n: norm.square()
-                    for n, norm in global_norms({n: [p.grad] for n, p in model.named_parameters()}).items()
+                    for n, norm in global_norms(
+                        {n: [p.grad] for n, p in model.named_parameters()}
+                    ).items()
                 }
                 out[dtype, chunk] = (float(loss), {n: float(v) for n, v in sums.items()})
         if rank == 0:
@@ -169,7 +194,8 @@ def _fsdp_worker(rank, world, port, results):
 
 @pytest.mark.multi_rank
 def test_fsdp2_sharded_head_gets_the_same_gradients():
-    """FSDP2 (2 CPU processes): the loss runs inside the head's forward, where the weight is gathered."""
+    """FSDP2 (2 CPU processes): the loss runs inside the head's forward, where the weight is
+    gathered."""
     import torch.multiprocessing as mp
 
     with socket.socket() as s:

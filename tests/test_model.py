@@ -8,7 +8,9 @@ import torch
 from fixed_embed.interfaces import BinaryCodeInput, GF2CodeInput, LearnedInput
 from fixed_embed.model.decoder import Decoder, DecoderConfig, RotaryEmbedding
 
-CONFIG = DecoderConfig(vocab_size=256, d_model=32, n_layers=2, n_heads=4, ffn_dim=64, max_seq_len=16)
+CONFIG = DecoderConfig(
+    vocab_size=256, d_model=32, n_layers=2, n_heads=4, ffn_dim=64, max_seq_len=16
+)
 INTERFACES = [LearnedInput, BinaryCodeInput, GF2CodeInput]
 
 
@@ -68,14 +70,21 @@ def test_rope_scores_depend_only_on_relative_position():
 def test_parameter_count_formula():
     model = build(BinaryCodeInput)
     d, f, v, n = 32, 64, 256, 2
-    assert sum(p.numel() for p in model.parameters()) == n * (4 * d * d + 3 * d * f + 2 * d) + d + v * d
+    assert (
+        sum(p.numel() for p in model.parameters())
+        == n * (4 * d * d + 3 * d * f + 2 * d) + d + v * d
+    )
 
 
 def test_flops_match_6n_plus_attention_formula():
-    config = DecoderConfig(vocab_size=512, d_model=64, n_layers=3, n_heads=4, ffn_dim=128, max_seq_len=32)
+    config = DecoderConfig(
+        vocab_size=512, d_model=64, n_layers=3, n_heads=4, ffn_dim=128, max_seq_len=32
+    )
     for cls in INTERFACES:
         model = build(cls, config)
-        matmul_params = sum(p.numel() for n, p in model.named_parameters() if n.endswith("proj.weight"))
+        matmul_params = sum(
+            p.numel() for n, p in model.named_parameters() if n.endswith("proj.weight")
+        )
         matmul_params += config.vocab_size * config.d_model  # head
         expected = 6 * matmul_params + 12 * config.n_layers * config.d_model * config.max_seq_len
         assert model.flops_per_token() == expected  # a learned table costs no FLOPs either
@@ -90,7 +99,9 @@ def test_head_flops_are_reported_once_tied_or_not():
         model = Decoder(config, LearnedInput(256, 32))
         assert model.head.flops_per_token() == 6 * 256 * 32
         rows = {row.name: row.flops_per_token for row in module_costs(model)}
-        assert rows["head"] == (0 if tie else 6 * 256 * 32)  # tied: under the interface that owns the table
+        assert rows["head"] == (
+            0 if tie else 6 * 256 * 32
+        )  # tied: under the interface that owns the table
         assert rows["interface"] == (6 * 256 * 32 if tie else 0)
         assert sum(rows.values()) == model.flops_per_token()
 
@@ -100,7 +111,8 @@ def test_tying_needs_a_learned_table():
     model = Decoder(tied, LearnedInput(256, 32))
     assert model.head.weight is model.interface.weight
     with pytest.raises(
-        ValueError, match="tie_embeddings=True needs a LearnedInput table to tie to, got BinaryCodeInput"
+        ValueError,
+        match="tie_embeddings=True needs a LearnedInput table to tie to, got BinaryCodeInput",
     ):
         Decoder(tied, BinaryCodeInput(256, 32))
 
@@ -129,20 +141,36 @@ def test_meta_device_construction_then_materialise():
 @pytest.mark.parametrize("cls", INTERFACES)
 def test_matches_hugging_face_llama(cls):
     transformers = pytest.importorskip("transformers")
-    config = DecoderConfig(vocab_size=256, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=64, max_seq_len=16)
+    config = DecoderConfig(
+        vocab_size=256, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=64, max_seq_len=16
+    )
     model = build(cls, config).eval()
     hf_config = transformers.LlamaConfig(
-        vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=16, rms_norm_eps=config.norm_eps,
-        rope_theta=config.rope_theta, tie_word_embeddings=False, attention_bias=False, mlp_bias=False,
-    )  # fmt: skip
+        vocab_size=256,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=16,
+        rms_norm_eps=config.norm_eps,
+        rope_theta=config.rope_theta,
+        tie_word_embeddings=False,
+        attention_bias=False,
+        mlp_bias=False,
+    )
     hf = transformers.LlamaForCausalLM(hf_config).eval()
-    state = {"model.embed_tokens.weight": model.interface.table(), "model.norm.weight": model.norm.weight,
-             "lm_head.weight": model.head.weight}  # fmt: skip
+    state = {
+        "model.embed_tokens.weight": model.interface.table(),
+        "model.norm.weight": model.norm.weight,
+        "lm_head.weight": model.head.weight,
+    }
     for i, layer in enumerate(model.layers):
         p = f"model.layers.{i}."
-        state |= {p + "input_layernorm.weight": layer.attn_norm.weight,
-                  p + "post_attention_layernorm.weight": layer.mlp_norm.weight}  # fmt: skip
+        state |= {
+            p + "input_layernorm.weight": layer.attn_norm.weight,
+            p + "post_attention_layernorm.weight": layer.mlp_norm.weight,
+        }
         for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
             state[p + f"self_attn.{name}.weight"] = getattr(layer.attn, name).weight
         for name in ("gate_proj", "up_proj", "down_proj"):

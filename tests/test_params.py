@@ -14,7 +14,11 @@ PAPER = ROOT / "experiments" / "paper"
 
 @pytest.mark.parametrize(
     ("variant", "total", "removed"),
-    [("binary16", 1_711_376_384, 100_663_296), ("gf2", 1_711_376_384, 100_663_296), ("learned", 1_812_039_680, 0)],
+    [
+        ("binary16", 1_711_376_384, 100_663_296),
+        ("gf2", 1_711_376_384, 100_663_296),
+        ("learned", 1_812_039_680, 0),
+    ],
 )
 def test_paper_counts(variant, total, removed):
     _, report, control = parameter_reports(str(PAPER / f"{variant}.yaml"))
@@ -37,14 +41,21 @@ def test_earlier_setting_v65536_d1024(tmp_path):
     interface = {"class_path": "fixed_embed.interfaces.BinaryCodeInput"}
     config = tmp_path / "small.yaml"
     config.write_text(
-        yaml.safe_dump({"__base__": str(PAPER / "base.yaml"), "model": {"decoder": decoder, "interface": interface}})
+        yaml.safe_dump(
+            {
+                "__base__": str(PAPER / "base.yaml"),
+                "model": {"decoder": decoder, "interface": interface},
+            }
+        )
     )
     _, report, control = parameter_reports(str(config))
     assert control.total - report.total == 67_108_864
 
 
 def test_variants_differ_only_in_interface():
-    bodies = [yaml.safe_load((PAPER / f"{v}.yaml").read_text()) for v in ("learned", "binary16", "gf2")]
+    bodies = [
+        yaml.safe_load((PAPER / f"{v}.yaml").read_text()) for v in ("learned", "binary16", "gf2")
+    ]
     for body in bodies:
         assert body.pop("__base__") == "base.yaml"
         assert list(body["model"]) == ["interface"]
@@ -56,7 +67,9 @@ def test_variants_differ_only_in_interface():
         assert set(body) <= {"model", "trainer"}
 
 
-@pytest.mark.parametrize(("variant", "interface", "fixed_state"), [("gf2", 0, 16 * 16), ("learned", 49152 * 2048, 0)])
+@pytest.mark.parametrize(
+    ("variant", "interface", "fixed_state"), [("gf2", 0, 16 * 16), ("learned", 49152 * 2048, 0)]
+)
 def test_module_costs_add_up_to_the_report(variant, interface, fixed_state):
     from fixed_embed.config import load_experiment
     from fixed_embed.model.accounting import module_costs, parameter_report
@@ -79,23 +92,40 @@ def test_model_summary_callback_table_shows_trainable_frozen_and_fixed():
     from fixed_embed.interfaces import GF2CodeInput
     from fixed_embed.train.module import LanguageModel
 
-    model = LanguageModel(decoder={"vocab_size": 300, "d_model": 32, "n_layers": 2, "n_heads": 4, "ffn_dim": 64,
-                                   "max_seq_len": 16}, interface=GF2CodeInput)  # fmt: skip
+    model = LanguageModel(
+        decoder={
+            "vocab_size": 300,
+            "d_model": 32,
+            "n_layers": 2,
+            "n_heads": 4,
+            "ffn_dim": 64,
+            "max_seq_len": 16,
+        },
+        interface=GF2CodeInput,
+    )
     model.decoder.norm.weight.requires_grad_(False)
     console = Console(width=200, record=True)
     console.print(summary_table(model))
     text = console.export_text()
     assert "GF2CodeInput" in text and "2 x Block" in text
     norm_row = next(line for line in text.splitlines() if " norm " in line)
-    assert norm_row.split("│")[3].strip() == "0" and norm_row.split("│")[4].strip() == "32"  # trainable, frozen
+    assert (
+        norm_row.split("│")[3].strip() == "0" and norm_row.split("│")[4].strip() == "32"
+    )  # trainable, frozen
     interface_row = next(line for line in text.splitlines() if " interface " in line)
-    # trainable, frozen, fixed state: the GF(2) code has no parameters, only its 9 x 9 matrix (V 300: 9 bits)
+    # trainable, frozen, fixed state: the GF(2) code has no parameters, only its 9 x 9 matrix (V
+    # 300: 9 bits)
     assert [cell.strip() for cell in interface_row.split("│")[3:6]] == ["0", "0", "81"]
 
 
 @pytest.mark.parametrize(
     ("config", "interface_trainable"),
-    [("lowrank_learned", 8192 * 13), ("norm_matched_learned", 8192 * 192), ("random_full", 0), ("permuted", 0)],
+    [
+        ("lowrank_learned", 8192 * 13),
+        ("norm_matched_learned", 8192 * 192),
+        ("random_full", 0),
+        ("permuted", 0),
+    ],
 )
 def test_controls_report_their_trainable_parameters(config, interface_trainable):
     _, report, control = parameter_reports(str(ROOT / "experiments" / "beyond" / f"{config}.yaml"))

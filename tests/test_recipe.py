@@ -8,10 +8,22 @@ from jsonargparse import ArgumentParser
 
 from fixed_embed.errors import CheckpointError
 from fixed_embed.interfaces import GF2CodeInput, LearnedInput, LowRankLearnedInput
-from fixed_embed.model.recipe import AdamWConfig, build_adamw, parameter_groups, parameter_groups_change
+from fixed_embed.model.recipe import (
+    AdamWConfig,
+    build_adamw,
+    parameter_groups,
+    parameter_groups_change,
+)
 from fixed_embed.train.module import LanguageModel
 
-DECODER = {"vocab_size": 300, "d_model": 32, "n_layers": 2, "n_heads": 4, "ffn_dim": 64, "max_seq_len": 16}
+DECODER = {
+    "vocab_size": 300,
+    "d_model": 32,
+    "n_layers": 2,
+    "n_heads": 4,
+    "ffn_dim": 64,
+    "max_seq_len": 16,
+}
 
 
 def _model(interface, **optimizer):
@@ -31,7 +43,8 @@ def test_learned_input_table_decays_only_with_decay_input(interface, decay_input
     table = model.interface.weight
     assert id(table) in _ids(decay["params"] if decay_input else no_decay["params"])
     assert id(table) not in _ids(no_decay["params"] if decay_input else decay["params"])
-    # the rest of the model does not depend on the option: block and head matrices decay, norm gains never
+    # the rest of the model does not depend on the option: block and head matrices decay, norm
+    # gains never
     others = [p for p in model.parameters() if p is not table]
     assert {id(p) for p in others if p.dim() >= 2} <= _ids(decay["params"])
     assert {id(p) for p in others if p.dim() == 1} <= _ids(no_decay["params"])
@@ -71,7 +84,9 @@ def test_a_resume_that_moves_the_table_between_groups_is_refused():
     assert why and "decay_input is True in the checkpoint and False now" in why
     # a checkpoint from before the option decayed the table
     assert parameter_groups_change({"lr": 1e-3}, learned.optimizer_config, learned) == why
-    assert parameter_groups_change({"decay_input": False}, learned.optimizer_config, learned) is None
+    assert (
+        parameter_groups_change({"decay_input": False}, learned.optimizer_config, learned) is None
+    )
     fixed = _model(GF2CodeInput, decay_input=False)
     assert parameter_groups_change({"decay_input": True}, fixed.optimizer_config, fixed) is None
 
@@ -94,10 +109,18 @@ def test_on_load_checkpoint_refuses_the_change_only_when_fitting():
 def test_decay_shrinks_only_what_is_in_the_decay_group():
     torch.manual_seed(0)
     for decay_input in (True, False):
-        model = _model(LearnedInput, lr=1e-2, weight_decay=0.5, decay_input=decay_input, implementation="for-loop")
+        model = _model(
+            LearnedInput,
+            lr=1e-2,
+            weight_decay=0.5,
+            decay_input=decay_input,
+            implementation="for-loop",
+        )
         optimizer = build_adamw(model, model.optimizer_config)
         before = model.interface.weight.detach().clone()
-        model.interface.weight.grad = torch.zeros_like(before)  # no gradient: only the decay moves it
+        model.interface.weight.grad = torch.zeros_like(
+            before
+        )  # no gradient: only the decay moves it
         optimizer.step()
         after = model.interface.weight.detach()
         if decay_input:
@@ -111,8 +134,12 @@ def test_an_input_lr_scale_gives_the_table_its_own_group_and_rate(decay_input):
     model = _model(LowRankLearnedInput, lr=1e-3, input_lr_scale=10.0, decay_input=decay_input)
     optimizer = build_adamw(model, model.optimizer_config)
     decay, no_decay, inputs = optimizer.param_groups
-    assert _ids(inputs["params"]) == {id(model.interface.weight)} and inputs["lr"] == pytest.approx(1e-2)
-    assert inputs["weight_decay"] == (0.1 if decay_input else 0.0) and decay["lr"] == pytest.approx(1e-3)
+    assert _ids(inputs["params"]) == {id(model.interface.weight)} and inputs["lr"] == pytest.approx(
+        1e-2
+    )
+    assert inputs["weight_decay"] == (0.1 if decay_input else 0.0) and decay["lr"] == pytest.approx(
+        1e-3
+    )
     assert id(model.interface.weight) not in _ids(decay["params"]) | _ids(no_decay["params"])
     fixed = _model(GF2CodeInput, input_lr_scale=10.0)  # nothing trainable in the input: two groups
     assert len(build_adamw(fixed, fixed.optimizer_config).param_groups) == 2

@@ -9,12 +9,26 @@ import experiments.runs as runs
 
 
 def row(name, loss):
-    return {"name": name, "trainable_params": 10, "val_loss": loss, "val_ppl": 2.718**loss, "tokens_per_sec": 1.0,
-            "wall_seconds": 60.0, "config": "c.yaml", "extra": [], "logs": "logs"}  # fmt: skip
+    return {
+        "name": name,
+        "trainable_params": 10,
+        "val_loss": loss,
+        "val_ppl": 2.718**loss,
+        "tokens_per_sec": 1.0,
+        "wall_seconds": 60.0,
+        "config": "c.yaml",
+        "extra": [],
+        "logs": "logs",
+    }
 
 
 def test_seed_groups_and_summary_table(tmp_path):
-    rows = [row("tiny/gf2", 6.0), row("tiny/gf2-seed2", 6.2), row("tiny/gf2-seed3", 6.1), row("beyond/x", 5.0)]
+    rows = [
+        row("tiny/gf2", 6.0),
+        row("tiny/gf2-seed2", 6.2),
+        row("tiny/gf2-seed3", 6.1),
+        row("beyond/x", 5.0),
+    ]
     assert runs.seed_groups(rows) == {"tiny/gf2": [6.0, 6.2, 6.1], "beyond/x": [5.0]}
     runs.write_rows(rows, "T", str(tmp_path / "out"), commit="abc")
     table = (tmp_path / "out.md").read_text()
@@ -36,7 +50,9 @@ def test_a_resumed_run_says_so_and_records_the_commit_it_started_from(tmp_path, 
     logs, name = tmp_path / "logs", "tiny/binary16"
     run_dir = logs / name / "default"
     (run_dir / "checkpoints").mkdir(parents=True)
-    (run_dir / "checkpoints" / "step=00000100.ckpt").write_bytes(b"")  # an earlier attempt's checkpoint (no last link)
+    (run_dir / "checkpoints" / "step=00000100.ckpt").write_bytes(
+        b""
+    )  # an earlier attempt's checkpoint (no last link)
     commits = iter(["at-start", "at-end"])
     monkeypatch.setattr(runs, "_git_commit", lambda: next(commits))
     monkeypatch.setattr(runs, "_code_changed", lambda: True)
@@ -48,15 +64,26 @@ def test_a_resumed_run_says_so_and_records_the_commit_it_started_from(tmp_path, 
     assert (result["commit"], result["code_changed"], result["resumed"]) == ("at-start", True, True)
     assert result["tokens_per_sec"] is None  # the wall time covers the last attempt only
     runs.write_rows([result], "T", str(tmp_path / "out"), commit="abc")
-    assert "| resumed | " in (tmp_path / "out.md").read_text() and "(last attempt)" in (tmp_path / "out.md").read_text()
+    assert (
+        "| resumed | " in (tmp_path / "out.md").read_text()
+        and "(last attempt)" in (tmp_path / "out.md").read_text()
+    )
 
 
 def test_a_resumed_row_shows_no_rate_even_where_it_carries_one(tmp_path):
     # total tokens over the last attempt's wall time: neither the run's rate nor the last attempt's
-    stale = {**row("m/lowrank", 5.33), "resumed": True, "tokens_per_sec": 3373.0, "wall_seconds": 262.3}
+    stale = {
+        **row("m/lowrank", 5.33),
+        "resumed": True,
+        "tokens_per_sec": 3373.0,
+        "wall_seconds": 262.3,
+    }
     runs.write_rows([stale, row("m/learned", 5.18)], "T", str(tmp_path / "out"), commit="abc")
     table = (tmp_path / "out.md").read_text()
-    assert "| m/lowrank | 10 | 5.330 | 206.3 | resumed | 4.4 (last attempt) |" in table and "3,373" not in table
+    assert (
+        "| m/lowrank | 10 | 5.330 | 206.3 | resumed | 4.4 (last attempt) |" in table
+        and "3,373" not in table
+    )
     assert "| m/learned | 10 | 5.180 | 177.6 | 1 | 1.0 |" in table
 
 
@@ -65,8 +92,12 @@ def test_a_runs_file_changed_in_place_is_refused_in_one_line_naming_it(tmp_path)
 
     out = str(tmp_path / "out")
     runs.write_rows([row("a", 1.0), row("b", 2.0)], "T", out, commit="abc")
-    flip(Path(f"{out}.json"))  # the same size, other bytes: a study must not resume from or render it
-    with pytest.raises(SystemExit, match=rf"^cannot read the runs file {out}\.json \(\w+: [^\n]*\): restore it"):
+    flip(
+        Path(f"{out}.json")
+    )  # the same size, other bytes: a study must not resume from or render it
+    with pytest.raises(
+        SystemExit, match=rf"^cannot read the runs file {out}\.json \(\w+: [^\n]*\): restore it"
+    ):
         runs.read_runs(f"{out}.json")
 
 
@@ -77,7 +108,10 @@ def test_a_second_writer_of_a_runs_file_is_refused_naming_the_holder(tmp_path):
     path = str(tmp_path / "out.json")
     first = runs.hold(path)
     runs.hold.cache_clear()  # as another process would: it does not hold the lock yet
-    with pytest.raises(SystemExit, match=rf"is in use by another launch \(pid {os.getpid()} .* or pass another --out"):
+    with pytest.raises(
+        SystemExit,
+        match=rf"is in use by another launch \(pid {os.getpid()} .* or pass another --out",
+    ):
         runs.hold(path)
     first.release()
     assert not list(tmp_path.iterdir())  # released: the lock file gone, nothing stray

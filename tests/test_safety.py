@@ -54,13 +54,16 @@ def assert_refused(error: pytest.ExceptionInfo, path: Path) -> None:
 
 
 def dcp_folder(folder: Path, state: dict, meta: dict | None = None) -> Path:
-    """A sharded checkpoint folder as FSDP2 writes it: torch.distributed.checkpoint shards plus ``meta.pt``."""
+    """A sharded checkpoint folder as FSDP2 writes it: torch.distributed.checkpoint shards plus
+    ``meta.pt``."""
     import torch.distributed.checkpoint as dcp
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "assuming the intent is to save in a single process"
         dcp.save(state, checkpoint_id=folder, no_dist=True)
-    torch.save({"global_step": 3, "hyper_parameters": {}} if meta is None else meta, folder / "meta.pt")
+    torch.save(
+        {"global_step": 3, "hyper_parameters": {}} if meta is None else meta, folder / "meta.pt"
+    )
     return folder
 
 
@@ -92,7 +95,10 @@ def test_the_lm_eval_model_refuses_a_hostile_checkpoint_too(tmp_path):
 
 def test_a_good_sharded_folder_still_consolidates(tmp_path):
     weights = {"w": torch.randn(3, 4), "b": torch.zeros(2, dtype=torch.bfloat16)}
-    optimizer = {"state": {0: {"step": torch.tensor(3.0)}}, "param_groups": [{"lr": 0.1, "betas": (0.9, 0.95)}]}
+    optimizer = {
+        "state": {0: {"step": torch.tensor(3.0)}},
+        "param_groups": [{"lr": 0.1, "betas": (0.9, 0.95)}],
+    }
     folder = dcp_folder(tmp_path / "last.ckpt", {"state_dict": weights, "optimizer_0": optimizer})
     checkpoint = consolidate(folder)
     assert checkpoint["global_step"] == 3 and "optimizer_0" not in checkpoint
@@ -104,16 +110,22 @@ def test_a_good_sharded_folder_still_consolidates(tmp_path):
 def test_a_sharded_folder_with_pickled_objects_is_refused_and_runs_nothing(tmp_path, where, entry):
     marker = tmp_path / "marker"
     state = {"state_dict": {"w": torch.ones(2)}}
-    if where == "item":  # a non-tensor item: torch's planner would torch.load it with weights_only=False
+    if (
+        where == "item"
+    ):  # a non-tensor item: torch's planner would torch.load it with weights_only=False
         state["evil"] = Payload(marker)
     folder = dcp_folder(tmp_path / "last.ckpt", state)
-    if where == "metadata":  # the DCP index, a plain pickle that torch.distributed.checkpoint would pickle.load
+    if (
+        where == "metadata"
+    ):  # the DCP index, a plain pickle that torch.distributed.checkpoint would pickle.load
         (folder / ".metadata").write_bytes(pickle.dumps(Payload(marker)))
     if where == "meta.pt":
         torch.save({"global_step": 3, "x": Payload(marker)}, folder / "meta.pt")
     assert not marker.exists()  # saving ran nothing
     with pytest.raises(UnsafeCheckpointError) as error:
-        load_checkpoint(folder) if entry == "load_checkpoint" else consolidate(folder, tmp_path / "one.ckpt")
+        load_checkpoint(folder) if entry == "load_checkpoint" else consolidate(
+            folder, tmp_path / "one.ckpt"
+        )
     named = {"metadata": folder / ".metadata", "meta.pt": folder / "meta.pt", "item": folder}[where]
     assert_refused(error, named)
     assert not marker.exists()
@@ -168,7 +180,9 @@ def test_fit_refuses_a_config_with_python_tags(tmp_path, capsys, monkeypatch):
 
 
 def python_files() -> list[Path]:
-    return sorted(p for folder in SOURCES for p in (ROOT / folder).rglob("*.py") if ".venv" not in p.parts)
+    return sorted(
+        p for folder in SOURCES for p in (ROOT / folder).rglob("*.py") if ".venv" not in p.parts
+    )
 
 
 def dotted(node: ast.AST) -> str:
@@ -190,10 +204,19 @@ def test_every_load_in_the_source_tree_is_safe():
                 names = {alias.name for alias in node.names}
                 if node.module == "torch" and "load" in names:
                     problems.append(f"{where}:{node.lineno}: from torch import load")
-                if node.module == "yaml" and names & {"load", "unsafe_load", "full_load", "Loader", "UnsafeLoader"}:
+                if node.module == "yaml" and names & {
+                    "load",
+                    "unsafe_load",
+                    "full_load",
+                    "Loader",
+                    "UnsafeLoader",
+                }:
                     problems.append(f"{where}:{node.lineno}: unsafe yaml import {sorted(names)}")
                 if "dcp_to_torch_save" in names:
-                    problems.append(f"{where}:{node.lineno}: dcp_to_torch_save unpickles .metadata (use consolidate)")
+                    problems.append(
+                        f"{where}:{node.lineno}: dcp_to_torch_save unpickles .metadata (use "
+                        "consolidate)"
+                    )
             if not isinstance(node, ast.Call):
                 continue
             name = dotted(node.func)
@@ -203,18 +226,36 @@ def test_every_load_in_the_source_tree_is_safe():
                 value = keywords.get("weights_only")
                 if not (isinstance(value, ast.Constant) and value.value is True):
                     problems.append(f"{where}:{node.lineno}: torch.load without weights_only=True")
-            if name in ("yaml.load", "yaml.unsafe_load", "yaml.full_load", "yaml.load_all", "yaml.unsafe_load_all"):
+            if name in (
+                "yaml.load",
+                "yaml.unsafe_load",
+                "yaml.full_load",
+                "yaml.load_all",
+                "yaml.unsafe_load_all",
+            ):
                 problems.append(f"{where}:{node.lineno}: {name} (use yaml.safe_load)")
             if name in ("pickle.load", "pickle.loads", "dill.load", "dill.loads", "marshal.loads"):
                 problems.append(f"{where}:{node.lineno}: {name} on a file")
             remote = keywords.get("trust_remote_code")
-            if remote is not None and not (isinstance(remote, ast.Constant) and remote.value is False):
+            if remote is not None and not (
+                isinstance(remote, ast.Constant) and remote.value is False
+            ):
                 problems.append(f"{where}:{node.lineno}: trust_remote_code not False")
-    assert torch_loads >= 3  # data/block_cache.py and distributed/checkpoint.py: the checker still sees them
+    assert (
+        torch_loads >= 3
+    )  # data/block_cache.py and distributed/checkpoint.py: the checker still sees them
     texts = {p.relative_to(ROOT): p.read_text() for p in files}
-    texts |= {p.relative_to(ROOT): p.read_text() for folder in SOURCES for p in (ROOT / folder).rglob("*.yaml")}
+    texts |= {
+        p.relative_to(ROOT): p.read_text()
+        for folder in SOURCES
+        for p in (ROOT / folder).rglob("*.yaml")
+    }
     for where, text in texts.items():
-        for pattern in (r"trust_remote_code\s*[=:]\s*[Tt]rue", r"weights_only\s*=\s*False", r"yaml\.unsafe_load"):
+        for pattern in (
+            r"trust_remote_code\s*[=:]\s*[Tt]rue",
+            r"weights_only\s*=\s*False",
+            r"yaml\.unsafe_load",
+        ):
             problems += [f"{where}: {m.group(0)}" for m in re.finditer(pattern, text)]
     assert not problems, "\n".join(problems)
 
@@ -237,9 +278,21 @@ def test_eval_hf_builds_the_model_without_remote_code(tmp_path, monkeypatch):
             raise Stop
 
     monkeypatch.setattr(lm_eval.api.registry, "get_model", lambda name: FakeHF)
-    monkeypatch.setattr(eval_cli, "check_task_data", lambda *args: None)  # offline here: hellaswag's data is absent
+    monkeypatch.setattr(
+        eval_cli, "check_task_data", lambda *args: None
+    )  # offline here: hellaswag's data is absent
     with pytest.raises(Stop):
-        eval_cli.run(["eval", "--hf", "someone/model", "--tasks", "hellaswag", "--output", str(tmp_path / "out")])
+        eval_cli.run(
+            [
+                "eval",
+                "--hf",
+                "someone/model",
+                "--tasks",
+                "hellaswag",
+                "--output",
+                str(tmp_path / "out"),
+            ]
+        )
     assert simple_parse_args_string(seen[0])["trust_remote_code"] is False
 
 
@@ -249,9 +302,19 @@ def test_eval_hf_builds_the_model_without_remote_code(tmp_path, monkeypatch):
 def make_n(*args: str) -> list[str]:
     if shutil.which("make") is None:
         pytest.skip("make not installed")
-    env = {**os.environ, "HOST": "0.0.0.0", "PORT": "6999"}  # the environment must not widen the bind
-    run = subprocess.run(["make", "-n", "tensorboard", *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                         timeout=60)  # fmt: skip
+    env = {
+        **os.environ,
+        "HOST": "0.0.0.0",
+        "PORT": "6999",
+    }  # the environment must not widen the bind
+    run = subprocess.run(
+        ["make", "-n", "tensorboard", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert run.returncode == 0, run.stderr
     return run.stdout.splitlines()
 
@@ -263,7 +326,8 @@ def tensorboard_line(lines: list[str]) -> str:
 
 
 def warning_of(lines: list[str]) -> str:
-    """What the target's loopback check prints on stderr (only the ``case`` line runs: nothing else)."""
+    """What the target's loopback check prints on stderr (only the ``case`` line runs: nothing
+    else)."""
     check = [line for line in lines if line.startswith("case ")]
     assert len(check) == 1, lines
     return subprocess.run(["sh", "-c", check[0]], capture_output=True, text=True, timeout=30).stderr
@@ -288,7 +352,13 @@ def test_make_tensorboard_is_quiet_on_loopback(host):
 def test_make_tensorboard_serves_others_only_on_request_and_warns():
     lines = make_n("HOST=0.0.0.0", "PORT=6010")
     command = tensorboard_line(lines)
-    assert "--bind_all" not in command and re.search(r"--host 0\.0\.0\.0 --port 6010\s*$", command), command
+    assert "--bind_all" not in command and re.search(
+        r"--host 0\.0\.0\.0 --port 6010\s*$", command
+    ), command
     warning = warning_of(lines)
     assert len(warning.strip().splitlines()) == 1
-    assert "0.0.0.0" in warning and "unauthenticated" in warning and "logs, configs and benchmark outputs" in warning
+    assert (
+        "0.0.0.0" in warning
+        and "unauthenticated" in warning
+        and "logs, configs and benchmark outputs" in warning
+    )

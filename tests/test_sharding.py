@@ -22,7 +22,20 @@ from fixed_embed.data.sharding import document_cycle, is_held_out, reader_plan, 
 from fixed_embed.data.tokenizer import train_bpe
 
 FILES, DOCS_PER_FILE = 16, 64
-WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa", "lambda", "mu"]
+WORDS = [
+    "alpha",
+    "beta",
+    "gamma",
+    "delta",
+    "epsilon",
+    "zeta",
+    "eta",
+    "theta",
+    "iota",
+    "kappa",
+    "lambda",
+    "mu",
+]
 
 
 def _doc(n: int) -> str:
@@ -57,7 +70,9 @@ def files(tmp_path_factory):
     folder = tmp_path_factory.mktemp("sharded")
     for f in range(FILES):
         docs = range(f * DOCS_PER_FILE, (f + 1) * DOCS_PER_FILE)
-        (folder / f"part{f:02d}.jsonl").write_text("".join(json.dumps({"text": _doc(n)}) + "\n" for n in docs))
+        (folder / f"part{f:02d}.jsonl").write_text(
+            "".join(json.dumps({"text": _doc(n)}) + "\n" for n in docs)
+        )
     return folder
 
 
@@ -80,20 +95,30 @@ def test_reader_plan_gives_every_document_to_one_reader_and_opens_few_files():
                 owners = {}
                 for r in range(readers):
                     plan = reader_plan(s, v, r, readers)
-                    per_reader = math.ceil(v / readers) * s / v  # files' worth of its virtual shards
+                    per_reader = (
+                        math.ceil(v / readers) * s / v
+                    )  # files' worth of its virtual shards
                     assert len(plan) <= math.ceil(per_reader) + 1
                     for f, lo, hi in plan:
                         for j in range(lo, hi):  # a document in each of its parts of the file
                             assert (f, j) not in owners
                             owners[f, j] = r
-                            assert r * v // readers <= virtual_shard_of(s, v, f, j) < (r + 1) * v // readers
+                            assert (
+                                r * v // readers
+                                <= virtual_shard_of(s, v, f, j)
+                                < (r + 1) * v // readers
+                            )
                 assert len(owners) == s * cycle
-    assert reader_plan(16, 2, 1, 2) == [(f, 0, 1) for f in range(8, 16)]  # whole files, no other file
+    assert reader_plan(16, 2, 1, 2) == [
+        (f, 0, 1) for f in range(8, 16)
+    ]  # whole files, no other file
     assert reader_plan(16, 128, 9, 128) == [(1, 1, 2)]  # one file, documents j % 8 == 1 of it
 
 
 @pytest.mark.parametrize("readers", [1, 2, 32, 128])
-def test_each_document_is_read_by_one_reader_and_each_reader_reads_its_share(files, fake_tokenizer, readers):
+def test_each_document_is_read_by_one_reader_and_each_reader_reads_its_share(
+    files, fake_tokenizer, readers
+):
     total = FILES * DOCS_PER_FILE
     owner = {}
     for r in range(readers):
@@ -116,12 +141,18 @@ def test_hold_out_is_per_document_whatever_the_readers(files, fake_tokenizer, ke
         fake_tokenizer.seen.clear()
         list(blocks_of(local(files), r, 4, holdout_per_mille=300, keep=keep))
         texts += fake_tokenizer.seen
-    expected = {_doc(n) for n in range(FILES * DOCS_PER_FILE) if is_held_out(_doc(n), 300) == (keep == "held_out")}
+    expected = {
+        _doc(n)
+        for n in range(FILES * DOCS_PER_FILE)
+        if is_held_out(_doc(n), 300) == (keep == "held_out")
+    }
     assert len(texts) == len(set(texts)) and set(texts) == expected
 
 
 def _block_set(source, readers, **kw):
-    return sorted(tuple(b.tolist()) for r in range(readers) for b in blocks_of(source, r, readers, **kw))
+    return sorted(
+        tuple(b.tolist()) for r in range(readers) for b in blocks_of(source, r, readers, **kw)
+    )
 
 
 def test_blocks_depend_on_num_shards_not_on_the_world(files, fake_tokenizer):
@@ -131,7 +162,9 @@ def test_blocks_depend_on_num_shards_not_on_the_world(files, fake_tokenizer):
     # more readers than num_shards: one virtual shard per reader, as num_shards=None does
     assert _block_set(local(files), 32, num_shards=8) == _block_set(local(files), 1, num_shards=32)
     assert _block_set(local(files), 32) == _block_set(local(files), 1, num_shards=32)
-    assert _block_set(local(files), 1) != _block_set(local(files), 2)  # num_shards=None: per readers
+    assert _block_set(local(files), 1) != _block_set(
+        local(files), 2
+    )  # num_shards=None: per readers
 
 
 def _resume_in_steps(make, stops):
@@ -154,7 +187,15 @@ def _resume_in_steps(make, stops):
 @pytest.mark.parametrize(("readers", "reader"), [(1, 0), (2, 1), (32, 13), (5, 3)])
 def test_a_reader_resumes_exactly_mid_file(files, fake_tokenizer, readers, reader):
     def make():
-        return blocks_of(local(files), reader, readers, num_shards=None, shuffle_buffer=4, tokenize_batch=5, epochs=2)
+        return blocks_of(
+            local(files),
+            reader,
+            readers,
+            num_shards=None,
+            shuffle_buffer=4,
+            tokenize_batch=5,
+            epochs=2,
+        )
 
     reference = list(make())
     n = len(reference)
@@ -164,7 +205,9 @@ def test_a_reader_resumes_exactly_mid_file(files, fake_tokenizer, readers, reade
 
 def test_a_state_from_before_per_file_sharding_resumes_a_single_file_source(files, fake_tokenizer):
     def make(path):
-        return blocks_of(DocumentSource(str(path)), num_shards=4, shuffle_buffer=3, tokenize_batch=5)
+        return blocks_of(
+            DocumentSource(str(path)), num_shards=4, shuffle_buffer=3, tokenize_batch=5
+        )
 
     single = files / "part03.jsonl"
     reference = list(make(single))
@@ -205,7 +248,9 @@ class GeneratedSource(DocumentSource):
         return {"generated": self.shards}
 
     def open(self):
-        return datasets.IterableDataset.from_generator(_generate, gen_kwargs={"shard": list(range(self.shards))})
+        return datasets.IterableDataset.from_generator(
+            _generate, gen_kwargs={"shard": list(range(self.shards))}
+        )
 
 
 @pytest.mark.parametrize("readers", [4, 12])
@@ -217,7 +262,9 @@ def test_a_stream_with_its_own_shards_is_split_at_them(fake_tokenizer, readers):
         stream = blocks_of(source, r, readers)
         fake_tokenizer.seen.clear()
         list(stream)
-        assert stream.stats.rows_read <= 2 * 40  # at most two of the six shards, never the whole stream
+        assert (
+            stream.stats.rows_read <= 2 * 40
+        )  # at most two of the six shards, never the whole stream
         for text in fake_tokenizer.seen:
             assert text not in owner
             owner[text] = r
@@ -231,7 +278,8 @@ def test_a_stream_with_its_own_shards_is_split_at_them(fake_tokenizer, readers):
     assert all(torch.equal(a, b) for a, b in zip(reference, out, strict=True))
 
 
-# -- validation cache ---------------------------------------------------------------------------------
+# -- validation cache
+# ---------------------------------------------------------------------------------
 
 
 @pytest.fixture
@@ -242,7 +290,14 @@ def cache(tmp_path, monkeypatch):
 
 def _dm(corpus, **kw):
     data, tok = corpus
-    kw = {"tokenizer": str(tok), "seq_len": 16, "batch_size": 2, "val_sequences": 4, "holdout_per_mille": 100, **kw}
+    kw = {
+        "tokenizer": str(tok),
+        "seq_len": 16,
+        "batch_size": 2,
+        "val_sequences": 4,
+        "holdout_per_mille": 100,
+        **kw,
+    }
     return TextDataModule(train=str(data), **kw)
 
 
@@ -258,10 +313,14 @@ def test_validation_is_built_once_then_read_from_the_cache(corpus, cache, monkey
     built = _dm(corpus).validation_blocks()
     assert built.shape == (4, 17)
     assert "validation: built 4 blocks in" in caplog.text and str(cache) in caplog.text
-    assert len(list(cache.glob("*.pt"))) == 1 and not list(cache.glob(".*"))  # no temporary file left
+    assert len(list(cache.glob("*.pt"))) == 1 and not list(
+        cache.glob(".*")
+    )  # no temporary file left
     _forbid_reading(monkeypatch)
     caplog.clear()
-    assert torch.equal(_dm(corpus, batch_size=4).validation_blocks(), built)  # another start: the file
+    assert torch.equal(
+        _dm(corpus, batch_size=4).validation_blocks(), built
+    )  # another start: the file
     assert "validation: 4 blocks from cache" in caplog.text
 
 
@@ -274,7 +333,9 @@ def test_validation_cache_key_follows_what_the_blocks_depend_on(corpus, cache, t
     copy = tmp_path / "copy" / "tokenizer.json"
     copy.parent.mkdir()
     copy.write_bytes(tok.read_bytes())
-    assert torch.equal(_dm(corpus, tokenizer=str(copy)).validation_blocks(), base)  # content, not the name
+    assert torch.equal(
+        _dm(corpus, tokenizer=str(copy)).validation_blocks(), base
+    )  # content, not the name
     assert len(list(cache.glob("*.pt"))) == 3
     texts = [json.loads(line)["text"] for line in data.read_text().splitlines()]
     other = train_bpe(texts, 280, tmp_path / "other-tok", "other")
@@ -316,7 +377,9 @@ def test_only_rank_zero_builds_validation_and_the_others_receive_it(corpus, cach
     zero = _dm(corpus)
     zero.trainer = SimpleNamespace(world_size=2, global_rank=0, strategy=_Strategy(None))
     first = [b.clone() for b in zero.val_dataloader()]
-    assert zero.trainer.strategy.calls[0][1] == 0 and torch.equal(zero.trainer.strategy.calls[0][0], built)
+    assert zero.trainer.strategy.calls[0][1] == 0 and torch.equal(
+        zero.trainer.strategy.calls[0][0], built
+    )
     _forbid_reading(monkeypatch)  # rank 1 (another node, no cache there) never touches the data
     one = _dm(corpus)
     one.trainer = SimpleNamespace(world_size=2, global_rank=1, strategy=_Strategy(built))

@@ -1,9 +1,11 @@
-"""Configs read strictly: YAML that is legal but that no config holds (a key twice at any depth, a key that is not a
-string, an alias bomb, nesting past any config's, a file far larger than one) is refused by every way a YAML
-reaches the project, in one line naming the file or the flag, without a traceback and before anything expands it.
+"""Configs read strictly: YAML that is legal but that no config holds (a key twice at any depth,
+a key that is not a string, an alias bomb, nesting past any config's, a file far larger than
+one) is refused by every way a YAML reaches the project, in one line naming the file or the
+flag, without a traceback and before anything expands it.
 
-The cases are generated: each key of each mapping of experiments/tiny/gf2.yaml and its ``__base__`` chain given
-twice in turn, and each pathological value placed in that config; each goes through every route (ROUTES)."""
+The cases are generated: each key of each mapping of experiments/tiny/gf2.yaml and its
+``__base__`` chain given twice in turn, and each pathological value placed in that config; each
+goes through every route (ROUTES)."""
 
 from __future__ import annotations
 
@@ -25,29 +27,45 @@ from tests.cli import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENT = ROOT / "experiments" / "tiny" / "gf2.yaml"
-SECTIONS = ("model", "data", "trainer")  # the parts of a config that fit also takes as a file or a value
-HOLE = "value_of_the_case"  # where a case's pathological value goes, written as YAML text (anchors need text)
+SECTIONS = (
+    "model",
+    "data",
+    "trainer",
+)  # the parts of a config that fit also takes as a file or a value
+# where a case's pathological value goes, written as YAML text (anchors need text)
+HOLE = "value_of_the_case"
 
 
 class Twice(list):
-    """A mapping's (key, value) pairs, one key given twice: written as a YAML mapping that holds it twice."""
+    """A mapping's (key, value) pairs, one key given twice: written as a YAML mapping that holds
+    it twice."""
 
 
 class Writer(yaml.SafeDumper):
     pass
 
 
-Writer.add_representer(Twice, lambda writer, pairs: writer.represent_mapping("tag:yaml.org,2002:map", list(pairs)))
+Writer.add_representer(
+    Twice, lambda writer, pairs: writer.represent_mapping("tag:yaml.org,2002:map", list(pairs))
+)
 
 
 def chain(path: Path) -> list[Path]:
     """``path`` and its ``__base__`` files, each once."""
     bases = yaml.safe_load(path.read_text()).get(BASE_KEY, [])
-    return [path, *(p for base in ([bases] if isinstance(bases, str) else bases) for p in chain(path.parent / base))]
+    return [
+        path,
+        *(
+            p
+            for base in ([bases] if isinstance(bases, str) else bases)
+            for p in chain(path.parent / base)
+        ),
+    ]
 
 
 def experiment(path: Path) -> dict:
-    """The file's own mapping, its ``__base__`` an absolute path (the cases are written elsewhere)."""
+    """The file's own mapping, its ``__base__`` an absolute path (the cases are written
+    elsewhere)."""
     data = yaml.safe_load(path.read_text())
     if BASE_KEY in data:
         data[BASE_KEY] = str((path.parent / data[BASE_KEY]).resolve())
@@ -58,7 +76,13 @@ def mappings(data: Any, path: tuple = ()) -> Iterator[tuple]:
     """The path of every mapping in ``data``, lists' items included."""
     if isinstance(data, dict):
         yield path
-    for key, value in data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else ():
+    for key, value in (
+        data.items()
+        if isinstance(data, dict)
+        else enumerate(data)
+        if isinstance(data, list)
+        else ()
+    ):
         yield from mappings(value, (*path, key))
 
 
@@ -89,7 +113,9 @@ class Case:
     routes: tuple[str, ...] = ()  # those it can take (every one if empty)
 
     def text(self, data: Any, flow: bool = False) -> str:
-        text = yaml.dump(data, Dumper=Writer, default_flow_style=flow, sort_keys=False, width=math.inf)
+        text = yaml.dump(
+            data, Dumper=Writer, default_flow_style=flow, sort_keys=False, width=math.inf
+        )
         return text.replace(HOLE, self.value)
 
 
@@ -101,25 +127,36 @@ def twice_cases() -> Iterator[Case]:
             for key, value in at(data, where).items():
                 pairs = Twice([*at(data, where).items(), (key, value)])
                 dotted = ".".join(map(str, (*where, key)))
-                yield Case(f"{file.relative_to(ROOT)}:{dotted}-twice", put(data, where, pairs), where)
+                yield Case(
+                    f"{file.relative_to(ROOT)}:{dotted}-twice", put(data, where, pairs), where
+                )
 
 
 def bomb(levels: int, width: int) -> str:
-    """Billion laughs: each anchor a list of ``width`` aliases of the one before, ``width ** levels`` values."""
-    anchors = ["&l0 [0]", *(f"&l{i} [{', '.join([f'*l{i - 1}'] * width)}]" for i in range(1, levels + 1))]
+    """Billion laughs: each anchor a list of ``width`` aliases of the one before, ``width **
+    levels`` values."""
+    anchors = [
+        "&l0 [0]",
+        *(f"&l{i} [{', '.join([f'*l{i - 1}'] * width)}]" for i in range(1, levels + 1)),
+    ]
     return f"[{', '.join(anchors)}]"
 
 
 def deep_chain(anchors: int, levels: int) -> str:
-    """Anchors each nested ``levels`` deep (within the limit) around an alias of the one before: deeper in all."""
-    nested = [f"&d{i} {'[' * levels}{f'*d{i - 1}' if i else 0}{']' * levels}" for i in range(anchors)]
+    """Anchors each nested ``levels`` deep (within the limit) around an alias of the one before:
+    deeper in all."""
+    nested = [
+        f"&d{i} {'[' * levels}{f'*d{i - 1}' if i else 0}{']' * levels}" for i in range(anchors)
+    ]
     return f"[{', '.join(nested)}]"
 
 
-# Pathological values, each placed at model.optimizer of the experiment (a mapping fit takes as a file or a value).
+# Pathological values, each placed at model.optimizer of the experiment (a mapping fit takes as a
+# file or a value).
 VALUES = {
     "billion-laughs-aliases": bomb(9, 10),  # 10**9 values, from 100 aliases
-    "wide-aliases": f"[&a [{', '.join(['0'] * 1000)}], {', '.join(['*a'] * (MAX_YAML_VALUES // 1000 + 1))}]",
+    "wide-aliases": f"[&a [{', '.join(['0'] * 1000)}], "
+    f"{', '.join(['*a'] * (MAX_YAML_VALUES // 1000 + 1))}]",
     "alias-inside-its-anchor": "&a [*a]",
     "alias-chain-too-deep": deep_chain(4, MAX_YAML_LEVELS * 2 // 3),
     "nested-too-deep": "[" * (MAX_YAML_LEVELS + 10) + "]" * (MAX_YAML_LEVELS + 10),
@@ -141,59 +178,86 @@ FILE_ROUTES = ("config", "base", "plain", "section", "params")
 def value_cases() -> Iterator[Case]:
     data, where = experiment(EXPERIMENT), ("model", "optimizer")
     for name, value in VALUES.items():
-        yield Case(name, put(data, where, HOLE), where, value, FILE_ROUTES if name == "huge-file" else ())
+        yield Case(
+            name, put(data, where, HOLE), where, value, FILE_ROUTES if name == "huge-file" else ()
+        )
 
 
 CASES = [*twice_cases(), *value_cases()]
 
 
-# -- the routes: how a YAML reaches the project --------------------------------------------------------------------
+# -- the routes: how a YAML reaches the project
+# --------------------------------------------------------------------
 
 
 def plain(data: dict | Twice) -> dict | Twice:
     """The config without its ``__base__``."""
-    pairs = [(key, value) for key, value in (data if isinstance(data, Twice) else data.items()) if key != BASE_KEY]
+    pairs = [
+        (key, value)
+        for key, value in (data if isinstance(data, Twice) else data.items())
+        if key != BASE_KEY
+    ]
     return Twice(pairs) if isinstance(data, Twice) else dict(pairs)
 
 
 def value_flag(case: Case) -> tuple[str, Any]:
-    """The flag that takes the wrong mapping as a value: its dotted key up to the first list index."""
-    keys = case.where[: next((i for i, key in enumerate(case.where) if isinstance(key, int)), len(case.where))]
+    """The flag that takes the wrong mapping as a value: its dotted key up to the first list
+    index."""
+    keys = case.where[
+        : next((i for i, key in enumerate(case.where) if isinstance(key, int)), len(case.where))
+    ]
     if not keys or keys[0] not in SECTIONS:
         return "--config", plain(case.data)
     return "--" + ".".join(keys), at(case.data, keys)
 
 
-def via_config(case: Case, folder: Path) -> tuple[list, str]:  # the file as given, with its __base__ if it has one
+def via_config(
+    case: Case, folder: Path
+) -> tuple[list, str]:  # the file as given, with its __base__ if it has one
     (file := folder / "case.yaml").write_text(case.text(case.data))
     return ["fit", "--config", file, "--print_config"], str(file)
 
 
-def via_base(case: Case, folder: Path) -> tuple[list, str]:  # the file as the __base__ of the one given
+def via_base(
+    case: Case, folder: Path
+) -> tuple[list, str]:  # the file as the __base__ of the one given
     (file := folder / "case.yaml").write_text(case.text(case.data))
     (child := folder / "child.yaml").write_text(f"{BASE_KEY}: case.yaml\n")
     return ["fit", "--config", child, "--print_config"], str(file)
 
 
-def via_plain(case: Case, folder: Path) -> tuple[list, str] | None:  # without __base__, after the experiment
+def via_plain(
+    case: Case, folder: Path
+) -> tuple[list, str] | None:  # without __base__, after the experiment
     if BASE_KEY in case.name:
         return None
     (file := folder / "plain.yaml").write_text(case.text(plain(case.data)))
     return ["fit", "--config", EXPERIMENT, "--config", file, "--print_config"], str(file)
 
 
-def via_section(case: Case, folder: Path) -> tuple[list, str] | None:  # --model FILE (or --data, --trainer)
+def via_section(
+    case: Case, folder: Path
+) -> tuple[list, str] | None:  # --model FILE (or --data, --trainer)
     if not case.where or case.where[0] not in SECTIONS:
         return None
     (file := folder / f"{case.where[0]}.yaml").write_text(case.text(case.data[case.where[0]]))
     return ["fit", "--config", EXPERIMENT, f"--{case.where[0]}", file, "--print_config"], str(file)
 
 
-def via_value(case: Case, folder: Path) -> tuple[list, str] | None:  # a command-line value: read as YAML
+def via_value(
+    case: Case, folder: Path
+) -> tuple[list, str] | None:  # a command-line value: read as YAML
     flag, value = value_flag(case)
     if flag == "--config" and BASE_KEY in case.name:  # the config as a value holds no __base__
         return None
-    return ["fit", "--config", EXPERIMENT, flag, case.text(value, flow=True).strip(), "--print_config"], flag
+    return [
+        "fit",
+        "--config",
+        EXPERIMENT,
+        flag,
+        case.text(value, flow=True).strip(),
+        "--print_config",
+    ], flag
 
 
 def via_params(case: Case, folder: Path) -> tuple[list, str]:  # fixed-embed params CONFIG
@@ -201,7 +265,9 @@ def via_params(case: Case, folder: Path) -> tuple[list, str]:  # fixed-embed par
     return ["params", file], str(file)
 
 
-def via_params_value(case: Case, folder: Path) -> tuple[list, str] | None:  # params CONFIG --model.KEY VALUE
+def via_params_value(
+    case: Case, folder: Path
+) -> tuple[list, str] | None:  # params CONFIG --model.KEY VALUE
     flag, value = value_flag(case)
     if flag.count(".") < 1:  # params takes --model.KEY, not --model
         return None
@@ -220,7 +286,8 @@ ROUTES: dict[str, Callable[[Case, Path], tuple[list, str] | None]] = {
 
 
 def refusal(argv: list, names: str) -> str:
-    """The one error line of ``fixed-embed ARGV``, which must exit 2 naming ``names``, without a traceback."""
+    """The one error line of ``fixed-embed ARGV``, which must exit 2 naming ``names``, without a
+    traceback."""
     result = run_cli(*argv)
     errors = [line for line in result.stderr.splitlines() if "error:" in line]
     assert result.returncode == 2, (argv[:4], result.returncode, result.stderr[-1000:])
@@ -239,7 +306,8 @@ def warm():
 
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
 def test_every_route_refuses_yaml_no_config_holds_in_one_line(case, tmp_path, monkeypatch):
-    parsed = []  # the length of every text read_yaml parses: a file past the limit is refused unparsed
+    # the length of every text read_yaml parses: a file past the limit is refused unparsed
+    parsed = []
     loader = yaml.CSafeLoader
     monkeypatch.setattr(yaml, "CSafeLoader", lambda text: parsed.append(len(text)) or loader(text))
     tried = 0
@@ -248,7 +316,8 @@ def test_every_route_refuses_yaml_no_config_holds_in_one_line(case, tmp_path, mo
             continue
         if "alias" not in case.name:
             refusal(*given)
-        else:  # refused before anything expands it: the memory of the text as written, not of 10**9 values
+        # refused before anything expands it: the memory of the text as written, not of 10**9 values
+        else:
             tracemalloc.start()
             try:
                 refusal(*given)
@@ -257,39 +326,57 @@ def test_every_route_refuses_yaml_no_config_holds_in_one_line(case, tmp_path, mo
                 tracemalloc.stop()
         tried += 1
     assert tried >= 3 and parsed and max(parsed) <= MAX_YAML_CHARS
-    # what LightningCLI parses itself (a file a config names, a default config file) is read strictly too
+    # what LightningCLI parses itself (a file a config names, a default config file) is read
+    # strictly too
     with pytest.raises(UserError, match=r"^a YAML value"):
         jsonargparse.get_loader("yaml")(case.text(case.data))
 
 
 def test_the_cases_reach_every_route_and_key(tmp_path):
-    """The generator is not empty-handed: every route, and the keys of each file of the experiment's chain."""
+    """The generator is not empty-handed: every route, and the keys of each file of the
+    experiment's chain."""
     routes: set[str] = set()
     for case in CASES:
-        routes |= {route for route, build in ROUTES.items() if route not in routes and build(case, tmp_path)}
+        routes |= {
+            route
+            for route, build in ROUTES.items()
+            if route not in routes and build(case, tmp_path)
+        }
     assert routes == set(ROUTES)
     keys = {case.name.rsplit(":", 1)[-1].removesuffix("-twice") for case in CASES}
-    assert {BASE_KEY, "model", "trainer.logger.init_args.name", "trainer.callbacks.benchmarks.init_args.tasks",
-            "trainer.plugins.0.class_path", "data.seq_len"} <= keys  # fmt: skip
+    assert {
+        BASE_KEY,
+        "model",
+        "trainer.logger.init_args.name",
+        "trainer.callbacks.benchmarks.init_args.tasks",
+        "trainer.plugins.0.class_path",
+        "data.seq_len",
+    } <= keys
 
 
 def test_the_refusals_name_the_key_and_both_lines(tmp_path):
     """The reported case: two ``model:`` blocks, the first lost without a word."""
     config = tmp_path / "twice.yaml"
     config.write_text(
-        f"{BASE_KEY}: {EXPERIMENT}\nmodel:\n  optimizer:\n    lr: 0.1\nmodel:\n  optimizer:\n    lr: 0.2\n"
+        f"{BASE_KEY}: {EXPERIMENT}\nmodel:\n  optimizer:\n    lr: 0.1\nmodel:\n  optimizer:\n    "
+        "lr: 0.2\n"
     )
     line = refusal(["fit", "--config", config, "--print_config"], str(config))
     assert "key 'model' is given twice (lines 2 and 5)" in line and "keep one" in line
 
 
 def test_every_yaml_of_the_project_reads_strictly():
-    """The experiments (and the SLURM settings) hold none of it: anchors, were they used, would stay readable."""
+    """The experiments (and the SLURM settings) hold none of it: anchors, were they used, would
+    stay readable."""
     files = sorted((ROOT / "experiments").rglob("*.yaml"))
     assert len(files) > 20
     for file in files:
         read_yaml(file.read_text(), str(file))
     shared = "a: &shared {lr: 0.1}\nb: *shared\nc: [*shared, *shared]\n"
-    assert read_yaml(shared, "anchors") == {"a": {"lr": 0.1}, "b": {"lr": 0.1}, "c": [{"lr": 0.1}] * 2}
+    assert read_yaml(shared, "anchors") == {
+        "a": {"lr": 0.1},
+        "b": {"lr": 0.1},
+        "c": [{"lr": 0.1}] * 2,
+    }
     deepest = "a: " + "[" * (MAX_YAML_LEVELS - 1) + "]" * (MAX_YAML_LEVELS - 1)
     assert read_yaml(deepest, "deepest") is not None

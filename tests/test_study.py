@@ -1,4 +1,5 @@
-"""The study (`make study`): its local-file benchmark tasks, its plan, its configs and its report."""
+"""The study (`make study`): its local-file benchmark tasks, its plan, its configs and its
+report."""
 
 import json
 import sys
@@ -18,21 +19,42 @@ from tests.cli import run_cli
 ROOT = Path(__file__).resolve().parents[1]
 
 LONG = " The sea is wide , and it is deep . " * 20  # articles under 500 characters are left out
-WIKITEXT = "\n".join([  # the file's own layout: " = Title = " lines, spaced-out tokens, " " blank lines
-    " = Lobster = ", " ", f" The lobster is a 3 @-@ metre animal . It lives in the sea ( mostly ) . {LONG}", " ",
-    " = = Description = = ", " ", ' Its shell is hard , and it has " claws " . ', " ",
-    " = Crab = ", " ", f" A crab walks sideways . {LONG}", " ",
-    " = Stub = ", " ", " Too short . ", "",
-])  # fmt: skip
+WIKITEXT = "\n".join(
+    [  # the file's own layout: " = Title = " lines, spaced-out tokens, " " blank lines
+        " = Lobster = ",
+        " ",
+        f" The lobster is a 3 @-@ metre animal . It lives in the sea ( mostly ) . {LONG}",
+        " ",
+        " = = Description = = ",
+        " ",
+        ' Its shell is hard , and it has " claws " . ',
+        " ",
+        " = Crab = ",
+        " ",
+        f" A crab walks sideways . {LONG}",
+        " ",
+        " = Stub = ",
+        " ",
+        " Too short . ",
+        "",
+    ]
+)
 
 
 def test_wikitext_articles_split_at_titles_and_are_detokenized(tmp_path, monkeypatch):
     (tmp_path / "wiki").mkdir()
     (tmp_path / "wiki" / "valid.tokens").write_text(WIKITEXT)
     monkeypatch.setenv("FIXED_EMBED_DATA", str(tmp_path))
-    docs = offline_data.docs_ppl(n_docs=None, max_chars=None, path="wiki/valid.tokens")["test"]["text"]
-    assert len(docs) == 2  # "= = Description = =" is a section, not an article; the stub is too short
-    assert docs[0].startswith(" = Lobster =") and "3-metre animal. It lives in the sea (mostly)." in docs[0]
+    docs = offline_data.docs_ppl(n_docs=None, max_chars=None, path="wiki/valid.tokens")["test"][
+        "text"
+    ]
+    assert (
+        len(docs) == 2
+    )  # "= = Description = =" is a section, not an article; the stub is too short
+    assert (
+        docs[0].startswith(" = Lobster =")
+        and "3-metre animal. It lives in the sea (mostly)." in docs[0]
+    )
     assert 'it has "claws".' in docs[0] and "Description" in docs[0]
     assert docs[1].startswith(" = Crab =")
     cut = offline_data.docs_ppl(n_docs=1, max_chars=30, path="wiki/valid.tokens")["test"]["text"]
@@ -57,7 +79,9 @@ def test_the_study_tasks_build_from_the_shared_data(shared_data, monkeypatch):
         assert sorted(true.split()) == sorted(shuffled.split()) and true != shuffled
     books = offline_data.docs_ppl(None, 20000, path="gutenberg-prose/valid.jsonl")["test"]["text"]
     assert len(books) == 9 and all(len(b) == 20000 for b in books)
-    articles = offline_data.docs_ppl(None, None, path="wikitext-2/wiki.valid.tokens")["test"]["text"]
+    articles = offline_data.docs_ppl(None, None, path="wikitext-2/wiki.valid.tokens")["test"][
+        "text"
+    ]
     assert len(articles) == 60  # WikiText-2's validation split has 60 articles
 
 
@@ -78,7 +102,9 @@ def test_every_size_trains_the_same_tokens_per_parameter_and_the_sizes_span_8x(g
         assert tokens_per_param(configs) == pytest.approx(ratio, rel=0.005)  # whole updates
         config = merged_config(configs)
         params[size] = non_embedding_params(config["model"]["decoder"])
-        assert config["model"]["schedule"]["warmup_steps"] == round(config["trainer"]["max_steps"] / 10)
+        assert config["model"]["schedule"]["warmup_steps"] == round(
+            config["trainer"]["max_steps"] / 10
+        )
     assert params["l"] / params["s"] >= 8
     if gpu:  # ~20M to ~300M
         assert 20e6 <= params["s"] <= 30e6 and 250e6 <= params["l"] <= 350e6
@@ -88,7 +114,9 @@ def test_the_non_embedding_count_is_the_models(shared_data):
     from fixed_embed.train.experiment import build_model
 
     model = build_model(_configs(stages.Scale(False))["model"])
-    blocks = sum(p.numel() for n, p in model.decoder.named_parameters() if n.startswith(("layers", "norm")))
+    blocks = sum(
+        p.numel() for n, p in model.decoder.named_parameters() if n.startswith(("layers", "norm"))
+    )
     assert non_embedding_params(_configs(stages.Scale(False))["model"]["decoder"]) == blocks
 
 
@@ -113,30 +141,57 @@ def test_the_matched_baseline_has_the_learned_models_trainable_parameters(gpu):
 def test_the_plan_names_every_run_and_sets_its_seed_and_rate():
     scale = stages.Scale(False)
     sweep = stages.sweep_plan(scale, stages.initial_rates(scale))
-    assert [n for n, _, _ in sweep][:3] == ["bpe8k-s/learned-lr0.001-seed1", "bpe8k-s/learned-lr0.002-seed1",
-                                            "bpe8k-s/learned-lr0.003-seed1"]  # fmt: skip
+    assert [n for n, _, _ in sweep][:3] == [
+        "bpe8k-s/learned-lr0.001-seed1",
+        "bpe8k-s/learned-lr0.002-seed1",
+        "bpe8k-s/learned-lr0.003-seed1",
+    ]
     assert len(sweep) == 3 * sum(map(len, scale.sweep.values()))
     best = {size: {"learned": 3e-3, "binary16": 1e-3, "gf2": 2e-3} for size in ("s", "m")}
     best["l"] = {"learned": 5e-3, "binary16": 2e-3, "gf2": 2e-3}  # a size's own rates serve it
     later = stages.later_plan(scale, ["sizes", "length", "codebooks", "controls"], best, [1, 2])
     names = [n for n, _, _ in later]
-    assert len(names) == len(set(names)) == 2 * 9 + 2 * 3 * 4 + len(scale.codebooks) + 2 * len(CONTROLS)
-    assert names[0] == "bpe8k-s/learned-lr0.003-seed1" and names[9].endswith("-seed2")  # whole seeds first
-    assert "bpe8k-l/learned-lr0.005-seed2" in names and "bpe8k-s/gf2-lr0.002-seed1-steps1728" in names
+    assert (
+        len(names)
+        == len(set(names))
+        == 2 * 9 + 2 * 3 * 4 + len(scale.codebooks) + 2 * len(CONTROLS)
+    )
+    assert names[0] == "bpe8k-s/learned-lr0.003-seed1" and names[9].endswith(
+        "-seed2"
+    )  # whole seeds first
+    assert (
+        "bpe8k-l/learned-lr0.005-seed2" in names and "bpe8k-s/gf2-lr0.002-seed1-steps1728" in names
+    )
     assert "bpe8k-m/binary16-lr0.001-seed2-steps1024" in names
-    assert "bpe8k-l/gf2-lr0.002-seed2-code2" in names and "bpe8k-m/random_full-lr0.001-seed2-code2" in names
-    assert not [n for n in names if "-code" in n and "-seed1" in n]  # seed 1 keeps the config's codebook
+    assert (
+        "bpe8k-l/gf2-lr0.002-seed2-code2" in names
+        and "bpe8k-m/random_full-lr0.001-seed2-code2" in names
+    )
+    assert not [
+        n for n in names if "-code" in n and "-seed1" in n
+    ]  # seed 1 keeps the config's codebook
     for name, configs, flags in later:
         meta = parse({"name": name})
-        assert f"--seed_everything={meta['seed']}" in flags and f"--model.optimizer.lr={meta['lr']:g}" in flags
-        assert configs[0].name == f"{meta['variant']}.yaml" and configs[1].name == f"size-{meta['size']}.yaml"
+        assert (
+            f"--seed_everything={meta['seed']}" in flags
+            and f"--model.optimizer.lr={meta['lr']:g}" in flags
+        )
+        assert (
+            configs[0].name == f"{meta['variant']}.yaml"
+            and configs[1].name == f"size-{meta['size']}.yaml"
+        )
         assert meta["lr"] == best[meta["size"]][CONTROLS.get(meta["variant"], meta["variant"])]
         if meta["steps"]:
             n = meta["steps"]
-            assert {f"--trainer.max_steps={n}", f"--trainer.val_check_interval={n // 4}",
-                    f"--model.schedule.warmup_steps={round(n / 10)}"} <= set(flags)  # fmt: skip
+            assert {
+                f"--trainer.max_steps={n}",
+                f"--trainer.val_check_interval={n // 4}",
+                f"--model.schedule.warmup_steps={round(n / 10)}",
+            } <= set(flags)
         code = [f for f in flags if "code_seed" in f]
-        assert code == ([f"--model.interface.init_args.code_seed={meta['code']}"] if meta["code"] else [])
+        assert code == (
+            [f"--model.interface.init_args.code_seed={meta['code']}"] if meta["code"] else []
+        )
     with pytest.raises(ValueError, match="TOKENIZER-SIZE"):
         parse({"name": "bpe8k/gf2-seed1"})
     with pytest.raises(ValueError, match="multiple of 4"):
@@ -148,50 +203,87 @@ def test_a_best_rate_at_the_edge_of_the_sweep_asks_for_the_next_rung():
     lrs = [1e-3, 2e-3, 3e-3]
     bpb = {"learned": [2.0, 1.9, 1.8], "binary16": [2.1, 2.0, 2.05], "gf2": [1.9, 2.0, 2.05]}
     rows = {
-        run_name("bpe8k", "m", v, lr, 1): {"val_bpb": x} for v, xs in bpb.items() for lr, x in zip(lrs, xs, strict=True)
+        run_name("bpe8k", "m", v, lr, 1): {"val_bpb": x}
+        for v, xs in bpb.items()
+        for lr, x in zip(lrs, xs, strict=True)
     }
     best, more = stages.best_lrs(scale, rows, {("m", v): lrs for v in PAPER})
     assert best == {"m": {"learned": 3e-3, "binary16": 2e-3, "gf2": 1e-3}}
-    assert more == {("m", "learned"): [5e-3], ("m", "gf2"): [5e-4]}  # the ladder's neighbours, per variant
-    assert stages.rate_at(scale, best, "s", "gf2") == 1e-3  # an unswept size borrows the tuning size's rate
+    assert more == {
+        ("m", "learned"): [5e-3],
+        ("m", "gf2"): [5e-4],
+    }  # the ladder's neighbours, per variant
+    assert (
+        stages.rate_at(scale, best, "s", "gf2") == 1e-3
+    )  # an unswept size borrows the tuning size's rate
 
 
 def test_the_resweep_starts_around_each_own_length_best_and_serves_the_lengths_nearer_it():
     scale = stages.Scale(False)
     best = {"s": {"learned": 3e-3, "binary16": 2e-3, "gf2": 1e-3}, "m": {v: 3e-3 for v in PAPER}}
     rates = stages.resweep_rates(scale, best, {})
-    assert rates == {("s", "learned"): [2e-3, 3e-3, 5e-3], ("s", "binary16"): [1e-3, 2e-3, 3e-3],
-                     ("s", "gf2"): [5e-4, 1e-3, 2e-3]}  # fmt: skip
-    own = {run_name("bpe8k", "s", v, lr, 1): {"val_bpb": x} for v, lr, x in
-           (("learned", 3e-3, 2.0), ("learned", 2e-3, 2.1), ("gf2", 1e-3, 2.0), ("gf2", 2e-3, 2.001))}  # fmt: skip
-    assert list(stages.resweep_rates(scale, best, own)) == [("s", "gf2"), ("s", "learned"), ("s", "binary16")]
+    assert rates == {
+        ("s", "learned"): [2e-3, 3e-3, 5e-3],
+        ("s", "binary16"): [1e-3, 2e-3, 3e-3],
+        ("s", "gf2"): [5e-4, 1e-3, 2e-3],
+    }
+    own = {
+        run_name("bpe8k", "s", v, lr, 1): {"val_bpb": x}
+        for v, lr, x in (
+            ("learned", 3e-3, 2.0),
+            ("learned", 2e-3, 2.1),
+            ("gf2", 1e-3, 2.0),
+            ("gf2", 2e-3, 2.001),
+        )
+    }
+    assert list(stages.resweep_rates(scale, best, own)) == [
+        ("s", "gf2"),
+        ("s", "learned"),
+        ("s", "binary16"),
+    ]
     plan = [n for n, _, _ in stages.sweep_plan(scale, rates, scale.resweep)]
     assert len(plan) == 9 and all(n.endswith("-seed1-steps1024") for n in plan)
     # seed 1 at the resweep's length: gf2's best at its lowest rung asks for the next one down
     bpb = {"learned": [1.9, 1.8, 1.85], "binary16": [2.0, 1.9, 1.95], "gf2": [1.9, 2.0, 2.1]}
-    rows = {run_name("bpe8k", "s", v, lr, 1, steps=1024): {"val_bpb": x}
-            for v, xs in bpb.items() for lr, x in zip(rates[("s", v)], xs, strict=True)}  # fmt: skip
+    rows = {
+        run_name("bpe8k", "s", v, lr, 1, steps=1024): {"val_bpb": x}
+        for v, xs in bpb.items()
+        for lr, x in zip(rates[("s", v)], xs, strict=True)
+    }
     found, more = stages.best_lrs(scale, rows, rates, scale.resweep)
-    assert found == {"s": {"learned": 3e-3, "binary16": 2e-3, "gf2": 5e-4}} and more == {("s", "gf2"): [3e-4]}
-    assert study.resweep_best(scale, rows, rates) == {}  # not finished: the length stage keeps S's own rates
+    assert found == {"s": {"learned": 3e-3, "binary16": 2e-3, "gf2": 5e-4}} and more == {
+        ("s", "gf2"): [3e-4]
+    }
+    assert (
+        study.resweep_best(scale, rows, rates) == {}
+    )  # not finished: the length stage keeps S's own rates
     rows[run_name("bpe8k", "s", "gf2", 3e-4, 1, steps=1024)] = {"val_bpb": 2.0}
     rates[("s", "gf2")] = [3e-4, *rates[("s", "gf2")]]
     assert stages.swept(scale, rows, scale.resweep)[("s", "gf2")] == rates[("s", "gf2")]
     again = study.resweep_best(scale, rows, rates)
     assert again == {"s": {"learned": 3e-3, "binary16": 2e-3, "gf2": 5e-4}}
-    # 108 updates keep the own-length sweep's rate; 432 (2.4x from 1,024, 4x from 108) and longer take the resweep's
+    # 108 updates keep the own-length sweep's rate; 432 (2.4x from 1,024, 4x from 108) and longer
+    # take the resweep's
     assert stages.length_rate(scale, best, again, "s", "gf2", 108) == 1e-3
-    assert all(stages.length_rate(scale, best, again, "s", "gf2", n) == 5e-4 for n in (432, 1024, 1728))
+    assert all(
+        stages.length_rate(scale, best, again, "s", "gf2", n) == 5e-4 for n in (432, 1024, 1728)
+    )
     assert stages.length_rate(scale, best, again, "m", "gf2", 1024) == 3e-3  # M was not swept again
     names = [n for n, _, _ in stages.later_plan(scale, ["length"], best, [1, 2, 3], again)]
-    assert names[:3] == [f"bpe8k-m/learned-lr0.003-seed{s}-steps1024" for s in (1, 2, 3)]  # whole cells first
+    assert names[:3] == [
+        f"bpe8k-m/learned-lr0.003-seed{s}-steps1024" for s in (1, 2, 3)
+    ]  # whole cells first
     assert names[3:6] == [f"bpe8k-m/binary16-lr0.003-seed{s}-steps1024" for s in (1, 2, 3)]
     assert names[9] == "bpe8k-s/learned-lr0.003-seed1-steps1024"  # S: the equal-token length first
-    assert "bpe8k-s/gf2-lr0.0005-seed3-steps432" in names and "bpe8k-s/gf2-lr0.001-seed3-steps432" not in names
+    assert (
+        "bpe8k-s/gf2-lr0.0005-seed3-steps432" in names
+        and "bpe8k-s/gf2-lr0.001-seed3-steps432" not in names
+    )
 
 
 def test_every_study_config_composes_at_both_scales():
-    """Every variant and control at the tuning size, and every GPU size, parses as one `fit` config."""
+    """Every variant and control at the tuning size, and every GPU size, parses as one `fit`
+    config."""
     cpu, gpu = stages.Scale(False), stages.Scale(True)
     steps = [stages.step(cpu, cpu.tune, v, 1e-3, 1) for v in (*PAPER, *CONTROLS)]
     steps += [stages.step(gpu, size, "lowrank_normal", 1e-3, 1) for size in SIZES]
@@ -203,20 +295,32 @@ def test_every_study_config_composes_at_both_scales():
         meta = parse({"name": name})
         decoder = merged_config(configs)["model"]["decoder"]
         assert config["model"]["decoder"]["d_model"] == decoder["d_model"]
-        if meta["variant"].startswith("lowrank"):  # the control's own optimizer settings survive the merges
+        if meta["variant"].startswith(
+            "lowrank"
+        ):  # the control's own optimizer settings survive the merges
             assert config["model"]["optimizer"]["input_lr_scale"] == 10.0
             assert config["model"]["optimizer"]["decay_input"] is False
 
 
 def test_the_best_rate_is_chosen_among_finished_runs_only():
     scale = stages.Scale(False)
-    rows = {run_name("bpe8k", "m", v, lr, 1): {"val_bpb": x} for v in PAPER for lr, x in ((1e-3, 2.0), (3e-3, 1.9))}
+    rows = {
+        run_name("bpe8k", "m", v, lr, 1): {"val_bpb": x}
+        for v in PAPER
+        for lr, x in ((1e-3, 2.0), (3e-3, 1.9))
+    }
     rows[run_name("bpe8k", "m", "gf2", 1e-2, 1)] = {"val_bpb": 1.0}  # a rung only gf2 finished
     rows[run_name("bpe8k", "m", "learned", 3e-3, 1)] = {"val_bpb": float("nan")}  # diverged
-    rows[run_name("bpe8k", "m", "gf2", 2e-3, 1, steps=1024)] = {"val_bpb": 0.5}  # another length: not the sweep
-    rows[run_name("bpe8k", "m", "gf2", 2e-3, 2, code=2)] = {"val_bpb": 0.5}  # another seed and codebook
+    rows[run_name("bpe8k", "m", "gf2", 2e-3, 1, steps=1024)] = {
+        "val_bpb": 0.5
+    }  # another length: not the sweep
+    rows[run_name("bpe8k", "m", "gf2", 2e-3, 2, code=2)] = {
+        "val_bpb": 0.5
+    }  # another seed and codebook
     swept = stages.swept(scale, rows)
-    assert swept[("m", "learned")] == swept[("m", "binary16")] == [1e-3, 3e-3] and swept[("m", "gf2")] == [
+    assert swept[("m", "learned")] == swept[("m", "binary16")] == [1e-3, 3e-3] and swept[
+        ("m", "gf2")
+    ] == [
         1e-3,
         3e-3,
         1e-2,
@@ -234,87 +338,127 @@ def test_the_gpu_plan_smoke_runs_its_smallest_size_on_cpu(tmp_path, shared_data)
     name, configs, flags = stages.smoke_plan(stages.Scale(True))[0]
     assert name == "smollm2-s/learned-lr0.001-seed1"
     args = [a for c in configs for a in ("--config", str(c))]
-    logger = [f"--trainer.logger.init_args.save_dir={tmp_path}", "--trainer.logger.init_args.name=smoke"]
+    logger = [
+        f"--trainer.logger.init_args.save_dir={tmp_path}",
+        "--trainer.logger.init_args.name=smoke",
+    ]
     result = run_cli("fit", *args, *flags, *stages.SMOKE, *logger)
     assert result.returncode == 0, result.stderr[-2000:]
     assert (tmp_path / "smoke" / "default" / "checkpoints" / "step=00000002.ckpt").is_file()
 
 
 def _estimate(monkeypatch, capsys, *args: str) -> tuple[dict[str, list[str]], str]:
-    """``study.py --estimate ARGS``: each run's line (name -> the rest, split) and the closing total."""
+    """``study.py --estimate ARGS``: each run's line (name -> the rest, split) and the closing
+    total."""
     monkeypatch.setattr(sys, "argv", ["experiments/study.py", "--estimate", *args])
     study.main()
     stdout = capsys.readouterr().out
     runs = [line.split() for line in stdout.splitlines() if " targets " in line]
     assert len(runs) == len({run[0] for run in runs})  # each run once
-    return {run[0]: run[1:] for run in runs}, next(line for line in stdout.splitlines() if " runs (" in line)
+    return {run[0]: run[1:] for run in runs}, next(
+        line for line in stdout.splitlines() if " runs (" in line
+    )
 
 
 def test_the_estimate_lists_every_planned_run_once(tmp_path, monkeypatch, capsys):
-    runs, total = _estimate(monkeypatch, capsys, "--out", str(tmp_path / "study"), "--adopt", "none")
-    # the sweep (each size's rates x 3 variants, seed 1); 3 sizes x 3 variants x 3 seeds (seed 1 of the
-    # estimate's best rates is in the sweep); the lengths x 3 variants x 3 seeds; the codebooks for seeds 2-3;
-    # 5 controls x 3 seeds
+    runs, total = _estimate(
+        monkeypatch, capsys, "--out", str(tmp_path / "study"), "--adopt", "none"
+    )
+    # the sweep (each size's rates x 3 variants, seed 1); 3 sizes x 3 variants x 3 seeds (seed 1 of
+    # the estimate's best rates is in the sweep); the lengths x 3 variants x 3 seeds; the codebooks
+    # for seeds 2-3; 5 controls x 3 seeds
     scale = stages.Scale(False)
     sweep = 3 * sum(map(len, scale.sweep.values()))
     lengths = 3 * 3 * sum(map(len, scale.lengths.values()))
-    resweep = 3 * 2 * len(scale.resweep)  # each variant's rungs either side (the middle: a length run's seed 1)
+    resweep = (
+        3 * 2 * len(scale.resweep)
+    )  # each variant's rungs either side (the middle: a length run's seed 1)
     n = sweep + resweep + (27 - 9) + lengths + 2 * len(scale.codebooks) + 15
     assert len(runs) == n and total.startswith(f"{n} runs (0 finished, 0 to adopt, {n} to run): ")
 
 
 def _sweep_rows(scale, best_at: int = 1) -> list[dict]:
     """Seed 1 of every size's sweep, the ``best_at``-th rate of each the best."""
-    return [{"name": run_name("bpe8k", size, v, lr, 1), "val_bpb": 2.0 - (i == best_at)}
-            for size, lrs in scale.sweep.items() for v in PAPER for i, lr in enumerate(lrs)]  # fmt: skip
+    return [
+        {"name": run_name("bpe8k", size, v, lr, 1), "val_bpb": 2.0 - (i == best_at)}
+        for size, lrs in scale.sweep.items()
+        for v in PAPER
+        for i, lr in enumerate(lrs)
+    ]
 
 
 def test_the_estimate_runs_at_the_swept_rates_counts_each_runs_updates_and_skips_finished_runs(
     tmp_path, monkeypatch, capsys
 ):
-    """After a sweep, --estimate plans the later stages at its best rates (not a guess), a training-length
-    run at its own updates, and leaves out of the total what the runs file already holds."""
+    """After a sweep, --estimate plans the later stages at its best rates (not a guess), a
+    training-length run at its own updates, and leaves out of the total what the runs file
+    already holds."""
     scale, out = stages.Scale(False), tmp_path / "study"
     s = scale.sweep["s"][1]
-    rows = [*_sweep_rows(scale), {"name": run_name("bpe8k", "s", "gf2", s, 2, steps=1728), "val_bpb": 1.0}]
+    rows = [
+        *_sweep_rows(scale),
+        {"name": run_name("bpe8k", "s", "gf2", s, 2, steps=1728), "val_bpb": 1.0},
+    ]
     (tmp_path / "study-runs.json").write_text(json.dumps({"title": "t", "runs": rows}))
     runs, total = _estimate(monkeypatch, capsys, "--out", str(out), "--adopt", "none")
     later = [n for n in runs if n.startswith("bpe8k-s/") and "seed1" not in n]
     assert later and all(f"-lr{s:g}-" in n for n in later)  # the sweep's best, not the middle guess
     short, long = (runs[run_name("bpe8k", "s", "gf2", s, 3, steps=n)] for n in (432, 1728))
-    assert float(long[2]) == pytest.approx(4 * float(short[2]), rel=0.01)  # training FLOPs: 1,728 / 432 updates
-    assert runs[run_name("bpe8k", "s", "gf2", s, 2, steps=1728)][-1] == "finished" and long[-1] == "h"
+    assert float(long[2]) == pytest.approx(
+        4 * float(short[2]), rel=0.01
+    )  # training FLOPs: 1,728 / 432 updates
+    assert (
+        runs[run_name("bpe8k", "s", "gf2", s, 2, steps=1728)][-1] == "finished" and long[-1] == "h"
+    )
     finished = len(rows)
-    assert total.startswith(f"{len(runs)} runs ({finished} finished, 0 to adopt, {len(runs) - finished} to run)")
+    assert total.startswith(
+        f"{len(runs)} runs ({finished} finished, 0 to adopt, {len(runs) - finished} to run)"
+    )
 
 
-def test_the_estimate_guesses_only_where_a_sweep_is_incomplete_and_counts_adoptable_runs(tmp_path, monkeypatch, capsys):
-    """A variant whose sweep lacks a score (a rate not run, a rate that logged nothing, a rung its best at an
-    edge asks for) keeps the guess; a swept one uses its best; runs an earlier runs file holds with the same
-    flags are to adopt, not to run."""
+def test_the_estimate_guesses_only_where_a_sweep_is_incomplete_and_counts_adoptable_runs(
+    tmp_path, monkeypatch, capsys
+):
+    """A variant whose sweep lacks a score (a rate not run, a rate that logged nothing, a rung
+    its best at an edge asks for) keeps the guess; a swept one uses its best; runs an earlier
+    runs file holds with the same flags are to adopt, not to run."""
     scale, out = stages.Scale(False), tmp_path / "study"
     rows = {r["name"]: r for r in _sweep_rows(scale) if not r["name"].startswith("bpe8k-s/gf2-")}
     rows[run_name("bpe8k", "m", "learned", scale.sweep["m"][2], 1)]["val_bpb"] = None
     low = scale.sweep["l"][0]
-    rows[run_name("bpe8k", "l", "binary16", low, 1)]["val_bpb"] = 0.5  # the best, at the sweep's edge
-    (tmp_path / "study-runs.json").write_text(json.dumps({"title": "t", "runs": list(rows.values())}))
+    rows[run_name("bpe8k", "l", "binary16", low, 1)]["val_bpb"] = (
+        0.5  # the best, at the sweep's edge
+    )
+    (tmp_path / "study-runs.json").write_text(
+        json.dumps({"title": "t", "runs": list(rows.values())})
+    )
     earlier = tmp_path / "earlier-runs.json"
-    control = stages.step(scale, "l", "learned", scale.sweep["l"][1], 2)  # L learned's swept best, seed 2
-    earlier.write_text(json.dumps({"runs": [{"name": control[0], "extra": control[2], "val_bpb": 1.0}]}))
+    control = stages.step(
+        scale, "l", "learned", scale.sweep["l"][1], 2
+    )  # L learned's swept best, seed 2
+    earlier.write_text(
+        json.dumps({"runs": [{"name": control[0], "extra": control[2], "val_bpb": 1.0}]})
+    )
     runs, total = _estimate(monkeypatch, capsys, "--out", str(out), "--adopt", str(earlier))
     guess = {size: lrs[len(lrs) // 2] for size, lrs in scale.sweep.items()}
     assert run_name("bpe8k", "s", "learned", scale.sweep["s"][1], 2) in runs  # swept: its best
     assert run_name("bpe8k", "s", "gf2", guess["s"], 2) in runs  # never swept
     assert run_name("bpe8k", "m", "learned", guess["m"], 2) in runs  # a rate logged nothing
-    rung = stages.LADDER[stages.LADDER.index(low) - 1]  # the sweep would add it below the edge best ...
+    rung = stages.LADDER[
+        stages.LADDER.index(low) - 1
+    ]  # the sweep would add it below the edge best ...
     assert runs[run_name("bpe8k", "l", "binary16", rung, 1)][-1] == "h"
-    assert run_name("bpe8k", "l", "binary16", guess["l"], 2) in runs  # ... so its best is not known yet
+    assert (
+        run_name("bpe8k", "l", "binary16", guess["l"], 2) in runs
+    )  # ... so its best is not known yet
     assert runs[control[0]][-1] == "adopt" and " 1 to adopt, " in total
 
 
 def test_the_gpu_plan_reads_token_shards_and_says_how_to_make_them(tmp_path, monkeypatch):
     scale = stages.Scale(True)
-    assert merged_config(scale.configs("gf2", "m", scale.tokenizer))["data"]["train"].startswith("shards/")
+    assert merged_config(scale.configs("gf2", "m", scale.tokenizer))["data"]["train"].startswith(
+        "shards/"
+    )
     monkeypatch.setattr(study, "ROOT", tmp_path)
     with pytest.raises(SystemExit, match=r"shards/fineweb-edu-smollm2/.*make shards-fineweb"):
         study._check_gpu_data(scale, [])
@@ -323,14 +467,31 @@ def test_the_gpu_plan_reads_token_shards_and_says_how_to_make_them(tmp_path, mon
     study._check_gpu_data(scale, [])
 
 
-def test_a_relaunched_resweep_adds_a_finished_variants_edge_rung_before_the_rest_finish(tmp_path, monkeypatch, capsys):
-    """gf2's resweep has scored all its rates, its best at the top edge; the other variants' have not: the launch
-    plans gf2's next rung now, beside the unfinished rates, not after them."""
+def test_a_relaunched_resweep_adds_a_finished_variants_edge_rung_before_the_rest_finish(
+    tmp_path, monkeypatch, capsys
+):
+    """gf2's resweep has scored all its rates, its best at the top edge; the other variants'
+    have not: the launch plans gf2's next rung now, beside the unfinished rates, not after them."""
     scale = stages.Scale(False)
-    rows = [r for r in _sweep_rows(scale, best_at=2) if r["name"].startswith("bpe8k-s/")]  # S's best: 3e-3
-    rows += [{"name": run_name("bpe8k", "s", "gf2", lr, 1, steps=1024), "val_bpb": x}
-             for lr, x in ((2e-3, 2.0), (3e-3, 1.9), (5e-3, 1.8))]  # fmt: skip
+    rows = [
+        r for r in _sweep_rows(scale, best_at=2) if r["name"].startswith("bpe8k-s/")
+    ]  # S's best: 3e-3
+    rows += [
+        {"name": run_name("bpe8k", "s", "gf2", lr, 1, steps=1024), "val_bpb": x}
+        for lr, x in ((2e-3, 2.0), (3e-3, 1.9), (5e-3, 1.8))
+    ]
     (tmp_path / "study-runs.json").write_text(json.dumps({"title": "t", "runs": rows}))
-    runs, _ = _estimate(monkeypatch, capsys, "--out", str(tmp_path / "study"), "--adopt", "none", "--stages", "resweep")
-    assert runs[run_name("bpe8k", "s", "gf2", 1e-2, 1, steps=1024)][-1] == "h"  # the rung above 5e-3
+    runs, _ = _estimate(
+        monkeypatch,
+        capsys,
+        "--out",
+        str(tmp_path / "study"),
+        "--adopt",
+        "none",
+        "--stages",
+        "resweep",
+    )
+    assert (
+        runs[run_name("bpe8k", "s", "gf2", 1e-2, 1, steps=1024)][-1] == "h"
+    )  # the rung above 5e-3
     assert runs[run_name("bpe8k", "s", "learned", 2e-3, 1, steps=1024)][-1] == "h"

@@ -1,8 +1,9 @@
-"""The study's findings by construction (experiments/study_findings.py, study_prose.py): every sentence that states a
-result is drawn from the runs file, its word chosen by rule, and the committed pages hold exactly what the runs give.
+"""The study's findings by construction (experiments/study_findings.py, study_prose.py): every
+sentence that states a result is drawn from the runs file, its word chosen by rule, and the
+committed pages hold exactly what the runs give.
 
-The perturbation tests change one run of a copy of the committed runs file so that one p crosses 0.05, or one seed
-changes sign, and show that the rendered finding's word changes with it."""
+The perturbation tests change one run of a copy of the committed runs file so that one p crosses
+0.05, or one seed changes sign, and show that the rendered finding's word changes with it."""
 
 import copy
 import json
@@ -12,7 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from experiments.study_findings import ESTABLISHED, NOT, SIGN, VOCABULARY, Claim, family, sensitivity, word
+from experiments.study_findings import (
+    ESTABLISHED,
+    NOT,
+    SIGN,
+    VOCABULARY,
+    Claim,
+    family,
+    sensitivity,
+    word,
+)
 from experiments.study_plan import parse_name
 from experiments.study_prose import BLOCKS, begin, bodies, findings, splice, stale
 from experiments.study_results import Study
@@ -37,7 +47,11 @@ def _study(change=None) -> Study:
 def _row_of(text: str, size: str, updates: str, gap: str) -> list[str]:
     """The val and test cells of a gap's row in the findings' gap tables."""
     lines = text.splitlines()
-    line = next(line for line in lines if line.startswith(f"| {size} | {updates} |") and f"| {gap} |" in line)
+    line = next(
+        line
+        for line in lines
+        if line.startswith(f"| {size} | {updates} |") and f"| {gap} |" in line
+    )
     return line.split(" | ")[4:6]
 
 
@@ -51,7 +65,9 @@ def test_the_committed_pages_hold_the_findings_the_runs_give():
     for name, page in BLOCKS.items():
         text = (ROOT / page).read_text()
         assert begin(STEM, name) in text, f"{page} has lost its {name} block's markers"
-        assert stale(text, STEM, drawn) == [], f"{page}: redraw with `python experiments/study.py --render`"
+        assert stale(text, STEM, drawn) == [], (
+            f"{page}: redraw with `python experiments/study.py --render`"
+        )
 
 
 def test_a_hand_edit_inside_a_block_is_stale_and_one_outside_is_not():
@@ -70,8 +86,12 @@ def test_the_rule_chooses_every_word():
     assert word(0.049, claim) == ESTABLISHED
     assert word(0.05, claim) == SIGN  # not below 0.05: the signs decide
     flipped = Claim("x", "difference", 0.1, -0.1, 0.3, 0.2, (0.1, -0.01, 0.2), ())
-    assert word(0.2, flipped) == NOT and word(0.01, flipped) == ESTABLISHED  # the family's p alone establishes
-    assert word(math.nan, Claim("x", "difference", 0.1, 0.1, 0.1, math.nan, (0.1,), ())) == NOT  # one seed
+    assert (
+        word(0.2, flipped) == NOT and word(0.01, flipped) == ESTABLISHED
+    )  # the family's p alone establishes
+    assert (
+        word(math.nan, Claim("x", "difference", 0.1, 0.1, 0.1, math.nan, (0.1,), ())) == NOT
+    )  # one seed
     assert ESTABLISHED in VOCABULARY and SIGN in VOCABULARY and "Holm" in VOCABULARY
 
 
@@ -81,12 +101,18 @@ def test_the_family_is_declared_once_and_its_edges_are_reported():
     kinds = [c.kind for c, _ in claims.values()]
     assert (kinds.count("difference"), kinds.count("slope")) == (52, 16)
     text = findings(study, "bpe8k")
-    assert text.index("**The family.** 68 tests") < text.index("| S | 108 |")  # declared before its numbers
+    assert text.index("**The family.** 68 tests") < text.index(
+        "| S | 108 |"
+    )  # declared before its numbers
     moved = dict(sensitivity(study, "bpe8k"))
-    # binary16 − learned at L on val rests on where the family's edge is drawn: it is established only without slopes
+    # binary16 − learned at L on val rests on where the family's edge is drawn: it is established
+    # only without slopes
     two = moved["the slopes as a family of their own, the differences as another"]
     assert ("binary16 − learned, L, 2.10M tokens, val", SIGN, ESTABLISHED) in two
-    edge = "binary16 − learned, L, 2.10M tokens, val: same sign in every seed, not established → **established**"
+    edge = (
+        "binary16 − learned, L, 2.10M tokens, val: same sign in every seed, not established → "
+        "**established**"
+    )
     assert edge in text
 
 
@@ -111,9 +137,11 @@ def test_a_p_that_crosses_alpha_changes_the_word_both_ways():
     base = findings(_study(), "bpe8k")
     assert _word(_row_of(base, "S", "108", "binary16 − learned")[0]) == ESTABLISHED
     assert _word(_row_of(base, "L", "1,024", "binary16 − learned")[0]) == SIGN
-    # S, val: seed 3's gap grows by 0.1 (seed 1, which chose the rates, untouched): every seed still positive, the
-    # spread too wide for the family
-    noisy = findings(_study(lambda rows: _shift(rows, "bpe8k-s/binary16-lr0.002-seed3", 0.1)), "bpe8k")
+    # S, val: seed 3's gap grows by 0.1 (seed 1, which chose the rates, untouched): every seed
+    # still positive, the spread too wide for the family
+    noisy = findings(
+        _study(lambda rows: _shift(rows, "bpe8k-s/binary16-lr0.002-seed3", 0.1)), "bpe8k"
+    )
     assert _word(_row_of(noisy, "S", "108", "binary16 − learned")[0]) == SIGN
 
     # L, val: seeds 2 and 3 moved to seed 1's gap (to 1e-4): the same gap, no noise left to doubt it
@@ -123,7 +151,10 @@ def test_a_p_that_crosses_alpha_changes_the_word_both_ways():
         for s, jitter in ((2, 1e-4), (3, -1e-4)):
             rows[f"bpe8k-l/binary16-lr0.002-seed{s}"]["val_bpb"] = learned[s] + gap + jitter
 
-    assert _word(_row_of(findings(_study(steady), "bpe8k"), "L", "1,024", "binary16 − learned")[0]) == ESTABLISHED
+    assert (
+        _word(_row_of(findings(_study(steady), "bpe8k"), "L", "1,024", "binary16 − learned")[0])
+        == ESTABLISHED
+    )
 
 
 def test_one_seed_changing_sign_changes_the_word():
@@ -138,9 +169,17 @@ def test_one_seed_changing_sign_changes_the_word():
 
 
 def test_the_rows_named_in_the_perturbations_are_the_compared_ones():
-    """The perturbed rows are the cells the findings compare (else the tests above would prove nothing)."""
+    """The perturbed rows are the cells the findings compare (else the tests above would prove
+    nothing)."""
     study = _study()
-    for size, variant, lr in (("s", "binary16", 2e-3), ("l", "binary16", 2e-3), ("l", "learned", 3e-3),
-                              ("m", "binary16", 3e-3), ("m", "learned", 3e-3)):  # fmt: skip
+    for size, variant, lr in (
+        ("s", "binary16", 2e-3),
+        ("l", "binary16", 2e-3),
+        ("l", "learned", 3e-3),
+        ("m", "binary16", 3e-3),
+        ("m", "learned", 3e-3),
+    ):
         assert study.rate("bpe8k", size, variant) == lr
-        assert {parse_name(r["name"])["lr"] for r in study.cell("bpe8k", size, variant).values()} == {lr}
+        assert {
+            parse_name(r["name"])["lr"] for r in study.cell("bpe8k", size, variant).values()
+        } == {lr}

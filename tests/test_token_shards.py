@@ -1,5 +1,6 @@
-"""Token shards: pretokenize (same blocks as streaming, resumable, never overwriting), the global block order
-resumed at other world sizes and worker counts, the TextDataModule source, and bad input refused in one line."""
+"""Token shards: pretokenize (same blocks as streaming, resumable, never overwriting), the
+global block order resumed at other world sizes and worker counts, the TextDataModule source,
+and bad input refused in one line."""
 
 import json
 import os
@@ -31,7 +32,8 @@ def _files(out: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(out.iterdir())}
 
 
-# -- pretokenize ------------------------------------------------------------------------------------
+# -- pretokenize
+# ------------------------------------------------------------------------------------
 
 
 def test_shards_hold_exactly_the_blocks_the_stream_packs(corpus, tmp_path):
@@ -41,11 +43,22 @@ def test_shards_hold_exactly_the_blocks_the_stream_packs(corpus, tmp_path):
     for keep in ("train", "held_out"):
         stored = TokenShards(tmp_path / "one", keep)
         mine = torch.from_numpy(stored.blocks(np.arange(stored.block_count(WIDTH)), WIDTH))
-        stream = PackedBlocks(source, str(tok), SEQ, eos_id=0, num_shards=1, shuffle_buffer=0, epochs=1,
-                              holdout_per_mille=100, keep=keep)  # fmt: skip
+        stream = PackedBlocks(
+            source,
+            str(tok),
+            SEQ,
+            eos_id=0,
+            num_shards=1,
+            shuffle_buffer=0,
+            epochs=1,
+            holdout_per_mille=100,
+            keep=keep,
+        )
         assert torch.equal(mine, torch.stack(list(stream))), keep
     index = json.loads((tmp_path / "one" / INDEX).read_text())
-    assert index["dtype"] == "uint16" and index["holdout"]["per_mille"] == 100 and index["eos_id"] == 0
+    assert (
+        index["dtype"] == "uint16" and index["holdout"]["per_mille"] == 100 and index["eos_id"] == 0
+    )
     assert index["totals"]["train"]["documents"] + index["totals"]["held_out"]["documents"] == 60
     assert index["source"]["fingerprint"] == source.fingerprint()
 
@@ -67,9 +80,15 @@ def test_pretokenize_resumes_keeps_finished_shards_and_never_overwrites(corpus, 
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        pretokenize(source, str(tok), tmp_path / "cut", shards=4, holdout_per_mille=100, progress=interrupt)
+        pretokenize(
+            source, str(tok), tmp_path / "cut", shards=4, holdout_per_mille=100, progress=interrupt
+        )
     left = sorted(p.name for p in (tmp_path / "cut").iterdir())
-    assert INDEX not in left and "part-00000.json" in left and not any(".tmp-" in name for name in left)
+    assert (
+        INDEX not in left
+        and "part-00000.json" in left
+        and not any(".tmp-" in name for name in left)
+    )
     with pytest.raises(ConfigError, match=r"unfinished pretokenize of other inputs .*holdout"):
         pretokenize(source, str(tok), tmp_path / "cut", shards=4, holdout_per_mille=50)
     resumed = pretokenize(source, str(tok), tmp_path / "cut", shards=4, holdout_per_mille=100)
@@ -77,8 +96,13 @@ def test_pretokenize_resumes_keeps_finished_shards_and_never_overwrites(corpus, 
     assert _files(tmp_path / "cut") == _files(tmp_path / "clean")
     with pytest.raises(ConfigError, match=r"already holds token shards .*--overwrite"):
         pretokenize(source, str(tok), tmp_path / "cut", shards=4, holdout_per_mille=100)
-    again = pretokenize(source, str(tok), tmp_path / "cut", shards=2, holdout_per_mille=100, overwrite=True)
-    assert again["tokens"] == clean["tokens"] and len(list((tmp_path / "cut").glob("train-*.bin"))) == 2
+    again = pretokenize(
+        source, str(tok), tmp_path / "cut", shards=2, holdout_per_mille=100, overwrite=True
+    )
+    assert (
+        again["tokens"] == clean["tokens"]
+        and len(list((tmp_path / "cut").glob("train-*.bin"))) == 2
+    )
     (tmp_path / "busy").mkdir()
     (tmp_path / "busy" / "notes.txt").write_text("mine")
     with pytest.raises(ConfigError, match="is not empty"):
@@ -87,10 +111,22 @@ def test_pretokenize_resumes_keeps_finished_shards_and_never_overwrites(corpus, 
 
 def test_pretokenize_command_prints_the_totals_and_exits_2_on_bad_paths(corpus, tmp_path, capsys):
     data, tok = corpus
-    argv = ["pretokenize", "--data", str(data), "--tokenizer", str(tok), "--out", str(tmp_path / "o"), "--shards", "3"]
+    argv = [
+        "pretokenize",
+        "--data",
+        str(data),
+        "--tokenizer",
+        str(tok),
+        "--out",
+        str(tmp_path / "o"),
+        "--shards",
+        "3",
+    ]
     assert main([*argv, "--no-progress"]) == 0
     line = capsys.readouterr().out.strip().splitlines()[-1]
-    assert line.startswith("pretokenize: 60 documents") and "tokens/s" in line and " bytes in " in line
+    assert (
+        line.startswith("pretokenize: 60 documents") and "tokens/s" in line and " bytes in " in line
+    )
     for bad, named in (
         (["--data", str(tmp_path / "nope.jsonl")], "nope.jsonl"),
         (["--tokenizer", str(tmp_path / "nope.json")], "nope.json"),
@@ -104,33 +140,47 @@ def test_pretokenize_command_prints_the_totals_and_exits_2_on_bad_paths(corpus, 
 @pytest.mark.slow
 def test_pretokenize_workers_write_the_same_shards(corpus, tmp_path, shards):
     data, tok = corpus
-    pretokenize(DocumentSource(str(data)), str(tok), tmp_path / "w2", shards=4, workers=2, holdout_per_mille=100)
+    pretokenize(
+        DocumentSource(str(data)),
+        str(tok),
+        tmp_path / "w2",
+        shards=4,
+        workers=2,
+        holdout_per_mille=100,
+    )
     assert _files(tmp_path / "w2") == _files(shards)
 
 
-# -- the global order, resumed at other world sizes ---------------------------------------------------
+# -- the global order, resumed at other world sizes
+# ---------------------------------------------------
 
 
 def test_the_global_order_is_a_seeded_permutation_reshuffled_every_pass():
     order = GlobalBlockOrder(50, seed=3)
     first, second = order(np.arange(50)), order(np.arange(50, 100))
     assert sorted(first) == sorted(second) == list(range(50)) and not np.array_equal(first, second)
-    assert np.array_equal(GlobalBlockOrder(50, seed=3)(np.arange(100)), np.concatenate([first, second]))
+    assert np.array_equal(
+        GlobalBlockOrder(50, seed=3)(np.arange(100)), np.concatenate([first, second])
+    )
     assert not np.array_equal(GlobalBlockOrder(50, seed=4)(np.arange(50)), first)
 
 
 def _launch(shards_dir, world, batches, state, batch_size=3):
-    """``world`` simulated ranks each take ``batches`` batches, resuming ``state``; their blocks in global
-    batch order, and each rank's state after."""
+    """``world`` simulated ranks each take ``batches`` batches, resuming ``state``; their blocks
+    in global batch order, and each rank's state after."""
     loaders = []
     for rank in range(world):
-        data = RankBatches(TokenShards(shards_dir), SEQ, batch_size, seed=7, rank=rank, world_size=world)
+        data = RankBatches(
+            TokenShards(shards_dir), SEQ, batch_size, seed=7, rank=rank, world_size=world
+        )
         loader = TokenBlockLoader(data)
         if state is not None:
             loader.load_state_dict(state)
         loaders.append(loader)
     its = [iter(loader) for loader in loaders]
-    out = [next(it) for _ in range(batches) for it in its]  # global batch k: rank 0's rows, then rank 1's, ...
+    out = [
+        next(it) for _ in range(batches) for it in its
+    ]  # global batch k: rank 0's rows, then rank 1's, ...
     states = [loader.state_dict() for loader in loaders]
     assert all(s == states[0] for s in states), "every rank saves the same global position"
     return torch.cat(out), states[0]
@@ -150,25 +200,39 @@ def test_a_resume_on_1_then_2_then_4_readers_reads_every_block_once_in_the_globa
     assert sorted(positions.tolist()) == list(range(n)), "the first pass holds every block once"
 
 
-def test_loader_workers_deal_whole_batches_in_the_order_the_loader_returns_them(shards, monkeypatch):
+def test_loader_workers_deal_whole_batches_in_the_order_the_loader_returns_them(
+    shards, monkeypatch
+):
     data = RankBatches(TokenShards(shards), SEQ, 2, seed=7, rank=1, world_size=2, start=10)
     reference = [data.batch(k) for k in range(9)]
     workers = []
     for w in range(3):
-        monkeypatch.setattr(block_order, "get_worker_info", lambda w=w: SimpleNamespace(num_workers=3, id=w))
+        monkeypatch.setattr(
+            block_order, "get_worker_info", lambda w=w: SimpleNamespace(num_workers=3, id=w)
+        )
         it = iter(data)
         workers.append([next(it) for _ in range(3)])
-    round_robin = [workers[k % 3][k // 3] for k in range(9)]  # how a DataLoader interleaves its workers
+    round_robin = [
+        workers[k % 3][k // 3] for k in range(9)
+    ]  # how a DataLoader interleaves its workers
     assert all(torch.equal(x, y) for x, y in zip(round_robin, reference, strict=True))
 
 
-def test_a_token_shard_position_goes_to_every_rank_and_the_data_module_refuses_at_load(shards, corpus):
+def test_a_token_shard_position_goes_to_every_rank_and_the_data_module_refuses_at_load(
+    shards, corpus
+):
     def checkpoint(states):
-        return {LOADER_STATES: states, "loops": {"fit_loop": {"state_dict": {"combined_loader": None}}}}
+        return {
+            LOADER_STATES: states,
+            "loops": {"fit_loop": {"state_dict": {"combined_loader": None}}},
+        }
 
     def trainer(world, rank, datamodule=None):
         return SimpleNamespace(
-            world_size=world, global_rank=rank, state=SimpleNamespace(fn="fit"), datamodule=datamodule
+            world_size=world,
+            global_rank=rank,
+            state=SimpleNamespace(fn="fit"),
+            datamodule=datamodule,
         )
 
     position = [{block_order.GLOBAL_POSITION: 12, "fingerprint": "{}"}]
@@ -180,21 +244,30 @@ def test_a_token_shard_position_goes_to_every_rank_and_the_data_module_refuses_a
     stream = [{"reader": [1, 2], "fingerprint": "{}"}]
     ckpt = checkpoint([[{"reader": [0, 2], "fingerprint": "{}"}], stream])
     take_own_loader_state(ckpt, trainer(2, 1))
-    assert ckpt["loops"]["fit_loop"]["state_dict"]["combined_loader"] == stream  # a text stream: its rank's
+    assert (
+        ckpt["loops"]["fit_loop"]["state_dict"]["combined_loader"] == stream
+    )  # a text stream: its rank's
     sharded = TextDataModule(train=str(shards), seq_len=SEQ, holdout_per_mille=100)
     with pytest.raises(CheckpointError, match="differ"):
-        take_own_loader_state(checkpoint([position, [{block_order.GLOBAL_POSITION: 14}]]), trainer(2, 0, sharded))
+        take_own_loader_state(
+            checkpoint([position, [{block_order.GLOBAL_POSITION: 14}]]), trainer(2, 0, sharded)
+        )
     data, tok = corpus
     text = TextDataModule(train=str(data), tokenizer=str(tok), seq_len=SEQ)
-    with pytest.raises(CheckpointError, match=r"2 ranks but this run has 4.*token shards \(fixed-embed pretokenize"):
+    with pytest.raises(
+        CheckpointError, match=r"2 ranks but this run has 4.*token shards \(fixed-embed pretokenize"
+    ):
         take_own_loader_state(checkpoint([stream, stream]), trainer(4, 0, text))
 
 
-# -- the TextDataModule source --------------------------------------------------------------------------
+# -- the TextDataModule source
+# --------------------------------------------------------------------------
 
 
 def test_datamodule_reads_shards_with_their_tokenizer_and_validates_on_the_held_out_ones(shards):
-    dm = TextDataModule(train=str(shards), seq_len=SEQ, batch_size=4, val_sequences=8, holdout_per_mille=100)
+    dm = TextDataModule(
+        train=str(shards), seq_len=SEQ, batch_size=4, val_sequences=8, holdout_per_mille=100
+    )
     assert dm.tokenizer_path() == str(shards / "tokenizer.json") and dm.vocab_size() == 300
     dm.setup("fit")
     loader = dm.train_dataloader()
@@ -203,14 +276,20 @@ def test_datamodule_reads_shards_with_their_tokenizer_and_validates_on_the_held_
     held = TokenShards(shards, "held_out")
     assert held.documents == 6  # validation: the first blocks of the held-out shards
     assert torch.equal(dm.validation_blocks(), torch.from_numpy(held.blocks(np.arange(8), WIDTH)))
-    spread = TextDataModule(train=str(shards), seq_len=SEQ, val_sequences=12, val_per_document=True,
-                            holdout_per_mille=100).validation_blocks()  # fmt: skip
+    spread = TextDataModule(
+        train=str(shards),
+        seq_len=SEQ,
+        val_sequences=12,
+        val_per_document=True,
+        holdout_per_mille=100,
+    ).validation_blocks()
     assert spread.shape == (12, WIDTH)
     with pytest.raises(ConfigError, match=r"hold out 100 per mille .*data.holdout_per_mille: 100"):
         TextDataModule(train=str(shards), seq_len=SEQ, holdout_per_mille=10).setup("fit")
 
 
-# -- bad input: one line each ---------------------------------------------------------------------------
+# -- bad input: one line each
+# ---------------------------------------------------------------------------
 
 
 def _copy(shards, tmp_path):
@@ -230,7 +309,9 @@ def _edit_index(folder, change):
 def test_bad_shards_are_refused_naming_the_file(shards, tmp_path, corpus):
     bad = _copy(shards, tmp_path)
     (bad / INDEX).unlink()
-    with pytest.raises(DataError, match=r"no index token_shards.json: an unfinished `fixed-embed pretokenize`"):
+    with pytest.raises(
+        DataError, match=r"no index token_shards.json: an unfinished `fixed-embed pretokenize`"
+    ):
         TextDataModule(train=str(bad)).check_inputs()
     bad = _copy(shards, tmp_path / "b")
     with open(bad / "train-00001.bin", "r+b") as f:
@@ -260,21 +341,27 @@ def test_shards_refuse_another_tokenizer(shards, tmp_path):
     dm = TextDataModule(train=str(shards), tokenizer=str(other), seq_len=SEQ, holdout_per_mille=100)
     with pytest.raises(
         DataError,
-        match=r"written with another tokenizer: .* differ in merges, vocab: .*set data.tokenizer: .*tokenizer.json",
+        match=r"written with another tokenizer: .* differ in merges, vocab: .*set data.tokenizer: "
+        r".*tokenizer.json",
     ):
         dm.setup("fit")
 
 
-# -- 2 gloo processes: the world changes between launches, DDP and FSDP2 --------------------------------------
+# -- 2 gloo processes: the world changes between launches, DDP and FSDP2
+# --------------------------------------
 
 
 def _check_launches(tmp_path, shards, launches):
-    """Every launch's ranks trained on their slices of consecutive global batches, from where the last stopped."""
+    """Every launch's ranks trained on their slices of consecutive global batches, from where
+    the last stopped."""
     stored = TokenShards(shards)
     order = GlobalBlockOrder(stored.block_count(WIDTH), seed=5)
     position, seen = 0, []
     for i, (devices, _, steps) in enumerate(launches):
-        ranks = [json.loads((tmp_path / f"launch{i}" / f"rank{r}.json").read_text()) for r in range(devices)]
+        ranks = [
+            json.loads((tmp_path / f"launch{i}" / f"rank{r}.json").read_text())
+            for r in range(devices)
+        ]
         assert all(r["world_size"] == devices for r in ranks)
         first = launches[i - 1][2] if i else 0
         for k, step in enumerate(range(first, steps)):
@@ -282,33 +369,57 @@ def _check_launches(tmp_path, shards, launches):
                 got_step, rows = record["steps"][k]
                 assert got_step == step
                 start = position + rank * 2
-                assert rows == stored.blocks(order(np.arange(start, start + 2)), WIDTH).tolist(), (i, step, rank)
+                assert rows == stored.blocks(order(np.arange(start, start + 2)), WIDTH).tolist(), (
+                    i,
+                    step,
+                    rank,
+                )
                 seen += range(start, start + 2)
             position += 2 * devices
-    assert sorted(seen) == list(range(position)), "every block of the global order once, none skipped"
+    assert sorted(seen) == list(range(position)), (
+        "every block of the global order once, none skipped"
+    )
     return position
 
 
 def _launch_fit(tmp_path, shards, i, devices, workers, steps, strategy, in_process):
-    argv = [str(tmp_path / f"launch{i}"), str(shards), "--devices", str(devices), "--workers", str(workers),
-            "--steps", str(steps), "--ckpt-dir", str(tmp_path / "ckpt"), "--strategy", strategy]  # fmt: skip
+    argv = [
+        str(tmp_path / f"launch{i}"),
+        str(shards),
+        "--devices",
+        str(devices),
+        "--workers",
+        str(workers),
+        "--steps",
+        str(steps),
+        "--ckpt-dir",
+        str(tmp_path / "ckpt"),
+        "--strategy",
+        strategy,
+    ]
     if in_process:
         token_shard_fit.main(argv)
         return
     run = subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "token_shard_fit.py"), *argv], capture_output=True, text=True,
-        cwd=ROOT, timeout=300, env={**os.environ, "HF_DATASETS_CACHE": str(tmp_path / "hf")},
-    )  # fmt: skip
+        [sys.executable, str(ROOT / "tests" / "token_shard_fit.py"), *argv],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+        env={**os.environ, "HF_DATASETS_CACHE": str(tmp_path / "hf")},
+    )
     assert run.returncode == 0, run.stderr[-3000:]
 
 
 @pytest.mark.multi_rank
-def test_a_run_resumed_on_two_processes_with_workers_and_back_on_one_reads_every_block_once(shards, tmp_path):
-    """DDP. Launch 1: 1 process (this one), 3 updates; launch 2: 2 processes (gloo) x 2 loader workers = 4
-    readers, updates 4-5; launch 3: 1 process again, updates 6-7. Each resumes the last checkpoint (saved
-    with the ranks' positions gathered). Together they train on global positions [0, 18) of the seeded
-    order, each exactly once, every rank on its slice of every global batch (the simulated-reader test
-    above covers 1 -> 2 -> 4 ranks in-process)."""
+def test_a_run_resumed_on_two_processes_with_workers_and_back_on_one_reads_every_block_once(
+    shards, tmp_path
+):
+    """DDP. Launch 1: 1 process (this one), 3 updates; launch 2: 2 processes (gloo) x 2 loader
+    workers = 4 readers, updates 4-5; launch 3: 1 process again, updates 6-7. Each resumes the
+    last checkpoint (saved with the ranks' positions gathered). Together they train on global
+    positions [0, 18) of the seeded order, each exactly once, every rank on its slice of every
+    global batch (the simulated-reader test above covers 1 -> 2 -> 4 ranks in-process)."""
     launches = [(1, 0, 3), (2, 2, 5), (1, 0, 7)]
     for i, (devices, workers, steps) in enumerate(launches):
         _launch_fit(tmp_path, shards, i, devices, workers, steps, "ddp", in_process=devices == 1)
@@ -317,8 +428,9 @@ def test_a_run_resumed_on_two_processes_with_workers_and_back_on_one_reads_every
 
 @pytest.mark.multi_rank
 def test_an_fsdp2_run_resumed_on_one_process_reshards_and_reads_every_block_once(shards, tmp_path):
-    """FSDP2: 2 processes x 2 workers, 3 updates, a sharded checkpoint; then 1 process (FSDP2 on one rank: the
-    distributed checkpoint reshards the weights and optimizer), updates 4-5, from the next global block."""
+    """FSDP2: 2 processes x 2 workers, 3 updates, a sharded checkpoint; then 1 process (FSDP2 on
+    one rank: the distributed checkpoint reshards the weights and optimizer), updates 4-5, from
+    the next global block."""
     launches = [(2, 2, 3), (1, 0, 5)]
     for i, (devices, workers, steps) in enumerate(launches):
         _launch_fit(tmp_path, shards, i, devices, workers, steps, "fsdp", in_process=False)
@@ -326,16 +438,21 @@ def test_an_fsdp2_run_resumed_on_one_process_reshards_and_reads_every_block_once
     assert _check_launches(tmp_path, shards, launches) == 16
 
 
-def test_the_resume_plan_refuses_other_shard_data_and_a_switch_between_text_and_shards(corpus, shards):
-    """Before any work (the plan reads the checkpoint only): a shard position resumes at any world size, but
-    not over other blocks (seq_len, seed, other shards) and not into a text stream, nor a text one into shards."""
+def test_the_resume_plan_refuses_other_shard_data_and_a_switch_between_text_and_shards(
+    corpus, shards
+):
+    """Before any work (the plan reads the checkpoint only): a shard position resumes at any
+    world size, but not over other blocks (seq_len, seed, other shards) and not into a text
+    stream, nor a text one into shards."""
     from fixed_embed.lightning_internals import COMBINED_LOADER
 
     data, tok = corpus
 
     def refusals(position, **options):
         checkpoint = {"loops": {"fit_loop": {"state_dict": {COMBINED_LOADER: [position]}}}}
-        dm = TextDataModule(**{"train": str(shards), "seq_len": 16, "holdout_per_mille": 100, **options})
+        dm = TextDataModule(
+            **{"train": str(shards), "seq_len": 16, "holdout_per_mille": 100, **options}
+        )
         return dm.resume_refusals(checkpoint, 2)
 
     order = RankBatches(TokenShards(shards), 16, 4, 0, 0, 1)
@@ -345,12 +462,16 @@ def test_the_resume_plan_refuses_other_shard_data_and_a_switch_between_text_and_
     assert "seed: checkpoint 0, now 5" in refusals(position, seed=5)[0]
     (text,) = refusals(position, train=str(data), tokenizer=str(tok))
     assert "data position is in token shards, and data.train is now text" in text
-    stream = PackedBlocks(DocumentSource(str(data)), str(tok), 16, eos_id=0, num_shards=4).state_dict()
+    stream = PackedBlocks(
+        DocumentSource(str(data)), str(tok), 16, eos_id=0, num_shards=4
+    ).state_dict()
     (switch,) = refusals(stream)
     assert "text stream's" in switch and str(shards) in switch
 
 
-def test_a_sigterm_stops_pretokenize_as_ctrl_c_does_and_the_rerun_cleans_up(corpus, tmp_path, monkeypatch):
+def test_a_sigterm_stops_pretokenize_as_ctrl_c_does_and_the_rerun_cleans_up(
+    corpus, tmp_path, monkeypatch
+):
     import signal
 
     import fixed_embed.data.pretokenize as writer
@@ -358,7 +479,9 @@ def test_a_sigterm_stops_pretokenize_as_ctrl_c_does_and_the_rerun_cleans_up(corp
     data, tok = corpus
     real = writer._write
 
-    def killed_mid_write(job, progress):  # the scheduler's SIGTERM arrives while a shard is being written
+    def killed_mid_write(
+        job, progress
+    ):  # the scheduler's SIGTERM arrives while a shard is being written
         (Path(job.out) / f".train-00000.bin.tmp-{os.getpid()}").write_bytes(b"half")
         os.kill(os.getpid(), signal.SIGTERM)
 
@@ -378,7 +501,10 @@ def test_a_sigterm_stops_pretokenize_as_ctrl_c_does_and_the_rerun_cleans_up(corp
     handler = signal.getsignal(signal.SIGTERM)
     stopped = run_cli(*args)
     assert stopped.returncode == 130, stopped.stderr[-2000:]
-    assert "interrupted (SIGTERM; the same command continues, keeping the finished shards)" in stopped.stderr
+    assert (
+        "interrupted (SIGTERM; the same command continues, keeping the finished shards)"
+        in stopped.stderr
+    )
     assert signal.getsignal(signal.SIGTERM) == handler  # put back
     monkeypatch.setattr(writer, "_write", real)
     assert run_cli(*args).returncode == 0

@@ -1,13 +1,15 @@
-"""A tokenizer is what its JSON says, not its path or its vocabulary: changed in place, it is another tokenizer
-wherever it meets ids made with the first one; loaded and saved again, it is the same one everywhere.
+"""A tokenizer is what its JSON says, not its path or its vocabulary: changed in place, it is
+another tokenizer wherever it meets ids made with the first one; loaded and saved again, it is
+the same one everywhere.
 
-Generated, not listed: every section of a real tokenizer's JSON (the top level's and the model's, discovered from
-the file) gets a change (:data:`CHANGES`; a section without one fails :func:`test_every_section_has_a_change`),
-written over the same file (the same size where the change allows, the old modification time kept). Each change is
-tried at every place that meets saved state (:data:`PLACES`, each naming the library modules it exercises; a
-module using the identity that no place exercises fails :func:`test_every_module_using_the_identity_is_a_place`):
-refused in one line naming both fingerprints. The tokenizers: the conftest corpus's BPE, and SmolLM2's
-(``../shared/data/smollm2-tokenizer``, skipped when absent).
+Generated, not listed: every section of a real tokenizer's JSON (the top level's and the
+model's, discovered from the file) gets a change (:data:`CHANGES`; a section without one fails
+:func:`test_every_section_has_a_change`), written over the same file (the same size where the
+change allows, the old modification time kept). Each change is tried at every place that meets
+saved state (:data:`PLACES`, each naming the library modules it exercises; a module using the
+identity that no place exercises fails :func:`test_every_module_using_the_identity_is_a_place`):
+refused in one line naming both fingerprints. The tokenizers: the conftest corpus's BPE, and
+SmolLM2's (``../shared/data/smollm2-tokenizer``, skipped when absent).
 """
 
 from __future__ import annotations
@@ -48,35 +50,55 @@ def _either(value: Any, other: Any) -> Any:
     return other if value is None else None
 
 
-# A change per section: what a user editing the file (or a tool writing it) might do. Keyed "section" for the top
-# level and "model.field" for the model's own fields.
+# A change per section: what a user editing the file (or a tool writing it) might do. Keyed
+# "section" for the top level and "model.field" for the model's own fields.
 CHANGES: dict[str, Callable[[Any], Any]] = {
     "normalizer": lambda v: _either(v, {"type": "NFKC"}),
-    "pre_tokenizer": lambda v: {"type": "Sequence", "pretokenizers": [{"type": "Digits", "individual_digits": True},
-                                                                     v]},
-    "post_processor": lambda v: _either(v, {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True,
-                                            "use_regex": True}),
+    "pre_tokenizer": lambda v: {
+        "type": "Sequence",
+        "pretokenizers": [{"type": "Digits", "individual_digits": True}, v],
+    },
+    "post_processor": lambda v: _either(
+        v, {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True}
+    ),
     "decoder": lambda v: {"type": "Fuse"},
-    "truncation": lambda v: _either(v, {"direction": "Right", "max_length": 8, "strategy": "LongestFirst",
-                                        "stride": 0}),
-    "padding": lambda v: _either(v, {"strategy": "BatchLongest", "direction": "Right", "pad_to_multiple_of": None,
-                                     "pad_id": 0, "pad_type_id": 0, "pad_token": "<|endoftext|>"}),
+    "truncation": lambda v: _either(
+        v, {"direction": "Right", "max_length": 8, "strategy": "LongestFirst", "stride": 0}
+    ),
+    "padding": lambda v: _either(
+        v,
+        {
+            "strategy": "BatchLongest",
+            "direction": "Right",
+            "pad_to_multiple_of": None,
+            "pad_id": 0,
+            "pad_type_id": 0,
+            "pad_token": "<|endoftext|>",
+        },
+    ),
     "added_tokens": lambda v: [{**v[0], "lstrip": not v[0]["lstrip"]}, *v[1:]],
     "model.vocab": _swap_two_ids,  # the same size: two ids trade places
     "model.merges": lambda v: [v[1], v[0], *v[2:]],  # the same size: two merges trade ranks
     "model.dropout": lambda v: _either(v, 0.5),
     "model.unk_token": lambda v: _either(v, "<|endoftext|>"),
-    "model.continuing_subword_prefix": lambda v: _either(v, ""),  # a longer one panics: no merge has it
+    "model.continuing_subword_prefix": lambda v: _either(
+        v, ""
+    ),  # a longer one panics: no merge has it
     "model.end_of_word_suffix": lambda v: _either(v, "</w>"),
     "model.fuse_unk": lambda v: not v,
     "model.byte_fallback": lambda v: not v,
     "model.ignore_merges": lambda v: not v,
-}  # fmt: skip
+}
 SAME_SIZE = {"model.vocab", "model.merges"}
 # SmolLM2's (each at one place): the reported change and the same-size ones
-ONE_PLACE_EACH = ["normalizer", "model.vocab", "model.merges"]  # the corpus BPE tries every section everywhere
+ONE_PLACE_EACH = [
+    "normalizer",
+    "model.vocab",
+    "model.merges",
+]  # the corpus BPE tries every section everywhere
 UNCHANGEABLE = {
-    "version": "the format's version: another is no tokenizer this library reads (load_tokenizer refuses it)",
+    "version": "the format's version: another is no tokenizer this library reads (load_tokenizer "
+    "refuses it)",
     "model.type": "another model type reads none of this model's fields: no tokenizer",
 }
 
@@ -88,7 +110,8 @@ def sections(path: Path) -> list[str]:
 
 
 def write_changed(path: Path, section: str, baseline: str) -> None:
-    """``baseline`` (the tokenizer's text) with ``section`` changed, written over ``path``, its mtime kept."""
+    """``baseline`` (the tokenizer's text) with ``section`` changed, written over ``path``, its
+    mtime kept."""
     data, stat = json.loads(baseline), path.stat()
     owner, key = (data["model"], section[6:]) if section.startswith("model.") else (data, section)
     owner[key] = CHANGES[section](owner[key])
@@ -97,12 +120,16 @@ def write_changed(path: Path, section: str, baseline: str) -> None:
 
 
 def write_reserialized(path: Path) -> None:
-    """The same tokenizer loaded and saved again: keys in another order, other whitespace and escapes."""
+    """The same tokenizer loaded and saved again: keys in another order, other whitespace and
+    escapes."""
     data = json.loads(load_tokenizer(path).to_str())
-    path.write_text(json.dumps(data, sort_keys=True, separators=(", ", ": "), ensure_ascii=True) + "\n\n")
+    path.write_text(
+        json.dumps(data, sort_keys=True, separators=(", ", ": "), ensure_ascii=True) + "\n\n"
+    )
 
 
-# -- the state saved with the baseline tokenizer, before any change --------------------------------------------
+# -- the state saved with the baseline tokenizer, before any change
+# --------------------------------------------
 
 
 @dataclass
@@ -115,15 +142,24 @@ class Saved:
     validation_cache: Path
     fingerprint: str
     held: list[str]  # its sections
-    every_place: bool  # each change at every place; else ONE_PLACE_EACH (SmolLM2's 49k tokens: ~1 s a place)
+    every_place: (
+        bool  # each change at every place; else ONE_PLACE_EACH (SmolLM2's 49k tokens: ~1 s a place)
+    )
 
 
 def _datamodule(saved: Saved, **options: Any) -> TextDataModule:
-    options = {"train": str(saved.corpus), "tokenizer": str(saved.tokenizer), "seq_len": 16, **options}
+    options = {
+        "train": str(saved.corpus),
+        "tokenizer": str(saved.tokenizer),
+        "seq_len": 16,
+        **options,
+    }
     return TextDataModule(val_sequences=4, holdout_per_mille=300, **options)
 
 
-@pytest.fixture(scope="module", params=["corpus-bpe", pytest.param("smollm2", marks=pytest.mark.slow)])  # 49k tokens
+@pytest.fixture(
+    scope="module", params=["corpus-bpe", pytest.param("smollm2", marks=pytest.mark.slow)]
+)  # 49k tokens
 def saved(request, corpus, tmp_path_factory):
     if request.param == "smollm2" and not SMOLLM2.is_file():
         pytest.skip(f"the SmolLM2 tokenizer is not at {SMOLLM2}")
@@ -132,16 +168,38 @@ def saved(request, corpus, tmp_path_factory):
         patch.setenv("FIXED_EMBED_CACHE", str(folder / "cache"))
         tokenizer = folder / "tokenizer.json"
         baseline = load_tokenizer(SMOLLM2 if request.param == "smollm2" else corpus[1])
-        tokenizer.write_text(json.dumps(json.loads(baseline.to_str()), indent=2, ensure_ascii=False))
-        saved = Saved(tokenizer, corpus[0], {}, folder / "shards", folder / "tiny.ckpt", Path(), "",
-                      sections(tokenizer), every_place=request.param != "smollm2")  # fmt: skip
+        tokenizer.write_text(
+            json.dumps(json.loads(baseline.to_str()), indent=2, ensure_ascii=False)
+        )
+        saved = Saved(
+            tokenizer,
+            corpus[0],
+            {},
+            folder / "shards",
+            folder / "tiny.ckpt",
+            Path(),
+            "",
+            sections(tokenizer),
+            every_place=request.param != "smollm2",
+        )
         datamodule = _datamodule(saved)
         next(iter(stream := datamodule.train_source.training_stream()))
-        saved.resume_state = {LOADER_STATES: [[stream.state_dict()]], "datamodule_hyper_parameters": {"num_workers": 0},
-                              "TextDataModule": datamodule.state_dict()}  # fmt: skip
-        pretokenize(DocumentSource(str(corpus[0])), str(tokenizer), saved.shards, shards=2, holdout_per_mille=100)
+        saved.resume_state = {
+            LOADER_STATES: [[stream.state_dict()]],
+            "datamodule_hyper_parameters": {"num_workers": 0},
+            "TextDataModule": datamodule.state_dict(),
+        }
+        pretokenize(
+            DocumentSource(str(corpus[0])),
+            str(tokenizer),
+            saved.shards,
+            shards=2,
+            holdout_per_mille=100,
+        )
         _write_checkpoint(saved.checkpoint, saved.resume_state["TextDataModule"])
-        saved.validation_cache = _datamodule(saved).train_source.validation_cache(held_out=True).path
+        saved.validation_cache = (
+            _datamodule(saved).train_source.validation_cache(held_out=True).path
+        )
         saved.fingerprint = tokenizer_fingerprint(baseline)
         yield saved
 
@@ -151,11 +209,19 @@ def _write_checkpoint(path: Path, datamodule_state: dict) -> None:
     from tests.helpers import TINY_DECODER
 
     model = LanguageModel(decoder=TINY_DECODER)
-    torch.save({"state_dict": model.state_dict(), "hyper_parameters": dict(model.hparams), "global_step": 0,
-                "TextDataModule": datamodule_state}, path)  # fmt: skip
+    torch.save(
+        {
+            "state_dict": model.state_dict(),
+            "hyper_parameters": dict(model.hparams),
+            "global_step": 0,
+            "TextDataModule": datamodule_state,
+        },
+        path,
+    )
 
 
-# -- the places a tokenizer meets saved state: each raises a UserError to refuse ----------------------------------
+# -- the places a tokenizer meets saved state: each raises a UserError to refuse
+# ----------------------------------
 
 
 @dataclass
@@ -169,37 +235,51 @@ def _resume(saved: Saved) -> None:
     datamodule = _datamodule(saved)
     refusals = datamodule.resume_refusals(saved.resume_state, 1)
     assert len(refusals) <= 1, refusals
-    datamodule.load_state_dict(saved.resume_state["TextDataModule"])  # validate, test: the same check at load
+    datamodule.load_state_dict(
+        saved.resume_state["TextDataModule"]
+    )  # validate, test: the same check at load
     if refusals:  # the load above refused too, or this fails
         raise AssertionError(f"load_state_dict accepted what resume_refusals refused: {refusals}")
 
 
 def _shards(given: bool) -> Callable[[Saved], None]:
-    """``data.tokenizer`` given (the file changed), or null: the shards' own copy (that file changed)."""
+    """``data.tokenizer`` given (the file changed), or null: the shards' own copy (that file
+    changed)."""
 
     def meet(saved: Saved) -> None:
-        TextDataModule(train=str(saved.shards), tokenizer=str(saved.tokenizer) if given else None, seq_len=16,
-                       holdout_per_mille=100).setup("fit")  # fmt: skip
+        TextDataModule(
+            train=str(saved.shards),
+            tokenizer=str(saved.tokenizer) if given else None,
+            seq_len=16,
+            holdout_per_mille=100,
+        ).setup("fit")
 
     return meet
 
 
 PLACES = {
     "resume (data module)": Place(_resume, ("data.datamodule", "data.text_stream")),
-    "token shards, data.tokenizer": Place(_shards(True), ("data.token_shards", "data.shard_source",
-                                                               "data.pretokenize")),
-    "token shards, their own copy": Place(_shards(False), ("data.token_shards",),
-                                          lambda saved: saved.shards / "tokenizer.json"),
-    "eval and export --tokenizer": Place(lambda saved: load_checkpoint(saved.checkpoint, str(saved.tokenizer)),
-                                         ("evaluation.loading", "evaluation.export")),
-    "lm-eval tokenizer=": Place(lambda saved: FixedEmbedLM(str(saved.checkpoint), str(saved.tokenizer), device="cpu"),
-                                ("evaluation.lm_eval_model",)),
-}  # fmt: skip
+    "token shards, data.tokenizer": Place(
+        _shards(True), ("data.token_shards", "data.shard_source", "data.pretokenize")
+    ),
+    "token shards, their own copy": Place(
+        _shards(False), ("data.token_shards",), lambda saved: saved.shards / "tokenizer.json"
+    ),
+    "eval and export --tokenizer": Place(
+        lambda saved: load_checkpoint(saved.checkpoint, str(saved.tokenizer)),
+        ("evaluation.loading", "evaluation.export"),
+    ),
+    "lm-eval tokenizer=": Place(
+        lambda saved: FixedEmbedLM(str(saved.checkpoint), str(saved.tokenizer), device="cpu"),
+        ("evaluation.lm_eval_model",),
+    ),
+}
 
 
 @pytest.fixture
 def restored(saved):
-    """Every file a place reads, put back as the baseline wrote it (bytes and mtime) after the test."""
+    """Every file a place reads, put back as the baseline wrote it (bytes and mtime) after the
+    test."""
     files = {place.file(saved) for place in PLACES.values()}
     kept = {path: (path.read_bytes(), path.stat()) for path in files}
     yield
@@ -211,24 +291,34 @@ def restored(saved):
 def test_every_section_has_a_change(corpus):
     found = set(sections(corpus[1])) | (set(sections(SMOLLM2)) if SMOLLM2.is_file() else set())
     missing = found - set(CHANGES) - set(UNCHANGEABLE)
-    assert not missing, f"tokenizer JSON sections without a change in CHANGES (or a reason in UNCHANGEABLE): {missing}"
+    assert not missing, (
+        "tokenizer JSON sections without a change in CHANGES (or a reason in UNCHANGEABLE): "
+        f"{missing}"
+    )
 
 
 def test_every_module_using_the_identity_is_a_place():
-    """A module that compares tokenizers uses tokenizers' one identity, and some place here tries it."""
+    """A module that compares tokenizers uses tokenizers' one identity, and some place here
+    tries it."""
     users = {
         ".".join(path.relative_to(ROOT / "fixed_embed").with_suffix("").parts)
         for path in (ROOT / "fixed_embed").rglob("*.py")
         if re.search(r"\btokenizer_(fingerprint|mismatch)\b|\bkept_copy\b", path.read_text())
     } - {"data.tokenizer"}
     covered = {module for place in PLACES.values() for module in place.modules}
-    assert users <= covered, f"modules using the tokenizer's identity that no place in PLACES tries: {users - covered}"
+    assert users <= covered, (
+        f"modules using the tokenizer's identity that no place in PLACES tries: {users - covered}"
+    )
     for path in (ROOT / "fixed_embed").rglob("*.py"):  # the vocabulary alone is not the identity
-        assert not re.search(r"get_vocab\(\)\s*[!=]=", path.read_text()), f"{path} compares vocabularies"
+        assert not re.search(r"get_vocab\(\)\s*[!=]=", path.read_text()), (
+            f"{path} compares vocabularies"
+        )
 
 
 @pytest.mark.parametrize("section", sorted(CHANGES))
-def test_a_tokenizer_changed_in_place_is_refused_everywhere_in_one_line_naming_both(saved, restored, section):
+def test_a_tokenizer_changed_in_place_is_refused_everywhere_in_one_line_naming_both(
+    saved, restored, section
+):
     if section not in saved.held:
         pytest.skip(f"this tokenizer has no {section}")
     baseline, places = saved.tokenizer.read_text(), list(PLACES.items())
@@ -238,12 +328,16 @@ def test_a_tokenizer_changed_in_place_is_refused_everywhere_in_one_line_naming_b
         places = [places[ONE_PLACE_EACH.index(section) % len(places)]]
     for name, place in places:
         path = place.file(saved)
-        path.write_text(baseline)  # the same tokenizer, in the form write_changed writes (for the size)
+        path.write_text(
+            baseline
+        )  # the same tokenizer, in the form write_changed writes (for the size)
         size = path.stat().st_size
         write_changed(path, section, baseline)
         changed = tokenizer_fingerprint(load_tokenizer(path))
         assert changed != saved.fingerprint, f"{section}: the change did not change the tokenizer"
-        assert section not in SAME_SIZE or path.stat().st_size == size, f"{section}: not the same size"
+        assert section not in SAME_SIZE or path.stat().st_size == size, (
+            f"{section}: not the same size"
+        )
         with pytest.raises(UserError) as refused:
             place.meet(saved)
         message = str(refused.value)
@@ -257,14 +351,20 @@ def test_a_changed_tokenizer_has_its_own_validation_cache(saved, restored, secti
     if section not in saved.held or not (saved.every_place or section in SAME_SIZE):
         pytest.skip(f"this tokenizer has no {section}, or it is tried on the other one")
     write_changed(saved.tokenizer, section, saved.tokenizer.read_text())
-    assert _datamodule(saved).train_source.validation_cache(held_out=True).path != saved.validation_cache
+    assert (
+        _datamodule(saved).train_source.validation_cache(held_out=True).path
+        != saved.validation_cache
+    )
 
 
 def test_the_same_tokenizer_saved_again_is_accepted_everywhere(saved, restored):
     for place in PLACES.values():
         write_reserialized(place.file(saved))
         place.meet(saved)  # no refusal
-    assert _datamodule(saved).train_source.validation_cache(held_out=True).path == saved.validation_cache
+    assert (
+        _datamodule(saved).train_source.validation_cache(held_out=True).path
+        == saved.validation_cache
+    )
 
 
 def test_the_same_tokenizer_at_another_path_resumes(saved, tmp_path):
@@ -273,7 +373,8 @@ def test_the_same_tokenizer_at_another_path_resumes(saved, tmp_path):
     assert _datamodule(saved, tokenizer=str(moved)).resume_refusals(saved.resume_state, 1) == []
 
 
-# -- the BPE cache: a cached tokenizer changed behind its stamp is trained again (or, with --out, refused) --------
+# -- the BPE cache: a cached tokenizer changed behind its stamp is trained again (or, with --out,
+# refused) --------
 
 
 @pytest.mark.parametrize("section", ["normalizer", "model.vocab", "model.merges", "added_tokens"])
@@ -283,50 +384,86 @@ def test_a_cached_bpe_changed_in_place_is_not_reused(corpus, tmp_path, section):
     shutil.copytree(corpus[1].parent, folder)
     target, baseline = folder / "tokenizer.json", (folder / "tokenizer.json").read_text()
     expected = tokenizer_fingerprint(load_tokenizer(target))
-    assert train_bpe(texts, 300, folder, "training-corpus", overwrite=False) == target  # the stamp matches: reused
+    assert (
+        train_bpe(texts, 300, folder, "training-corpus", overwrite=False) == target
+    )  # the stamp matches: reused
     write_reserialized(target)
     reserialized = target.read_text()
-    assert train_bpe(texts, 300, folder, "training-corpus", overwrite=False) == target  # the same tokenizer
+    assert (
+        train_bpe(texts, 300, folder, "training-corpus", overwrite=False) == target
+    )  # the same tokenizer
     assert target.read_text() == reserialized  # reused, not trained again
     write_changed(target, section, baseline)
-    with pytest.raises(UserError, match=rf"{re.escape(str(target))} already exists, made by unknown inputs"):
+    with pytest.raises(
+        UserError, match=rf"{re.escape(str(target))} already exists, made by unknown inputs"
+    ):
         train_bpe(texts, 300, folder, "training-corpus", overwrite=False)
     train_bpe(texts, 300, folder, "training-corpus")  # the cache's way: trained again
     assert tokenizer_fingerprint(load_tokenizer(target)) == expected
 
 
-# -- through the command line: one real resume, and each command that takes a checkpoint and --tokenizer ---------
+# -- through the command line: one real resume, and each command that takes a checkpoint and
+# --tokenizer ---------
 
 
-def test_a_resume_with_the_tokenizer_changed_in_place_exits_2_naming_both(corpus, tmp_path, monkeypatch):
+def test_a_resume_with_the_tokenizer_changed_in_place_exits_2_naming_both(
+    corpus, tmp_path, monkeypatch
+):
     from tests.test_lifecycle import fit_args
 
-    monkeypatch.setenv("FIXED_EMBED_CACHE", str(tmp_path / "cache"))  # where the refusal keeps the run's tokenizer
+    monkeypatch.setenv(
+        "FIXED_EMBED_CACHE", str(tmp_path / "cache")
+    )  # where the refusal keeps the run's tokenizer
     tokenizer = tmp_path / "tokenizer.json"
     shutil.copy(corpus[1], tokenizer)
     first = run_cli(
-        *fit_args(tmp_path, (corpus[0], tokenizer), "gf2", "--trainer.max_steps", "1", "--ckpt_path", "last")
+        *fit_args(
+            tmp_path,
+            (corpus[0], tokenizer),
+            "gf2",
+            "--trainer.max_steps",
+            "1",
+            "--ckpt_path",
+            "last",
+        )
     )
     assert first.returncode == 0, first.stderr[-3000:]
     before = tokenizer_fingerprint(load_tokenizer(tokenizer))
     write_changed(tokenizer, "normalizer", tokenizer.read_text())
     result = run_cli(
-        *fit_args(tmp_path, (corpus[0], tokenizer), "gf2", "--trainer.max_steps", "2", "--ckpt_path", "last")
+        *fit_args(
+            tmp_path,
+            (corpus[0], tokenizer),
+            "gf2",
+            "--trainer.max_steps",
+            "2",
+            "--ckpt_path",
+            "last",
+        )
     )
     assert result.returncode == 2, result.stderr[-3000:]
     [line] = [line for line in result.stderr.splitlines() if "refusing to resume" in line]
-    assert before[:12] in line and tokenizer_fingerprint(load_tokenizer(tokenizer))[:12] in line, line
+    assert before[:12] in line and tokenizer_fingerprint(load_tokenizer(tokenizer))[:12] in line, (
+        line
+    )
     assert "differ in normalizer" in line and "set data.tokenizer: " in line, line
     kept = Path(line.split("set data.tokenizer: ")[1].split(")")[0])
-    assert tokenizer_fingerprint(load_tokenizer(kept)) == before  # the fix it names is the run's own tokenizer
+    assert (
+        tokenizer_fingerprint(load_tokenizer(kept)) == before
+    )  # the fix it names is the run's own tokenizer
 
 
 def _commands_overriding_a_checkpoints_tokenizer() -> list[str]:
     from tests.test_bad_paths import LIGHTNING, arguments, commands, role
 
-    # fit, validate, test: data.tokenizer against --ckpt_path is the resume place (the data module's check)
+    # fit, validate, test: data.tokenizer against --ckpt_path is the resume place (the data
+    # module's check)
     found = [c for c in commands() if c not in LIGHTNING]
-    return [c for c in found if {"checkpoint", "tokenizer"} <= {role(flag, c) for flag, _, _ in arguments(c)}]
+    return [
+        c
+        for c in found
+        if {"checkpoint", "tokenizer"} <= {role(flag, c) for flag, _, _ in arguments(c)}
+    ]
 
 
 def test_the_commands_overriding_a_checkpoints_tokenizer_are_found():
@@ -334,7 +471,9 @@ def test_the_commands_overriding_a_checkpoints_tokenizer_are_found():
 
 
 @pytest.mark.parametrize("command", _commands_overriding_a_checkpoints_tokenizer())
-def test_a_command_given_another_tokenizer_than_its_checkpoints_exits_2_naming_the_flag(corpus, tmp_path, command):
+def test_a_command_given_another_tokenizer_than_its_checkpoints_exits_2_naming_the_flag(
+    corpus, tmp_path, command
+):
     from tests.test_bad_paths import baseline
 
     checkpoint = tmp_path / "tiny.ckpt"
@@ -344,7 +483,13 @@ def test_a_command_given_another_tokenizer_than_its_checkpoints_exits_2_naming_t
     _write_checkpoint(checkpoint, state)
     write_changed(tokenizer, "normalizer", tokenizer.read_text())
     lead, parts = baseline(command, {"checkpoint": checkpoint}, tmp_path)
-    result = run_cli(*lead, *[token for part in parts.values() for token in part], "--tokenizer", str(tokenizer))
+    result = run_cli(
+        *lead, *[token for part in parts.values() for token in part], "--tokenizer", str(tokenizer)
+    )
     assert result.returncode == 2, result.stderr[-3000:]
     [line] = [line for line in result.stderr.splitlines() if "error:" in line]
-    assert "differ in normalizer" in line and "--tokenizer" in line and "Traceback" not in result.stderr, line
+    assert (
+        "differ in normalizer" in line
+        and "--tokenizer" in line
+        and "Traceback" not in result.stderr
+    ), line

@@ -43,7 +43,10 @@ class Recorder(UpdateCallback):
 
 def drive(callback, micro_batches, accumulate, start_step=0):
     """Lightning's per-micro-batch call order, on a fake trainer: start, (the step), end."""
-    trainer, batch = SimpleNamespace(global_step=start_step, batch_idx=0), torch.zeros(2, 5, dtype=torch.long)
+    trainer, batch = (
+        SimpleNamespace(global_step=start_step, batch_idx=0),
+        torch.zeros(2, 5, dtype=torch.long),
+    )
     ends = lambda trainer: (trainer.batch_idx + 1) % accumulate == 0  # noqa: E731 -- Lightning's decision
     with mock.patch("callbacks.update_boundary.ends_update", ends):
         for i in range(micro_batches):
@@ -60,20 +63,43 @@ def test_on_update_end_fires_once_per_update_never_mid_accumulation():
     recorder = Recorder(every_n_steps=2)
     drive(recorder, micro_batches=10, accumulate=2)
     # After update n, global_step == n; due every 2nd update.
-    assert recorder.hooks("update_end") == [(1, 1, False), (2, 2, True), (3, 3, False), (4, 4, True), (5, 5, False)]
-    assert recorder.hooks("update_start") == [(n, n - 1) for n in range(1, 6)]  # its first micro-batch
-    assert recorder.hooks("before_step") == [(n, n - 1) for n in range(1, 6)]  # the step not taken yet
+    assert recorder.hooks("update_end") == [
+        (1, 1, False),
+        (2, 2, True),
+        (3, 3, False),
+        (4, 4, True),
+        (5, 5, False),
+    ]
+    assert recorder.hooks("update_start") == [
+        (n, n - 1) for n in range(1, 6)
+    ]  # its first micro-batch
+    assert recorder.hooks("before_step") == [
+        (n, n - 1) for n in range(1, 6)
+    ]  # the step not taken yet
     assert len(recorder.hooks("micro_start")) == len(recorder.hooks("micro_end")) == 10
-    # Per update: start, micro, micro, step, micro, end -- nothing after the first micro-batch's end.
+    # Per update: start, micro, micro, step, micro, end -- nothing after the first micro-batch's
+    # end.
     names = [event[0] for event in recorder.events]
-    update = ["update_start", "micro_start", "micro_end", "micro_start", "before_step", "micro_end", "update_end"]
+    update = [
+        "update_start",
+        "micro_start",
+        "micro_end",
+        "micro_start",
+        "before_step",
+        "micro_end",
+        "update_end",
+    ]
     assert names == update * 5
 
 
 def test_a_resumed_run_counts_from_the_checkpoint_step():
     recorder = Recorder(every_n_steps=3)
     drive(recorder, micro_batches=9, accumulate=3, start_step=4)
-    assert [(n, due) for n, _, due in recorder.hooks("update_end")] == [(5, False), (6, True), (7, False)]
+    assert [(n, due) for n, _, due in recorder.hooks("update_end")] == [
+        (5, False),
+        (6, True),
+        (7, False),
+    ]
 
 
 def test_the_fake_trainer_calls_the_hooks_as_lightning_does(tmp_path, corpus):
@@ -101,13 +127,23 @@ def test_a_disabled_update_callback_never_fires():
 def test_every_interval_is_validated_in_one_place(make, lowest):
     make(lowest)
     name = type(make(lowest)).__name__
-    with pytest.raises(ValueError, match=rf"^{name}: every_n_steps must be >= {lowest}, got {lowest - 1}$"):
+    with pytest.raises(
+        ValueError, match=rf"^{name}: every_n_steps must be >= {lowest}, got {lowest - 1}$"
+    ):
         make(lowest - 1)
 
 
 def test_every_monitor_is_an_update_callback():
-    for callback in (GradientMonitor(), InputNormMonitor(), SpeedMonitor(), BenchmarkCallback(),
-                     PreemptionCheckpoint()):  # fmt: skip
+    for callback in (
+        GradientMonitor(),
+        InputNormMonitor(),
+        SpeedMonitor(),
+        BenchmarkCallback(),
+        PreemptionCheckpoint(),
+    ):
         assert isinstance(callback, UpdateCallback)
         for hook in ("on_train_batch_start", "on_train_batch_end", "on_before_optimizer_step"):
-            assert getattr(type(callback), hook) is getattr(UpdateCallback, hook), (type(callback).__name__, hook)
+            assert getattr(type(callback), hook) is getattr(UpdateCallback, hook), (
+                type(callback).__name__,
+                hook,
+            )

@@ -1,4 +1,5 @@
-"""User errors: no output replaced silently (eval, export, tokenizer); messages name the file and the fix."""
+"""User errors: no output replaced silently (eval, export, tokenizer); messages name the file
+and the fix."""
 
 import json
 import random
@@ -10,7 +11,13 @@ from fixed_embed.cli import main
 from fixed_embed.data.corpus_check import HEAD_BYTES, check_corpus
 from fixed_embed.data.sources import DocumentSource
 from fixed_embed.data.tokenizer import bpe_cache_dir, load_tokenizer, train_bpe
-from fixed_embed.errors import ConfigError, DataError, MissingFileError, OutputExistsError, UserError
+from fixed_embed.errors import (
+    ConfigError,
+    DataError,
+    MissingFileError,
+    OutputExistsError,
+    UserError,
+)
 from fixed_embed.evaluation.suite import default_eval_dir
 
 
@@ -18,7 +25,8 @@ def cli(argv, capsys, expected=UserError):
     """Run ``fixed-embed ARGV`` in-process; the message of the user error it must end with.
 
     The top-level handler turns a ``UserError`` into a message on stderr and exit status 2 (no
-    traceback; with ``--debug`` or ``FIXED_EMBED_DEBUG=1`` the error propagates, also accepted here).
+    traceback; with ``--debug`` or ``FIXED_EMBED_DEBUG=1`` the error propagates, also accepted
+    here).
     """
     try:
         code = main(argv)
@@ -38,8 +46,34 @@ def write_corpus(path, words, docs=40, seed=0):
     return path
 
 
-WORDS_A = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa", "lambda", "mu"]
-WORDS_B = ["north", "south", "east", "west", "river", "mountain", "valley", "forest", "ocean", "desert", "lake", "hill"]
+WORDS_A = [
+    "alpha",
+    "beta",
+    "gamma",
+    "delta",
+    "epsilon",
+    "zeta",
+    "eta",
+    "theta",
+    "iota",
+    "kappa",
+    "lambda",
+    "mu",
+]
+WORDS_B = [
+    "north",
+    "south",
+    "east",
+    "west",
+    "river",
+    "mountain",
+    "valley",
+    "forest",
+    "ocean",
+    "desert",
+    "lake",
+    "hill",
+]
 
 
 @pytest.fixture
@@ -49,17 +83,24 @@ def cache(tmp_path, monkeypatch):
     return tmp_path / "cache"
 
 
-# -- 4. eval and export never replace earlier outputs silently ------------------------------------------------
+# -- 4. eval and export never replace earlier outputs silently
+# ------------------------------------------------
 
 
 def test_default_eval_folder_is_unique_per_checkpoint_and_evaluation(tmp_path):
     run0 = tmp_path / "logs" / "tiny" / "gf2" / "version_0" / "checkpoints" / "last.ckpt"
     run1 = tmp_path / "logs" / "tiny" / "gf2" / "version_1" / "checkpoints" / "last.ckpt"
-    other_root = tmp_path / "elsewhere" / "logs" / "tiny" / "gf2" / "version_0" / "checkpoints" / "last.ckpt"
+    other_root = (
+        tmp_path / "elsewhere" / "logs" / "tiny" / "gf2" / "version_0" / "checkpoints" / "last.ckpt"
+    )
     a = default_eval_dir(run0, "offline")
-    assert a.parent.as_posix() == "logs/eval" and a.name.startswith("tiny-gf2-version_0-last-offline-")
+    assert a.parent.as_posix() == "logs/eval" and a.name.startswith(
+        "tiny-gf2-version_0-last-offline-"
+    )
     assert len({a, default_eval_dir(run1, "offline"), default_eval_dir(other_root, "offline")}) == 3
-    assert default_eval_dir(run0, "offline") == a  # stable: the same evaluation finds its folder again
+    assert (
+        default_eval_dir(run0, "offline") == a
+    )  # stable: the same evaluation finds its folder again
     assert default_eval_dir(run0, "paper") != a
     assert "-limit4-" in default_eval_dir(run0, "offline", limit=4).name
     assert "piqa+arc_easy-5shot" in default_eval_dir(run0, None, ["piqa", "arc_easy"], 5).name
@@ -71,11 +112,16 @@ def test_two_runs_of_one_name_in_different_folders_get_different_labels(tmp_path
     from fixed_embed.evaluation.suite import run_label
 
     monkeypatch.chdir(tmp_path)
-    demo, own = (tmp_path / "logs" / run / "default" / "checkpoints" / "step=00000300.ckpt"
-                 for run in ("demo/tiny/gf2", "tiny/gf2"))  # fmt: skip
+    demo, own = (
+        tmp_path / "logs" / run / "default" / "checkpoints" / "step=00000300.ckpt"
+        for run in ("demo/tiny/gf2", "tiny/gf2")
+    )
     assert run_label(demo) == "logs/demo/tiny/gf2/default/step=00000300.ckpt"
     assert run_label(own) == "logs/tiny/gf2/default/step=00000300.ckpt"
-    assert run_label("/elsewhere/logs/tiny/gf2/default/checkpoints/last.ckpt") == "tiny/gf2/default/last.ckpt"
+    assert (
+        run_label("/elsewhere/logs/tiny/gf2/default/checkpoints/last.ckpt")
+        == "tiny/gf2/default/last.ckpt"
+    )
 
 
 def test_eval_refuses_tasks_whose_data_cannot_be_loaded_before_loading_the_model(tmp_path, capsys):
@@ -83,24 +129,49 @@ def test_eval_refuses_tasks_whose_data_cannot_be_loaded_before_loading_the_model
 
     tasks = tmp_path / "tasks"
     tasks.mkdir()
-    (tasks / "gone.yaml").write_text(MISSING_TASK.format(name="gone_local_task", path=tmp_path / "missing.jsonl"))
+    (tasks / "gone.yaml").write_text(
+        MISSING_TASK.format(name="gone_local_task", path=tmp_path / "missing.jsonl")
+    )
     missing = tmp_path / "missing.ckpt"  # never read: the refusal comes first
-    message = cli(["eval", str(missing), "--tasks", "gone_local_task", "--include-path", str(tasks),
-                   "--output", str(tmp_path / "out")], capsys, DataError)  # fmt: skip
+    message = cli(
+        [
+            "eval",
+            str(missing),
+            "--tasks",
+            "gone_local_task",
+            "--include-path",
+            str(tasks),
+            "--output",
+            str(tmp_path / "out"),
+        ],
+        capsys,
+        DataError,
+    )
     assert "gone_local_task: " in message and "--suite offline" in message
-    assert "fixed-embed prefetch --tasks gone_local_task" in message and "checkpoint not found" not in message
+    assert (
+        "fixed-embed prefetch --tasks gone_local_task" in message
+        and "checkpoint not found" not in message
+    )
     assert len(message.strip().splitlines()) <= 2  # the line, and where --debug shows more
 
 
-def test_fit_of_a_gpu_config_is_refused_on_a_machine_without_one_before_any_work(tmp_path, capsys, monkeypatch):
+def test_fit_of_a_gpu_config_is_refused_on_a_machine_without_one_before_any_work(
+    tmp_path, capsys, monkeypatch
+):
     from fixed_embed.cli import train
 
     monkeypatch.setattr(train, "num_cuda_devices", lambda: 0)
     monkeypatch.chdir(tmp_path)
     config = Path(__file__).resolve().parents[1] / "experiments" / "paper" / "gf2.yaml"
     message = cli(["fit", "--config", str(config)], capsys, ConfigError)
-    assert "error: trainer.accelerator gpu needs a CUDA GPU, none is visible here" in message.splitlines()[0]
-    assert "experiments/tiny/*.yaml or --trainer.accelerator cpu --trainer.precision 32-true" in message
+    assert (
+        "error: trainer.accelerator gpu needs a CUDA GPU, none is visible here"
+        in message.splitlines()[0]
+    )
+    assert (
+        "experiments/tiny/*.yaml or --trainer.accelerator cpu --trainer.precision 32-true"
+        in message
+    )
     assert not list(tmp_path.iterdir())  # no run folder, no logs/
 
 
@@ -110,7 +181,9 @@ def test_eval_refuses_to_replace_results(tmp_path, capsys, monkeypatch):
     out = tmp_path / "eval"
     out.mkdir()
     (out / "results.json").write_text("{}")
-    message = cli(["eval", str(ckpt), "--suite", "offline", "--output", str(out)], capsys, OutputExistsError)
+    message = cli(
+        ["eval", str(ckpt), "--suite", "offline", "--output", str(out)], capsys, OutputExistsError
+    )
     assert f"{out / 'results.json'} already exists" in message and "--output DIR" in message
     assert "--overwrite" in message and len(message.strip().splitlines()) <= 2
     default = default_eval_dir(ckpt, "offline")
@@ -135,7 +208,9 @@ def test_export_refuses_non_empty_folder(tmp_path, capsys):
     message = cli(["export", str(tmp_path / "missing.ckpt"), str(out)], capsys, OutputExistsError)
     assert f"export folder {out} exists and is not empty" in message and "--overwrite" in message
     message = cli(["export", str(tmp_path / "missing.ckpt"), str(out), "--overwrite"], capsys)
-    assert "is not an earlier export" in message  # --overwrite never deletes a folder that is not an export
+    assert (
+        "is not an earlier export" in message
+    )  # --overwrite never deletes a folder that is not an export
     assert (out / "notes.txt").read_text() == "mine"
 
 
@@ -153,10 +228,13 @@ def test_export_overwrite_replaces_an_earlier_export_whole(tmp_path, corpus):
         export_llama(model, tokenizer, out)
     export_llama(model, tokenizer, out, overwrite=True)
     assert (out / "fixed_embed.json").is_file() and not (out / "stale.bin").exists()
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".hf.")]  # no temporary folders left
+    assert not [
+        p for p in tmp_path.iterdir() if p.name.startswith(".hf.")
+    ]  # no temporary folders left
 
 
-# -- 5. tokenizer: one cache folder per corpus, --out never replaced silently -------------------------------------
+# -- 5. tokenizer: one cache folder per corpus, --out never replaced silently
+# -------------------------------------
 
 
 def test_tokenizer_cache_is_keyed_by_corpus_and_shared_with_the_datamodule(tmp_path, cache, capsys):
@@ -172,7 +250,9 @@ def test_tokenizer_cache_is_keyed_by_corpus_and_shared_with_the_datamodule(tmp_p
     assert "alpha" in "".join(load_tokenizer(path_a).get_vocab())
     assert "north" in "".join(load_tokenizer(path_b).get_vocab())
     dm = TextDataModule(train=str(a), tokenizer=None, tokenizer_vocab_size=300)
-    assert dm.tokenizer_path() == path_a  # `fit` with data.tokenizer: null finds the CLI's tokenizer
+    assert (
+        dm.tokenizer_path() == path_a
+    )  # `fit` with data.tokenizer: null finds the CLI's tokenizer
 
 
 def test_tokenizer_out_refuses_a_tokenizer_from_other_inputs(tmp_path, cache, capsys):
@@ -181,13 +261,31 @@ def test_tokenizer_out_refuses_a_tokenizer_from_other_inputs(tmp_path, cache, ca
     out = tmp_path / "tok"
     assert main(["tokenizer", "--data", str(a), "--vocab-size", "300", "--out", str(out)]) == 0
     before = (out / "tokenizer.json").read_text()
-    assert main(["tokenizer", "--data", str(a), "--vocab-size", "300", "--out", str(out)]) == 0  # same inputs: reused
-    message = cli(["tokenizer", "--data", str(b), "--vocab-size", "300", "--out", str(out)], capsys, ConfigError)
-    assert f"{out / 'tokenizer.json'} already exists, made from {a}, vocab 300, not from {b}" in message
+    assert (
+        main(["tokenizer", "--data", str(a), "--vocab-size", "300", "--out", str(out)]) == 0
+    )  # same inputs: reused
+    message = cli(
+        ["tokenizer", "--data", str(b), "--vocab-size", "300", "--out", str(out)],
+        capsys,
+        ConfigError,
+    )
+    assert (
+        f"{out / 'tokenizer.json'} already exists, made from {a}, vocab 300, not from {b}"
+        in message
+    )
     assert "--overwrite" in message and (out / "tokenizer.json").read_text() == before
-    message = cli(["tokenizer", "--data", str(a), "--vocab-size", "400", "--out", str(out)], capsys, ConfigError)
+    message = cli(
+        ["tokenizer", "--data", str(a), "--vocab-size", "400", "--out", str(out)],
+        capsys,
+        ConfigError,
+    )
     assert "--overwrite" in message
-    assert main(["tokenizer", "--data", str(b), "--vocab-size", "300", "--out", str(out), "--overwrite"]) == 0
+    assert (
+        main(
+            ["tokenizer", "--data", str(b), "--vocab-size", "300", "--out", str(out), "--overwrite"]
+        )
+        == 0
+    )
     assert "north" in "".join(load_tokenizer(out).get_vocab())
 
 
@@ -208,14 +306,18 @@ def test_train_bpe_rebuilds_a_cache_that_does_not_match(tmp_path):
         train_bpe(texts_a, 300, out, "corpus-a", overwrite=False)
 
 
-# -- 8. messages that do not mislead ---------------------------------------------------------------------------
+# -- 8. messages that do not mislead
+# ---------------------------------------------------------------------------
 
 
 def test_whitespace_corpus_is_refused_and_nothing_is_cached(tmp_path, cache, capsys):
     blank = tmp_path / "blank.jsonl"
     blank.write_text("".join(json.dumps({"text": "   \n\t  "}) + "\n" for _ in range(50)))
     message = cli(["tokenizer", "--data", str(blank)], capsys, DataError)
-    assert f"the BPE trained on {blank} learned only" in message and "of the 8192 tokens asked" in message
+    assert (
+        f"the BPE trained on {blank} learned only" in message
+        and "of the 8192 tokens asked" in message
+    )
     assert "too little text (50 documents, 50 empty or whitespace-only)" in message
     assert "nothing was written" in message and len(message.strip().splitlines()) <= 2
     assert not (cache / "tokenizers").exists() or not any((cache / "tokenizers").iterdir())
@@ -229,7 +331,9 @@ def test_bad_tokenizer_files_name_the_file(tmp_path):
     with pytest.raises(DataError, match=r"is not a valid tokenizers JSON"):
         load_tokenizer(tmp_path)  # the folder holding it
     missing = tmp_path / "nope" / "tokenizer.json"
-    with pytest.raises(MissingFileError, match=rf"not found: {missing}; give a hub id .*tokenizer\.json.*folder"):
+    with pytest.raises(
+        MissingFileError, match=rf"not found: {missing}; give a hub id .*tokenizer\.json.*folder"
+    ):
         load_tokenizer(missing)
     (tmp_path / "nope").mkdir()
     with pytest.raises(MissingFileError, match=r"has no tokenizer\.json; give a hub id"):
@@ -241,7 +345,10 @@ def test_bad_tokenizer_files_name_the_file(tmp_path):
 def test_cache_folder_name_matches_the_datamodule_scheme(cache):
     import hashlib
 
-    assert bpe_cache_dir("fp", 8192) == cache / "tokenizers" / f"bpe-8192-{hashlib.sha256(b'fp').hexdigest()[:16]}"
+    assert (
+        bpe_cache_dir("fp", 8192)
+        == cache / "tokenizers" / f"bpe-8192-{hashlib.sha256(b'fp').hexdigest()[:16]}"
+    )
 
 
 @pytest.mark.parametrize(
@@ -253,25 +360,35 @@ def test_cache_folder_name_matches_the_datamodule_scheme(cache):
     ],
     ids=["validate-best", "test-last", "fit-last-without-run-folder"],
 )
-def test_a_checkpoint_name_lightning_cannot_resolve_here_is_refused_in_one_line(argv, capsys, tmp_path, monkeypatch):
-    """The checkpoint policy keeps checkpoints by update in the run folder: 'best' means nothing, and 'last'
-    needs the run folder; Lightning would look for a ModelCheckpoint and warn or start fresh."""
+def test_a_checkpoint_name_lightning_cannot_resolve_here_is_refused_in_one_line(
+    argv, capsys, tmp_path, monkeypatch
+):
+    """The checkpoint policy keeps checkpoints by update in the run folder: 'best' means
+    nothing, and 'last' needs the run folder; Lightning would look for a ModelCheckpoint and
+    warn or start fresh."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("FIXED_EMBED_DEBUG", "1")  # the error itself, not stderr: Lightning's seed logger keeps
+    monkeypatch.setenv(
+        "FIXED_EMBED_DEBUG", "1"
+    )  # the error itself, not stderr: Lightning's seed logger keeps
     # the first in-process call's stderr, which pytest has closed by the second
     config = ["--config", str(Path(__file__).parents[1] / "experiments/tiny/gf2.yaml")]
     message = cli([argv[0], *config, *argv[1:]], capsys, expected=ConfigError)
     assert "--ckpt_path" in message and "checkpoint file" in message
 
 
-# -- non-UTF-8 text: refused where the check reads (the first MiB), U+FFFD beyond (docs/data.md, "Bad input") --
+# -- non-UTF-8 text: refused where the check reads (the first MiB), U+FFFD beyond (docs/data.md,
+# "Bad input") --
 
-# (where in the file, the bytes there): positions from the check's own read limit, so they follow it if it moves
+# (where in the file, the bytes there): positions from the check's own read limit, so they follow
+# it if it moves
 UNDECODABLE = {
     "start": (0, b"\xff"),
     "middle of the first MiB": (HEAD_BYTES // 2, b"\xff"),
     "last byte of the first MiB": (HEAD_BYTES - 1, b"\xff"),
-    "a character cut by the limit": (HEAD_BYTES - 1, "\u00e9".encode()),  # valid UTF-8: must pass, unchanged
+    "a character cut by the limit": (
+        HEAD_BYTES - 1,
+        "\u00e9".encode(),
+    ),  # valid UTF-8: must pass, unchanged
     "past the first MiB": (HEAD_BYTES + 10, b"\xff"),
 }
 
@@ -287,12 +404,16 @@ def test_undecodable_text_is_refused_in_the_first_mib_and_replaced_beyond(tmp_pa
         with pytest.raises(DataError) as error:
             check_corpus(file, "data.train")
         assert str(error.value) == (
-            f"data.train: {file} is not UTF-8 text (byte {at}: invalid start byte); point data at documents"
+            f"data.train: {file} is not UTF-8 text (byte {at}: invalid start byte); point data at "
+            "documents"
         )
         return
     check_corpus(file, "data.train")
     [document] = DocumentSource(str(file)).open()  # one .txt file, one document
-    assert document["text"].count("\ufffd") == int(bad) and len(document["text"]) == len(body) - len(inserted) + 1
+    assert (
+        document["text"].count("\ufffd") == int(bad)
+        and len(document["text"]) == len(body) - len(inserted) + 1
+    )
 
 
 def test_an_error_named_in_one_line_is_its_type_and_its_first_line():

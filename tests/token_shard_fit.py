@@ -1,4 +1,5 @@
-"""A tiny fit from token shards on 1 or N CPU processes (gloo), recording every batch each rank trained on.
+"""A tiny fit from token shards on 1 or N CPU processes (gloo), recording every batch each rank
+trained on.
 
 Each launch resumes the last checkpoint in --ckpt-dir when there is one, so a test can run it on
 1 process, then on 2 with loader workers, then on 1 again, and check that the launches together
@@ -6,7 +7,8 @@ trained on every block of the global order exactly once. With ``--devices 1`` a 
 ``main`` in its own process; more devices need a process per rank. Every rank writes
 ``OUT/rank{r}.json``: ``{"world_size", "workers", "steps": [[global_step, batch rows], ...]}``.
 
-    python tests/token_shard_fit.py OUT SHARDS --devices 2 --workers 2 --steps 7 --ckpt-dir DIR [--strategy fsdp]
+    python tests/token_shard_fit.py OUT SHARDS --devices 2 --workers 2 --steps 7 --ckpt-dir DIR
+    [--strategy fsdp]
 """
 
 from __future__ import annotations
@@ -56,20 +58,50 @@ def main(argv: list[str] | None = None) -> None:
 def _fit(args: argparse.Namespace) -> None:
     L.seed_everything(0)
     model = LanguageModel(
-        decoder={"vocab_size": 300, "d_model": 32, "n_layers": 2, "n_heads": 4, "ffn_dim": 64, "max_seq_len": SEQ},
-        interface=LearnedInput, optimizer={"lr": 1e-2}, schedule={"warmup_steps": 1},
+        decoder={
+            "vocab_size": 300,
+            "d_model": 32,
+            "n_layers": 2,
+            "n_heads": 4,
+            "ffn_dim": 64,
+            "max_seq_len": SEQ,
+        },
+        interface=LearnedInput,
+        optimizer={"lr": 1e-2},
+        schedule={"warmup_steps": 1},
         parallel={"param_dtype": "float32"},
-    )  # fmt: skip
-    data = TextDataModule(train=args.shards, seq_len=SEQ, batch_size=BATCH, num_workers=args.workers, seed=5,
-                          val_sequences=2, holdout_per_mille=100)  # fmt: skip
-    strategy = FSDP2Strategy() if args.strategy == "fsdp" else ("auto" if args.devices == 1 else args.strategy)
+    )
+    data = TextDataModule(
+        train=args.shards,
+        seq_len=SEQ,
+        batch_size=BATCH,
+        num_workers=args.workers,
+        seed=5,
+        val_sequences=2,
+        holdout_per_mille=100,
+    )
+    strategy = (
+        FSDP2Strategy()
+        if args.strategy == "fsdp"
+        else ("auto" if args.devices == 1 else args.strategy)
+    )
     last = Path(args.ckpt_dir) / "last.ckpt"
     record = Batches()
     trainer = L.Trainer(
-        accelerator="cpu", devices=args.devices, strategy=strategy, max_steps=args.steps, logger=False,
-        enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0, num_sanity_val_steps=0,
-        callbacks=[record, ModelCheckpoint(args.ckpt_dir, save_last=True, every_n_train_steps=1, save_top_k=0)],
-    )  # fmt: skip
+        accelerator="cpu",
+        devices=args.devices,
+        strategy=strategy,
+        max_steps=args.steps,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        num_sanity_val_steps=0,
+        callbacks=[
+            record,
+            ModelCheckpoint(args.ckpt_dir, save_last=True, every_n_train_steps=1, save_top_k=0),
+        ],
+    )
     trainer.fit(model, data, ckpt_path=str(last) if last.exists() else None)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,5 @@
-"""``fixed-embed analyze probe|ablate CKPT... --out DIR``: identity probes across depth, block ablations.
+"""``fixed-embed analyze probe|ablate CKPT... --out DIR``: identity probes across depth, block
+ablations.
 
 Several checkpoints (e.g. learned, binary16, gf2 of one setup) go into one JSON and one plot.
 Held-out text comes from ``--data`` (default: the offline corpus's held-out split), tokenized with
@@ -18,14 +19,24 @@ from fixed_embed.config import positive
 def run(argv: list[str]) -> int:
     parser = CommandParser(prog="fixed-embed analyze", description=__doc__)
     parser.add_argument("analysis", choices=["probe", "ablate"])
-    parser.add_argument("checkpoints", nargs="+", help="LanguageModel checkpoints (files or sharded folders)")
-    parser.add_argument("--labels", nargs="+", help="one label per checkpoint (default: the interface names)")
+    parser.add_argument(
+        "checkpoints", nargs="+", help="LanguageModel checkpoints (files or sharded folders)"
+    )
+    parser.add_argument(
+        "--labels", nargs="+", help="one label per checkpoint (default: the interface names)"
+    )
     parser.add_argument("--data", help="held-out documents (file, folder, glob or hub id)")
-    parser.add_argument("--blocks", type=positive("--blocks"), default=32, help="held-out blocks of model context")
+    parser.add_argument(
+        "--blocks", type=positive("--blocks"), default=32, help="held-out blocks of model context"
+    )
     parser.add_argument("--mode", choices=["zero", "mean"], default="zero", help="ablation mode")
-    parser.add_argument("--seed", type=positive("--seed", zero=True), help="the training seed, for the plot's title")
+    parser.add_argument(
+        "--seed", type=positive("--seed", zero=True), help="the training seed, for the plot's title"
+    )
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--out", required=True, help="folder for <analysis>.json and <analysis>.png")
+    parser.add_argument(
+        "--out", required=True, help="folder for <analysis>.json and <analysis>.png"
+    )
     args = parser.parse_args(argv[1:])
     if args.labels and len(args.labels) != len(args.checkpoints):
         parser.error(f"{len(args.labels)} labels for {len(args.checkpoints)} checkpoints")
@@ -42,13 +53,28 @@ def run(argv: list[str]) -> int:
     for i, path in enumerate(args.checkpoints):
         model, tokenizer = load_checkpoint(path, device=args.device)
         blocks = text_blocks(tokenizer, args.blocks, model.config.max_seq_len, args.data)
-        label = args.labels[i] if args.labels else f"{type(model.interface).__name__} ({Path(path).name})"
+        label = (
+            args.labels[i]
+            if args.labels
+            else f"{type(model.interface).__name__} ({Path(path).name})"
+        )
         probe = args.analysis == "probe"
-        result = identity_probe(model.decoder, blocks) if probe else layer_ablation(model.decoder, blocks, args.mode)
-        results[label] = {**result, **model.provenance}  # the file a last.ckpt link resolved to, and its update
+        result = (
+            identity_probe(model.decoder, blocks)
+            if probe
+            else layer_ablation(model.decoder, blocks, args.mode)
+        )
+        results[label] = {
+            **result,
+            **model.provenance,
+        }  # the file a last.ckpt link resolved to, and its update
     out = Path(args.out)
     atomic_write_text(out / f"{args.analysis}.json", json.dumps(results, indent=2) + "\n")
-    with atomic_write(out / f"{args.analysis}.png", "wb") as png:  # a file object: matplotlib's default format, png
-        plot_probe(results, png, seed=args.seed) if args.analysis == "probe" else plot_ablation(results, png)
+    with atomic_write(
+        out / f"{args.analysis}.png", "wb"
+    ) as png:  # a file object: matplotlib's default format, png
+        plot_probe(results, png, seed=args.seed) if args.analysis == "probe" else plot_ablation(
+            results, png
+        )
     print(f"wrote {out / f'{args.analysis}.json'} and {out / f'{args.analysis}.png'}")
     return 0

@@ -1,4 +1,5 @@
-"""``fixed-embed consolidate FOLDER OUT.ckpt``: one checkpoint file from a sharded (FSDP2) checkpoint folder."""
+"""``fixed-embed consolidate FOLDER OUT.ckpt``: one checkpoint file from a sharded (FSDP2)
+checkpoint folder."""
 
 from __future__ import annotations
 
@@ -9,8 +10,12 @@ from fixed_embed.cli import CommandParser
 
 def run(argv: list[str]) -> int:
     parser = CommandParser(prog="fixed-embed consolidate", description=__doc__)
-    parser.add_argument("folder", help="a sharded checkpoint (e.g. .../checkpoints/last.ckpt written under FSDP2)")
-    parser.add_argument("out", help="the single-file checkpoint to write (weights + hyper-parameters)")
+    parser.add_argument(
+        "folder", help="a sharded checkpoint (e.g. .../checkpoints/last.ckpt written under FSDP2)"
+    )
+    parser.add_argument(
+        "out", help="the single-file checkpoint to write (weights + hyper-parameters)"
+    )
     args = parser.parse_args(argv[1:])
     from fixed_embed.atomic import check_output
     from fixed_embed.distributed.checkpoint import consolidate
@@ -18,10 +23,17 @@ def run(argv: list[str]) -> int:
 
     check_output(args.out, "OUT")
     with (
-        acquire(args.out, "or choose another OUT", beside=True),  # before the (long) read of the shards
-        acquire(Path(args.folder).resolve(), "or pass another FOLDER", beside=True, shared=True),  # kept by a fit
+        acquire(
+            args.out, "or choose another OUT", beside=True
+        ),  # before the (long) read of the shards
+        acquire(
+            Path(args.folder).resolve(), "or pass another FOLDER", beside=True, shared=True
+        ),  # kept by a fit
     ):
         checkpoint = consolidate(args.folder, args.out)
     n = sum(t.numel() for t in checkpoint["state_dict"].values())
-    print(f"wrote {args.out}: {n:,} weights at step {checkpoint.get('global_step')} (optimizer state left out)")
+    print(
+        f"wrote {args.out}: {n:,} weights at step {checkpoint.get('global_step')} (optimizer state "
+        "left out)"
+    )
     return 0

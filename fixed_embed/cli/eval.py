@@ -1,4 +1,5 @@
-"""``fixed-embed eval CKPT | --hf MODEL``: a benchmark suite with lm-eval, results JSON + paper-format table."""
+"""``fixed-embed eval CKPT | --hf MODEL``: a benchmark suite with lm-eval, results JSON +
+paper-format table."""
 
 from __future__ import annotations
 
@@ -30,17 +31,36 @@ from fixed_embed.run.lock import acquire
 def run(argv: list[str]) -> int:
     parser = CommandParser(prog="fixed-embed eval", description=__doc__)
     parser.add_argument("checkpoint", nargs="?", help="a LanguageModel .ckpt")
-    parser.add_argument("--hf", metavar="MODEL", help="score a transformers model instead (hub id or folder)")
-    parser.add_argument("--suite", choices=sorted(SUITES), help="default: paper, unless --tasks is given")
+    parser.add_argument(
+        "--hf", metavar="MODEL", help="score a transformers model instead (hub id or folder)"
+    )
+    parser.add_argument(
+        "--suite", choices=sorted(SUITES), help="default: paper, unless --tasks is given"
+    )
     parser.add_argument("--tasks", help="comma-separated lm-eval task names instead of a suite")
-    parser.add_argument("--num-fewshot", type=positive("--num-fewshot", zero=True), default=0, help="shots for --tasks")
-    parser.add_argument("--limit", type=positive("--limit", float), help="examples per task, or a fraction below 1")
+    parser.add_argument(
+        "--num-fewshot",
+        type=positive("--num-fewshot", zero=True),
+        default=0,
+        help="shots for --tasks",
+    )
+    parser.add_argument(
+        "--limit", type=positive("--limit", float), help="examples per task, or a fraction below 1"
+    )
     parser.add_argument("--batch-size", type=positive("--batch-size"), default=16)
     parser.add_argument("--device", help="cuda, cpu, ... (default: cuda if available)")
-    parser.add_argument("--tokenizer", help="for a checkpoint that holds none (another than its own is refused)")
-    parser.add_argument("--include-path", action="append", default=[], help="extra lm-eval task YAMLs")
-    parser.add_argument("--output", "--out", help="results folder (default: logs/eval/<run>-<suite>-<hash>)")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing results.json in the folder")
+    parser.add_argument(
+        "--tokenizer", help="for a checkpoint that holds none (another than its own is refused)"
+    )
+    parser.add_argument(
+        "--include-path", action="append", default=[], help="extra lm-eval task YAMLs"
+    )
+    parser.add_argument(
+        "--output", "--out", help="results folder (default: logs/eval/<run>-<suite>-<hash>)"
+    )
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace an existing results.json in the folder"
+    )
     parser.add_argument("--name", help="the model's row name in the table")
     args = parser.parse_args(argv[1:])
     if (args.checkpoint is None) == (args.hf is None):
@@ -50,29 +70,52 @@ def run(argv: list[str]) -> int:
     limit = None if args.limit is None else (int(args.limit) if args.limit >= 1 else args.limit)
     columns = columns_for(suite, tasks, args.num_fewshot)
     check_task_folders(args.include_path)
-    names = {c.task for c in columns}  # a misspelt task, or one whose data is not here (offline): refused now
-    check_task_data(names, check_tasks(names, args.include_path), "score the offline suite instead (--suite offline)")
+    names = {
+        c.task for c in columns
+    }  # a misspelt task, or one whose data is not here (offline): refused now
+    check_task_data(
+        names,
+        check_tasks(names, args.include_path),
+        "score the offline suite instead (--suite offline)",
+    )
     if args.checkpoint:  # resolved once: the folder's name and the scores come from the same file
         args.checkpoint = str(Path(args.checkpoint).expanduser().resolve())
     model = args.hf or args.checkpoint
-    out = Path(args.output or default_eval_dir(model, suite, tasks, args.num_fewshot, limit, hub=bool(args.hf)))
+    out = Path(
+        args.output
+        or default_eval_dir(model, suite, tasks, args.num_fewshot, limit, hub=bool(args.hf))
+    )
     check_output(out, "--output")
-    with acquire(out, "or choose another --output", beside=True):  # one evaluation per folder at a time
+    with acquire(
+        out, "or choose another --output", beside=True
+    ):  # one evaluation per folder at a time
         check_results_folder(out, args.overwrite)  # before hours of evaluation, not after
         if args.hf:
             name = args.name or args.hf
             device = f",device={args.device}" if args.device else ""
             hf_args = f"pretrained={args.hf},dtype=auto,trust_remote_code=False{device}"
-            lm = lm_eval.api.registry.get_model("hf").create_from_arg_string(hf_args, {"batch_size": args.batch_size})
+            lm = lm_eval.api.registry.get_model("hf").create_from_arg_string(
+                hf_args, {"batch_size": args.batch_size}
+            )
         else:
             from fixed_embed.evaluation.lm_eval_model import FixedEmbedLM
 
-            lm = FixedEmbedLM(args.checkpoint, args.tokenizer, batch_size=args.batch_size, device=args.device)
-            name = args.name or f"{type(lm.module.interface).__name__} {run_label(lm.module.provenance['checkpoint'])}"
+            lm = FixedEmbedLM(
+                args.checkpoint, args.tokenizer, batch_size=args.batch_size, device=args.device
+            )
+            name = (
+                args.name
+                or f"{type(lm.module.interface).__name__} "
+                f"{run_label(lm.module.provenance['checkpoint'])}"
+            )
         results = run_suite(lm, columns, limit=limit, include_path=args.include_path)
-        if args.checkpoint:  # what was scored: the file a last.ckpt link resolved to, and its update
+        if (
+            args.checkpoint
+        ):  # what was scored: the file a last.ckpt link resolved to, and its update
             results = {**lm.module.provenance, **results}
-        Console().print(Markdown(markdown_table([{"model": name, **results}])))  # first: a refused write keeps them
+        Console().print(
+            Markdown(markdown_table([{"model": name, **results}]))
+        )  # first: a refused write keeps them
         path = write_results(results, name, out)
         print(f"results: {path}\ntable:   {out / 'table.md'}")
     return 0

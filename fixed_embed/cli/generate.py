@@ -1,5 +1,6 @@
-"""``fixed-embed generate CKPT --prompt TEXT``: the model's continuation of a prompt, to its document's end at most,
-greedy or sampled, on CPU or GPU (:meth:`fixed_embed.model.decoder.Decoder.generate`)."""
+"""``fixed-embed generate CKPT --prompt TEXT``: the model's continuation of a prompt, to its
+document's end at most, greedy or sampled, on CPU or GPU
+(:meth:`fixed_embed.model.decoder.Decoder.generate`)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,24 @@ def run(argv: list[str]) -> int:
     parser = CommandParser(prog="fixed-embed generate", description=__doc__)
     parser.add_argument("checkpoint", help="a LanguageModel .ckpt (file or sharded folder)")
     parser.add_argument("--prompt", required=True, help="the text to continue")
-    parser.add_argument("--max-new-tokens", type=positive("--max-new-tokens"), default=100, help="default 100")
-    parser.add_argument("--temperature", type=positive("--temperature", float, zero=True), default=0.8,
-                        help="default 0.8; 0: greedy (the likeliest token each step)")  # fmt: skip
-    parser.add_argument("--top-k", type=positive("--top-k"), default=50, help="draw from the K likeliest (default 50)")
-    parser.add_argument("--seed", type=positive("--seed", zero=True), default=0, help="the sampling seed")
+    parser.add_argument(
+        "--max-new-tokens", type=positive("--max-new-tokens"), default=100, help="default 100"
+    )
+    parser.add_argument(
+        "--temperature",
+        type=positive("--temperature", float, zero=True),
+        default=0.8,
+        help="default 0.8; 0: greedy (the likeliest token each step)",
+    )
+    parser.add_argument(
+        "--top-k",
+        type=positive("--top-k"),
+        default=50,
+        help="draw from the K likeliest (default 50)",
+    )
+    parser.add_argument(
+        "--seed", type=positive("--seed", zero=True), default=0, help="the sampling seed"
+    )
     parser.add_argument("--device", help="cpu, cuda, ... (default: cuda if available)")
     args = parser.parse_args(argv[1:])
     import torch
@@ -30,8 +44,14 @@ def run(argv: list[str]) -> int:
     if not (prompt := tokenizer.encode(args.prompt, add_special_tokens=False).ids):
         parser.error("--prompt holds no text to continue")
     seeded, vocab = torch.Generator(device).manual_seed(args.seed), tokenizer.get_vocab_size()
-    ids = model.decoder.generate(torch.tensor([prompt], device=device), args.max_new_tokens, args.temperature,
-                                 args.top_k, vocab, seeded)  # fmt: skip
+    ids = model.decoder.generate(
+        torch.tensor([prompt], device=device),
+        args.max_new_tokens,
+        args.temperature,
+        args.top_k,
+        vocab,
+        seeded,
+    )
     new, eos = ids[0, len(prompt) :].tolist(), tokenizer.token_to_id(EOS)
     print(tokenizer.decode(new[: new.index(eos)] if eos in new else new))
     return 0

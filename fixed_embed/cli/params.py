@@ -1,6 +1,7 @@
-"""``fixed-embed params CONFIG [--model.KEY VALUE ...]``: exact parameter counts of an experiment, on the meta
-device, and an estimate of its per-GPU training memory (:func:`fixed_embed.measure.memory.memory_estimate`).
-Overrides of ``model``, ``data``, ``trainer`` keys follow CONFIG, as for fit (``--model.decoder.n_layers 12``)."""
+"""``fixed-embed params CONFIG [--model.KEY VALUE ...]``: exact parameter counts of an
+experiment, on the meta device, and an estimate of its per-GPU training memory
+(:func:`fixed_embed.measure.memory.memory_estimate`). Overrides of ``model``, ``data``,
+``trainer`` keys follow CONFIG, as for fit (``--model.decoder.n_layers 12``)."""
 
 from __future__ import annotations
 
@@ -12,33 +13,52 @@ from rich.table import Column, Table
 from fixed_embed.cli import CommandParser
 from fixed_embed.config import positive
 
-#: micro-batches traced: the first, one like every later one but the last, and the last (FSDP2's reduce-scatter)
+#: micro-batches traced: the first, one like every later one but the last, and the last (FSDP2's
+#: reduce-scatter)
 TRACED_MICRO_BATCHES = 3
 
 
 def run(argv: list[str]) -> int:
     parser = CommandParser(prog="fixed-embed params", description=__doc__)
     parser.add_argument("config", help="experiment YAML (e.g. experiments/paper/binary16.yaml)")
-    parser.add_argument("--world-size", type=positive("--world-size"), help="GPUs in all (default: from the config)")
+    parser.add_argument(
+        "--world-size", type=positive("--world-size"), help="GPUs in all (default: from the config)"
+    )
     parser.add_argument(
         "--trace",
         action="store_true",
-        help="also trace one update on fake tensors (fixed_embed.measure.trace; minutes at the paper's shape): "
+        help="also trace one update on fake tensors (fixed_embed.measure.trace; minutes at the "
+        "paper's shape): "
         "the peak per rank beside the estimate",
     )
     args, overrides = parser.parse_known_args(argv[1:])
-    pairs = [part for arg in overrides for part in (arg.split("=", 1) if arg.startswith("--") else [arg])]
-    if len(pairs) % 2 or not all(flag.startswith(("--model.", "--data.", "--trainer.")) for flag in pairs[::2]):
-        parser.error(f"unrecognized arguments: {' '.join(overrides)} (overrides: --model.KEY VALUE, --data.KEY VALUE "
-                     "or --trainer.KEY VALUE, after CONFIG)")  # fmt: skip
+    pairs = [
+        part for arg in overrides for part in (arg.split("=", 1) if arg.startswith("--") else [arg])
+    ]
+    if len(pairs) % 2 or not all(
+        flag.startswith(("--model.", "--data.", "--trainer.")) for flag in pairs[::2]
+    ):
+        parser.error(
+            f"unrecognized arguments: {' '.join(overrides)} (overrides: --model.KEY VALUE, "
+            "--data.KEY VALUE "
+            "or --trainer.KEY VALUE, after CONFIG)"
+        )
     import yaml
 
     from fixed_embed.config import deep_merge, load_experiment, read_yaml
     from fixed_embed.errors import ConfigError
     from fixed_embed.measure.memory import USABLE_FRACTION, optimizer_state_bytes
-    from fixed_embed.train.experiment import check_values, memory_plan, parameter_reports, training_memory
+    from fixed_embed.train.experiment import (
+        check_values,
+        memory_plan,
+        parameter_reports,
+        training_memory,
+    )
 
-    config, label = load_experiment(args.config), " ".join([args.config, *overrides])  # unreadable: one line
+    config, label = (
+        load_experiment(args.config),
+        " ".join([args.config, *overrides]),
+    )  # unreadable: one line
     for flag, value in zip(pairs[::2], pairs[1::2], strict=True):
         with contextlib.suppress(yaml.YAMLError):  # text that is not YAML is a string, as for fit
             value = read_yaml(value, flag)
@@ -50,12 +70,17 @@ def run(argv: list[str]) -> int:
         interface_name, report, control = parameter_reports(config)
     except ConfigError as error:  # a bad value: one line, naming the file
         raise ConfigError(f"{label}: {error}") from error
-    table = Table("parameters", Column("count", justify="right"), title=f"{label}: {interface_name}")
+    table = Table(
+        "parameters", Column("count", justify="right"), title=f"{label}: {interface_name}"
+    )
     for name, value in report.rows():
         table.add_row(name, f"{value:,}")
     diff = control.total - report.total
     table.add_row("learned control total", f"{control.total:,}")
-    table.add_row("removed vs learned control", f"{diff:,} ({100 * diff / control.total:.2f} % of the control)")
+    table.add_row(
+        "removed vs learned control",
+        f"{diff:,} ({100 * diff / control.total:.2f} % of the control)",
+    )
     state_diff = optimizer_state_bytes(control.trainable) - optimizer_state_bytes(report.trainable)
     table.add_row("train-state bytes vs control (fp32 w+g+AdamW)", f"{state_diff:,}")
     table.add_row(f"training FLOPs per token (ctx {report.seq_len})", f"{report.flops_per_token:,}")
@@ -63,8 +88,10 @@ def run(argv: list[str]) -> int:
     console.print(table)
     estimate = training_memory(config, args.world_size)
     title = (
-        f"per-GPU training memory estimate: micro-batch {estimate.micro_batch} x ctx {estimate.seq_len}, "
-        f"{estimate.world_size} GPU(s), {'FSDP' if estimate.sharded else 'replicated (DDP)'}, {estimate.mode}"
+        f"per-GPU training memory estimate: micro-batch {estimate.micro_batch} x ctx "
+        f"{estimate.seq_len}, "
+        f"{estimate.world_size} GPU(s), {'FSDP' if estimate.sharded else 'replicated (DDP)'}, "
+        f"{estimate.mode}"
     )
     caption = "formulas: fixed_embed.measure.memory.memory_estimate"
     memory_table = Table("memory", Column("GiB", justify="right"), title=title, caption=caption)
@@ -74,15 +101,31 @@ def run(argv: list[str]) -> int:
     if args.trace:
         _print_trace(console, config, args.world_size, estimate.allocated)
     plan = Table(
-        title=f"does it fit? {estimate.world_size} GPU(s), required vs {100 * USABLE_FRACTION:.0f} % of each GPU",
-        caption="cost order of the ways out: micro-batch / 2 (~3 %), FSDP2 (~5 %), activation checkpointing (~33 %)",
+        title=f"does it fit? {estimate.world_size} GPU(s), required vs {100 * USABLE_FRACTION:.0f} "
+        "% of each GPU",
+        caption="cost order of the ways out: micro-batch / 2 (~3 %), FSDP2 (~5 %), activation "
+        "checkpointing (~33 %)",
     )
-    for column in ("GPU", "strategy", "required GiB", "usable GiB", "fits", "cheapest change that fits"):
+    for column in (
+        "GPU",
+        "strategy",
+        "required GiB",
+        "usable GiB",
+        "fits",
+        "cheapest change that fits",
+    ):
         plan.add_column(column, justify="right" if "GiB" in column else "left")
     for row in memory_plan(config, args.world_size):
         option = row["option"]
-        change = "" if row["fits"] else (f"{option.flags} ({option.estimate.required / 2**30:.1f} GiB)" if option
-                                         else "none found: more GPUs (FSDP) or a smaller model")  # fmt: skip
+        change = (
+            ""
+            if row["fits"]
+            else (
+                f"{option.flags} ({option.estimate.required / 2**30:.1f} GiB)"
+                if option
+                else "none found: more GPUs (FSDP) or a smaller model"
+            )
+        )
         strategy = row["strategy"] + (" (configured)" if row["configured"] else "")
         usable = f"{USABLE_FRACTION * row['device_bytes'] / 2**30:.1f}"
         required = f"{row['estimate'].required / 2**30:.1f}"
@@ -99,7 +142,8 @@ def _print_trace(console: Console, config: dict, world_size: int | None, estimat
     traced = trace_update(model, run, TRACED_MICRO_BATCHES)
     table = Table(
         title=f"traced update, rank 0 of {run.world_size}: the peak of live tensors by kind",
-        caption=f"fixed_embed.measure.trace.trace_update: {traced.micro_batches} micro-batches (the peak of any longer "
+        caption=f"fixed_embed.measure.trace.trace_update: {traced.micro_batches} micro-batches "
+        "(the peak of any longer "
         f"accumulation), {traced.seconds:.0f} s",
     )
     table.add_column("memory")
@@ -109,6 +153,8 @@ def _print_trace(console: Console, config: dict, world_size: int | None, estimat
     table.add_row("traced peak per rank", f"{traced.peak / 2**30:,.2f}")
     off = 100 * (estimated / traced.peak - 1)
     table.add_row("estimate's allocated peak", f"{estimated / 2**30:,.2f} ({off:+.1f} %)")
-    table.add_row("training FLOPs per token traced (flash and checkpointing recompute included)",
-                  f"{traced.flops_per_token:,}")  # fmt: skip
+    table.add_row(
+        "training FLOPs per token traced (flash and checkpointing recompute included)",
+        f"{traced.flops_per_token:,}",
+    )
     console.print(table)

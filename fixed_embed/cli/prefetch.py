@@ -2,8 +2,8 @@
 
 The tokenizer (``HuggingFaceTB/SmolLM2-135M`` by default) into the hub cache, and the benchmark
 tasks' data (the paper suite by default, i.e. every task ``eval --suite paper`` and the paper
-config's in-loop benchmark use) into the Hugging Face datasets cache. Run it where there is internet,
-with the same ``HF_HOME`` (or ``HF_DATASETS_CACHE``) as the compute nodes; then set
+config's in-loop benchmark use) into the Hugging Face datasets cache. Run it where there is
+internet, with the same ``HF_HOME`` (or ``HF_DATASETS_CACHE``) as the compute nodes; then set
 ``HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1`` there.
 """
 
@@ -16,10 +16,18 @@ PAPER_TOKENIZER = "HuggingFaceTB/SmolLM2-135M"
 
 def run(argv: list[str]) -> int:
     parser = CommandParser(prog="fixed-embed prefetch", description=__doc__)
-    parser.add_argument("--suite", default="paper", help="the eval --suite whose task data to fetch (default: paper)")
+    parser.add_argument(
+        "--suite",
+        default="paper",
+        help="the eval --suite whose task data to fetch (default: paper)",
+    )
     parser.add_argument("--tasks", help="comma-separated tasks instead of a suite")
-    parser.add_argument("--include-path", action="append", default=[], help="folder of extra task YAMLs")
-    parser.add_argument("--tokenizer", default=PAPER_TOKENIZER, help="tokenizer to cache ('none': skip)")
+    parser.add_argument(
+        "--include-path", action="append", default=[], help="folder of extra task YAMLs"
+    )
+    parser.add_argument(
+        "--tokenizer", default=PAPER_TOKENIZER, help="tokenizer to cache ('none': skip)"
+    )
     args = parser.parse_args(argv[1:])
     from fixed_embed.data.tokenizer import load_tokenizer
     from fixed_embed.evaluation.suite import check_tasks, columns_for
@@ -29,8 +37,12 @@ def run(argv: list[str]) -> int:
     named = [t for t in (args.tasks or "").split(",") if t]
     tasks = [column.task for column in columns_for(None if args.tasks else args.suite, named)]
     check_task_folders(args.include_path)
-    manager = check_tasks(tasks, args.include_path)  # an unknown task is refused before any download
-    if args.tokenizer.lower() != "none":  # then a tokenizer that does not load, before the tasks' downloads
+    manager = check_tasks(
+        tasks, args.include_path
+    )  # an unknown task is refused before any download
+    if (
+        args.tokenizer.lower() != "none"
+    ):  # then a tokenizer that does not load, before the tasks' downloads
         load_tokenizer(args.tokenizer)
         print(f"cached tokenizer: {args.tokenizer}")
     for task in prefetch_tasks(tasks, manager):

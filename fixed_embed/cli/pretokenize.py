@@ -1,4 +1,5 @@
-"""``fixed-embed pretokenize``: text documents -> token shards that ``fit`` reads with ``data.train: OUT/``.
+"""``fixed-embed pretokenize``: text documents -> token shards that ``fit`` reads with
+``data.train: OUT/``.
 
 Run it where the data is (a login node with the hub, or local files); copy ``OUT`` to the
 machine that trains (it holds its tokenizer too). An interrupted run, started again with the same
@@ -19,25 +20,54 @@ from fixed_embed.config import positive
 
 def run(argv: list[str]) -> int:
     parser = CommandParser(prog="fixed-embed pretokenize", description=__doc__)
-    parser.add_argument("--data", required=True, help="file, folder, glob (.txt/.jsonl/.parquet) or hub id")
-    parser.add_argument("--tokenizer", required=True, help="a hub id, a tokenizer.json or a folder holding one")
+    parser.add_argument(
+        "--data", required=True, help="file, folder, glob (.txt/.jsonl/.parquet) or hub id"
+    )
+    parser.add_argument(
+        "--tokenizer", required=True, help="a hub id, a tokenizer.json or a folder holding one"
+    )
     parser.add_argument("--out", type=Path, required=True, help="the folder to write the shards to")
     parser.add_argument("--hub-name", default=None, help="the config name of a hub dataset")
     parser.add_argument("--split", default="train", help="the split of a hub dataset")
     parser.add_argument("--text-field", default="text")
-    parser.add_argument("--shards", type=positive("--shards"), default=64, help="output shards, whatever the --workers")
-    parser.add_argument("--workers", type=positive("--workers"), default=1, help="processes writing shards in parallel")
+    parser.add_argument(
+        "--shards",
+        type=positive("--shards"),
+        default=64,
+        help="output shards, whatever the --workers",
+    )
+    parser.add_argument(
+        "--workers",
+        type=positive("--workers"),
+        default=1,
+        help="processes writing shards in parallel",
+    )
     hold = "documents (per mille, by hash) for the held-out shards, as data.holdout_per_mille"
-    parser.add_argument("--holdout-per-mille", type=positive("--holdout-per-mille", zero=True), default=10, help=hold)
+    parser.add_argument(
+        "--holdout-per-mille",
+        type=positive("--holdout-per-mille", zero=True),
+        default=10,
+        help=hold,
+    )
     parser.add_argument("--tokenize-batch", type=positive("--tokenize-batch"), default=64)
-    parser.add_argument("--overwrite", action="store_true", help="replace token shards already in --out")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar (the final line only)")
-    parser.add_argument("--tasks", type=positive("--tasks"), help="N tasks at once (machines) share the shards")
-    parser.add_argument("--task", type=positive("--task", zero=True), help="this task's share, 0..N-1; no index")
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace token shards already in --out"
+    )
+    parser.add_argument(
+        "--no-progress", action="store_true", help="no progress bar (the final line only)"
+    )
+    parser.add_argument(
+        "--tasks", type=positive("--tasks"), help="N tasks at once (machines) share the shards"
+    )
+    parser.add_argument(
+        "--task", type=positive("--task", zero=True), help="this task's share, 0..N-1; no index"
+    )
     args = parser.parse_args(argv[1:])
     i, n = args.task, args.tasks
     if (i, n) != (None, None) and (None in (i, n) or args.overwrite or not i < n <= args.shards):
-        parser.error(f"--task {i} --tasks {n}: give both, --task < --tasks <= --shards, and no --overwrite")
+        parser.error(
+            f"--task {i} --tasks {n}: give both, --task < --tasks <= --shards, and no --overwrite"
+        )
     from fixed_embed.atomic import check_output
     from fixed_embed.data.corpus_check import check_corpus
     from fixed_embed.data.pretokenize import INDEX, pretokenize, summary_line
@@ -49,21 +79,38 @@ def run(argv: list[str]) -> int:
     if n and (args.out / INDEX).is_file():
         print(f"pretokenize: {args.out} is already complete ({INDEX}): nothing to do")
         return 0
-    tasks = [f"task-{i:05d}-of-{n:05d}"] if n else [p.name[1:-5] for p in args.out.glob(".task-*.lock")]
-    source = DocumentSource(args.data, split=args.split, name=args.hub_name, text_field=args.text_field)
-    previous = signal.signal(signal.SIGTERM, _interrupt)  # a scheduler's stop ends it as Ctrl-C does
+    tasks = (
+        [f"task-{i:05d}-of-{n:05d}"] if n else [p.name[1:-5] for p in args.out.glob(".task-*.lock")]
+    )
+    source = DocumentSource(
+        args.data, split=args.split, name=args.hub_name, text_field=args.text_field
+    )
+    previous = signal.signal(
+        signal.SIGTERM, _interrupt
+    )  # a scheduler's stop ends it as Ctrl-C does
     try:
         with ExitStack() as locks, _progress_bar(not args.no_progress) as progress:
-            for target in ([] if n else [args.out]) + [args.out / name for name in tasks]:  # the index: all tasks'
+            for target in ([] if n else [args.out]) + [
+                args.out / name for name in tasks
+            ]:  # the index: all tasks'
                 locks.enter_context(acquire(target, "or choose another --out", beside=True))
             result = pretokenize(
-                source, args.tokenizer, args.out, shards=args.shards, workers=args.workers,
-                holdout_per_mille=args.holdout_per_mille, tokenize_batch=args.tokenize_batch,
-                overwrite=args.overwrite, progress=progress, task=(i, n) if n else None,
-            )  # fmt: skip
+                source,
+                args.tokenizer,
+                args.out,
+                shards=args.shards,
+                workers=args.workers,
+                holdout_per_mille=args.holdout_per_mille,
+                tokenize_batch=args.tokenize_batch,
+                overwrite=args.overwrite,
+                progress=progress,
+                task=(i, n) if n else None,
+            )
     except KeyboardInterrupt as stop:
         why = stop.args[0] if stop.args else "Ctrl-C"
-        raise KeyboardInterrupt(f"{why}; the same command continues, keeping the finished shards") from None
+        raise KeyboardInterrupt(
+            f"{why}; the same command continues, keeping the finished shards"
+        ) from None
     finally:
         signal.signal(signal.SIGTERM, previous)
     print(summary_line(result))
@@ -76,7 +123,8 @@ def _interrupt(signum: int, frame: object) -> None:
 
 @contextmanager
 def _progress_bar(enabled: bool) -> Iterator[Callable[[dict[str, int]], None] | None]:
-    """A rich progress bar over the source's bytes (when known) with documents, tokens and tokens/s."""
+    """A rich progress bar over the source's bytes (when known) with documents, tokens and
+    tokens/s."""
     if not enabled or os.environ.get("TERM") == "dumb":
         yield None
         return
@@ -84,10 +132,15 @@ def _progress_bar(enabled: bool) -> Iterator[Callable[[dict[str, int]], None] | 
 
     counts = {"documents": 0, "tokens": 0}
     with Progress(
-        TextColumn("pretokenize"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
-        TextColumn("{task.fields[documents]:,} docs, {task.fields[tokens]:,} tokens, {task.fields[rate]}"),
-        TimeElapsedColumn(), transient=True,
-    ) as progress:  # fmt: skip
+        TextColumn("pretokenize"),
+        BarColumn(),
+        TextColumn("{task.percentage:>3.0f}%"),
+        TextColumn(
+            "{task.fields[documents]:,} docs, {task.fields[tokens]:,} tokens, {task.fields[rate]}"
+        ),
+        TimeElapsedColumn(),
+        transient=True,
+    ) as progress:
         task = progress.add_task("", total=None, rate="", **counts)
 
         def update(change: dict[str, int]) -> None:

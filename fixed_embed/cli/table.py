@@ -1,5 +1,5 @@
-"""``fixed-embed table RESULTS.json...``: merge results files into one paper-format Markdown table, with the
-notes on how to read it that every ``table.md`` carries."""
+"""``fixed-embed table RESULTS.json...``: merge results files into one paper-format Markdown
+table, with the notes on how to read it that every ``table.md`` carries."""
 
 from __future__ import annotations
 
@@ -22,9 +22,14 @@ def run(argv: list[str]) -> int:
             data = json.loads(path.read_text())
         except (OSError, ValueError) as error:  # ValueError: not JSON, or not UTF-8
             parser.error(f"cannot read results file {path}: {error}")
-        shaped = isinstance(data, dict) and "model" in data and isinstance(data.get("columns"), list)
+        shaped = (
+            isinstance(data, dict) and "model" in data and isinstance(data.get("columns"), list)
+        )
         if not (shaped and isinstance(data.get("scores"), dict)):
-            parser.error(f"{path} is not a fixed-embed eval results file (model, a columns list, a scores mapping)")
+            parser.error(
+                f"{path} is not a fixed-embed eval results file (model, a columns list, a scores "
+                "mapping)"
+            )
         loaded.append(data)
     table = markdown_table(loaded) + TABLE_NOTES
     if args.output:

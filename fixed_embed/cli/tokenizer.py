@@ -15,14 +15,24 @@ from fixed_embed.errors import ConfigError
 
 def run(argv: list[str]) -> int:
     parser = CommandParser(prog="fixed-embed tokenizer", description=__doc__)
-    parser.add_argument("--data", default=None, help="file, folder, glob or hub id (default: the offline corpus)")
+    parser.add_argument(
+        "--data", default=None, help="file, folder, glob or hub id (default: the offline corpus)"
+    )
     parser.add_argument("--text-field", default="text")
     parser.add_argument("--vocab-size", type=positive("--vocab-size"), default=8192)
-    parser.add_argument("--out", type=Path, default=None, help="output folder (default: the cache, keyed by corpus)")
-    parser.add_argument("--overwrite", action="store_true", help="replace a tokenizer in --out made from other inputs")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="output folder (default: the cache, keyed by corpus)"
+    )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace a tokenizer in --out made from other inputs",
+    )
     args = parser.parse_args(argv[1:])
     if args.out is not None and args.out.exists() and not args.out.is_dir():
-        raise ConfigError(f"--out {args.out} is a file; --out names the folder to hold tokenizer.json")
+        raise ConfigError(
+            f"--out {args.out} is a file; --out names the folder to hold tokenizer.json"
+        )
     from fixed_embed.atomic import check_output
     from fixed_embed.data.corpus import default_corpus
     from fixed_embed.data.corpus_check import check_corpus
@@ -32,6 +42,12 @@ def run(argv: list[str]) -> int:
     check_corpus(args.data, "--data", args.text_field)
     if args.out is not None:
         check_output(args.out, "--out")
-    source = DocumentSource(args.data or str(default_corpus() / "train.jsonl"), text_field=args.text_field)
-    print(bpe_for_source(source, args.vocab_size, args.out, overwrite=args.overwrite or args.out is None))
+    source = DocumentSource(
+        args.data or str(default_corpus() / "train.jsonl"), text_field=args.text_field
+    )
+    print(
+        bpe_for_source(
+            source, args.vocab_size, args.out, overwrite=args.overwrite or args.out is None
+        )
+    )
     return 0

@@ -1,5 +1,6 @@
-"""``fixed-embed fit|validate|test``: LightningCLI over LanguageModel and TextDataModule, with run folders and their
-lock, the resume plan, the length from ``model.token_budget``, ``val_check_interval`` in updates, one-line refusals."""
+"""``fixed-embed fit|validate|test``: LightningCLI over LanguageModel and TextDataModule, with
+run folders and their lock, the resume plan, the length from ``model.token_budget``,
+``val_check_interval`` in updates, one-line refusals."""
 
 from __future__ import annotations
 
@@ -14,25 +15,47 @@ from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
-from fixed_embed.config import CONFIG_FILE_FLAGS, DEFAULT_RUN, config_values, expand_config_args, refused_value
+from fixed_embed.config import (
+    CONFIG_FILE_FLAGS,
+    DEFAULT_RUN,
+    config_values,
+    expand_config_args,
+    refused_value,
+)
 from fixed_embed.data import TextDataModule
 from fixed_embed.data.corpus_check import check_corpus
 from fixed_embed.data.token_shards import INDEX
 from fixed_embed.distributed import launch_agreement, rank_watch
 from fixed_embed.distributed.ranks import is_launching_rank
-from fixed_embed.errors import ConfigError, RunComplete, RunWriteError, environment_error, write_refused
+from fixed_embed.errors import (
+    ConfigError,
+    RunComplete,
+    RunWriteError,
+    environment_error,
+    write_refused,
+)
 from fixed_embed.run import lock as run_lock
-from fixed_embed.run.folder import checkpoint_folder, pin_run_folder, purge_curve_after, step_checkpoints
+from fixed_embed.run.folder import (
+    checkpoint_folder,
+    pin_run_folder,
+    purge_curve_after,
+    step_checkpoints,
+)
 from fixed_embed.run.resume_plan import plan_fit, read_checkpoint
 from fixed_embed.train.experiment import check_values, run_length
 from fixed_embed.train.module import LanguageModel
 
 
 class FixedEmbedCLI(LightningCLI):
-    """LightningCLI whose ``--config`` files may compose a ``__base__``, with requeue-safe run folders."""
+    """LightningCLI whose ``--config`` files may compose a ``__base__``, with requeue-safe run
+    folders."""
 
     def __init__(
-        self, args: list[str] | None = None, run: bool = True, locks: list | None = None, trainers: list | None = None
+        self,
+        args: list[str] | None = None,
+        run: bool = True,
+        locks: list | None = None,
+        trainers: list | None = None,
     ) -> None:
         # Passed in, so run() has the locks and trainer also when __init__ raises.
         self._locks = locks if locks is not None else []
@@ -41,11 +64,18 @@ class FixedEmbedCLI(LightningCLI):
         self._max_steps: int | None = None
         self._resumed_step: int | None = None
         super().__init__(
-            LanguageModel, TextDataModule, save_config_callback=_SaveConfig, save_config_kwargs={"overwrite": True},
-            auto_configure_optimizers=False, args=None if args is None else expand_config_args(args), run=run,
-            # A bad value raises (parse_arguments says it in one line) instead of printing the whole usage.
-            parser_kwargs={"exit_on_error": False} | {c: {"exit_on_error": False} for c in ("fit", "validate", "test")},
-        )  # fmt: skip
+            LanguageModel,
+            TextDataModule,
+            save_config_callback=_SaveConfig,
+            save_config_kwargs={"overwrite": True},
+            auto_configure_optimizers=False,
+            args=None if args is None else expand_config_args(args),
+            run=run,
+            # A bad value raises (parse_arguments says it in one line) instead of printing the
+            # whole usage.
+            parser_kwargs={"exit_on_error": False}
+            | {c: {"exit_on_error": False} for c in ("fit", "validate", "test")},
+        )
 
     def add_arguments_to_parser(self, parser: Any) -> None:
         what = "run name: the folder <save_dir>/<logger name>/<run> holds its logs and checkpoints"
@@ -55,47 +85,81 @@ class FixedEmbedCLI(LightningCLI):
         try:
             super().parse_arguments(parser, args)
         except ArgumentError as error:
-            print(f"fixed-embed {(args or ['fit'])[0]}: error: {refused_value(str(error))}", file=sys.stderr)
+            print(
+                f"fixed-embed {(args or ['fit'])[0]}: error: {refused_value(str(error))}",
+                file=sys.stderr,
+            )
             raise SystemExit(2) from None
-        # LightningCLI would replace the model config by a ckpt_path's hyper-parameters, silently dropping
-        # the user's changes: the path is held back (the resume plan and on_load_checkpoint check instead).
+        # LightningCLI would replace the model config by a ckpt_path's hyper-parameters, silently
+        # dropping the user's changes: the path is held back (the resume plan and
+        # on_load_checkpoint check instead).
         if (subcommand := self.config.get("subcommand")) is not None:
-            self._ckpt_path, self.config[subcommand].ckpt_path = self.config[subcommand].ckpt_path, None
-            check_values(self.config[subcommand])  # before LightningCLI seeds (seed_everything) or anything else
+            self._ckpt_path, self.config[subcommand].ckpt_path = (
+                self.config[subcommand].ckpt_path,
+                None,
+            )
+            check_values(
+                self.config[subcommand]
+            )  # before LightningCLI seeds (seed_everything) or anything else
 
     def before_instantiate_classes(self) -> None:
         if (subcommand := self.config.get("subcommand")) is None:
             return
         config = self.config[subcommand]
-        if (gpu := str(config.trainer.accelerator)) in ("gpu", "cuda") and not num_cuda_devices():  # NVML: no CUDA init
+        if (gpu := str(config.trainer.accelerator)) in (
+            "gpu",
+            "cuda",
+        ) and not num_cuda_devices():  # NVML: no CUDA init
             cpu = "experiments/tiny/*.yaml or --trainer.accelerator cpu --trainer.precision 32-true"
-            raise ConfigError(f"trainer.accelerator {gpu} needs a CUDA GPU, none is visible here: on CPU use {cpu}")
-        # Kept as written (SaveConfigCallback saves it for relaunches); resolved values apply at instantiation.
+            raise ConfigError(
+                f"trainer.accelerator {gpu} needs a CUDA GPU, none is visible here: on CPU use "
+                f"{cpu}"
+            )
+        # Kept as written (SaveConfigCallback saves it for relaunches); resolved values apply at
+        # instantiation.
         config.ckpt_path = self._ckpt_path
         if subcommand == "fit":
-            self._ckpt_path, self._resumed_step = launch_agreement.in_turn(lambda: self._plan(config),
-                                                                           config.trainer.num_nodes)  # fmt: skip
+            self._ckpt_path, self._resumed_step = launch_agreement.in_turn(
+                lambda: self._plan(config), config.trainer.num_nodes
+            )
         else:  # validate, test: the checkpoint and the data, before any work
             if config.ckpt_path in ("last", "best"):
                 raise ConfigError(
-                    f"{subcommand} --ckpt_path {config.ckpt_path}: pass the checkpoint file instead "
-                    "(<run folder>/checkpoints/last.ckpt or step=N.ckpt; checkpoints are kept by update, not by score)"
+                    f"{subcommand} --ckpt_path {config.ckpt_path}: pass the checkpoint file "
+                    "instead "
+                    "(<run folder>/checkpoints/last.ckpt or step=N.ckpt; checkpoints are kept by "
+                    "update, not by score)"
                 )
             if config.ckpt_path is not None:
                 read_checkpoint(config.ckpt_path)
             _preflight(config)
 
     def _plan(self, config: Any) -> tuple[str | None, int | None]:
-        """The run lock (before anything is read), then what this launch resumes; global rank 0 first."""
+        """The run lock (before anything is read), then what this launch resumes; global rank 0
+        first."""
         folder = pin_run_folder(config.trainer, config.run)
-        if is_launching_rank():  # the run folder's writer, and a reader of the data folders (token shards)
+        if (
+            is_launching_rank()
+        ):  # the run folder's writer, and a reader of the data folders (token shards)
             self._locks += [run_lock.acquire(folder)] if folder is not None else []
-            read = {Path(p).resolve() for p in (config.data.train, config.data.valid) if p and _shards_or_being(p)}
-            self._locks += [run_lock.acquire(p, "or point data at another", beside=True, shared=True) for p in read]
+            read = {
+                Path(p).resolve()
+                for p in (config.data.train, config.data.valid)
+                if p and _shards_or_being(p)
+            }
+            self._locks += [
+                run_lock.acquire(p, "or point data at another", beside=True, shared=True)
+                for p in read
+            ]
         self._max_steps, how = run_length(config)
         rank_zero_info(how)
-        if isinstance(every := config.trainer.val_check_interval, int) and every > (steps := self._max_steps):
-            rank_zero_warn(f"trainer.val_check_interval {every} > the run's {steps} updates: no validation runs")
+        if isinstance(every := config.trainer.val_check_interval, int) and every > (
+            steps := self._max_steps
+        ):
+            rank_zero_warn(
+                f"trainer.val_check_interval {every} > the run's {steps} updates: no validation "
+                "runs"
+            )
         checkpoints = checkpoint_folder(folder) if folder is not None else None
         ckpt_path, resumed_step = plan_fit(config, checkpoints, self._max_steps)
         if resumed_step is None:
@@ -115,25 +179,38 @@ class FixedEmbedCLI(LightningCLI):
         trainer = self.trainer
         self._trainers.append(trainer)
         if isinstance(trainer.val_check_interval, int) and trainer.accumulate_grad_batches > 1:
-            trainer.val_check_interval *= trainer.accumulate_grad_batches  # updates -> Lightning's micro-batches
+            trainer.val_check_interval *= (
+                trainer.accumulate_grad_batches
+            )  # updates -> Lightning's micro-batches
         if self._resumed_step is not None:
             self.model.resume_planned = True
             purge_curve_after(trainer, self._resumed_step)
 
 
 class _SaveConfig(SaveConfigCallback):
-    def save_config(self, trainer: Any, pl_module: Any, stage: str) -> None:  # rank 0, once: config.yaml's text
-        if stage == "fit" and isinstance(trainer.logger, TensorBoardLogger):  # in TensorBoard's text tab, as code
+    def save_config(
+        self, trainer: Any, pl_module: Any, stage: str
+    ) -> None:  # rank 0, once: config.yaml's text
+        if stage == "fit" and isinstance(
+            trainer.logger, TensorBoardLogger
+        ):  # in TensorBoard's text tab, as code
             text = self.parser.dump(self.config, skip_none=False)
-            trainer.logger.experiment.add_text("config", "".join(f"    {line}" for line in text.splitlines(True)))
+            trainer.logger.experiment.add_text(
+                "config", "".join(f"    {line}" for line in text.splitlines(True))
+            )
 
 
-def _shards_or_being(path: str) -> bool:  # token shards, or a folder a pretokenize holds: a reader leaves a record
-    return (Path(path) / INDEX).is_file() or (Path(path).parent / f".{Path(path).name}.lock").is_file()
+def _shards_or_being(
+    path: str,
+) -> bool:  # token shards, or a folder a pretokenize holds: a reader leaves a record
+    return (Path(path) / INDEX).is_file() or (
+        Path(path).parent / f".{Path(path).name}.lock"
+    ).is_file()
 
 
 def _preflight(config: Any) -> None:
-    """A fresh start's inputs, checked before any work: the data module's settings, data files, tokenizer."""
+    """A fresh start's inputs, checked before any work: the data module's settings, data files,
+    tokenizer."""
     datamodule = TextDataModule(**config.data.as_dict())
     hp = datamodule.hparams
     check_corpus(hp.train, "data.train", hp.text_field)
@@ -151,11 +228,18 @@ def run(argv: list[str]) -> int:
         rank_zero_info(str(done))
         return 0
     except SystemExit as stop:
-        if isinstance(stop.__context__, KeyboardInterrupt):  # Lightning's Ctrl-C handler: sys.exit(1)
+        if isinstance(
+            stop.__context__, KeyboardInterrupt
+        ):  # Lightning's Ctrl-C handler: sys.exit(1)
             _say_interrupted(trainers)
-        elif stop.code == 2 and (files := [f for f in config_values(argv, CONFIG_FILE_FLAGS) if os.path.isfile(f)]):
+        elif stop.code == 2 and (
+            files := [f for f in config_values(argv, CONFIG_FILE_FLAGS) if os.path.isfile(f)]
+        ):
             # a usage error: which files it came from
-            print(f"fixed-embed {argv[0]}: (the config files given: {', '.join(files)})", file=sys.stderr)
+            print(
+                f"fixed-embed {argv[0]}: (the config files given: {', '.join(files)})",
+                file=sys.stderr,
+            )
         raise
     except KeyboardInterrupt:
         _say_interrupted(trainers)
@@ -164,7 +248,10 @@ def run(argv: list[str]) -> int:
         if (lost := rank_watch.lost_rank()) is not None:
             raise rank_watch.RankLostError(lost) from error
         if (refused := environment_error(error)) is not None:
-            move = "move the run (--trainer.logger.init_args.save_dir), then relaunch with --ckpt_path last"
+            move = (
+                "move the run (--trainer.logger.init_args.save_dir), then relaunch with "
+                "--ckpt_path last"
+            )
             raise RunWriteError(write_refused(refused, _newest_intact(trainers), move)) from error
         raise
     finally:
@@ -183,6 +270,10 @@ def _newest_intact(trainers: list[Any]) -> str:
 
 
 def _say_interrupted(trainers: list[Any]) -> None:
-    print(f"fixed-embed fit: interrupted (Ctrl-C); {_newest_intact(trainers)}: relaunch with --ckpt_path last to "
-          "continue from it (a SIGTERM instead saves at the end of the update in flight)",
-          file=sys.stderr, flush=True)  # fmt: skip
+    print(
+        f"fixed-embed fit: interrupted (Ctrl-C); {_newest_intact(trainers)}: relaunch with "
+        "--ckpt_path last to "
+        "continue from it (a SIGTERM instead saves at the end of the update in flight)",
+        file=sys.stderr,
+        flush=True,
+    )

@@ -1,4 +1,5 @@
-"""Data: document sources, tokenizers, packing into fixed blocks, token shards, and the LightningDataModule."""
+"""Data: document sources, tokenizers, packing into fixed blocks, token shards, and the
+LightningDataModule."""
 
 from fixed_embed.public_names import exports
 

@@ -17,10 +17,13 @@ from fixed_embed.errors import in_one_line
 
 
 class BlockCache:
-    """``cache_root() / kind / <sha256 of key>.pt``, with the blocks' SHA-256; a bad entry is rebuilt with a warning."""
+    """``cache_root() / kind / <sha256 of key>.pt``, with the blocks' SHA-256; a bad entry is
+    rebuilt with a warning."""
 
     def __init__(self, key: dict[str, Any], kind: str) -> None:
-        self.digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()
+        self.digest = hashlib.sha256(
+            json.dumps(key, sort_keys=True, default=str).encode()
+        ).hexdigest()
         self.path = cache_root() / kind / f"{self.digest[:32]}.pt"
 
     def load(self, width: int) -> torch.Tensor | None:
@@ -30,27 +33,50 @@ class BlockCache:
         except FileNotFoundError:
             return None
         except Exception as error:  # truncated, corrupt, unreadable: any of many types
-            warnings.warn(f"block cache {self.path} is unreadable ({in_one_line(error)}); rebuilding", stacklevel=2)
+            warnings.warn(
+                f"block cache {self.path} is unreadable ({in_one_line(error)}); rebuilding",
+                stacklevel=2,
+            )
             return None
         blocks = saved.get("blocks") if isinstance(saved, dict) else None
-        shaped = isinstance(blocks, torch.Tensor) and blocks.dtype == torch.int64 and blocks.dim() == 2
-        usable = shaped and saved.get("key") == self.digest and len(blocks) > 0 and blocks.shape[1] == width
-        if not (usable and saved.get("sha256") == hashlib.sha256(blocks.contiguous().numpy()).hexdigest()):
-            warnings.warn(f"block cache {self.path} does not hold the expected blocks; rebuilding", stacklevel=2)
+        shaped = (
+            isinstance(blocks, torch.Tensor) and blocks.dtype == torch.int64 and blocks.dim() == 2
+        )
+        usable = (
+            shaped
+            and saved.get("key") == self.digest
+            and len(blocks) > 0
+            and blocks.shape[1] == width
+        )
+        if not (
+            usable
+            and saved.get("sha256") == hashlib.sha256(blocks.contiguous().numpy()).hexdigest()
+        ):
+            warnings.warn(
+                f"block cache {self.path} does not hold the expected blocks; rebuilding",
+                stacklevel=2,
+            )
             return None
         return blocks
 
     def save(self, blocks: torch.Tensor) -> None:
         blocks = blocks.contiguous()
-        record = {"key": self.digest, "blocks": blocks, "sha256": hashlib.sha256(blocks.numpy()).hexdigest()}
+        record = {
+            "key": self.digest,
+            "blocks": blocks,
+            "sha256": hashlib.sha256(blocks.numpy()).hexdigest(),
+        }
         try:
             with atomic_write(self.path, "wb") as file:
                 torch.save(record, file)
         except OSError as error:  # a read-only or full disk
             warnings.warn(f"could not write the block cache {self.path}: {error}", stacklevel=2)
 
-    def get(self, build: Callable[[], torch.Tensor], width: int) -> tuple[torch.Tensor, float | None]:
-        """The cached blocks, or ``build()`` saved; with the seconds the build took (``None``: from cache)."""
+    def get(
+        self, build: Callable[[], torch.Tensor], width: int
+    ) -> tuple[torch.Tensor, float | None]:
+        """The cached blocks, or ``build()`` saved; with the seconds the build took (``None``:
+        from cache)."""
         if (blocks := self.load(width)) is not None:
             return blocks, None
         start = time.perf_counter()

@@ -1,4 +1,5 @@
-"""Token shards' global seeded block order, each rank's slice of a global batch, its state (docs/data.md, "Reading")."""
+"""Token shards' global seeded block order, each rank's slice of a global batch, its state
+(docs/data.md, "Reading")."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from fixed_embed.data.token_shards import TokenShards
 from fixed_embed.errors import DataError
 
-# The key of the loader state that makes it world-independent (fixed_embed.data.loader_state looks for it).
+# The key of the loader state that makes it world-independent (fixed_embed.data.loader_state looks
+# for it).
 GLOBAL_POSITION = "global_blocks_consumed"
 
 
@@ -44,19 +46,39 @@ class GlobalBlockOrder:
 
 
 class RankBatches(IterableDataset):
-    """This rank's endless batches ``[batch_size, seq_len + 1]`` (int64) of the global order, from ``start``.
-    ``length`` (batches) is what ``len`` reports, so Lightning does not fetch a batch ahead."""
+    """This rank's endless batches ``[batch_size, seq_len + 1]`` (int64) of the global order,
+    from ``start``. ``length`` (batches) is what ``len`` reports, so Lightning does not fetch a
+    batch ahead."""
 
     def __init__(
-        self, shards: TokenShards, seq_len: int, batch_size: int, seed: int, rank: int = 0, world_size: int = 1,
-        start: int = 0, length: int | None = None,
-    ) -> None:  # fmt: skip
-        self.shards, self.block_len, self.batch_size, self.seed = shards, seq_len + 1, batch_size, seed
-        self.seq_len, self.rank, self.world_size, self.start, self.length = seq_len, rank, world_size, start, length
+        self,
+        shards: TokenShards,
+        seq_len: int,
+        batch_size: int,
+        seed: int,
+        rank: int = 0,
+        world_size: int = 1,
+        start: int = 0,
+        length: int | None = None,
+    ) -> None:
+        self.shards, self.block_len, self.batch_size, self.seed = (
+            shards,
+            seq_len + 1,
+            batch_size,
+            seed,
+        )
+        self.seq_len, self.rank, self.world_size, self.start, self.length = (
+            seq_len,
+            rank,
+            world_size,
+            start,
+            length,
+        )
         blocks = shards.block_count(self.block_len)
         if blocks == 0:
             raise DataError(
-                f"the {shards.split} token shards of {shards.folder} hold {shards.total} tokens, less than one block "
+                f"the {shards.split} token shards of {shards.folder} hold {shards.total} tokens, "
+                "less than one block "
                 f"of {self.block_len}: lower data.seq_len or pretokenize more text"
             )
         self.order = GlobalBlockOrder(blocks, seed)
@@ -82,20 +104,29 @@ class RankBatches(IterableDataset):
         yield from map(self.batch, itertools.count(worker, workers))
 
     def config_fingerprint(self) -> dict[str, Any]:
-        """What a saved position must have been made with (the world size and workers are not in it)."""
-        return {**self.shards.fingerprint(), "seq_len": self.seq_len, "seed": self.seed, "order": "pcg64-per-pass"}
+        """What a saved position must have been made with (the world size and workers are not in
+        it)."""
+        return {
+            **self.shards.fingerprint(),
+            "seq_len": self.seq_len,
+            "seed": self.seed,
+            "order": "pcg64-per-pass",
+        }
 
 
 class TokenBlockLoader(DataLoader):
-    """A ``DataLoader`` of :class:`RankBatches` whose state is the global position, counted as batches are handed out
-    (the same on every rank; resumable at any world size and workers). Each ``iter()`` goes on from the last."""
+    """A ``DataLoader`` of :class:`RankBatches` whose state is the global position, counted as
+    batches are handed out (the same on every rank; resumable at any world size and workers).
+    Each ``iter()`` goes on from the last."""
 
     def __init__(self, dataset: RankBatches, num_workers: int = 0, **kwargs: Any) -> None:
         super().__init__(dataset, batch_size=None, num_workers=num_workers, **kwargs)
         self._consumed = dataset.start
 
     def __iter__(self) -> Iterator[torch.Tensor]:
-        self.dataset.start = self._consumed  # workers are started by the iterator below, with this start
+        self.dataset.start = (
+            self._consumed
+        )  # workers are started by the iterator below, with this start
         for batch in super().__iter__():
             self._consumed += self.dataset.global_batch
             yield batch
@@ -103,7 +134,11 @@ class TokenBlockLoader(DataLoader):
     def state_dict(self) -> dict[str, Any]:
         fingerprint = json.dumps(self.dataset.config_fingerprint(), sort_keys=True)
         # global_batch: of the launch that saved it (for diagnostics)
-        return {GLOBAL_POSITION: self._consumed, "fingerprint": fingerprint, "global_batch": self.dataset.global_batch}
+        return {
+            GLOBAL_POSITION: self._consumed,
+            "fingerprint": fingerprint,
+            "global_batch": self.dataset.global_batch,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         # the data module's resume check has refused another stream's position (TokenShardSource)

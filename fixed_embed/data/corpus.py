@@ -1,4 +1,5 @@
-"""The offline default corpus (docs/data.md, "No data configured"); read in sorted order, deterministic per Python."""
+"""The offline default corpus (docs/data.md, "No data configured"); read in sorted order,
+deterministic per Python."""
 
 from __future__ import annotations
 
@@ -16,19 +17,37 @@ from fixed_embed.atomic import atomic_path, atomic_write
 from fixed_embed.data.sharding import is_held_out
 
 VALID_PER_MILLE = 50
-_DOCUMENTED = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)  # what ast.get_docstring reads
-_SKIP_DIRS = {"test", "tests", "idlelib", "site-packages", "dist-packages", "__pycache__", "lib2to3", "turtledemo"}
+_DOCUMENTED = (
+    ast.Module,
+    ast.ClassDef,
+    ast.FunctionDef,
+    ast.AsyncFunctionDef,
+)  # what ast.get_docstring reads
+_SKIP_DIRS = {
+    "test",
+    "tests",
+    "idlelib",
+    "site-packages",
+    "dist-packages",
+    "__pycache__",
+    "lib2to3",
+    "turtledemo",
+}
 
 
 def cache_root() -> Path:
-    """``$FIXED_EMBED_CACHE`` or ``$XDG_CACHE_HOME/fixed-embed`` (default ``~/.cache/fixed-embed``)."""
+    """``$FIXED_EMBED_CACHE`` or ``$XDG_CACHE_HOME/fixed-embed`` (default
+    ``~/.cache/fixed-embed``)."""
     default = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "fixed-embed"
     return Path(os.environ.get("FIXED_EMBED_CACHE", default))
 
 
 def shared_data_root() -> Path:
-    """Local datasets (gutenberg-prose, ...): ``$FIXED_EMBED_DATA``, else ``../shared/data`` from the checkout."""
-    return Path(os.environ.get("FIXED_EMBED_DATA", Path(__file__).resolve().parents[3] / "shared" / "data"))
+    """Local datasets (gutenberg-prose, ...): ``$FIXED_EMBED_DATA``, else ``../shared/data``
+    from the checkout."""
+    return Path(
+        os.environ.get("FIXED_EMBED_DATA", Path(__file__).resolve().parents[3] / "shared" / "data")
+    )
 
 
 def _documents() -> Iterator[tuple[str, str]]:
@@ -44,26 +63,41 @@ def _documents() -> Iterator[tuple[str, str]]:
             tree = ast.parse(path.read_text(encoding="utf-8"))
         except (SyntaxError, UnicodeDecodeError, ValueError):
             continue
-        docs = [doc for node in ast.walk(tree) if isinstance(node, _DOCUMENTED) and (doc := ast.get_docstring(node))]
+        docs = [
+            doc
+            for node in ast.walk(tree)
+            if isinstance(node, _DOCUMENTED) and (doc := ast.get_docstring(node))
+        ]
         if docs:
             yield f"module:{path.relative_to(stdlib).as_posix()}", "\n\n".join(docs)
 
 
 def default_corpus() -> Path:
-    """The folder holding ``train.jsonl`` and ``valid.jsonl``, built on first use, and rebuilt (with a warning)
-    when their bytes no longer match the SHA-256 written with them (2 MB: hashed on every use)."""
+    """The folder holding ``train.jsonl`` and ``valid.jsonl``, built on first use, and rebuilt
+    (with a warning) when their bytes no longer match the SHA-256 written with them (2 MB:
+    hashed on every use)."""
     folder = cache_root() / f"default-corpus-py{sys.version_info.major}.{sys.version_info.minor}"
     if (sums := folder / "sha256.json").is_file():
         try:
             written = json.loads(sums.read_text())
-            changed = [folder / name for name, digest in _digests(folder).items() if written[name] != digest]
+            changed = [
+                folder / name
+                for name, digest in _digests(folder).items()
+                if written[name] != digest
+            ]
         except (ValueError, KeyError, TypeError):  # the sums file itself changed
             changed = [sums]
         if not changed:
             return folder
-        warnings.warn(f"the cached offline corpus changed since it was written ({', '.join(map(str, changed))}); "
-                      "rebuilding it", stacklevel=2)  # fmt: skip
-        sums.unlink(missing_ok=True)  # a rebuild cut short must not look like a changed corpus next time
+        warnings.warn(
+            "the cached offline corpus changed since it was written "
+            f"({', '.join(map(str, changed))}); "
+            "rebuilding it",
+            stacklevel=2,
+        )
+        sums.unlink(
+            missing_ok=True
+        )  # a rebuild cut short must not look like a changed corpus next time
     with (
         atomic_path(folder / "train.jsonl") as train_tmp,
         atomic_path(folder / "valid.jsonl") as valid_tmp,
@@ -80,4 +114,7 @@ def default_corpus() -> Path:
 
 def _digests(folder: Path) -> dict[str, str | None]:
     paths = {name: folder / name for name in ("train.jsonl", "valid.jsonl")}
-    return {name: hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else None for name, p in paths.items()}
+    return {
+        name: hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else None
+        for name, p in paths.items()
+    }

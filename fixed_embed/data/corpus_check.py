@@ -1,5 +1,7 @@
-"""A corpus a user names, checked in milliseconds before any work: its files exist, are not empty, and their first
-:data:`HEAD_BYTES` parse as their suffix says (a bad record further in is the training's DataError to name)."""
+"""A corpus a user names, checked in milliseconds before any work: its files exist, are not
+empty, and their first
+:data:`HEAD_BYTES` parse as their suffix says (a bad record further in is the training's
+DataError to name)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ HEAD_BYTES = 1 << 20  # what a check reads of each file at most
 
 
 def check_corpus(spec: str | os.PathLike | None, what: str, text_field: str = "text") -> None:
-    """Refuse a local corpus (file, folder or glob; a hub id passes) that cannot be read as documents."""
+    """Refuse a local corpus (file, folder or glob; a hub id passes) that cannot be read as
+    documents."""
     if spec is None or shard_folder(spec) is not None or not DocumentSource(str(spec)).is_local:
         return  # token shards: their index is read (and checked) when the data module opens them
     try:
@@ -38,34 +41,47 @@ def check_corpus(spec: str | os.PathLike | None, what: str, text_field: str = "t
         suffix = Path(file).suffix
         if suffix == ".parquet":
             if not head.startswith(b"PAR1"):
-                raise DataError(f"{what}: {file} is not a Parquet file (no PAR1 magic bytes); point data at documents")
+                raise DataError(
+                    f"{what}: {file} is not a Parquet file (no PAR1 magic bytes); point data at "
+                    "documents"
+                )
             continue
         try:
             text = head.decode("utf-8")
         except UnicodeDecodeError as error:
-            if at_end or error.reason != "unexpected end of data":  # not merely a character cut by the read limit
+            if (
+                at_end or error.reason != "unexpected end of data"
+            ):  # not merely a character cut by the read limit
                 raise DataError(
-                    f"{what}: {file} is not UTF-8 text (byte {error.start}: {error.reason}); point data at documents"
+                    f"{what}: {file} is not UTF-8 text (byte {error.start}: {error.reason}); point "
+                    "data at documents"
                 ) from None
             text = head[: error.start].decode("utf-8")
         if suffix in (".jsonl", ".json"):
             _check_records(file, text, at_end, what, text_field)
     if empty == len(files):
-        raise DataError(f"{what}: {spec}: every file is empty ({len(files)} file(s)); point data at documents")
+        raise DataError(
+            f"{what}: {spec}: every file is empty ({len(files)} file(s)); point data at documents"
+        )
 
 
 def _check_records(file: str, text: str, at_end: bool, what: str, text_field: str) -> None:
     lines = text.splitlines()
-    for number, line in enumerate(lines if at_end else lines[:-1], start=1):  # the last may be cut by the read limit
+    for number, line in enumerate(
+        lines if at_end else lines[:-1], start=1
+    ):  # the last may be cut by the read limit
         if not line.strip():
             continue
         try:
             record = json.loads(line)
         except ValueError as error:
-            raise DataError(f"{what}: {file} line {number} is not a JSON record ({error}); fix or remove it") from None
+            raise DataError(
+                f"{what}: {file} line {number} is not a JSON record ({error}); fix or remove it"
+            ) from None
         if not isinstance(record, dict) or not isinstance(record.get(text_field), str):
             keys = sorted(record) if isinstance(record, dict) else type(record).__name__
             raise DataError(
-                f"{what}: {file} line {number} has no text field {text_field!r} (found {keys}); fix it or set the "
+                f"{what}: {file} line {number} has no text field {text_field!r} (found {keys}); "
+                "fix it or set the "
                 "text field (data.text_field, --text-field)"
             )

@@ -1,5 +1,6 @@
-"""The data position in a checkpoint: Lightning saves rank 0's loader state only, so every rank's is gathered under
-``LOADER_STATES`` (a key checkpoints hold: never rename it), and each rank's own is handed back at load."""
+"""The data position in a checkpoint: Lightning saves rank 0's loader state only, so every
+rank's is gathered under ``LOADER_STATES`` (a key checkpoints hold: never rename it), and each
+rank's own is handed back at load."""
 
 from __future__ import annotations
 
@@ -25,13 +26,15 @@ def gather_loader_states(checkpoint: dict[str, Any], world_size: int) -> None:
 
 
 def saved_loader_state(checkpoint: Mapping[str, Any]) -> Any:
-    """The loader states a checkpoint holds: every rank's (a fit of several ranks), else Lightning's one."""
+    """The loader states a checkpoint holds: every rank's (a fit of several ranks), else
+    Lightning's one."""
     slot = fit_loop_state(checkpoint)
     return checkpoint.get(LOADER_STATES) or (None if slot is None else slot.get(COMBINED_LOADER))
 
 
 def find_states(state: Any, key: str) -> list[dict[str, Any]]:
-    """Every mapping holding ``key`` inside a loader state, whatever the loader's layout (workers nest them)."""
+    """Every mapping holding ``key`` inside a loader state, whatever the loader's layout
+    (workers nest them)."""
     if isinstance(state, Mapping):
         return [dict(state)] if key in state else find_states(list(state.values()), key)
     if isinstance(state, (list, tuple)):
@@ -40,20 +43,27 @@ def find_states(state: Any, key: str) -> list[dict[str, Any]]:
 
 
 def fingerprint_refusal(saved: str, expected: Mapping[str, Any]) -> str | None:
-    """Why a position saved with settings ``saved`` (JSON) cannot resume ``expected`` (naming each change), or None."""
+    """Why a position saved with settings ``saved`` (JSON) cannot resume ``expected`` (naming
+    each change), or None."""
     then, now = json.loads(saved), json.loads(json.dumps(expected))  # as saved: tuples become lists
     keys = sorted(key for key in set(then) | set(now) if then.get(key) != now.get(key))
-    if not (changed := "; ".join(f"{key}: checkpoint {then.get(key)!r}, now {now.get(key)!r}" for key in keys)):
+    if not (
+        changed := "; ".join(
+            f"{key}: checkpoint {then.get(key)!r}, now {now.get(key)!r}" for key in keys
+        )
+    ):
         return None
     return (
-        f"refusing to resume: the checkpoint's data stream was made with other data settings ({changed}); "
+        "refusing to resume: the checkpoint's data stream was made with other data settings "
+        f"({changed}); "
         "resume with the run's own data settings, or start a new run (--run NAME)"
     )
 
 
 def take_own_loader_state(checkpoint: dict[str, Any], trainer: Any) -> None:
-    """Refuse what the data module refuses, then put this rank's loader state where Lightning restores it from:
-    a token-shard position is global (every rank takes the same), a text stream's is its rank's."""
+    """Refuse what the data module refuses, then put this rank's loader state where Lightning
+    restores it from: a token-shard position is global (every rank takes the same), a text
+    stream's is its rank's."""
     slot = fit_loop_state(checkpoint)
     if slot is None or trainer is None or trainer.state.fn != "fit":
         return  # validate/test need no data position (one rank's checkpoint: Lightning's own slot)
@@ -61,4 +71,6 @@ def take_own_loader_state(checkpoint: dict[str, Any], trainer: Any) -> None:
     if refusals is not None and (found := refusals(checkpoint, trainer.world_size)):
         raise CheckpointError(" | ".join(found))
     if (states := checkpoint.get(LOADER_STATES)) is not None:
-        slot[COMBINED_LOADER] = states[0 if find_states(states, GLOBAL_POSITION) else trainer.global_rank]
+        slot[COMBINED_LOADER] = states[
+            0 if find_states(states, GLOBAL_POSITION) else trainer.global_rank
+        ]

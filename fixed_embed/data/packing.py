@@ -1,5 +1,6 @@
-"""Tokenize streamed documents, pack ``tokens + [EOS]`` into ``seq_len + 1`` blocks (each virtual shard with its own
-carry, no padding), shuffle, and resume exactly (state: :mod:`fixed_embed.data.reader_state`)."""
+"""Tokenize streamed documents, pack ``tokens + [EOS]`` into ``seq_len + 1`` blocks (each
+virtual shard with its own carry, no padding), shuffle, and resume exactly (state:
+:mod:`fixed_embed.data.reader_state`)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,13 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from fixed_embed.data.reader_state import PackingStats, ReaderState, restore_state, state_to_dict
-from fixed_embed.data.sharding import document_cycle, is_held_out, reader_plan, virtual_shard_count, virtual_shard_of
+from fixed_embed.data.sharding import (
+    document_cycle,
+    is_held_out,
+    reader_plan,
+    virtual_shard_count,
+    virtual_shard_of,
+)
 from fixed_embed.data.sources import DocumentSource
 from fixed_embed.data.tokenizer import load_tokenizer
 from fixed_embed.errors import DataError
@@ -22,8 +29,9 @@ from fixed_embed.errors import DataError
 
 @dataclass(eq=False)
 class PackedBlocks(IterableDataset):
-    """An endless (or, with ``epochs=1``, one-pass) stream of packed ``LongTensor[seq_len + 1]`` blocks.
-    ``num_shards``: virtual shards (:mod:`fixed_embed.data.sharding`); ``None``: one per reader."""
+    """An endless (or, with ``epochs=1``, one-pass) stream of packed ``LongTensor[seq_len + 1]``
+    blocks. ``num_shards``: virtual shards (:mod:`fixed_embed.data.sharding`); ``None``: one per
+    reader."""
 
     source: DocumentSource
     tokenizer: str
@@ -43,17 +51,35 @@ class PackedBlocks(IterableDataset):
     _pending_state: dict | None = field(default=None, init=False, repr=False)
 
     def __len__(self) -> int:
-        # A length stops Lightning's one-batch look-ahead, which would save a loader state one batch too far.
+        # A length stops Lightning's one-batch look-ahead, which would save a loader state one
+        # batch too far.
         if self.length is None:
             raise TypeError("this PackedBlocks stream has no length")
         return self.length
 
     def config_fingerprint(self) -> dict[str, Any]:
         """What must match for a saved state to be resumed (refused otherwise)."""
-        # the blocks' makings and the stream's order; documents have no BOS: its key stays so saved positions match
-        blocks = {"tokenizer": self.tokenizer, "seq_len": self.seq_len, "eos_id": self.eos_id, "bos_id": None}
-        stream = ("num_shards", "shuffle_buffer", "seed", "holdout_per_mille", "keep", "tokenize_batch")
-        return {"source": self.source.fingerprint(), **blocks, **{name: getattr(self, name) for name in stream}}
+        # the blocks' makings and the stream's order; documents have no BOS: its key stays so saved
+        # positions match
+        blocks = {
+            "tokenizer": self.tokenizer,
+            "seq_len": self.seq_len,
+            "eos_id": self.eos_id,
+            "bos_id": None,
+        }
+        stream = (
+            "num_shards",
+            "shuffle_buffer",
+            "seed",
+            "holdout_per_mille",
+            "keep",
+            "tokenize_batch",
+        )
+        return {
+            "source": self.source.fingerprint(),
+            **blocks,
+            **{name: getattr(self, name) for name in stream},
+        }
 
     def _reader(self) -> tuple[int, int]:
         info = get_worker_info()
@@ -63,10 +89,14 @@ class PackedBlocks(IterableDataset):
     def state_dict(self) -> dict[str, Any]:
         reader, readers = self._reader()
         fingerprint = json.dumps(self.config_fingerprint(), sort_keys=True)
-        return state_to_dict(self._state or ReaderState(), fingerprint, reader, readers, self.seq_len + 1)
+        return state_to_dict(
+            self._state or ReaderState(), fingerprint, reader, readers, self.seq_len + 1
+        )
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._pending_state = state  # applied by the next __iter__, which knows the reader and the source
+        self._pending_state = (
+            state  # applied by the next __iter__, which knows the reader and the source
+        )
 
     @property
     def stats(self) -> PackingStats:
@@ -77,7 +107,9 @@ class PackedBlocks(IterableDataset):
         ds = self.source.open()
         source_shards = ds.num_shards
         saved, self._pending_state = self._pending_state, None
-        state = self._state = restore_state(saved, reader, source_shards, self.seed, self.source.path)
+        state = self._state = restore_state(
+            saved, reader, source_shards, self.seed, self.source.path
+        )
         virtual = virtual_shard_count(self.num_shards, readers)
         plan = reader_plan(source_shards, virtual, reader, readers)
         tokenizer = load_tokenizer(self.tokenizer)
@@ -86,11 +118,16 @@ class PackedBlocks(IterableDataset):
         block_len = self.seq_len + 1
         while self.epochs is None or state.epoch < self.epochs:
             produced_before = state.stats.blocks
-            # only a whole pass without a block means the data cannot fill one (a resumed pass may have none left)
+            # only a whole pass without a block means the data cannot fill one (a resumed pass may
+            # have none left)
             whole_pass = state.source_state is None
             for owned in self._owned_batches(ds, plan, virtual, state):
-                encodings = tokenizer.encode_batch([text for _, text in owned], add_special_tokens=False)
-                for position, ((shard, _), encoding) in enumerate(zip(owned, encodings, strict=True)):
+                encodings = tokenizer.encode_batch(
+                    [text for _, text in owned], add_special_tokens=False
+                )
+                for position, ((shard, _), encoding) in enumerate(
+                    zip(owned, encodings, strict=True)
+                ):
                     if position < state.doc_in_batch:
                         continue  # packed before the checkpoint
                     if state.blocks_from_doc == 0:  # else resumed inside this document
@@ -100,7 +137,9 @@ class PackedBlocks(IterableDataset):
                     tokens = [*state.carry_at_doc, *encoding.ids, self.eos_id]
                     n_blocks = len(tokens) // block_len
                     for b in range(state.blocks_from_doc, n_blocks):
-                        block = torch.tensor(tokens[b * block_len : (b + 1) * block_len], dtype=torch.int64)
+                        block = torch.tensor(
+                            tokens[b * block_len : (b + 1) * block_len], dtype=torch.int64
+                        )
                         state.blocks_from_doc = b + 1
                         state.stats.blocks += 1
                         if (out := self._shuffle(block, state, rng)) is not None:
@@ -112,22 +151,39 @@ class PackedBlocks(IterableDataset):
                 state.doc_in_batch = 0
             if whole_pass and state.stats.blocks == produced_before and state.blocks_from_doc == 0:
                 cycle = document_cycle(source_shards, virtual)
-                files = ", ".join(f"{f}" if (lo, hi) == (0, cycle) else f"{f}[{lo}:{hi}]/{cycle}" for f, lo, hi in plan)
-                share = f"{self.source.path} (source shards {files} of {source_shards}, {virtual} virtual shards)"
-                if state.stats.documents == 0:  # lowering data.num_workers is suggested only where it is above 1
-                    fewer = "lower data.num_workers or " if getattr(get_worker_info(), "num_workers", 0) > 1 else ""
+                files = ", ".join(
+                    f"{f}" if (lo, hi) == (0, cycle) else f"{f}[{lo}:{hi}]/{cycle}"
+                    for f, lo, hi in plan
+                )
+                share = (
+                    f"{self.source.path} (source shards {files} of {source_shards}, {virtual} "
+                    "virtual shards)"
+                )
+                if (
+                    state.stats.documents == 0
+                ):  # lowering data.num_workers is suggested only where it is above 1
+                    fewer = (
+                        "lower data.num_workers or "
+                        if getattr(get_worker_info(), "num_workers", 0) > 1
+                        else ""
+                    )
                     raise DataError(
-                        f"reader {reader} of {readers} (ranks x data.num_workers) got no document from its share of "
-                        f"{share}: the corpus has too few documents for {readers} readers; {fewer}give more "
+                        f"reader {reader} of {readers} (ranks x data.num_workers) got no document "
+                        "from its share of "
+                        f"{share}: the corpus has too few documents for {readers} readers; "
+                        f"{fewer}give more "
                         "documents (a .txt file is one document, a .jsonl line one)"
                     )
                 raise DataError(
-                    f"reader {reader} of {readers} got no block of {self.seq_len + 1} tokens from a whole pass over "
-                    f"its {state.stats.documents} documents of {share}: lower data.seq_len or give more text"
+                    f"reader {reader} of {readers} got no block of {self.seq_len + 1} tokens from "
+                    "a whole pass over "
+                    f"its {state.stats.documents} documents of {share}: lower data.seq_len or give "
+                    "more text"
                 )
             state.epoch += 1
             state.source_state, state.source_shard = None, plan[0][0]
-        # one-pass streams (validation) flush the buffer, shuffled once: a resume mid-flush keeps the order
+        # one-pass streams (validation) flush the buffer, shuffled once: a resume mid-flush keeps
+        # the order
         if not state.flushing:
             rng.shuffle(state.buffer)
             state.flushing, state.rng_state = True, rng.getstate()
@@ -135,7 +191,9 @@ class PackedBlocks(IterableDataset):
             state.blocks_delivered += 1
             yield state.buffer.pop()
 
-    def _shuffle(self, block: torch.Tensor, state: ReaderState, rng: random.Random) -> torch.Tensor | None:
+    def _shuffle(
+        self, block: torch.Tensor, state: ReaderState, rng: random.Random
+    ) -> torch.Tensor | None:
         if self.shuffle_buffer == 0:
             return block
         if len(state.buffer) < self.shuffle_buffer:
@@ -145,12 +203,17 @@ class PackedBlocks(IterableDataset):
         out, state.buffer[index] = state.buffer[index], block
         return out
 
-    def _owned_batches(self, ds, plan: list[tuple[int, int, int]], virtual: int, state: ReaderState):
-        """Yield this reader's documents as ``[(virtual shard, text), ...]`` per tokenization batch, from the shards
-        in ``plan``; before each batch, ``state`` records where it starts (source shard, stream state, index)."""
+    def _owned_batches(
+        self, ds, plan: list[tuple[int, int, int]], virtual: int, state: ReaderState
+    ):
+        """Yield this reader's documents as ``[(virtual shard, text), ...]`` per tokenization
+        batch, from the shards in ``plan``; before each batch, ``state`` records where it starts
+        (source shard, stream state, index)."""
         restored, planned = state.source_state, [f for f, _, _ in plan]
         if restored is not None and state.source_shard not in planned:
-            raise ValueError(f"the saved data state reads source shard {state.source_shard}, not this reader's")
+            raise ValueError(
+                f"the saved data state reads source shard {state.source_shard}, not this reader's"
+            )
         first = 0 if restored is None else planned.index(state.source_shard)
         field_name, source_shards = self.source.text_field, ds.num_shards
         cycle = document_cycle(source_shards, virtual)
@@ -159,17 +222,27 @@ class PackedBlocks(IterableDataset):
             if restored is not None:
                 shard.load_state_dict(restored)
             doc_index = state.source_doc_index if restored is not None else 0
-            # .iter(), not iter(): in a DataLoader worker, iter() reads only that worker's share (wrong numbering).
+            # .iter(), not iter(): in a DataLoader worker, iter() reads only that worker's share
+            # (wrong numbering).
             batches = shard.iter(batch_size=self.tokenize_batch)
             while True:
-                # datasets #8308: until a row is read, state_dict() is the *initial* one, so use the loaded state.
-                start_state = copy.deepcopy(restored if restored is not None else shard.state_dict())
-                start_index, counted, restored = doc_index, restored is None, None  # a resumed batch was counted
+                # datasets #8308: until a row is read, state_dict() is the *initial* one, so use
+                # the loaded state.
+                start_state = copy.deepcopy(
+                    restored if restored is not None else shard.state_dict()
+                )
+                start_index, counted, restored = (
+                    doc_index,
+                    restored is None,
+                    None,
+                )  # a resumed batch was counted
                 batch = next(batches, None)
                 if batch is None:
                     break
                 if field_name not in batch:
-                    raise KeyError(f"text field {field_name!r} not found; fields are {sorted(batch)}")
+                    raise KeyError(
+                        f"text field {field_name!r} not found; fields are {sorted(batch)}"
+                    )
                 texts = batch[field_name]
                 owned: list[tuple[int, str]] = []
                 for j, text in enumerate(texts, start_index):
@@ -184,5 +257,9 @@ class PackedBlocks(IterableDataset):
                     owned.append((virtual_shard_of(source_shards, virtual, f, j), text))
                 doc_index = start_index + len(texts)
                 state.stats.rows_read += counted * len(texts)
-                state.source_shard, state.source_state, state.source_doc_index = f, start_state, start_index
+                state.source_shard, state.source_state, state.source_doc_index = (
+                    f,
+                    start_state,
+                    start_index,
+                )
                 yield owned

@@ -1,5 +1,6 @@
-"""The exact resume state of one ``PackedBlocks`` reader, and its checkpoint form (ints, lists, tensors).
-Checkpoints hold these keys: a key may be added (read with a default), never renamed or dropped."""
+"""The exact resume state of one ``PackedBlocks`` reader, and its checkpoint form (ints, lists,
+tensors). Checkpoints hold these keys: a key may be added (read with a default), never renamed
+or dropped."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import torch
 
 from fixed_embed.errors import CheckpointError
 
-# States without a layout (one global document index) resume only from a single-file source, where both agree.
+# States without a layout (one global document index) resume only from a single-file source, where
+# both agree.
 _STATE_LAYOUT = 2
 
 
@@ -25,7 +27,9 @@ class PackingStats:
     replaced_characters: int = 0
     tokens: int = 0
     blocks: int = 0
-    rows_read: int = 0  # documents pulled from the source, own or not (what the reader downloads and parses)
+    rows_read: int = (
+        0  # documents pulled from the source, own or not (what the reader downloads and parses)
+    )
 
 
 @dataclass
@@ -33,7 +37,9 @@ class ReaderState:
     epoch: int = 0
     source_shards: int | None = None  # how many shards the source had (checked on resume)
     source_shard: int = 0  # the source shard of the current tokenization batch
-    source_state: dict | None = None  # datasets' state of that shard's stream at the start of the batch
+    source_state: dict | None = (
+        None  # datasets' state of that shard's stream at the start of the batch
+    )
     source_doc_index: int = 0  # index of that batch's first document within its source shard
     doc_in_batch: int = 0  # documents of that batch already fully packed
     blocks_from_doc: int = 0  # blocks already cut from the document being packed
@@ -46,12 +52,15 @@ class ReaderState:
     stats: PackingStats = field(default_factory=PackingStats)
 
 
-# Saved as they are: every field but these, converted (to tensors and back) or, the stats, not saved.
+# Saved as they are: every field but these, converted (to tensors and back) or, the stats, not
+# saved.
 _CONVERTED = ("source_shards", "carry_at_doc", "carries", "buffer", "rng_state", "stats")
 _PLAIN = [f.name for f in fields(ReaderState) if f.name not in _CONVERTED]
 
 
-def state_to_dict(state: ReaderState, fingerprint: str, reader: int, readers: int, block_len: int) -> dict[str, Any]:
+def state_to_dict(
+    state: ReaderState, fingerprint: str, reader: int, readers: int, block_len: int
+) -> dict[str, Any]:
     """The checkpoint form of ``state``; ``fingerprint``: the stream's settings, as JSON."""
     return {
         "fingerprint": fingerprint,
@@ -61,31 +70,44 @@ def state_to_dict(state: ReaderState, fingerprint: str, reader: int, readers: in
         **{name: copy.deepcopy(getattr(state, name)) for name in _PLAIN},
         "carry_at_doc": torch.tensor(state.carry_at_doc, dtype=torch.int64),
         "carries": {str(k): torch.tensor(v, dtype=torch.int64) for k, v in state.carries.items()},
-        "buffer": torch.stack(state.buffer) if state.buffer else torch.empty(0, block_len, dtype=torch.int64),
+        "buffer": torch.stack(state.buffer)
+        if state.buffer
+        else torch.empty(0, block_len, dtype=torch.int64),
         "rng_state": None if (rng := state.rng_state) is None else [rng[0], list(rng[1]), rng[2]],
     }
 
 
-def restore_state(saved: dict | None, reader: int, source_shards: int, seed: int, source_path: str) -> ReaderState:
-    """The state to start from: a fresh one (RNG seeded by ``seed`` and the reader) or ``saved``'s."""
+def restore_state(
+    saved: dict | None, reader: int, source_shards: int, seed: int, source_path: str
+) -> ReaderState:
+    """The state to start from: a fresh one (RNG seeded by ``seed`` and the reader) or
+    ``saved``'s."""
     if saved is None:
-        return ReaderState(source_shards=source_shards, rng_state=random.Random(f"{seed}/{reader}").getstate())
+        return ReaderState(
+            source_shards=source_shards, rng_state=random.Random(f"{seed}/{reader}").getstate()
+        )
     if saved.get("layout") is None and source_shards != 1:
         raise CheckpointError(
-            "refusing to resume: the checkpoint's data state predates per-file sharding and can only be "
+            "refusing to resume: the checkpoint's data state predates per-file sharding and can "
+            "only be "
             f"resumed from a single-file source; {source_path} has {source_shards} shards"
         )
     if (saved_shards := saved.get("source_shards")) not in (None, source_shards):
         raise CheckpointError(
-            f"refusing to resume: {source_path} had {saved_shards} shards (files) when the checkpoint "
+            f"refusing to resume: {source_path} had {saved_shards} shards (files) when the "
+            "checkpoint "
             f"was written and has {source_shards} now"
         )
     rng = saved["rng_state"] or random.Random().getstate()
     return ReaderState(
         source_shards=source_shards,
-        **{name: saved.get(name, getattr(ReaderState, name)) for name in _PLAIN},  # a key added later: its default
+        **{
+            name: saved.get(name, getattr(ReaderState, name)) for name in _PLAIN
+        },  # a key added later: its default
         carry_at_doc=saved["carry_at_doc"].tolist(),
         carries={int(k): v.tolist() for k, v in saved["carries"].items()},
         buffer=list(saved["buffer"].unbind(0)),
         rng_state=(rng[0], tuple(rng[1]), rng[2]),
-    )  # a "stats" entry, which some saved states hold, is ignored: the counts restart with each stream
+        # a "stats" entry, which some saved states hold, is ignored: the counts restart with each
+        # stream
+    )

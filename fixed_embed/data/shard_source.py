@@ -1,4 +1,5 @@
-"""The token-shard source: a ``fixed-embed pretokenize`` folder, memory-mapped in a global order (any-world resume)."""
+"""The token-shard source: a ``fixed-embed pretokenize`` folder, memory-mapped in a global order
+(any-world resume)."""
 
 from __future__ import annotations
 
@@ -35,50 +36,74 @@ class TokenShardSource:
         return self._splits[split]
 
     def default_tokenizer(self) -> str:
-        return str(self.shards().tokenizer_file)  # the shards carry the tokenizer they were made with
+        return str(
+            self.shards().tokenizer_file
+        )  # the shards carry the tokenizer they were made with
 
     def check_inputs(self) -> None:
         self.shards()
 
     def check(self) -> None:
-        """The shards must have been written with this tokenizer (and, for training, this hold-out)."""
+        """The shards must have been written with this tokenizer (and, for training, this
+        hold-out)."""
         data = self.data
-        self.shards().check_tokenizer(tokenizer_fingerprint(data.tokenizer()), data.tokenizer_path())
+        self.shards().check_tokenizer(
+            tokenizer_fingerprint(data.tokenizer()), data.tokenizer_path()
+        )
         if self.role == "train":
             self.shards().check_holdout(data.hparams.holdout_per_mille)
 
     def order(self, rank: int = 0, world: int = 1, batches: int | None = None) -> RankBatches:
         data = self.data
-        return RankBatches(self.shards(), data.seq_len, data.batch_size, data.seed, rank, world, length=batches)
+        return RankBatches(
+            self.shards(), data.seq_len, data.batch_size, data.seed, rank, world, length=batches
+        )
 
-    def train_loader(self, rank: int, world: int, length: int | None, pin_memory: bool) -> TokenBlockLoader:
+    def train_loader(
+        self, rank: int, world: int, length: int | None, pin_memory: bool
+    ) -> TokenBlockLoader:
         batches = None if length is None else -(-length // self.data.batch_size)
-        dataset, shards, seed = self.order(rank, world, batches or 2**62), self.shards(), self.data.seed
+        dataset, shards, seed = (
+            self.order(rank, world, batches or 2**62),
+            self.shards(),
+            self.data.seed,
+        )
         rank_zero_info(
-            f"data: token shards {shards.folder}: {dataset.order.blocks:,} blocks of {self.data.seq_len + 1} tokens "
-            f"({shards.total:,} tokens, {shards.documents:,} documents) in a global order (seed {seed}), "
+            f"data: token shards {shards.folder}: {dataset.order.blocks:,} blocks of "
+            f"{self.data.seq_len + 1} tokens "
+            f"({shards.total:,} tokens, {shards.documents:,} documents) in a global order (seed "
+            f"{seed}), "
             f"{world} ranks x {self.data.batch_size} per global batch; resumable at any world size"
         )
         return TokenBlockLoader(dataset, num_workers=self.data.num_workers, pin_memory=pin_memory)
 
     def position_refusals(self, checkpoint: dict[str, Any], world_size: int | None) -> list[str]:
-        """A token-shard position resumes at any world size, but only over the same shards, blocks and order."""
+        """A token-shard position resumes at any world size, but only over the same shards,
+        blocks and order."""
         state = saved_loader_state(checkpoint)
         if not (positions := find_states(state, GLOBAL_POSITION)):
             if not find_states(state, "reader"):
                 return []
             return [
-                "refusing to resume: the checkpoint's data position is a text stream's (data.train was text files or "
-                f"a hub id), and data.train is now the token shards {self.folder}; resume with the run's own "
+                "refusing to resume: the checkpoint's data position is a text stream's (data.train "
+                "was text files or "
+                f"a hub id), and data.train is now the token shards {self.folder}; resume with the "
+                "run's own "
                 "data.train, or start a new run (--run NAME)"
             ]
         if len(consumed := sorted({position[GLOBAL_POSITION] for position in positions})) > 1:
-            return [f"refusing to resume: the ranks' token-shard positions in the checkpoint differ ({consumed})"]
-        why = fingerprint_refusal(positions[0].get("fingerprint") or "{}", self.order().config_fingerprint())
+            return [
+                "refusing to resume: the ranks' token-shard positions in the checkpoint differ "
+                f"({consumed})"
+            ]
+        why = fingerprint_refusal(
+            positions[0].get("fingerprint") or "{}", self.order().config_fingerprint()
+        )
         return [why] if why else []
 
     def validation_blocks(self, held_out: bool) -> torch.Tensor:
-        """The blocks the text source makes from the same documents (memory-mapped: no cache needed)."""
+        """The blocks the text source makes from the same documents (memory-mapped: no cache
+        needed)."""
         shards = self.shards("held_out" if held_out else "train")
         total, width = self.data.hparams.val_sequences, self.data.seq_len + 1
         where = f"{shards.folder} ({shards.split})"
@@ -88,9 +113,14 @@ class TokenShardSource:
         n = min(total, shards.block_count(width))
         if n == 0:
             raise DataError(
-                f"no validation block of {width} tokens could be made from {where} ({shards.total} tokens, "
-                f"{shards.documents} documents): set data.valid, or pretokenize with a larger --holdout-per-mille"
+                f"no validation block of {width} tokens could be made from {where} ({shards.total} "
+                "tokens, "
+                f"{shards.documents} documents): set data.valid, or pretokenize with a larger "
+                "--holdout-per-mille"
             )
         if n < total:
-            rank_zero_warn(f"validation data {where} holds only {n} blocks of {width} tokens; asked for {total}")
+            rank_zero_warn(
+                f"validation data {where} holds only {n} blocks of {width} tokens; asked for "
+                f"{total}"
+            )
         return torch.from_numpy(shards.blocks(np.arange(n), width))

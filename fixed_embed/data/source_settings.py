@@ -1,4 +1,5 @@
-"""What a data source reads of the data module that owns it: its settings, and the tokenizer they name."""
+"""What a data source reads of the data module that owns it: its settings, and the tokenizer
+they name."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from tokenizers import Tokenizer
 
 
 class SourceSettings(Protocol):
-    hparams: Mapping[str, Any]  # the data module's __init__ arguments, by name (``data.<name>`` in a config)
+    hparams: Mapping[
+        str, Any
+    ]  # the data module's __init__ arguments, by name (``data.<name>`` in a config)
     seed: int
     seq_len: int
     batch_size: int

@@ -1,4 +1,5 @@
-"""Tokenizers: load one (hub id, tokenizer.json, or a folder holding one), or train a byte-level BPE."""
+"""Tokenizers: load one (hub id, tokenizer.json, or a folder holding one), or train a byte-level
+BPE."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from fixed_embed.atomic import atomic_path, atomic_write_text
 from fixed_embed.data.corpus import cache_root
 from fixed_embed.errors import ConfigError, DataError, MissingFileError
 
-if TYPE_CHECKING:  # sources imports datasets, which loading a tokenizer (evaluation, export) does not need
+if (
+    TYPE_CHECKING
+):  # sources imports datasets, which loading a tokenizer (evaluation, export) does not need
     from fixed_embed.data.sources import DocumentSource
 
 EOS = "<|endoftext|>"
@@ -24,12 +27,15 @@ MIN_VOCAB_FRACTION = 0.5  # a trained BPE smaller than this share of the size as
 
 
 def load_tokenizer(spec: str | os.PathLike) -> Tokenizer:
-    """A ``tokenizers.Tokenizer`` from a local ``tokenizer.json``, a folder with one, or a hub id."""
+    """A ``tokenizers.Tokenizer`` from a local ``tokenizer.json``, a folder with one, or a hub
+    id."""
     path = Path(spec).expanduser()
     if path.is_dir():
         path = path / "tokenizer.json"
         if not path.is_file():
-            raise MissingFileError(f"tokenizer folder {spec} has no tokenizer.json; give {ACCEPTED}")
+            raise MissingFileError(
+                f"tokenizer folder {spec} has no tokenizer.json; give {ACCEPTED}"
+            )
     if path.is_file():
         try:
             return Tokenizer.from_file(str(path))
@@ -38,14 +44,19 @@ def load_tokenizer(spec: str | os.PathLike) -> Tokenizer:
                 f"{path} is not a valid tokenizers JSON ({str(error).splitlines()[0][:200]}); "
                 f"re-create it (fixed-embed tokenizer) or point to another: {ACCEPTED}"
             ) from error
-    if str(spec).endswith(".json") or str(spec).startswith((".", "/", "~")) or str(spec).count("/") != 1:
+    if (
+        str(spec).endswith(".json")
+        or str(spec).startswith((".", "/", "~"))
+        or str(spec).count("/") != 1
+    ):
         # not a hub id (owner/name): a local path that does not exist
         raise MissingFileError(f"tokenizer file or folder not found: {spec}; give {ACCEPTED}")
     try:
         return Tokenizer.from_pretrained(str(spec))
     except Exception as error:  # the hub client raises several unrelated types
         raise MissingFileError(
-            f"could not load tokenizer {spec!r} from the Hugging Face hub ({type(error).__name__}: {error}). "
+            f"could not load tokenizer {spec!r} from the Hugging Face hub ({type(error).__name__}: "
+            f"{error}). "
             "Without network access, pass a local tokenizer.json or a folder holding one, "
             "e.g. ../shared/data/smollm2-tokenizer/tokenizer.json"
         ) from error
@@ -56,29 +67,39 @@ def special_token_id(tokenizer: Tokenizer, token: str) -> int:
     if token_id is None:
         raise ConfigError(
             f"the tokenizer has no {token!r} token (vocab size {tokenizer.get_vocab_size()}); "
-            "training, evaluation and export end every document with it: use a tokenizer that has it"
+            "training, evaluation and export end every document with it: use a tokenizer that has "
+            "it"
         )
     return token_id
 
 
 def tokenizer_fingerprint(tokenizer: Tokenizer) -> str:
-    """A tokenizer's identity (resume, shards, eval, caches): SHA-256 of all its sorted-key JSON, not its path."""
+    """A tokenizer's identity (resume, shards, eval, caches): SHA-256 of all its sorted-key
+    JSON, not its path."""
     canonical = json.dumps(json.loads(tokenizer.to_str()), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def tokenizer_mismatch(then: Tokenizer, then_name: str, now: Tokenizer, now_name: str) -> str | None:
-    """``None`` for the same tokenizer, else both named with their fingerprints and the JSON sections that differ."""
+def tokenizer_mismatch(
+    then: Tokenizer, then_name: str, now: Tokenizer, now_name: str
+) -> str | None:
+    """``None`` for the same tokenizer, else both named with their fingerprints and the JSON
+    sections that differ."""
     if (old := tokenizer_fingerprint(then)) == (new := tokenizer_fingerprint(now)):
         return None
-    a, b = ({**d["model"], **d} for d in (json.loads(t.to_str()) for t in (then, now)))  # the model's vocab, merges
-    differ = ", ".join(sorted(key for key in (a.keys() | b.keys()) - {"model"} if a.get(key) != b.get(key)))
+    a, b = (
+        {**d["model"], **d} for d in (json.loads(t.to_str()) for t in (then, now))
+    )  # the model's vocab, merges
+    differ = ", ".join(
+        sorted(key for key in (a.keys() | b.keys()) - {"model"} if a.get(key) != b.get(key))
+    )
     return f"{then_name} (fingerprint {old[:12]}) and {now_name} ({new[:12]}) differ in {differ}"
 
 
 def kept_copy(tokenizer: Tokenizer) -> str:
-    """``tokenizer`` as a file in the cache, named by its fingerprint: what a refusal can offer as data.tokenizer
-    (where the cache cannot take it, a word saying so: the refusal is not to become a write error)."""
+    """``tokenizer`` as a file in the cache, named by its fingerprint: what a refusal can offer
+    as data.tokenizer (where the cache cannot take it, a word saying so: the refusal is not to
+    become a write error)."""
     path = cache_root() / "tokenizers" / f"fingerprint-{tokenizer_fingerprint(tokenizer)[:16]}.json"
     try:
         return str(atomic_write_text(path, tokenizer.to_str()))
@@ -88,24 +109,41 @@ def kept_copy(tokenizer: Tokenizer) -> str:
 
 def bpe_cache_dir(fingerprint: str, vocab_size: int) -> Path:
     """The cache folder of the BPE of ``vocab_size`` trained on the corpus with ``fingerprint``."""
-    return cache_root() / "tokenizers" / f"bpe-{vocab_size}-{hashlib.sha256(fingerprint.encode()).hexdigest()[:16]}"
+    return (
+        cache_root()
+        / "tokenizers"
+        / f"bpe-{vocab_size}-{hashlib.sha256(fingerprint.encode()).hexdigest()[:16]}"
+    )
 
 
 def bpe_for_source(
-    source: DocumentSource, vocab_size: int, out_dir: str | os.PathLike | None = None, *, overwrite: bool = True
+    source: DocumentSource,
+    vocab_size: int,
+    out_dir: str | os.PathLike | None = None,
+    *,
+    overwrite: bool = True,
 ) -> Path:
-    """The ``tokenizer.json`` of a byte-level BPE of ``vocab_size`` on ``source``, trained once; without ``out_dir``
-    in :func:`bpe_cache_dir`, so the CLI and ``TextDataModule`` find the same file and corpora never share one."""
+    """The ``tokenizer.json`` of a byte-level BPE of ``vocab_size`` on ``source``, trained once;
+    without ``out_dir`` in :func:`bpe_cache_dir`, so the CLI and ``TextDataModule`` find the
+    same file and corpora never share one."""
     fingerprint = repr(source.fingerprint())
     out = Path(out_dir) if out_dir is not None else bpe_cache_dir(fingerprint, vocab_size)
     texts = (row[source.text_field] for row in source.open())
     return train_bpe(texts, vocab_size, out, fingerprint, corpus=source.path, overwrite=overwrite)
 
 
-def train_bpe(texts: Iterable[str], vocab_size: int, out_dir: str | os.PathLike, fingerprint: str, *,
-              corpus: str | None = None, overwrite: bool = True) -> Path:  # fmt: skip
-    """Train a byte-level BPE (EOS at id 0); returns its ``tokenizer.json``, reused when ``fingerprint.json`` matches;
-    another is replaced if ``overwrite``, else refused. Under ``MIN_VOCAB_FRACTION`` of the size: DataError, no file."""
+def train_bpe(
+    texts: Iterable[str],
+    vocab_size: int,
+    out_dir: str | os.PathLike,
+    fingerprint: str,
+    *,
+    corpus: str | None = None,
+    overwrite: bool = True,
+) -> Path:
+    """Train a byte-level BPE (EOS at id 0); returns its ``tokenizer.json``, reused when
+    ``fingerprint.json`` matches; another is replaced if ``overwrite``, else refused. Under
+    ``MIN_VOCAB_FRACTION`` of the size: DataError, no file."""
     if vocab_size < 257 + 1:
         raise ConfigError(
             f"a byte-level BPE needs vocab_size > 257 (256 bytes + EOS), got {vocab_size}; "
@@ -115,12 +153,16 @@ def train_bpe(texts: Iterable[str], vocab_size: int, out_dir: str | os.PathLike,
     key = hashlib.sha256(f"{fingerprint}|{vocab_size}".encode()).hexdigest()
     stamp, target = out / "fingerprint.json", out / "tokenizer.json"
     if target.is_file():
-        try:  # the stamp and the tokenizer.json it describes (the Rust side raises a bare Exception): else made anew
+        # the stamp and the tokenizer.json it describes (the Rust side raises a bare Exception):
+        # else made anew
+        try:
             stored = dict(json.loads(stamp.read_text()))
             identity = tokenizer_fingerprint(Tokenizer.from_file(str(target)))
         except Exception:
             stored, identity = {}, None
-        stamped = stored.get("tokenizer_fingerprint", identity) == identity  # the stamp describes this tokenizer.json
+        stamped = (
+            stored.get("tokenizer_fingerprint", identity) == identity
+        )  # the stamp describes this tokenizer.json
         if stored.get("key") == key and stamped:
             return target
         if not overwrite:
@@ -128,7 +170,8 @@ def train_bpe(texts: Iterable[str], vocab_size: int, out_dir: str | os.PathLike,
             if stamped and "source" in stored:
                 made = f"from {stored.get('source')}, vocab {stored.get('vocab_size')}"
             raise ConfigError(
-                f"{target} already exists, made {made}, not from {corpus or fingerprint} at vocab {vocab_size}; "
+                f"{target} already exists, made {made}, not from {corpus or fingerprint} at vocab "
+                f"{vocab_size}; "
                 "pass --overwrite to replace it, or choose another --out"
             )
     tokenizer = Tokenizer(models.BPE())
@@ -151,14 +194,24 @@ def train_bpe(texts: Iterable[str], vocab_size: int, out_dir: str | os.PathLike,
     got = tokenizer.get_vocab_size()
     if got < MIN_VOCAB_FRACTION * vocab_size:
         raise DataError(
-            f"the BPE trained on {corpus or fingerprint} learned only {got} of the {vocab_size} tokens asked: "
-            f"too little text ({counts['documents']} documents, {counts['blank']} empty or whitespace-only). Give more "
-            "text or ask for a smaller vocabulary (data.tokenizer_vocab_size, --vocab-size); nothing was written."
+            f"the BPE trained on {corpus or fingerprint} learned only {got} of the {vocab_size} "
+            "tokens asked: "
+            f"too little text ({counts['documents']} documents, {counts['blank']} empty or "
+            "whitespace-only). Give more "
+            "text or ask for a smaller vocabulary (data.tokenizer_vocab_size, --vocab-size); "
+            "nothing was written."
         )
-    stamp.unlink(missing_ok=True)  # never a stamp describing another tokenizer.json, even after a crash
+    stamp.unlink(
+        missing_ok=True
+    )  # never a stamp describing another tokenizer.json, even after a crash
     with atomic_path(target) as tmp:
         tokenizer.save(str(tmp))
     identity = tokenizer_fingerprint(tokenizer)
-    record = {"key": key, "vocab_size": got, "source": corpus or fingerprint, "tokenizer_fingerprint": identity}
+    record = {
+        "key": key,
+        "vocab_size": got,
+        "source": corpus or fingerprint,
+        "tokenizer_fingerprint": identity,
+    }
     atomic_write_text(stamp, json.dumps({**record, "fingerprint": fingerprint}))
     return target

@@ -1,4 +1,5 @@
-"""Validation blocks from every held-out document, and the bytes targets stand for (docs/data.md, "Validation")."""
+"""Validation blocks from every held-out document, and the bytes targets stand for
+(docs/data.md, "Validation")."""
 
 from __future__ import annotations
 
@@ -14,10 +15,17 @@ from fixed_embed.data.sources import DocumentSource
 from fixed_embed.errors import ConfigError
 
 
-def spread_blocks(source: DocumentSource, tokenizer: Tokenizer, seq_len: int, total: int, eos_id: int,
-                  holdout: tuple[int, str] = (0, "train")) -> torch.Tensor:  # fmt: skip
-    """``total`` blocks of ``seq_len + 1`` tokens, an equal share (:func:`_shares`) from each document of ``source``
-    at evenly spaced positions. ``holdout`` (per mille, keep): the packer's hash hold-out, for a hold-out of train."""
+def spread_blocks(
+    source: DocumentSource,
+    tokenizer: Tokenizer,
+    seq_len: int,
+    total: int,
+    eos_id: int,
+    holdout: tuple[int, str] = (0, "train"),
+) -> torch.Tensor:
+    """``total`` blocks of ``seq_len + 1`` tokens, an equal share (:func:`_shares`) from each
+    document of ``source`` at evenly spaced positions. ``holdout`` (per mille, keep): the
+    packer's hash hold-out, for a hold-out of train."""
     per_mille, keep = holdout
 
     def documents():
@@ -30,32 +38,44 @@ def spread_blocks(source: DocumentSource, tokenizer: Tokenizer, seq_len: int, to
     return spread_document_blocks(documents(), seq_len + 1, total, source.path)
 
 
-def spread_document_blocks(documents: Iterable[Sequence[int]], width: int, total: int, where: str) -> torch.Tensor:
-    """:func:`spread_blocks` from documents already tokenized (each its ids + EOS): token shards use it too."""
-    blocks = (torch.from_numpy(np.asarray(ids[: len(ids) // width * width], dtype=np.int64)) for ids in documents)
+def spread_document_blocks(
+    documents: Iterable[Sequence[int]], width: int, total: int, where: str
+) -> torch.Tensor:
+    """:func:`spread_blocks` from documents already tokenized (each its ids + EOS): token shards
+    use it too."""
+    blocks = (
+        torch.from_numpy(np.asarray(ids[: len(ids) // width * width], dtype=np.int64))
+        for ids in documents
+    )
     documents = [b.view(-1, width) for b in blocks if len(b)]  # each document's blocks, [n, width]
     if not documents:
         raise ConfigError(f"no validation document of {where} holds a block of {width} tokens")
     if total < len(documents):
         raise ConfigError(
-            f"data.val_per_document takes blocks from each of the {len(documents)} validation documents of "
+            f"data.val_per_document takes blocks from each of the {len(documents)} validation "
+            "documents of "
             f"{where}: set data.val_sequences >= {len(documents)} (got {total})"
         )
     counts = _shares(total, [len(blocks) for blocks in documents])
     # the centres of k equal parts of each document: distinct positions because k <= n
     out = torch.cat(
-        [b[[(2 * j + 1) * len(b) // (2 * k) for j in range(k)]] for b, k in zip(documents, counts, strict=True)]
+        [
+            b[[(2 * j + 1) * len(b) // (2 * k) for j in range(k)]]
+            for b, k in zip(documents, counts, strict=True)
+        ]
     )
     if len(out) < total:
         rank_zero_warn(
-            f"validation: {len(out)} of the {total} blocks asked for: the {len(documents)} documents of "
+            f"validation: {len(out)} of the {total} blocks asked for: the {len(documents)} "
+            "documents of "
             f"{where} hold no more"
         )
     return out
 
 
 def _shares(total: int, available: list[int]) -> list[int]:
-    """Blocks per document: equal shares (the first one more), a short document's rest handed on to the others."""
+    """Blocks per document: equal shares (the first one more), a short document's rest handed on
+    to the others."""
     counts, left = [0] * len(available), total
     while left > 0:
         open_ = [i for i, n in enumerate(available) if counts[i] < n]

@@ -1,4 +1,5 @@
-"""Many processes, one model: ranks, FSDP2, checkpoint files, the rank watch, the launch agreement."""
+"""Many processes, one model: ranks, FSDP2, checkpoint files, the rank watch, the launch
+agreement."""
 
 from fixed_embed.public_names import exports
 

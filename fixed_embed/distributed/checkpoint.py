@@ -1,4 +1,5 @@
-"""Checkpoint files: written atomically (folders: link-swapped), read weights-only, CRC-checked (docs/security.md)."""
+"""Checkpoint files: written atomically (folders: link-swapped), read weights-only, CRC-checked
+(docs/security.md)."""
 
 from __future__ import annotations
 
@@ -24,35 +25,48 @@ _META = "meta.pt"  # Lightning's metadata file inside a distributed checkpoint
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """Lightning's checkpoints written atomically; a save killed mid-write leaves a temporary the next one removes."""
+    """Lightning's checkpoints written atomically; a save killed mid-write leaves a temporary
+    the next one removes."""
 
-    def save_checkpoint(self, checkpoint: dict[str, Any], path: str | os.PathLike, storage_options: Any = None) -> None:
+    def save_checkpoint(
+        self, checkpoint: dict[str, Any], path: str | os.PathLike, storage_options: Any = None
+    ) -> None:
         if storage_options is not None:
             raise TypeError(f"AtomicCheckpointIO takes no storage_options, got {storage_options!r}")
-        for killed in Path(path).parent.glob(f".{glob.escape(Path(path).name)}.tmp-*"):  # its name is this run's alone
+        for killed in Path(path).parent.glob(
+            f".{glob.escape(Path(path).name)}.tmp-*"
+        ):  # its name is this run's alone
             killed.unlink(missing_ok=True)
         with atomic_write(path, "wb") as file:
             torch.save(checkpoint, file)
 
 
 class UnsafeCheckpointError(CheckpointError):
-    """A checkpoint holding pickled objects other than tensors and plain data: refused, nothing in it ran."""
+    """A checkpoint holding pickled objects other than tensors and plain data: refused, nothing
+    in it ran."""
 
     def __init__(self, path: str | os.PathLike, detail: str = "") -> None:
         super().__init__(
-            f"{path} holds pickled objects other than tensors and plain data{f' ({detail})' if detail else ''}; "
-            "it is refused for safety and nothing in it was run. fixed-embed reads checkpoints weights-only: "
-            "use a checkpoint written by fixed-embed, or re-save the weights from a copy of the model you trust"
+            f"{path} holds pickled objects other than tensors and plain "
+            f"data{f' ({detail})' if detail else ''}; "
+            "it is refused for safety and nothing in it was run. fixed-embed reads checkpoints "
+            "weights-only: "
+            "use a checkpoint written by fixed-embed, or re-save the weights from a copy of the "
+            "model you trust"
         )
 
 
-def load_weights_only(source: str | os.PathLike | io.BytesIO, path: str | os.PathLike, **kwargs: Any) -> Any:
-    """``torch.load(source, weights_only=True)`` of a file whose every record matches the CRC-32 torch.save wrote;
-    a pickled callable or class is an :class:`UnsafeCheckpointError`, anything else unreadable a CheckpointError."""
+def load_weights_only(
+    source: str | os.PathLike | io.BytesIO, path: str | os.PathLike, **kwargs: Any
+) -> Any:
+    """``torch.load(source, weights_only=True)`` of a file whose every record matches the CRC-32
+    torch.save wrote; a pickled callable or class is an :class:`UnsafeCheckpointError`, anything
+    else unreadable a CheckpointError."""
     try:
         if not isinstance(source, io.BytesIO) and (bad := _changed_record(_version(source))):
             raise CheckpointError(
-                f"cannot read checkpoint {path}: its record {bad} does not match the CRC-32 written with it "
+                f"cannot read checkpoint {path}: its record {bad} does not match the CRC-32 "
+                "written with it "
                 "(its bytes changed after the save)"
             )
         return torch.load(source, map_location="cpu", weights_only=True, **kwargs)
@@ -62,9 +76,12 @@ def load_weights_only(source: str | os.PathLike | io.BytesIO, path: str | os.Pat
     except CheckpointError:
         raise
     except Exception as error:  # torch raises several types for a file that is not a checkpoint
-        first = str(error).splitlines()[0].split(". ")[0] if str(error) else ""  # its first sentence, whole
+        first = (
+            str(error).splitlines()[0].split(". ")[0] if str(error) else ""
+        )  # its first sentence, whole
         raise CheckpointError(
-            f"cannot read checkpoint {path}: it is not a checkpoint written by fixed-embed fit, or is cut short "
+            f"cannot read checkpoint {path}: it is not a checkpoint written by fixed-embed fit, or "
+            "is cut short "
             f"({type(error).__name__}: {first[:200]})"
         ) from error
 
@@ -75,21 +92,31 @@ def _version(path: str | os.PathLike) -> tuple[str, int, int, int, int]:
     return os.path.realpath(path), stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns
 
 
-@functools.cache  # once per process and file version: the resume plan and the load read the same checkpoint
+# once per process and file version: the resume plan and the load read the same checkpoint
+@functools.cache
 def _changed_record(version: tuple[str, int, int, int, int]) -> str | None:
-    """The first record of a torch.save zip whose CRC-32 fails (node leaders only: ~35 s for the paper's 22 GB);
-    ``None`` when all match, for a non-zip, or when saved with CRC-32s off (all 0)."""
+    """The first record of a torch.save zip whose CRC-32 fails (node leaders only: ~35 s for the
+    paper's 22 GB); ``None`` when all match, for a non-zip, or when saved with CRC-32s off (all
+    0)."""
     if not is_node_leader() or not zipfile.is_zipfile(path := version[0]):
         return None
     with zipfile.ZipFile(path) as archive:
-        return archive.testzip() if any(info.CRC for info in archive.infolist() if info.file_size) else None
+        return (
+            archive.testzip()
+            if any(info.CRC for info in archive.infolist() if info.file_size)
+            else None
+        )
 
 
 class _MetadataUnpickler(pickle.Unpickler):
-    """Reads a sharded checkpoint's ``.metadata`` (a pickle), admitting only the data types torch writes there."""
+    """Reads a sharded checkpoint's ``.metadata`` (a pickle), admitting only the data types
+    torch writes there."""
 
     _METADATA = "torch.distributed.checkpoint.metadata"  # dataclasses and enums only
-    _GLOBALS = (("torch.distributed.checkpoint.filesystem", "_StorageInfo"), ("torch.serialization", "_get_layout"))
+    _GLOBALS = (
+        ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
+        ("torch.serialization", "_get_layout"),
+    )
     _PATHS = ("Path", "PosixPath", "PurePosixPath", "WindowsPath", "PureWindowsPath")
 
     def find_class(self, module: str, name: str) -> Any:
@@ -100,24 +127,38 @@ class _MetadataUnpickler(pickle.Unpickler):
             if not (isinstance(found, type) and found.__module__ == module):
                 raise pickle.UnpicklingError(f"found {module}.{name}, not a metadata class")
             return found
-        if module == "torch" and (name == "Size" or isinstance(getattr(torch, name, None), torch.dtype)):
+        if module == "torch" and (
+            name == "Size" or isinstance(getattr(torch, name, None), torch.dtype)
+        ):
             return getattr(torch, name)
         raise pickle.UnpicklingError(f"found {module}.{name}")
 
 
 def _read_shards(folder: Path) -> dict[str, Any]:
-    """The weights in a torch.distributed.checkpoint folder, like ``dcp_to_torch_save`` but running none of its code."""
-    from torch.distributed.checkpoint import CheckpointException, DefaultLoadPlanner, FileSystemReader, load
+    """The weights in a torch.distributed.checkpoint folder, like ``dcp_to_torch_save`` but
+    running none of its code."""
+    from torch.distributed.checkpoint import (
+        CheckpointException,
+        DefaultLoadPlanner,
+        FileSystemReader,
+        load,
+    )
     from torch.distributed.checkpoint.metadata import Metadata, StorageMeta, TensorStorageMetadata
 
-    with open(folder / ".metadata", "rb") as f:  # read (and refused) here, before DCP would pickle.load it
+    with open(
+        folder / ".metadata", "rb"
+    ) as f:  # read (and refused) here, before DCP would pickle.load it
         try:
             metadata = _MetadataUnpickler(f).load()
         except pickle.UnpicklingError as error:
             raise UnsafeCheckpointError(folder / ".metadata", str(error)) from None
     if not isinstance(metadata, Metadata):
-        raise UnsafeCheckpointError(folder / ".metadata", f"a {type(metadata).__name__}, not DCP metadata")
-    refused: list[UnsafeCheckpointError] = []  # DCP wraps errors raised while reading; re-raised plain below
+        raise UnsafeCheckpointError(
+            folder / ".metadata", f"a {type(metadata).__name__}, not DCP metadata"
+        )
+    refused: list[
+        UnsafeCheckpointError
+    ] = []  # DCP wraps errors raised while reading; re-raised plain below
 
     class Reader(FileSystemReader):
         def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
@@ -128,28 +169,42 @@ def _read_shards(folder: Path) -> dict[str, Any]:
 
     class Planner(DefaultLoadPlanner):
         def load_bytes(self, read_item: Any, value: io.BytesIO) -> None:
-            fqn = read_item.dest_index.fqn  # torch's planner torch.load()s it unrestricted: read it weights-only
+            fqn = (
+                read_item.dest_index.fqn
+            )  # torch's planner torch.load()s it unrestricted: read it weights-only
             try:
                 self.state_dict[fqn] = load_weights_only(value, f"{folder} (item {fqn})")
             except UnsafeCheckpointError as error:
                 refused.append(error)
                 raise
 
-    # Every item (each one read weights-only), flat under DCP's own keys; tensors are read into these.
+    # Every item (each one read weights-only), flat under DCP's own keys; tensors are read into
+    # these.
     flat = {
-        key: torch.empty(item.size, dtype=item.properties.dtype) if isinstance(item, TensorStorageMetadata) else None
+        key: torch.empty(item.size, dtype=item.properties.dtype)
+        if isinstance(item, TensorStorageMetadata)
+        else None
         for key, item in metadata.state_dict_metadata.items()
     }
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "assuming the intent is to load in a single process"
-            load(flat, storage_reader=Reader(folder), planner=Planner(flatten_state_dict=False), no_dist=True)
+            load(
+                flat,
+                storage_reader=Reader(folder),
+                planner=Planner(flatten_state_dict=False),
+                no_dist=True,
+            )
     except (Exception, CheckpointException):  # the latter is a BaseException
         if refused:
             raise refused[0] from None
         raise
     paths = metadata.planner_data or {}  # each flat key's path in the saved nested dict
-    return {paths[key][1]: value for key, value in flat.items() if paths.get(key, ())[:1] == ("state_dict",)}
+    return {
+        paths[key][1]: value
+        for key, value in flat.items()
+        if paths.get(key, ())[:1] == ("state_dict",)
+    }
 
 
 def is_sharded_checkpoint(path: str | os.PathLike) -> bool:
@@ -158,15 +213,20 @@ def is_sharded_checkpoint(path: str | os.PathLike) -> bool:
 
 
 def consolidate(folder: str | os.PathLike, out: str | os.PathLike | None = None) -> dict[str, Any]:
-    """One checkpoint dict (weights + Lightning metadata) from a sharded folder, written to ``out`` if given;
-    without the optimizer states (FSDP2 keys them by parameter name: resume sharded runs from the folder)."""
+    """One checkpoint dict (weights + Lightning metadata) from a sharded folder, written to
+    ``out`` if given; without the optimizer states (FSDP2 keys them by parameter name: resume
+    sharded runs from the folder)."""
     folder = Path(folder)
     if not is_sharded_checkpoint(folder):
         raise CheckpointError(
-            f"{folder} is not a sharded checkpoint folder (no {_META} and .metadata); pass a .ckpt file written "
+            f"{folder} is not a sharded checkpoint folder (no {_META} and .metadata); pass a .ckpt "
+            "file written "
             "by fixed-embed fit, or a sharded checkpoint folder"
         )
-    checkpoint = {**load_weights_only(folder / _META, folder / _META), "state_dict": _read_shards(folder)}
+    checkpoint = {
+        **load_weights_only(folder / _META, folder / _META),
+        "state_dict": _read_shards(folder),
+    }
     if out is not None:
         with atomic_write(out, "wb") as file:
             torch.save(checkpoint, file)

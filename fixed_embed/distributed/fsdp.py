@@ -1,4 +1,5 @@
-"""FSDP2 over the whole data-parallel world, with link-swapped sharded checkpoints (docs/design.md)."""
+"""FSDP2 over the whole data-parallel world, with link-swapped sharded checkpoints
+(docs/design.md)."""
 
 from __future__ import annotations
 
@@ -18,10 +19,13 @@ _SHARDS_PREFIX = ".shards-"  # a sharded checkpoint's hidden folder, named by it
 
 
 def shards_parameters(strategy: Any) -> bool:
-    """Whether ``strategy`` (a Strategy, or a config's ``trainer.strategy``: name or ``{class_path}``) shards."""
+    """Whether ``strategy`` (a Strategy, or a config's ``trainer.strategy``: name or
+    ``{class_path}``) shards."""
     if isinstance(strategy, dict):
         module, _, name = strategy.get("class_path", "").rpartition(".")
-        strategy = getattr(importlib.import_module(module or "lightning.pytorch.strategies"), name, None)
+        strategy = getattr(
+            importlib.import_module(module or "lightning.pytorch.strategies"), name, None
+        )
     elif isinstance(strategy, str):
         strategy = StrategyRegistry[strategy]["strategy"] if strategy in StrategyRegistry else None
     kind = strategy if isinstance(strategy, type) else type(strategy)
@@ -30,8 +34,8 @@ def shards_parameters(strategy: Any) -> bool:
 
 class FSDP2Strategy(ModelParallelStrategy):
     """Args:
-    save_distributed_checkpoint: each rank writes its shards (a folder); ``False``: one file from rank 0.
-    process_group_backend: ``nccl`` on GPUs, ``gloo`` on CPUs by default.
+    save_distributed_checkpoint: each rank writes its shards (a folder); ``False``: one file
+    from rank 0. process_group_backend: ``nccl`` on GPUs, ``gloo`` on CPUs by default.
     timeout_minutes: collective timeout (long evaluations in the loop need it above their duration).
     """
 
@@ -51,15 +55,22 @@ class FSDP2Strategy(ModelParallelStrategy):
         self.save_distributed_checkpoint = save_distributed_checkpoint
 
     def setup_environment(self) -> None:
-        set_data_parallel_size(self, self.num_nodes * self.num_processes)  # all ranks shard one model
+        set_data_parallel_size(
+            self, self.num_nodes * self.num_processes
+        )  # all ranks shard one model
         super().setup_environment()
 
-    def save_checkpoint(self, checkpoint: dict[str, Any], filepath: Any, storage_options: Any = None) -> None:
+    def save_checkpoint(
+        self, checkpoint: dict[str, Any], filepath: Any, storage_options: Any = None
+    ) -> None:
         if not self.save_distributed_checkpoint:
             return super().save_checkpoint(checkpoint, filepath, storage_options)
-        # Shards go to a new hidden folder, then rank 0 swaps the link ``filepath`` onto it: always complete.
+        # Shards go to a new hidden folder, then rank 0 swaps the link ``filepath`` onto it: always
+        # complete.
         path = Path(self.broadcast(str(filepath)))
-        name = self.broadcast(f"{_SHARDS_PREFIX}{checkpoint.get('global_step', 0)}-{time.time_ns()}")
+        name = self.broadcast(
+            f"{_SHARDS_PREFIX}{checkpoint.get('global_step', 0)}-{time.time_ns()}"
+        )
         super().save_checkpoint(checkpoint, path.parent / name, storage_options)
         self.barrier("fsdp2_checkpoint_written")
         if self.global_rank == 0:
@@ -68,7 +79,9 @@ class FSDP2Strategy(ModelParallelStrategy):
         self.barrier("fsdp2_checkpoint_linked")
 
     def remove_checkpoint(self, filepath: Any) -> None:
-        if self.global_rank == 0 and (path := Path(filepath)).is_symlink():  # a sharded checkpoint's link
+        if (
+            self.global_rank == 0 and (path := Path(filepath)).is_symlink()
+        ):  # a sharded checkpoint's link
             path.unlink()
             _remove_unreferenced_shards(path.parent)
         else:

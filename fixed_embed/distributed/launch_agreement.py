@@ -1,5 +1,6 @@
-"""One verdict for every process a launcher starts at once (torchrun, srun, a multi-node Lightning launch), before any
-process group: rank 0 plans first, the others after its "go" on the store; all raise the first refusal any met."""
+"""One verdict for every process a launcher starts at once (torchrun, srun, a multi-node
+Lightning launch), before any process group: rank 0 plans first, the others after its "go" on
+the store; all raise the first refusal any met."""
 
 from __future__ import annotations
 
@@ -10,15 +11,25 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import TypeVar
 
-from lightning.fabric.plugins.environments import LightningEnvironment, SLURMEnvironment, TorchElasticEnvironment
+from lightning.fabric.plugins.environments import (
+    LightningEnvironment,
+    SLURMEnvironment,
+    TorchElasticEnvironment,
+)
 from torch.distributed import TCPStore
 
 from fixed_embed.errors import RunComplete, UserError, in_one_line
 
 T = TypeVar("T")
-_PLAN_TIMEOUT = timedelta(minutes=30)  # the longest a peer waits for another's plan (a resume's checks included)
-_READ_TIMEOUT_S = 60.0  # the longest a hosting rank 0 stays up, after the verdict, for its peers to read it
-_stores: list[TCPStore] = []  # a store rank 0 hosts lives as long as the process: the process group reuses it
+_PLAN_TIMEOUT = timedelta(
+    minutes=30
+)  # the longest a peer waits for another's plan (a resume's checks included)
+_READ_TIMEOUT_S = (
+    60.0  # the longest a hosting rank 0 stays up, after the verdict, for its peers to read it
+)
+_stores: list[
+    TCPStore
+] = []  # a store rank 0 hosts lives as long as the process: the process group reuses it
 
 
 class RefusedOnAnotherRank(UserError):
@@ -26,13 +37,16 @@ class RefusedOnAnotherRank(UserError):
 
 
 def peers(num_nodes: int) -> tuple[int, int, str, int] | None:
-    """(index, count, store address, port) of the processes started at once, or ``None`` for a lone launcher."""
+    """(index, count, store address, port) of the processes started at once, or ``None`` for a
+    lone launcher."""
     # torchrun, or srun's tasks (an interactive SLURM allocation is not: Lightning launches there)
     if (elastic := TorchElasticEnvironment.detect()) or SLURMEnvironment.detect():
         env = TorchElasticEnvironment() if elastic else SLURMEnvironment()
         found = env.global_rank(), env.world_size(), env.main_address, env.main_port
     elif num_nodes > 1 and "LOCAL_RANK" not in os.environ and "MASTER_PORT" in os.environ:
-        lightning = LightningEnvironment()  # a node's launching process: its local ranks start after this
+        lightning = (
+            LightningEnvironment()
+        )  # a node's launching process: its local ranks start after this
         found = lightning.node_rank(), num_nodes, lightning.main_address, lightning.main_port
     else:
         return None
@@ -40,34 +54,57 @@ def peers(num_nodes: int) -> tuple[int, int, str, int] | None:
 
 
 def in_turn(plan: Callable[[], T], num_nodes: int) -> T:
-    """``plan()`` on global rank 0, then on every other process started with it; the first refusal raised by any
-    process (a :class:`UserError`, or :class:`RunComplete`) is raised by all, a bug by its own process."""
+    """``plan()`` on global rank 0, then on every other process started with it; the first
+    refusal raised by any process (a :class:`UserError`, or :class:`RunComplete`) is raised by
+    all, a bug by its own process."""
     if (where := peers(num_nodes)) is None:
         return plan()
     rank, count, address, port = where
-    host = rank == 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True"  # torchrun's agent hosts it
-    store = TCPStore(address, port, count, is_master=host, multi_tenant=True, timeout=_PLAN_TIMEOUT,
-                     wait_for_workers=False)  # fmt: skip
+    host = (
+        rank == 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True"
+    )  # torchrun's agent hosts it
+    store = TCPStore(
+        address,
+        port,
+        count,
+        is_master=host,
+        multi_tenant=True,
+        timeout=_PLAN_TIMEOUT,
+        wait_for_workers=False,
+    )
     _stores.append(store)
     key = f"fixed-embed/launch/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/{{}}".format
     result, own, said, words = None, None, "go", []
     try:
-        if rank == 0 or (said := store.get(key(0)).decode()) == "go":  # a refusal of rank 0's: read nothing
+        if (
+            rank == 0 or (said := store.get(key(0)).decode()) == "go"
+        ):  # a refusal of rank 0's: read nothing
             try:
                 result = plan()
             except (UserError, RunComplete) as error:
-                own, said = error, f"{'complete' if isinstance(error, RunComplete) else 'refused'} {error}"
-            except BaseException as error:  # its own process prints it in full: the others name it in one line
+                own, said = (
+                    error,
+                    f"{'complete' if isinstance(error, RunComplete) else 'refused'} {error}",
+                )
+            except (
+                BaseException
+            ) as error:  # its own process prints it in full: the others name it in one line
                 own, said = error, f"failed global rank {rank} failed: {in_one_line(error)}"
         store.set(key(rank), said)
         store.wait([key(other) for other in range(count)])
         words = [word.decode() for word in store.multi_get([key(other) for other in range(count)])]
     finally:
-        with contextlib.suppress(RuntimeError):  # the host may be gone: then there is no one left to wait for
+        with contextlib.suppress(
+            RuntimeError
+        ):  # the host may be gone: then there is no one left to wait for
             read, deadline = store.add(key("read"), 1), time.monotonic() + _READ_TIMEOUT_S
-            going = len(words) == count and all(word == "go" for word in words)  # the process group takes it over
+            going = len(words) == count and all(
+                word == "go" for word in words
+            )  # the process group takes it over
             while host and not going and read < count and time.monotonic() < deadline:
-                time.sleep(0.05)  # else the store dies with this process: its peers read the verdict first
+                time.sleep(
+                    0.05
+                )  # else the store dies with this process: its peers read the verdict first
                 read = store.add(key("read"), 0)
     if own is not None and not isinstance(own, (UserError, RunComplete)):
         raise own

@@ -1,4 +1,5 @@
-"""Activation checkpointing, compile and FSDP2 applied to the decoder (docs/design.md, "How parallelism is built")."""
+"""Activation checkpointing, compile and FSDP2 applied to the decoder (docs/design.md, "How
+parallelism is built")."""
 
 from __future__ import annotations
 
@@ -21,9 +22,10 @@ class ParallelConfig:
     compile: ``torch.compile`` each block (regional).
     param_dtype: FSDP2 compute dtype of parameters (the fp32 master copy is what is sharded).
     reduce_dtype: FSDP2 dtype of the gradient reduce-scatter.
-    reshard_after_forward: FSDP2 frees gathered parameters after forward (ZeRO-3), else keeps them to backward.
-    shard_group_size: FSDP2 hybrid sharding over groups of this many ranks (e.g. a node's); ``None``: all ranks.
-    sync_every_micro_batch: FSDP2 reduce-scatters every micro-batch, not accumulating unsharded gradients to the last.
+    reshard_after_forward: FSDP2 frees gathered parameters after forward (ZeRO-3), else keeps
+    them to backward. shard_group_size: FSDP2 hybrid sharding over groups of this many ranks
+    (e.g. a node's); ``None``: all ranks. sync_every_micro_batch: FSDP2 reduce-scatters every
+    micro-batch, not accumulating unsharded gradients to the last.
     """
 
     activation_checkpointing: bool = False
@@ -47,22 +49,39 @@ def apply_parallelism(decoder: Decoder, config: ParallelConfig, device_mesh=None
 
     if decoder.config.tie_embeddings:
         raise ConfigError(
-            "tie_embeddings=true cannot be sharded with FSDP2: the tied weight would belong to two FSDP groups "
-            "(the head's and the root's). Untie it (model.decoder.tie_embeddings false, the paper's setting) "
+            "tie_embeddings=true cannot be sharded with FSDP2: the tied weight would belong to two "
+            "FSDP groups "
+            "(the head's and the root's). Untie it (model.decoder.tie_embeddings false, the "
+            "paper's setting) "
             "or train with DDP (--config experiments/strategies/ddp.yaml)"
         )
-    mesh = device_mesh["data_parallel"] if "data_parallel" in (device_mesh.mesh_dim_names or ()) else device_mesh
+    mesh = (
+        device_mesh["data_parallel"]
+        if "data_parallel" in (device_mesh.mesh_dim_names or ())
+        else device_mesh
+    )
     group, world = config.shard_group_size, mesh.size()
-    if group is not None and group != world:  # HSDP: shard within groups of `group` ranks, replicate across
+    if (
+        group is not None and group != world
+    ):  # HSDP: shard within groups of `group` ranks, replicate across
         if world % group:
-            raise ConfigError(f"model.parallel.shard_group_size {group} must divide the {world} data-parallel ranks")
+            raise ConfigError(
+                f"model.parallel.shard_group_size {group} must divide the {world} data-parallel "
+                "ranks"
+            )
         from torch.distributed.device_mesh import init_device_mesh
 
-        mesh = init_device_mesh(mesh.device_type, (world // group, group), mesh_dim_names=("replicate", "shard"))
-    policy = MixedPrecisionPolicy(param_dtype=_DTYPES[config.param_dtype], reduce_dtype=_DTYPES[config.reduce_dtype])
+        mesh = init_device_mesh(
+            mesh.device_type, (world // group, group), mesh_dim_names=("replicate", "shard")
+        )
+    policy = MixedPrecisionPolicy(
+        param_dtype=_DTYPES[config.param_dtype], reduce_dtype=_DTYPES[config.reduce_dtype]
+    )
     shard = {"mesh": mesh, "mp_policy": policy}
     for block in decoder.layers:
         fully_shard(block, reshard_after_forward=config.reshard_after_forward, **shard)
     # The head is used last in forward and first in backward: no point resharding it in between.
     fully_shard([decoder.norm, decoder.head], reshard_after_forward=False, **shard)
-    fully_shard(decoder, **shard)  # the root: torch's default keeps its parameters from forward to backward
+    fully_shard(
+        decoder, **shard
+    )  # the root: torch's default keeps its parameters from forward to backward

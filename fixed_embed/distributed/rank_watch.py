@@ -1,5 +1,6 @@
-"""RankWatch: a failure or stop request on one rank reaches all within a second through the c10d store, with no
-collective (a rank blocked in one would wait for the timeout); docs/faults.md ("A failure on one rank")."""
+"""RankWatch: a failure or stop request on one rank reaches all within a second through the c10d
+store, with no collective (a rank blocked in one would wait for the timeout); docs/faults.md ("A
+failure on one rank")."""
 
 from __future__ import annotations
 
@@ -25,7 +26,9 @@ class RankWatch:
         self._closing = threading.Event()
         self._thread: threading.Thread | None = None
         if store is not None:
-            self._thread = threading.Thread(target=self._watch, name="fixed-embed-rank-watch", daemon=True)
+            self._thread = threading.Thread(
+                target=self._watch, name="fixed-embed-rank-watch", daemon=True
+            )
             self._thread.start()
 
     def request_stop(self) -> None:
@@ -62,7 +65,10 @@ class RankWatch:
             except Exception as error:
                 if self._closing.is_set():
                     return
-                _exit(f"rank {self.rank}: stopping: the job's store is unreachable ({type(error).__name__}: {error})")
+                _exit(
+                    f"rank {self.rank}: stopping: the job's store is unreachable "
+                    f"({type(error).__name__}: {error})"
+                )
 
 
 def _exit(message: str) -> None:
@@ -74,7 +80,8 @@ _current: RankWatch | None = None
 
 
 def start(poll_s: float) -> None:
-    """The process's watch, started on the default process group's store (a local-only one without)."""
+    """The process's watch, started on the default process group's store (a local-only one
+    without)."""
     global _current
     if _current is None:
         distributed = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
@@ -104,15 +111,19 @@ _lost: str | None = None
 
 
 def note_lost_ranks(trainer: Any) -> None:
-    """On rank 0 under Lightning's DDP launcher: print the first rank whose process has died (given a
-    second to be reaped, as this runs while handling the exception its death caused)."""
+    """On rank 0 under Lightning's DDP launcher: print the first rank whose process has died
+    (given a second to be reaped, as this runs while handling the exception its death caused)."""
     global _lost
     launcher = getattr(trainer.strategy, "launcher", None)
     procs = list(getattr(launcher, "procs", None) or [])
     if not procs:
         return
     deadline = time.monotonic() + 1.0
-    while not (dead := [(n, code) for n, p in enumerate(procs, start=1) if (code := p.poll()) not in (None, 0)]):
+    while not (
+        dead := [
+            (n, code) for n, p in enumerate(procs, start=1) if (code := p.poll()) not in (None, 0)
+        ]
+    ):
         if time.monotonic() >= deadline:
             return
         time.sleep(0.05)

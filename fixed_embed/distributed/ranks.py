@@ -1,4 +1,5 @@
-"""Which process this is, from the variables Lightning's launcher, torchrun and srun set: before any process group."""
+"""Which process this is, from the variables Lightning's launcher, torchrun and srun set: before
+any process group."""
 
 from __future__ import annotations
 
@@ -8,11 +9,15 @@ _RANK_VARIABLES = ("RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "SLURM_PROCI
 
 
 def is_launching_rank(environ: dict[str, str] | None = None) -> bool:
-    """Whether this is global rank 0's launching process: no rank variable the launchers set is other than 0."""
+    """Whether this is global rank 0's launching process: no rank variable the launchers set is
+    other than 0."""
     env = os.environ if environ is None else environ
     return all(env.get(name, "0").strip() in ("", "0") for name in _RANK_VARIABLES)
 
 
 def is_node_leader() -> bool:
-    """Whether this process is local rank 0 of its node: the one that checks files every rank on the node reads."""
-    return all(os.environ.get(name, "0").strip() in ("", "0") for name in ("LOCAL_RANK", "SLURM_LOCALID"))
+    """Whether this process is local rank 0 of its node: the one that checks files every rank on
+    the node reads."""
+    return all(
+        os.environ.get(name, "0").strip() in ("", "0") for name in ("LOCAL_RANK", "SLURM_LOCALID")
+    )

@@ -1,4 +1,5 @@
-"""Export as a Hugging Face ``LlamaForCausalLM`` folder; what Llama cannot express is refused, not approximated."""
+"""Export as a Hugging Face ``LlamaForCausalLM`` folder; what Llama cannot express is refused,
+not approximated."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ MARKER = "fixed_embed.json"  # written last: a folder holding it is a complete e
 
 
 def check_export_dir(out: str | os.PathLike, overwrite: bool = False) -> Path:
-    """``out`` as a Path if an export may go there (missing, empty, or with ``overwrite`` an export); else raises."""
+    """``out`` as a Path if an export may go there (missing, empty, or with ``overwrite`` an
+    export); else raises."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"export path {out} is a file, not a folder; choose a folder")
@@ -39,7 +41,8 @@ def check_export_dir(out: str | os.PathLike, overwrite: bool = False) -> Path:
 
 
 def llama_state_dict(model: LanguageModel) -> dict[str, torch.Tensor]:
-    """Our weights under transformers' Llama names (a fixed interface materialised as embed_tokens)."""
+    """Our weights under transformers' Llama names (a fixed interface materialised as
+    embed_tokens)."""
     decoder = model.decoder
     table = getattr(decoder.interface, "table", None)
     if table is None:
@@ -48,7 +51,10 @@ def llama_state_dict(model: LanguageModel) -> dict[str, torch.Tensor]:
             "it has no table() giving the vector of every id"
         )
     with torch.no_grad():
-        state = {"model.embed_tokens.weight": table().detach(), "model.norm.weight": decoder.norm.weight}
+        state = {
+            "model.embed_tokens.weight": table().detach(),
+            "model.norm.weight": decoder.norm.weight,
+        }
         if not decoder.config.tie_embeddings:
             state["lm_head.weight"] = decoder.head.weight
         for i, layer in enumerate(decoder.layers):
@@ -69,30 +75,53 @@ def export_llama(
     dtype: torch.dtype = torch.float32,
     overwrite: bool = False,
 ) -> Path:
-    """Write ``out/`` (config.json, model.safetensors, tokenizer files, fixed_embed.json) as a whole; return it."""
+    """Write ``out/`` (config.json, model.safetensors, tokenizer files, fixed_embed.json) as a
+    whole; return it."""
     import transformers
 
     config = model.decoder.config
     out = check_export_dir(out, overwrite)
     eos = special_token_id(tokenizer, EOS)
     hf_config = transformers.LlamaConfig(
-        vocab_size=config.vocab_size, hidden_size=config.d_model, intermediate_size=config.ffn_dim,
-        num_hidden_layers=config.n_layers, num_attention_heads=config.n_heads,
-        num_key_value_heads=config.kv_heads, head_dim=config.head_dim,
-        max_position_embeddings=config.max_seq_len, rms_norm_eps=config.norm_eps, rope_theta=config.rope_theta,
-        tie_word_embeddings=config.tie_embeddings, attention_bias=False, mlp_bias=False, hidden_act="silu",
-        bos_token_id=eos, eos_token_id=eos, torch_dtype=dtype,
-    )  # fmt: skip
+        vocab_size=config.vocab_size,
+        hidden_size=config.d_model,
+        intermediate_size=config.ffn_dim,
+        num_hidden_layers=config.n_layers,
+        num_attention_heads=config.n_heads,
+        num_key_value_heads=config.kv_heads,
+        head_dim=config.head_dim,
+        max_position_embeddings=config.max_seq_len,
+        rms_norm_eps=config.norm_eps,
+        rope_theta=config.rope_theta,
+        tie_word_embeddings=config.tie_embeddings,
+        attention_bias=False,
+        mlp_bias=False,
+        hidden_act="silu",
+        bos_token_id=eos,
+        eos_token_id=eos,
+        torch_dtype=dtype,
+    )
     state = {k: v.to("cpu", dtype).contiguous() for k, v in llama_state_dict(model).items()}
-    with acquire(out, "or choose another OUT", beside=True), writing(out), atomic_folder(out) as tmp:
-        check_export_dir(out, overwrite)  # again, under its lock: an export that ended meanwhile is kept
+    with (
+        acquire(out, "or choose another OUT", beside=True),
+        writing(out),
+        atomic_folder(out) as tmp,
+    ):
+        check_export_dir(
+            out, overwrite
+        )  # again, under its lock: an export that ended meanwhile is kept
         hf_config.save_pretrained(tmp)
         save_file(state, tmp / "model.safetensors", metadata={"format": "pt"})
         fast = transformers.PreTrainedTokenizerFast(
-            tokenizer_object=tokenizer, eos_token=EOS, bos_token=EOS, unk_token=None,
+            tokenizer_object=tokenizer,
+            eos_token=EOS,
+            bos_token=EOS,
+            unk_token=None,
             model_max_length=config.max_seq_len,
-        )  # fmt: skip
+        )
         fast.save_pretrained(tmp)
         marker = {**getattr(model, "provenance", {}), "interface": model.decoder.interface.spec()}
-        (tmp / MARKER).write_text(json.dumps({**marker, "decoder": config.to_dict()}, indent=2) + "\n")
+        (tmp / MARKER).write_text(
+            json.dumps({**marker, "decoder": config.to_dict()}, indent=2) + "\n"
+        )
     return out

@@ -1,4 +1,5 @@
-"""lm-eval model ``fixed_embed`` (a checkpoint or live model, scored as ``hf``); tqdm: no file, for console to route."""
+"""lm-eval model ``fixed_embed`` (a checkpoint or live model, scored as ``hf``); tqdm: no file,
+for console to route."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ from fixed_embed.train.module import LanguageModel
 
 
 class EvaluationInterrupted(Exception):
-    """Raised between forward passes when ``interrupt()`` asks to stop (e.g. a SIGTERM during training)."""
+    """Raised between forward passes when ``interrupt()`` asks to stop (e.g. a SIGTERM during
+    training)."""
 
 
 @register_model("fixed_embed")
@@ -39,20 +41,39 @@ class FixedEmbedLM(TemplateLM):
     eos_token: the end-of-text token, also the prefix of empty contexts and rolling windows.
     module, tokenizer_object: a live model and its tokenizer instead of ``checkpoint``.
     distributed: split the requests over the ranks of the initialised process group.
-    interrupt: polled per batch (not in multi-rank generation); true raises EvaluationInterrupted on all ranks.
+    interrupt: polled per batch (not in multi-rank generation); true raises
+    EvaluationInterrupted on all ranks.
     """
 
     # max_batch_size: lm-eval passes it to every model; batches here are fixed
-    def __init__(self, checkpoint: str | None = None, tokenizer: str | None = None, batch_size: int | str = 16,
-                 device: str | None = None, dtype: str = "auto", max_length: int | None = None, max_gen_toks: int = 256,
-                 eos_token: str = EOS, module: LanguageModel | None = None, tokenizer_object: Tokenizer | None = None,
-                 distributed: bool = False, max_batch_size: int | None = None,
-                 interrupt: Callable[[], bool] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        checkpoint: str | None = None,
+        tokenizer: str | None = None,
+        batch_size: int | str = 16,
+        device: str | None = None,
+        dtype: str = "auto",
+        max_length: int | None = None,
+        max_gen_toks: int = 256,
+        eos_token: str = EOS,
+        module: LanguageModel | None = None,
+        tokenizer_object: Tokenizer | None = None,
+        distributed: bool = False,
+        max_batch_size: int | None = None,
+        interrupt: Callable[[], bool] | None = None,
+    ) -> None:
         super().__init__()
-        if (checkpoint is None) == (module is None) or (tokenizer_object is None) != (module is None):
-            raise ValueError("pass checkpoint=PATH (its tokenizer inside), or module=LanguageModel, tokenizer_object=")
+        if (checkpoint is None) == (module is None) or (tokenizer_object is None) != (
+            module is None
+        ):
+            raise ValueError(
+                "pass checkpoint=PATH (its tokenizer inside), or module=LanguageModel, "
+                "tokenizer_object="
+            )
         if not str(batch_size).isdigit() or int(batch_size) < 1:
-            raise ValueError(f"batch_size must be an integer >= 1 for fixed_embed (no auto), got {batch_size!r}")
+            raise ValueError(
+                f"batch_size must be an integer >= 1 for fixed_embed (no auto), got {batch_size!r}"
+            )
         self.batch_size = int(batch_size)
         if module is None:
             target = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -60,12 +81,17 @@ class FixedEmbedLM(TemplateLM):
         self.module, self.tok = module, tokenizer_object
         self.max_length = int(max_length or module.config.max_seq_len)
         if not 1 <= self.max_length <= module.config.max_seq_len:
-            raise ValueError(f"max_length must lie in [1, {module.config.max_seq_len}], got {self.max_length}")
+            raise ValueError(
+                f"max_length must lie in [1, {module.config.max_seq_len}], got {self.max_length}"
+            )
         self.max_gen_toks, self._eot = max_gen_toks, special_token_id(self.tok, eos_token)
         if dtype not in ("auto", "bfloat16", "float32"):
             raise ValueError(f"dtype must be auto, bfloat16 or float32, got {dtype!r}")
         cuda_bf16 = self.device.type == "cuda" and torch.cuda.is_bf16_supported()
-        self.bf16, self.interrupt = dtype == "bfloat16" or (dtype == "auto" and cuda_bf16), interrupt
+        self.bf16, self.interrupt = (
+            dtype == "bfloat16" or (dtype == "auto" and cuda_bf16),
+            interrupt,
+        )
         if distributed and dist.is_available() and dist.is_initialized():
             self._rank, self._world_size = dist.get_rank(), dist.get_world_size()
 
@@ -81,7 +107,9 @@ class FixedEmbedLM(TemplateLM):
             raise EvaluationInterrupted("evaluation stopped on request")
 
     @classmethod
-    def from_module(cls, module: LanguageModel, tokenizer: Tokenizer, **kwargs: Any) -> FixedEmbedLM:
+    def from_module(
+        cls, module: LanguageModel, tokenizer: Tokenizer, **kwargs: Any
+    ) -> FixedEmbedLM:
         """Wrap an in-memory model (e.g. the one being trained) without copying it."""
         return cls(module=module, tokenizer_object=tokenizer, **kwargs)
 
@@ -107,27 +135,37 @@ class FixedEmbedLM(TemplateLM):
     def device(self) -> torch.device:
         return self.module.device
 
-    def tok_encode(self, string: str, add_special_tokens: bool | None = None, **kwargs: Any) -> list[int]:
+    def tok_encode(
+        self, string: str, add_special_tokens: bool | None = None, **kwargs: Any
+    ) -> list[int]:
         return self.tok.encode(string, add_special_tokens=bool(add_special_tokens)).ids
 
     def tok_decode(self, tokens: list[int], skip_special_tokens: bool = True) -> str:
         return self.tok.decode(tokens, skip_special_tokens=skip_special_tokens)
 
     def _loglikelihood_tokens(
-        self, requests: list[tuple[Any, list, list]], disable_tqdm: bool = False, override_bs: int | None = None
+        self,
+        requests: list[tuple[Any, list, list]],
+        disable_tqdm: bool = False,
+        override_bs: int | None = None,
     ) -> list[tuple[float, bool]]:
         collator = Collator(requests, sort_fn=lambda r: (-len(r[1] + r[2]), tuple(r[1] + r[2])))
         results = []
-        progress = tqdm(total=len(requests), disable=disable_tqdm or self.rank != 0, desc="loglikelihood")
+        progress = tqdm(
+            total=len(requests), disable=disable_tqdm or self.rank != 0, desc="loglikelihood"
+        )
         for chunk in collator.get_batched(n=override_bs or self.batch_size):
             self._check_interrupt()
             inputs = []
             for _, context, continuation in chunk:
                 if not context or not continuation:
-                    raise ValueError(f"empty context or continuation: {context!r}, {continuation!r}")
+                    raise ValueError(
+                        f"empty context or continuation: {context!r}, {continuation!r}"
+                    )
                 if len(continuation) > self.max_length:
                     raise ValueError(
-                        f"a continuation of {len(continuation)} tokens cannot be scored within the context "
+                        f"a continuation of {len(continuation)} tokens cannot be scored within the "
+                        "context "
                         f"length {self.max_length}"
                     )
                 inputs.append((context + continuation)[-(self.max_length + 1) :][:-1])
@@ -138,7 +176,12 @@ class FixedEmbedLM(TemplateLM):
                 span = F.log_softmax(logits[row, length - n : length].float(), dim=-1)
                 target = torch.tensor(continuation, device=span.device)
                 # its log-likelihood, and whether greedy decoding gives it
-                results.append((span.gather(-1, target[:, None]).sum().item(), bool((span.argmax(-1) == target).all())))
+                results.append(
+                    (
+                        span.gather(-1, target[:, None]).sum().item(),
+                        bool((span.argmax(-1) == target).all()),
+                    )
+                )
                 progress.update(1)
         progress.close()
         return collator.get_original(results)
@@ -147,15 +190,20 @@ class FixedEmbedLM(TemplateLM):
         windows, owners = [], []
         for index, (string,) in enumerate(req.args for req in requests):
             tokens = self.tok_encode(string)
-            rolling = lm_utils.get_rolling_token_windows(tokens, self.prefix_token_id, self.max_length, context_len=1)
+            rolling = lm_utils.get_rolling_token_windows(
+                tokens, self.prefix_token_id, self.max_length, context_len=1
+            )
             for context, target in map(lm_utils.make_disjoint_window, rolling):
                 windows.append((None, context, target))
                 owners.append(index)
         real = len(windows)
         if self.world_size > 1:
-            # Every rank runs as many forward passes (FSDP all-gathers in forward): the rest score padding.
+            # Every rank runs as many forward passes (FSDP all-gathers in forward): the rest score
+            # padding.
             counts = self.all_gather(torch.tensor(real, device=self.device))
-            padding = windows[0] if windows else (None, [self.prefix_token_id], [self.prefix_token_id])
+            padding = (
+                windows[0] if windows else (None, [self.prefix_token_id], [self.prefix_token_id])
+            )
             windows += [padding] * (int(counts.max()) - real)
         scores = self._loglikelihood_tokens(windows, disable_tqdm=disable_tqdm)[:real]
         totals = [0.0] * len(requests)
@@ -169,24 +217,40 @@ class FixedEmbedLM(TemplateLM):
         if self.world_size > 1 and any(hasattr(p, "to_local") for p in self.module.parameters()):
             # Ranks stop generating at different steps, so their FSDP all-gathers would not pair up.
             raise NotImplementedError(
-                "generate_until on a sharded (FSDP) model across ranks is not supported: score generation "
+                "generate_until on a sharded (FSDP) model across ranks is not supported: score "
+                "generation "
                 "tasks with fixed-embed eval on the (consolidated) checkpoint"
             )
         jobs, eot = [], self.tok_decode([self.eot_token_id], skip_special_tokens=False)
         for context, gen_kwargs in (req.args for req in requests):
             kwargs = dict(gen_kwargs or {})
             if kwargs.pop("do_sample", False) and kwargs.get("temperature", 0.0) > 0:
-                raise ValueError("fixed_embed generates greedily only; got do_sample=True with temperature > 0")
+                raise ValueError(
+                    "fixed_embed generates greedily only; got do_sample=True with temperature > 0"
+                )
             until = kwargs.pop("until", None) or []
-            until = [stop for stop in ([until] if isinstance(until, str) else until) if stop] + [eot]
-            jobs.append((self.tok_encode(context), until, int(kwargs.pop("max_gen_toks", self.max_gen_toks))))
+            until = [stop for stop in ([until] if isinstance(until, str) else until) if stop] + [
+                eot
+            ]
+            jobs.append(
+                (
+                    self.tok_encode(context),
+                    until,
+                    int(kwargs.pop("max_gen_toks", self.max_gen_toks)),
+                )
+            )
         # Batch equal-length contexts: no padding, no attention mask needed while generating.
         order = sorted(range(len(jobs)), key=lambda i: (-len(jobs[i][0]), i))
         outputs: list[str] = [""] * len(jobs)
-        progress = tqdm(total=len(jobs), disable=disable_tqdm or self.rank != 0, desc="generate_until")
+        progress = tqdm(
+            total=len(jobs), disable=disable_tqdm or self.rank != 0, desc="generate_until"
+        )
         for _, same_length in groupby(order, key=lambda i: len(jobs[i][0])):
             same_length = list(same_length)
-            for group in (same_length[i : i + self.batch_size] for i in range(0, len(same_length), self.batch_size)):
+            for group in (
+                same_length[i : i + self.batch_size]
+                for i in range(0, len(same_length), self.batch_size)
+            ):
                 if self.world_size == 1:
                     self._check_interrupt()
                 for index, text in zip(group, self._greedy([jobs[i] for i in group]), strict=True):
@@ -200,24 +264,35 @@ class FixedEmbedLM(TemplateLM):
     def _logits(self, inputs: list[list[int]]) -> torch.Tensor:
         """Logits for right-padded ``inputs``: [B, longest, V]."""
         rows = [torch.tensor(tokens, dtype=torch.long) for tokens in inputs]
-        batch = torch.nn.utils.rnn.pad_sequence(rows, batch_first=True, padding_value=self.eot_token_id)
+        batch = torch.nn.utils.rnn.pad_sequence(
+            rows, batch_first=True, padding_value=self.eot_token_id
+        )
         was_training = self.module.training
         self.module.eval()
         try:
-            with torch.autocast(self.device.type, dtype=torch.bfloat16) if self.bf16 else nullcontext():
+            with (
+                torch.autocast(self.device.type, dtype=torch.bfloat16)
+                if self.bf16
+                else nullcontext()
+            ):
                 return self.module(batch.to(self.device))
         finally:
             self.module.train(was_training)
 
     def _greedy(self, jobs: list[tuple[list[int], list[str], int]]) -> list[str]:
-        """Equal-length contexts, decoded together; every row takes a token each step so they stay equal."""
+        """Equal-length contexts, decoded together; every row takes a token each step so they
+        stay equal."""
         generated: list[list[int]] = [[] for _ in jobs]
         for _ in range(max(limit for _, _, limit in jobs)):
-            inputs = [(context + g)[-self.max_length :] for (context, _, _), g in zip(jobs, generated, strict=True)]
+            inputs = [
+                (context + g)[-self.max_length :]
+                for (context, _, _), g in zip(jobs, generated, strict=True)
+            ]
             for row, token in enumerate(self._logits(inputs)[:, -1].argmax(-1).tolist()):
                 generated[row].append(token)
             if all(
-                len(tokens) >= limit or any(stop in self.tok_decode(tokens, False) for stop in until)
+                len(tokens) >= limit
+                or any(stop in self.tok_decode(tokens, False) for stop in until)
                 for tokens, (_, until, limit) in zip(generated, jobs, strict=True)
             ):
                 break

@@ -1,4 +1,5 @@
-"""Benchmark suites run with lm-eval, and the paper-format table; results keep lm-eval's output, to trace any score."""
+"""Benchmark suites run with lm-eval, and the paper-format table; results keep lm-eval's output,
+to trace any score."""
 
 from __future__ import annotations
 
@@ -30,7 +31,9 @@ class Column:
 
     @property
     def title(self) -> str:
-        return self.label or f"{self.task} {self.metric}" + (f" ({self.fewshot}-shot)" if self.fewshot else "")
+        return self.label or f"{self.task} {self.metric}" + (
+            f" ({self.fewshot}-shot)" if self.fewshot else ""
+        )
 
 
 PAPER = [
@@ -62,7 +65,8 @@ SUITES: dict[str, list[Column]] = {"paper": PAPER, "offline": OFFLINE, "study": 
 
 
 def columns_for(suite: str | None, tasks: Sequence[str] = (), fewshot: int = 0) -> list[Column]:
-    """The suite's columns, or those of ``tasks`` (their suite metrics if known, else every metric)."""
+    """The suite's columns, or those of ``tasks`` (their suite metrics if known, else every
+    metric)."""
     if suite is not None and tasks:
         raise ConfigError("give a suite or a task list, not both")
     if suite is not None:
@@ -73,15 +77,21 @@ def columns_for(suite: str | None, tasks: Sequence[str] = (), fewshot: int = 0) 
         raise ConfigError("no tasks: give --suite or --tasks")
     columns = []
     for task in tasks:
-        matches = [c for cols in SUITES.values() for c in cols if c.task == task and c.fewshot == fewshot]
+        matches = [
+            c for cols in SUITES.values() for c in cols if c.task == task and c.fewshot == fewshot
+        ]
         columns.extend(matches or [Column(task, "*", fewshot)])  # "*": every metric lm-eval reports
     return columns
 
 
 def run_suite(
-    lm: Any, columns: Sequence[Column], limit: int | float | None = None, include_path: Iterable[str | os.PathLike] = ()
+    lm: Any,
+    columns: Sequence[Column],
+    limit: int | float | None = None,
+    include_path: Iterable[str | os.PathLike] = (),
 ) -> dict[str, Any]:
-    """``{"scores": {key: {"value", "stderr"}}, "columns", "lm_eval"}`` of ``lm`` on the columns' (known) tasks."""
+    """``{"scores": {key: {"value", "stderr"}}, "columns", "lm_eval"}`` of ``lm`` on the
+    columns' (known) tasks."""
     import lm_eval
 
     manager = check_tasks({c.task for c in columns}, include_path)
@@ -92,7 +102,12 @@ def run_suite(
         group = [c for c in columns if c.fewshot == shots]
         tasks = sorted({c.task for c in group})
         out = lm_eval.simple_evaluate(
-            model=lm, tasks=tasks, num_fewshot=shots, limit=limit, task_manager=manager, log_samples=False
+            model=lm,
+            tasks=tasks,
+            num_fewshot=shots,
+            limit=limit,
+            task_manager=manager,
+            log_samples=False,
         )
         if out is None:  # a non-zero rank of a distributed evaluation
             continue
@@ -104,7 +119,11 @@ def run_suite(
             if not every and column.metric not in reported:
                 raise ValueError(f"lm-eval reported no {column.metric!r} (reported: {reported})")
             for metric in reported if every else [column.metric]:
-                resolved = Column(column.task, metric, shots, percent="perplexity" not in metric) if every else column
+                resolved = (
+                    Column(column.task, metric, shots, percent="perplexity" not in metric)
+                    if every
+                    else column
+                )
                 stderr = results.get(f"{metric}_stderr,none")
                 stderr = float(stderr) if isinstance(stderr, (int, float)) else None
                 scores[resolved.key] = {"value": float(results[f"{metric},none"]), "stderr": stderr}
@@ -113,13 +132,15 @@ def run_suite(
 
 
 def check_tasks(tasks: Iterable[str], include_path: Iterable[str | os.PathLike] = ()) -> Any:
-    """lm-eval's TaskManager over its built-ins, the offline tasks and ``include_path``; raises for unknown tasks."""
+    """lm-eval's TaskManager over its built-ins, the offline tasks and ``include_path``; raises
+    for unknown tasks."""
     from lm_eval.tasks import TaskManager
 
     from fixed_embed.evaluation.tasks import tasks_dir
 
     tasks, paths = set(tasks), [str(tasks_dir()), *map(str, include_path)]
-    # Indexing lm-eval's ~15k built-in task files takes 8 s, on every rank: skipped when only ours are asked.
+    # Indexing lm-eval's ~15k built-in task files takes 8 s, on every rank: skipped when only ours
+    # are asked.
     manager = TaskManager(include_path=paths[:1], include_defaults=False)
     if len(paths) > 1 or not tasks <= set(manager.all_tasks):
         manager = TaskManager(include_path=paths)
@@ -129,11 +150,14 @@ def check_tasks(tasks: Iterable[str], include_path: Iterable[str | os.PathLike] 
 
 
 def run_label(checkpoint: str | os.PathLike) -> str:
-    """``logs/tiny/gf2/default/step=00000050.ckpt`` for ``logs/tiny/gf2/default/checkpoints/step=00000050.ckpt``: the
-    path from the working folder (logs/demo/tiny/gf2 is not logs/tiny/gf2); outside it, the last three folders."""
+    """``logs/tiny/gf2/default/step=00000050.ckpt`` for
+    ``logs/tiny/gf2/default/checkpoints/step=00000050.ckpt``: the path from the working folder
+    (logs/demo/tiny/gf2 is not logs/tiny/gf2); outside it, the last three folders."""
     path = Path(os.path.abspath(Path(checkpoint).expanduser()))
     if path.is_relative_to(Path.cwd()):
-        return "/".join(p for p in path.relative_to(Path.cwd()).parts if p not in ("checkpoints", "ckpt"))
+        return "/".join(
+            p for p in path.relative_to(Path.cwd()).parts if p not in ("checkpoints", "ckpt")
+        )
     parents = [p for p in path.parent.parts[1:] if p not in ("checkpoints", "ckpt")][-3:]
     return "/".join([*parents, path.name])
 
@@ -146,8 +170,9 @@ def default_eval_dir(
     limit: int | float | None = None,
     hub: bool = False,
 ) -> Path:
-    """``logs/eval/<run label>-<suite or tasks>[-limitN]-<hash>``, keyed on the file a ``last.ckpt`` link resolves
-    to (or the hub id): a new folder per update; the hash keeps two runs with the same label apart."""
+    """``logs/eval/<run label>-<suite or tasks>[-limitN]-<hash>``, keyed on the file a
+    ``last.ckpt`` link resolves to (or the hub id): a new folder per update; the hash keeps two
+    runs with the same label apart."""
     spec = str(model)
     if hub and not Path(spec).expanduser().exists():
         label, identity = spec, spec
@@ -163,7 +188,8 @@ def default_eval_dir(
 
 
 def check_results_folder(out_dir: str | os.PathLike, overwrite: bool = False) -> None:
-    """Before the evaluation, not after: refuse an earlier results.json (unless ``overwrite``), an unwritable folder."""
+    """Before the evaluation, not after: refuse an earlier results.json (unless ``overwrite``),
+    an unwritable folder."""
     path = Path(out_dir) / "results.json"
     if path.exists() and not overwrite:
         raise OutputExistsError(
@@ -173,15 +199,22 @@ def check_results_folder(out_dir: str | os.PathLike, overwrite: bool = False) ->
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         with writing(path), open(temporary_name(path), "wb") as probe:
-            probe.write(bytes(4096))  # tried (read-only, full, ulimit -f); a results.json holds more (lm-eval's report)
+            probe.write(
+                bytes(4096)
+            )  # tried (read-only, full, ulimit -f); a results.json holds more (lm-eval's report)
     finally:
         temporary_name(path).unlink(missing_ok=True)
 
 
 def write_results(results: dict[str, Any], model: str, out_dir: str | os.PathLike) -> Path:
-    """``out_dir/results.json`` (atomically; its path is returned) and ``out_dir/table.md`` (+ ``TABLE_NOTES``)."""
-    path = atomic_write_text(Path(out_dir) / "results.json", json.dumps({"model": model, **results}, indent=2) + "\n")
-    atomic_write_text(path.with_name("table.md"), markdown_table([json.loads(path.read_text())]) + TABLE_NOTES)
+    """``out_dir/results.json`` (atomically; its path is returned) and ``out_dir/table.md`` (+
+    ``TABLE_NOTES``)."""
+    path = atomic_write_text(
+        Path(out_dir) / "results.json", json.dumps({"model": model, **results}, indent=2) + "\n"
+    )
+    atomic_write_text(
+        path.with_name("table.md"), markdown_table([json.loads(path.read_text())]) + TABLE_NOTES
+    )
     return path
 
 
@@ -200,7 +233,8 @@ Notes:
 
 
 def markdown_table(results: Sequence[dict[str, Any]]) -> str:
-    """One row per results file, one column per (task, metric, shots) in order of first appearance."""
+    """One row per results file, one column per (task, metric, shots) in order of first
+    appearance."""
     columns: dict[str, Column] = {}
     for column in (Column(**c) for result in results for c in result["columns"]):
         columns.setdefault(column.key, column)
@@ -209,7 +243,9 @@ def markdown_table(results: Sequence[dict[str, Any]]) -> str:
     rows = [header, rule]
     for result in results:
         cells = [_cell(result["scores"].get(key), column) for key, column in columns.items()]
-        update = f" @ update {result['update']}" if result.get("update") is not None else ""  # what it scored
+        update = (
+            f" @ update {result['update']}" if result.get("update") is not None else ""
+        )  # what it scored
         rows.append(f"| {result['model']}{update} | " + " | ".join(cells) + " |")
     return "\n".join(rows) + "\n"
 

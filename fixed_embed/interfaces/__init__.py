@@ -1,4 +1,5 @@
-"""Input interfaces: the paper's (.paper), the controls (.controls, docs/controls.md); configs name them by package."""
+"""Input interfaces: the paper's (.paper), the controls (.controls, docs/controls.md); configs
+name them by package."""
 # ruff: noqa: F401  (re-exports)
 
 from fixed_embed.interfaces.base import InputInterface

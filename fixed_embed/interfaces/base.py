@@ -1,4 +1,5 @@
-"""The interface contract: ``forward(ids[B, T]) -> x[B, T, d_model]``, plus what it costs and how to rebuild it."""
+"""The interface contract: ``forward(ids[B, T]) -> x[B, T, d_model]``, plus what it costs and
+how to rebuild it."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ _PACKAGE = __name__.rpartition(".")[0]  # fixed_embed.interfaces
 
 
 class InputInterface(nn.Module):
-    """Subclasses take ``vocab_size`` and ``d_model`` first: any is built from a YAML ``class_path`` + ``init_args``."""
+    """Subclasses take ``vocab_size`` and ``d_model`` first: any is built from a YAML
+    ``class_path`` + ``init_args``."""
 
     #: True when the interface has no trainable state (its output is a fixed function of the id).
     fixed: bool = False
@@ -31,15 +33,21 @@ class InputInterface(nn.Module):
 
     @classmethod
     def least_d_model(cls, vocab_size: int, code_width: int | None = None, **options: Any) -> int:
-        """The least d_model it takes: a ``code_width`` option (K; None: ceil(log2 V)) tiles a K-bit code over it."""
-        return (code_width or codes.code_width(vocab_size)) if "code_width" in inspect.signature(cls).parameters else 1
+        """The least d_model it takes: a ``code_width`` option (K; None: ceil(log2 V)) tiles a
+        K-bit code over it."""
+        return (
+            (code_width or codes.code_width(vocab_size))
+            if "code_width" in inspect.signature(cls).parameters
+            else 1
+        )
 
     @property
     def trainable_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
 
     def flops_per_token(self) -> int:
-        """Training FLOPs (forward + backward) per token. A lookup or a bit code does no multiply-adds."""
+        """Training FLOPs (forward + backward) per token. A lookup or a bit code does no
+        multiply-adds."""
         return 0
 
     def expected_norm(self, ids: torch.Tensor) -> torch.Tensor:
@@ -47,8 +55,9 @@ class InputInterface(nn.Module):
         raise NotImplementedError
 
     def spec(self) -> dict[str, Any]:
-        """``{"class_path", "init_args"}`` that rebuilds this interface (vocab_size and d_model excluded): the
-        signature read back, so every ``__init__`` option must be kept as an attribute of the same name."""
+        """``{"class_path", "init_args"}`` that rebuilds this interface (vocab_size and d_model
+        excluded): the signature read back, so every ``__init__`` option must be kept as an
+        attribute of the same name."""
         cls = type(self)
         names = list(inspect.signature(cls.__init__).parameters)[3:]  # self, vocab_size, d_model
         return {"class_path": _class_path(cls), "init_args": {n: getattr(self, n) for n in names}}
@@ -57,7 +66,9 @@ class InputInterface(nn.Module):
         """Reject non-integer or out-of-vocabulary ids instead of silently encoding them."""
         if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
             raise TypeError(f"token ids must be an integer tensor, got dtype {ids.dtype}")
-        if ids.device.type == "meta" or ids.numel() == 0 or is_fake(ids):  # shapes only: no values to check
+        if (
+            ids.device.type == "meta" or ids.numel() == 0 or is_fake(ids)
+        ):  # shapes only: no values to check
             return
         if ids.device.type == "cuda":
             # No host sync on the hot path: the check fails asynchronously on the device.
@@ -65,15 +76,19 @@ class InputInterface(nn.Module):
             return
         lo, hi = int(ids.min()), int(ids.max())
         if lo < 0 or hi >= self.vocab_size:
-            raise ValueError(f"token ids must lie in [0, {self.vocab_size - 1}], got min {lo} and max {hi}")
+            raise ValueError(
+                f"token ids must lie in [0, {self.vocab_size - 1}], got min {lo} and max {hi}"
+            )
 
     def _verify_stored(self, state_dict: dict, prefix: str, name: str, expected, what: str) -> None:
-        """Refuse a checkpoint whose stored buffer ``name`` differs from what the options give (another code)."""
+        """Refuse a checkpoint whose stored buffer ``name`` differs from what the options give
+        (another code)."""
         stored = state_dict.get(prefix + name)
         if stored is None or stored.device.type == "meta":
             return
         stored = stored.detach().cpu()
-        # A model cast to 16 bits (bf16-true) casts its float buffers too: compare to the precision stored.
+        # A model cast to 16 bits (bf16-true) casts its float buffers too: compare to the precision
+        # stored.
         rtol = max(1e-9, torch.finfo(stored.dtype).eps) if stored.is_floating_point() else 1e-9
         if not torch.allclose(stored.double(), expected().cpu().double(), rtol=rtol, atol=0):
             raise ValueError(f"the checkpoint's {name} differs from the one {what} gives")
@@ -83,7 +98,8 @@ class InputInterface(nn.Module):
 
 
 def _class_path(cls: type) -> str:
-    # Checkpoints and saved configs store this and a resume compares it: name exported classes by the package.
+    # Checkpoints and saved configs store this and a resume compares it: name exported classes by
+    # the package.
     if getattr(sys.modules.get(_PACKAGE), cls.__qualname__, None) is cls:
         return f"{_PACKAGE}.{cls.__qualname__}"
     return f"{cls.__module__}.{cls.__qualname__}"

@@ -1,5 +1,6 @@
-"""Token-identity codes in integer algebra only (bit-identical on every device): little-endian bit codes and GF(2)
-recodings, a K x K matrix A stored as K row masks (bit ``c`` of ``rows[r]`` is ``A[r, c]``)."""
+"""Token-identity codes in integer algebra only (bit-identical on every device): little-endian
+bit codes and GF(2) recodings, a K x K matrix A stored as K row masks (bit ``c`` of ``rows[r]``
+is ``A[r, c]``)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ def code_width(vocab_size: int) -> int:
 
 
 def bits_of(ids: torch.Tensor, width: int) -> torch.Tensor:
-    """Little-endian bits of integer ``ids``: shape ``ids.shape + (width,)``, dtype int64, values 0/1."""
+    """Little-endian bits of integer ``ids``: shape ``ids.shape + (width,)``, dtype int64,
+    values 0/1."""
     shifts = torch.arange(width, device=ids.device, dtype=torch.int64)
     return (ids.to(torch.int64).unsqueeze(-1) >> shifts) & 1
 
@@ -32,8 +34,11 @@ def parity(x: torch.Tensor) -> torch.Tensor:
 
 
 def gf2_apply(rows: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
-    """y = A x over GF(2) for integer codes ``codes`` (any shape); ``rows`` is an int64 tensor of K row masks."""
-    return decode_bits(parity(codes.to(torch.int64).unsqueeze(-1) & rows))  # bit r of y: parity(x & rows[r])
+    """y = A x over GF(2) for integer codes ``codes`` (any shape); ``rows`` is an int64 tensor
+    of K row masks."""
+    return decode_bits(
+        parity(codes.to(torch.int64).unsqueeze(-1) & rows)
+    )  # bit r of y: parity(x & rows[r])
 
 
 def rows_from_matrix(matrix: Sequence[Sequence[int]]) -> list[int]:
@@ -41,7 +46,9 @@ def rows_from_matrix(matrix: Sequence[Sequence[int]]) -> list[int]:
     rows = [[int(v) for v in row] for row in matrix]
     k = len(rows)
     if k == 0 or any(len(r) != k for r in rows):
-        raise ConfigError(f"GF(2) matrix must be square, got rows of shape {k} x {sorted({len(r) for r in rows})}")
+        raise ConfigError(
+            f"GF(2) matrix must be square, got rows of shape {k} x {sorted({len(r) for r in rows})}"
+        )
     if bad := sorted({v for r in rows for v in r} - {0, 1}):
         raise ConfigError(f"GF(2) matrix entries must be 0 or 1, got {bad}")
     return [sum(v << c for c, v in enumerate(r)) for r in rows]
@@ -72,8 +79,10 @@ def gf2_inverse(rows: Sequence[int], width: int) -> list[int]:
     for col in range(width):
         pivot = next((r for r in range(col, width) if (aug[r] >> col) & 1), None)
         if pivot is None:
-            raise ConfigError(f"GF(2) matrix is singular (rank {gf2_rank(rows)} < {width}); a recoding must be "
-                              "invertible so that every token keeps a distinct code")  # fmt: skip
+            raise ConfigError(
+                f"GF(2) matrix is singular (rank {gf2_rank(rows)} < {width}); a recoding must be "
+                "invertible so that every token keeps a distinct code"
+            )
         aug[col], aug[pivot] = aug[pivot], aug[col]
         for r in range(width):
             if r != col and (aug[r] >> col) & 1:
@@ -82,26 +91,33 @@ def gf2_inverse(rows: Sequence[int], width: int) -> list[int]:
 
 
 def _seeded_words(seed: int, label: str):
-    """Endless 64-bit words, SHA-256 in counter mode: unlike torch's or NumPy's RNG, the same on every version."""
+    """Endless 64-bit words, SHA-256 in counter mode: unlike torch's or NumPy's RNG, the same on
+    every version."""
     for counter in itertools.count():
-        digest = hashlib.sha256(f"fixed-embed/{label}/seed={seed}/block={counter}".encode()).digest()
+        digest = hashlib.sha256(
+            f"fixed-embed/{label}/seed={seed}/block={counter}".encode()
+        ).digest()
         for i in range(0, len(digest), 8):
             yield int.from_bytes(digest[i : i + 8], "little")
 
 
 def random_invertible_gf2(width: int, seed: int) -> list[int]:
-    """A uniformly random invertible ``width x width`` GF(2) matrix (row masks) fixed by ``seed``, by rejection."""
+    """A uniformly random invertible ``width x width`` GF(2) matrix (row masks) fixed by
+    ``seed``, by rejection."""
     words = _seeded_words(seed, f"gf2-matrix/K={width}")
     mask = (1 << width) - 1
     for _ in range(10_000):
         rows = [next(words) & mask for _ in range(width)]
         if gf2_rank(rows) == width:
             return rows
-    raise RuntimeError(f"no invertible {width}x{width} matrix found for seed {seed}")  # probability ~0.71**10000
+    raise RuntimeError(
+        f"no invertible {width}x{width} matrix found for seed {seed}"
+    )  # probability ~0.71**10000
 
 
 def random_injection(n: int, width: int, seed: int) -> list[int]:
-    """``n`` distinct ``width``-bit codes in random order, fixed by ``seed`` (a partial Fisher-Yates shuffle)."""
+    """``n`` distinct ``width``-bit codes in random order, fixed by ``seed`` (a partial
+    Fisher-Yates shuffle)."""
     words = _seeded_words(seed, f"injection/K={width}")
     codes = list(range(2**width))
     for i in range(n):

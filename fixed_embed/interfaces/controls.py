@@ -1,4 +1,5 @@
-"""Controls the paper leaves open, each separating one property of the fixed codes (listed in ``__init__``)."""
+"""Controls the paper leaves open, each separating one property of the fixed codes (listed in
+``__init__``)."""
 
 from __future__ import annotations
 
@@ -16,33 +17,49 @@ from fixed_embed.interfaces.codes import code_width as minimal_code_width
 from fixed_embed.interfaces.paper import BinaryCodeInput, LearnedInput
 from fixed_embed.interfaces.tiling import binary_code_norm, tile, tiled_norm
 
-TorchSeed = domain("an integer in [0, 2**64)", int, (">=", 0), ("<", 2**64))  # what Generator.manual_seed takes
+TorchSeed = domain(
+    "an integer in [0, 2**64)", int, (">=", 0), ("<", 2**64)
+)  # what Generator.manual_seed takes
 
 
 class PermutedCodeInput(BinaryCodeInput):
-    """Binary codes assigned by a random injective (not linear) map fixed by ``code_seed`` (token 0's too; stored)."""
+    """Binary codes assigned by a random injective (not linear) map fixed by ``code_seed``
+    (token 0's too; stored)."""
 
     max_code_width = 24  # a 2^K inverse table, and a shuffle of 2^K Python ints
 
     def __init__(
-        self, vocab_size: int, d_model: int, code_seed: int = 0, code_width: int | None = None, bipolar: bool = False
+        self,
+        vocab_size: int,
+        d_model: int,
+        code_seed: int = 0,
+        code_width: int | None = None,
+        bipolar: bool = False,
     ) -> None:
         super().__init__(vocab_size, d_model, code_width, bipolar)
         self.code_seed = code_seed
         self._codes = random_injection(vocab_size, self.code_width, code_seed)
-        self.register_buffer("assignment", torch.empty(vocab_size, dtype=torch.int64), persistent=True)
-        self.register_buffer("inverse", torch.empty(2**self.code_width, dtype=torch.int64), persistent=False)
+        self.register_buffer(
+            "assignment", torch.empty(vocab_size, dtype=torch.int64), persistent=True
+        )
+        self.register_buffer(
+            "inverse", torch.empty(2**self.code_width, dtype=torch.int64), persistent=False
+        )
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
         with torch.no_grad():
             self.assignment.copy_(torch.tensor(self._codes, dtype=torch.int64))
             self.inverse.fill_(-1)  # codes no id uses decode to -1
-            self.inverse[self.assignment] = torch.arange(self.vocab_size, device=self.inverse.device)
+            self.inverse[self.assignment] = torch.arange(
+                self.vocab_size, device=self.inverse.device
+            )
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
         expected = lambda: torch.tensor(self._codes, dtype=torch.int64)  # noqa: E731
-        self._verify_stored(state_dict, prefix, "assignment", expected, f"code_seed={self.code_seed}")
+        self._verify_stored(
+            state_dict, prefix, "assignment", expected, f"code_seed={self.code_seed}"
+        )
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def encode(self, ids: torch.Tensor) -> torch.Tensor:
@@ -56,18 +73,33 @@ class PermutedCodeInput(BinaryCodeInput):
 
 
 class RandomCodeInput(InputInterface):
-    """Fixed random codes: a seeded V x K table (Gaussian or uniform, unit variance; K: ceil(log2 V) unless given) tiled
-    to d; ``norm_match``: rows at their 0/1 code's norm. Checkpoints hold its fingerprint, refusing another draw."""
+    """Fixed random codes: a seeded V x K table (Gaussian or uniform, unit variance; K:
+    ceil(log2 V) unless given) tiled to d; ``norm_match``: rows at their 0/1 code's norm.
+    Checkpoints hold its fingerprint, refusing another draw."""
 
     fixed = True
 
-    def __init__(self, vocab_size: int, d_model: int, code_seed: TorchSeed = 0, distribution: str = "gaussian",
-                 code_width: PositiveInt | None = None, norm_match: bool = False) -> None:  # fmt: skip
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int,
+        code_seed: TorchSeed = 0,
+        distribution: str = "gaussian",
+        code_width: PositiveInt | None = None,
+        norm_match: bool = False,
+    ) -> None:
         super().__init__(vocab_size, d_model)
-        width = minimal_code_width(vocab_size) if code_width is None else code_width  # d_model >= it: least_d_model
+        width = (
+            minimal_code_width(vocab_size) if code_width is None else code_width
+        )  # d_model >= it: least_d_model
         if distribution not in ("gaussian", "uniform"):
             raise ConfigError(f"distribution must be 'gaussian' or 'uniform', got {distribution!r}")
-        self.code_seed, self.distribution, self.code_width, self.norm_match = code_seed, distribution, width, norm_match
+        self.code_seed, self.distribution, self.code_width, self.norm_match = (
+            code_seed,
+            distribution,
+            width,
+            norm_match,
+        )
         self.register_buffer("codes", torch.empty(vocab_size, width), persistent=False)
         self.register_buffer("fingerprint", torch.empty(2, dtype=torch.float64), persistent=True)
         self.reset_parameters()
@@ -78,7 +110,9 @@ class RandomCodeInput(InputInterface):
         if self.distribution == "gaussian":
             table = torch.randn(shape, generator=generator, dtype=torch.float64)
         else:
-            table = (torch.rand(shape, generator=generator, dtype=torch.float64) * 2 - 1) * math.sqrt(3)
+            table = (
+                torch.rand(shape, generator=generator, dtype=torch.float64) * 2 - 1
+            ) * math.sqrt(3)
         if self.norm_match:
             ids = torch.arange(self.vocab_size)
             target = binary_code_norm(ids, self.vocab_size, self.d_model).double()
@@ -94,7 +128,9 @@ class RandomCodeInput(InputInterface):
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
         # Another torch version may draw another table from the same seed: the fingerprint says so.
         what = f"code_seed={self.code_seed} with this torch"
-        self._verify_stored(state_dict, prefix, "fingerprint", lambda: _fingerprint(self._draw()), what)
+        self._verify_stored(
+            state_dict, prefix, "fingerprint", lambda: _fingerprint(self._draw()), what
+        )
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
@@ -109,20 +145,33 @@ class RandomCodeInput(InputInterface):
 
     def extra_repr(self) -> str:
         match = ", norm-matched" if self.norm_match else ""
-        return f"{super().extra_repr()}, {self.distribution} K={self.code_width}, code_seed={self.code_seed}{match}"
+        return (
+            f"{super().extra_repr()}, {self.distribution} K={self.code_width}, "
+            f"code_seed={self.code_seed}{match}"
+        )
 
 
 class LowRankLearnedInput(InputInterface):
-    """A trainable K-dim vector per token, tiled to d; ``init``: ``binary`` (as binary16) or ``normal`` (init_std)."""
+    """A trainable K-dim vector per token, tiled to d; ``init``: ``binary`` (as binary16) or
+    ``normal`` (init_std)."""
 
-    def __init__(self, vocab_size: int, d_model: int, code_width: int | None = None,
-                 init: Literal["binary", "normal"] = "binary", init_std: PositiveFinite = 0.02) -> None:  # fmt: skip
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int,
+        code_width: int | None = None,
+        init: Literal["binary", "normal"] = "binary",
+        init_std: PositiveFinite = 0.02,
+    ) -> None:
         super().__init__(vocab_size, d_model)
         minimal = minimal_code_width(vocab_size)
         width = minimal if code_width is None else code_width
         if not minimal <= width <= d_model:
-            raise ConfigError(f"code_width must lie in [{minimal}, d_model={d_model}] (vocab_size {vocab_size}), got "
-                              f"{width}: set code_width {max(minimal, min(width, d_model))}")  # fmt: skip
+            raise ConfigError(
+                f"code_width must lie in [{minimal}, d_model={d_model}] (vocab_size {vocab_size}), "
+                "got "
+                f"{width}: set code_width {max(minimal, min(width, d_model))}"
+            )
         self.code_width, self.init, self.init_std = width, init, init_std
         self.weight = nn.Parameter(torch.empty(vocab_size, width))
         self.reset_parameters()
@@ -150,7 +199,8 @@ class LowRankLearnedInput(InputInterface):
 
 
 class NormMatchedLearnedInput(LearnedInput):
-    """A learned V x d table, each output row rescaled to the norm of the id's 0/1 code (token 0: zero, no gradient)."""
+    """A learned V x d table, each output row rescaled to the norm of the id's 0/1 code (token
+    0: zero, no gradient)."""
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         rows = super().forward(ids)

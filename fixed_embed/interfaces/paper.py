@@ -1,4 +1,5 @@
-"""The paper's three interfaces: a learned table, the id's bits, and the bits through a fixed GF(2) map."""
+"""The paper's three interfaces: a learned table, the id's bits, and the bits through a fixed
+GF(2) map."""
 
 from __future__ import annotations
 
@@ -48,23 +49,33 @@ class LearnedInput(InputInterface):
 
 
 class BinaryCodeInput(InputInterface):
-    """The id's K-bit little-endian code (0/1, or -1/+1 if ``bipolar``; K: ceil(log2 V) unless given), tiled to d."""
+    """The id's K-bit little-endian code (0/1, or -1/+1 if ``bipolar``; K: ceil(log2 V) unless
+    given), tiled to d."""
 
     fixed = True
     max_code_width = 62  # codes are int64 (the permuted control's 2^K inverse table allows fewer)
 
-    def __init__(self, vocab_size: int, d_model: int, code_width: int | None = None, bipolar: bool = False) -> None:
+    def __init__(
+        self, vocab_size: int, d_model: int, code_width: int | None = None, bipolar: bool = False
+    ) -> None:
         super().__init__(vocab_size, d_model)
         minimal = minimal_code_width(vocab_size)
         width = minimal if code_width is None else code_width
         if width < minimal:
-            raise ConfigError(f"vocab_size {vocab_size} needs {minimal} bits but code_width={width} holds only "
-                              f"2^{width} = {2**width} codes: set code_width {minimal}")  # fmt: skip
+            raise ConfigError(
+                f"vocab_size {vocab_size} needs {minimal} bits but code_width={width} holds only "
+                f"2^{width} = {2**width} codes: set code_width {minimal}"
+            )
         if width > self.max_code_width:  # a config's vocab_size (<= 2**24) needs fewer
-            raise ConfigError(f"{type(self).__name__} takes code_width <= {self.max_code_width}, got {width}: set "
-                              f"code_width {minimal}, what vocab_size {vocab_size} needs")  # fmt: skip
+            raise ConfigError(
+                f"{type(self).__name__} takes code_width <= {self.max_code_width}, got {width}: "
+                "set "
+                f"code_width {minimal}, what vocab_size {vocab_size} needs"
+            )
         if d_model < width:
-            raise ConfigError(f"d_model ({d_model}) must be >= the code width K = {width} so every bit is seen")
+            raise ConfigError(
+                f"d_model ({d_model}) must be >= the code width K = {width} so every bit is seen"
+            )
         self.code_width, self.bipolar = width, bool(bipolar)
 
     def encode(self, ids: torch.Tensor) -> torch.Tensor:
@@ -76,13 +87,16 @@ class BinaryCodeInput(InputInterface):
         return codes.to(torch.int64)
 
     def bits(self, ids: torch.Tensor) -> torch.Tensor:
-        """The K-bit code of each id: ``ids.shape + (K,)``, int64 0/1, element 0 = least significant bit."""
+        """The K-bit code of each id: ``ids.shape + (K,)``, int64 0/1, element 0 = least
+        significant bit."""
         return bits_of(self.encode(ids), self.code_width)
 
     def decode(self, bits: torch.Tensor) -> torch.Tensor:
         """Ids from K-bit codes (last dim K): the inverse of :meth:`bits`."""
         if bits.shape[-1] != self.code_width:
-            raise ValueError(f"expected codes with last dim K = {self.code_width}, got shape {tuple(bits.shape)}")
+            raise ValueError(
+                f"expected codes with last dim K = {self.code_width}, got shape {tuple(bits.shape)}"
+            )
         return self.decode_codes(decode_bits(bits))
 
     def values(self, ids: torch.Tensor) -> torch.Tensor:
@@ -95,7 +109,8 @@ class BinaryCodeInput(InputInterface):
         return tile(self.values(ids), self.d_model)
 
     def expected_norm(self, ids: torch.Tensor) -> torch.Tensor:
-        """0/1: sqrt(popcount(code) * floor(d/K) + popcount of the truncated copy's bits); -1/+1: sqrt(d)."""
+        """0/1: sqrt(popcount(code) * floor(d/K) + popcount of the truncated copy's bits);
+        -1/+1: sqrt(d)."""
         return tiled_norm(self.values(ids), self.d_model)
 
     def table(self) -> torch.Tensor:
@@ -104,35 +119,53 @@ class BinaryCodeInput(InputInterface):
         return self.forward(torch.arange(self.vocab_size, device=device))
 
     def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, code_width={self.code_width}" + (", bipolar" if self.bipolar else "")
+        return f"{super().extra_repr()}, code_width={self.code_width}" + (
+            ", bipolar" if self.bipolar else ""
+        )
 
 
 class GF2CodeInput(BinaryCodeInput):
-    """The bits after a fixed invertible affine map over GF(2), A bits(id) xor b, tiled. A: drawn from ``code_seed``
-    (12345: the paper's seed, not its draw) or ``matrix`` (K x K 0/1); b: ``offset``, a mask or K bits (paper: 0)."""
+    """The bits after a fixed invertible affine map over GF(2), A bits(id) xor b, tiled. A:
+    drawn from ``code_seed`` (12345: the paper's seed, not its draw) or ``matrix`` (K x K 0/1);
+    b: ``offset``, a mask or K bits (paper: 0)."""
 
-    def __init__(self, vocab_size: int, d_model: int, code_seed: int = 12345, matrix: list[list[int]] | None = None,
-                 offset: int | list[int] = 0, code_width: int | None = None,
-                 bipolar: bool = False) -> None:  # fmt: skip
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int,
+        code_seed: int = 12345,
+        matrix: list[list[int]] | None = None,
+        offset: int | list[int] = 0,
+        code_width: int | None = None,
+        bipolar: bool = False,
+    ) -> None:
         super().__init__(vocab_size, d_model, code_width, bipolar)
         width = self.code_width
         self.code_seed = code_seed
         self.matrix = [list(map(int, r)) for r in matrix] if matrix is not None else None
         gf2_inverse(self._defined_rows(), width)  # raises for a wrongly sized or singular matrix
         self.offset = _offset_mask(offset, width)  # the K-bit offset b as an integer mask
-        self.register_buffer("code_matrix", torch.empty(width, width, dtype=torch.uint8), persistent=True)
+        self.register_buffer(
+            "code_matrix", torch.empty(width, width, dtype=torch.uint8), persistent=True
+        )
         self.register_buffer("rows", torch.empty(width, dtype=torch.int64), persistent=False)
         self.reset_parameters()
 
     def _defined_rows(self) -> list[int]:
-        """A's row masks as the options define it: drawn from ``code_seed``, or the explicit ``matrix``."""
+        """A's row masks as the options define it: drawn from ``code_seed``, or the explicit
+        ``matrix``."""
         if self.matrix is None:
             return random_invertible_gf2(self.code_width, self.code_seed)
         rows = rows_from_matrix(self.matrix)
         if len(rows) != self.code_width:
-            k, fits = len(rows), minimal_code_width(self.vocab_size) <= len(rows) <= self.max_code_width
-            raise ConfigError(f"matrix must be K x K = {self.code_width} x {self.code_width} for vocab_size "
-                              f"{self.vocab_size}, got {k} rows{f': set code_width {k}' if fits else ''}")  # fmt: skip
+            k, fits = (
+                len(rows),
+                minimal_code_width(self.vocab_size) <= len(rows) <= self.max_code_width,
+            )
+            raise ConfigError(
+                f"matrix must be K x K = {self.code_width} x {self.code_width} for vocab_size "
+                f"{self.vocab_size}, got {k} rows{f': set code_width {k}' if fits else ''}"
+            )
         return rows
 
     def reset_parameters(self) -> None:
@@ -153,7 +186,9 @@ class GF2CodeInput(BinaryCodeInput):
 
     def decode_codes(self, codes: torch.Tensor) -> torch.Tensor:
         # Only decoding (tests, analysis) needs A^-1: derived from the rows in use, not kept.
-        inverse = torch.tensor(gf2_inverse(self.rows.tolist(), self.code_width), device=self.rows.device)
+        inverse = torch.tensor(
+            gf2_inverse(self.rows.tolist(), self.code_width), device=self.rows.device
+        )
         return gf2_apply(inverse, codes.to(torch.int64) ^ self.offset)
 
     def extra_repr(self) -> str:
@@ -166,7 +201,9 @@ def _offset_mask(offset: int | Sequence[int], width: int) -> int:
         raise ConfigError(f"offset must be an int mask or a list of {width} bits, got {offset!r}")
     if isinstance(offset, int):
         if not 0 <= offset < 2**width:
-            raise ConfigError(f"offset must be a {width}-bit mask in [0, {2**width - 1}], got {offset}")
+            raise ConfigError(
+                f"offset must be a {width}-bit mask in [0, {2**width - 1}], got {offset}"
+            )
         return offset
     bits = list(offset)
     if len(bits) != width:

@@ -1,4 +1,5 @@
-"""Per-GPU training memory: the estimate, whether it fits, the cheapest fix, fit's refusal (docs/design.md#memory)."""
+"""Per-GPU training memory: the estimate, whether it fits, the cheapest fix, fit's refusal
+(docs/design.md#memory)."""
 
 from __future__ import annotations
 
@@ -20,19 +21,23 @@ from fixed_embed.model.loss import DEFAULT_LOSS_CHUNK_TOKENS
 ActivationMode = Literal["float32", "mixed", "bfloat16"]
 _GIB = 2**30
 FRAGMENTATION = 0.05  # the allocator's, as a share of the allocated peak (typically 2-10 %)
-CUDA_CONTEXT_BYTES = 1 * _GIB  # CUDA context (~0.5 GiB on H100), cuBLAS/cuDNN workspaces, kernels' scratch
+CUDA_CONTEXT_BYTES = (
+    1 * _GIB
+)  # CUDA context (~0.5 GiB on H100), cuBLAS/cuDNN workspaces, kernels' scratch
 NCCL_BYTES = 1 * _GIB  # NCCL's buffers and channels, with more than one rank
 USABLE_FRACTION = 0.90  # of device memory an estimate may use: the rest is the margin for its error
 _GPU_GIB = {"A100-40": 39.4, "A100-80": 79.2, "H100-80": 79.1, "H200-141": 139.8}
 #: GPU kinds ``fixed-embed params`` plans for: the memory torch.cuda reports on each (approximate).
 GPU_KINDS = {kind: int(gib * _GIB) for kind, gib in _GPU_GIB.items()}
 IGNORE_MEMORY_ENV = "FIXED_EMBED_IGNORE_MEMORY_ESTIMATE"
-#: Stated relative costs of the ways out: AC recomputes each forward (~1/3), FSDP2 all-gathers, each halving.
+#: Stated relative costs of the ways out: AC recomputes each forward (~1/3), FSDP2 all-gathers,
+#: each halving.
 _COSTS = {"ac": 1.33, "fsdp": 1.05, "halving": 1.03}
 
 
 def optimizer_state_bytes(n_trainable: int) -> int:
-    """Bytes trainable parameters cost in training: fp32 weights + gradients + AdamW's two moments."""
+    """Bytes trainable parameters cost in training: fp32 weights + gradients + AdamW's two
+    moments."""
     return 16 * n_trainable
 
 
@@ -58,7 +63,9 @@ class MemoryEstimate:
     autocast_weights: int  # autocast's 16-bit copies of the matmul weights, saved for backward
     backward_transient: int  # gradients of one block's activations while backward runs through it
     recomputed_block: int  # one block's activations, recomputed in its backward under checkpointing
-    fsdp_gathered: int  # FSDP2: unsharded parameters (root, head, 2 blocks) and, syncing, 2 blocks' gradients
+    fsdp_gathered: (
+        int  # FSDP2: unsharded parameters (root, head, 2 blocks) and, syncing, 2 blocks' gradients
+    )
     unsharded_gradients: int  # FSDP2 accumulating without reduce-scatter: the full gradients
     accumulate: int
 
@@ -81,12 +88,26 @@ class MemoryEstimate:
 
     @property
     def allocated(self) -> int:
-        """The peak of live tensors (``max_memory_allocated``): at the loss or in a block's backward, as traced."""
+        """The peak of live tensors (``max_memory_allocated``): at the loss or in a block's
+        backward, as traced."""
         ac = self.activation_checkpointing
-        at_loss = self.saved_activations - (self.recomputed_block if ac else 0) + self.loss + self.autocast_weights
-        in_backward = self.saved_activations + self.backward_transient + (0 if ac else self.autocast_weights)
+        at_loss = (
+            self.saved_activations
+            - (self.recomputed_block if ac else 0)
+            + self.loss
+            + self.autocast_weights
+        )
+        in_backward = (
+            self.saved_activations + self.backward_transient + (0 if ac else self.autocast_weights)
+        )
         gradients = 0 if self.unsharded_gradients else self.gradients
-        state = self.weights + gradients + self.optimizer + self.fsdp_gathered + self.unsharded_gradients
+        state = (
+            self.weights
+            + gradients
+            + self.optimizer
+            + self.fsdp_gathered
+            + self.unsharded_gradients
+        )
         return state + max(at_loss, in_backward)
 
     @property
@@ -106,7 +127,8 @@ class MemoryEstimate:
         return self.required <= USABLE_FRACTION * device_bytes
 
     def rows(self) -> list[tuple[str, int]]:
-        """(label, bytes); ``*`` marks the alternatives the configuration uses, which ``total`` adds up."""
+        """(label, bytes); ``*`` marks the alternatives the configuration uses, which ``total``
+        adds up."""
         shard = f" / {self.world_size} (FSDP)" if self.sharded and self.world_size > 1 else ""
         ac, chunked = self.activation_checkpointing, bool(self.loss_chunk_tokens)
         chunk = self.loss_chunk_tokens or DEFAULT_LOSS_CHUNK_TOKENS
@@ -116,23 +138,39 @@ class MemoryEstimate:
             (f"gradients (fp32){shard}", self.gradients),
             (f"optimizer (AdamW fp32 moments){shard}", self.optimizer),
             (f"activations ({self.mode}), no checkpointing{'' if ac else ' *'}", self.activations),
-            (f"activations ({self.mode}), checkpointing per block{' *' if ac else ''}", self.activations_checkpointed),
+            (
+                f"activations ({self.mode}), checkpointing per block{' *' if ac else ''}",
+                self.activations_checkpointed,
+            ),
             (f"loss: full fp32 logits{'' if chunked else ' *'}", self.logits_full),
             (f"loss: chunked, {chunk} tokens{' *' if chunked else ''}", self.logits_chunked),
             ("total (weights, gradients, optimizer and the rows marked *)", self.total),
             ("autocast: 16-bit weight copies saved for backward", self.autocast_weights),
             ("backward: gradients of one block's activations", self.backward_transient),
             (f"FSDP2: gathered parameters (root, head, 2 blocks){synced}", self.fsdp_gathered),
-            (f"FSDP2: unsharded gradients, accumulating {self.accumulate} micro-batches", self.unsharded_gradients),
+            (
+                f"FSDP2: unsharded gradients, accumulating {self.accumulate} micro-batches",
+                self.unsharded_gradients,
+            ),
             ("allocated peak (live tensors: torch.cuda.max_memory_allocated)", self.allocated),
-            (f"allocator fragmentation ({100 * FRAGMENTATION:.0f} % of allocated)", self.fragmentation),
-            ("CUDA context and workspaces" + (", NCCL buffers" if self.world_size > 1 else ""), self.device_overhead),
-            (f"required per GPU (fits when <= {100 * USABLE_FRACTION:.0f} % of the device)", self.required),
+            (
+                f"allocator fragmentation ({100 * FRAGMENTATION:.0f} % of allocated)",
+                self.fragmentation,
+            ),
+            (
+                "CUDA context and workspaces" + (", NCCL buffers" if self.world_size > 1 else ""),
+                self.device_overhead,
+            ),
+            (
+                f"required per GPU (fits when <= {100 * USABLE_FRACTION:.0f} % of the device)",
+                self.required,
+            ),
         ]
 
 
 def activation_mode(precision: Any, fsdp_param_dtype: str | None = None) -> ActivationMode:
-    """How activations are stored, by ``precision`` and FSDP2's ``param_dtype``: mixed (autocast), bfloat16, float32."""
+    """How activations are stored, by ``precision`` and FSDP2's ``param_dtype``: mixed
+    (autocast), bfloat16, float32."""
     text = str(precision)
     if "true" in text and text.startswith(("bf16", "16")):
         return "bfloat16"
@@ -141,27 +179,53 @@ def activation_mode(precision: Any, fsdp_param_dtype: str | None = None) -> Acti
     return "bfloat16" if fsdp_param_dtype == "bfloat16" else "float32"
 
 
-def memory_estimate(decoder: Decoder, micro_batch: int, seq_len: int | None = None, *, mode: ActivationMode = "float32",
-                    activation_checkpointing: bool = False, loss_chunk_tokens: int | None = None, world_size: int = 1,
-                    sharded: bool = False, shard_group_size: int | None = None, param_dtype: str | None = None,
-                    reduce_dtype: str = "float32", accumulate: int = 1,
-                    sync_every_micro_batch: bool = False) -> MemoryEstimate:  # fmt: skip
-    """Per-GPU training memory of ``decoder`` at ``micro_batch`` x ``seq_len`` tokens (docs/design.md#memory)."""
+def memory_estimate(
+    decoder: Decoder,
+    micro_batch: int,
+    seq_len: int | None = None,
+    *,
+    mode: ActivationMode = "float32",
+    activation_checkpointing: bool = False,
+    loss_chunk_tokens: int | None = None,
+    world_size: int = 1,
+    sharded: bool = False,
+    shard_group_size: int | None = None,
+    param_dtype: str | None = None,
+    reduce_dtype: str = "float32",
+    accumulate: int = 1,
+    sync_every_micro_batch: bool = False,
+) -> MemoryEstimate:
+    """Per-GPU training memory of ``decoder`` at ``micro_batch`` x ``seq_len`` tokens
+    (docs/design.md#memory)."""
     config = decoder.config
     t = seq_len or config.max_seq_len
     tokens = micro_batch * t
-    d, f, h, layers, v = config.d_model, config.ffn_dim, config.n_heads, config.n_layers, config.vocab_size
+    d, f, h, layers, v = (
+        config.d_model,
+        config.ffn_dim,
+        config.n_heads,
+        config.n_layers,
+        config.vocab_size,
+    )
     d_kv = config.kv_heads * config.head_dim
     p = 4 if mode == "float32" else 2
     residual = 2 if mode == "bfloat16" else 4
-    per_block = 16 * d + 8 + p * (5 * d + 2 * d_kv + 4 * f) + (3 * p * d if mode == "mixed" else 0) + 4 * h
+    per_block = (
+        16 * d + 8 + p * (5 * d + 2 * d_kv + 4 * f) + (3 * p * d if mode == "mixed" else 0) + 4 * h
+    )
     final_norm = 8 * d + 12
-    shards = min(shard_group_size or world_size, world_size) if sharded else 1  # HSDP: within groups
+    shards = (
+        min(shard_group_size or world_size, world_size) if sharded else 1
+    )  # HSDP: within groups
     total, trainable = parameter_count(decoder), parameter_count(decoder, trainable=True)
     chunk = min(loss_chunk_tokens or DEFAULT_LOSS_CHUNK_TOKENS, tokens)
     copy = p if p < 4 else 0  # the 16-bit copy of an fp32 buffer
     gathered_16bit = sharded and param_dtype == "bfloat16"
-    matmul = sum({id(m.weight): m.weight.numel() for m in decoder.modules() if isinstance(m, nn.Linear)}.values())
+    matmul = sum(
+        {
+            id(m.weight): m.weight.numel() for m in decoder.modules() if isinstance(m, nn.Linear)
+        }.values()
+    )
     fsdp_gathered = unsharded_gradients = 0
     if sharded:
         g = 2 if gathered_16bit or mode == "bfloat16" else 4
@@ -169,8 +233,15 @@ def memory_estimate(decoder: Decoder, micro_batch: int, seq_len: int | None = No
         head = 0 if config.tie_embeddings else parameter_count(decoder.head)
         if accumulate > 1 and not sync_every_micro_batch:
             unsharded_gradients = (4 if reduce_dtype == "float32" else 2) * trainable
-        blocks = 2 if unsharded_gradients else 4  # their gradients: in the unsharded ones when accumulating
-        fsdp_gathered = g * (parameter_count(decoder.interface) + head + parameter_count(decoder.norm) + blocks * block)
+        blocks = (
+            2 if unsharded_gradients else 4
+        )  # their gradients: in the unsharded ones when accumulating
+        fsdp_gathered = g * (
+            parameter_count(decoder.interface)
+            + head
+            + parameter_count(decoder.norm)
+            + blocks * block
+        )
     return MemoryEstimate(
         weights=-(-4 * total // shards),
         gradients=-(-4 * trainable // shards),
@@ -187,7 +258,8 @@ def memory_estimate(decoder: Decoder, micro_batch: int, seq_len: int | None = No
         sharded=sharded,
         mode=mode,
         autocast_weights=2 * matmul if mode == "mixed" and not gathered_16bit else 0,
-        # the gradients of gate, up and their product (p F each) and of two [B, T, d] (traced at the paper's shape)
+        # the gradients of gate, up and their product (p F each) and of two [B, T, d] (traced at
+        # the paper's shape)
         backward_transient=tokens * p * (3 * f + 2 * d),
         recomputed_block=tokens * per_block,
         fsdp_gathered=fsdp_gathered,
@@ -209,7 +281,8 @@ class RunShape:
 
     @classmethod
     def of(cls, trainer: Any) -> RunShape | None:
-        """The shape of what ``trainer`` is about to fit (None without a datamodule giving ``batch_size``)."""
+        """The shape of what ``trainer`` is about to fit (None without a datamodule giving
+        ``batch_size``)."""
         datamodule = getattr(trainer, "datamodule", None)
         micro_batch = getattr(datamodule, "batch_size", None)
         if not isinstance(micro_batch, int):
@@ -219,11 +292,18 @@ class RunShape:
         return cls(micro_batch, seq_len, trainer.precision, trainer.world_size, sharded, accumulate)
 
 
-def model_memory_estimate(model: Any, run: RunShape, activation_checkpointing: bool | None = None) -> MemoryEstimate:
-    """:func:`memory_estimate` of a ``LanguageModel`` with its own settings (checkpointing unless given) at ``run``."""
+def model_memory_estimate(
+    model: Any, run: RunShape, activation_checkpointing: bool | None = None
+) -> MemoryEstimate:
+    """:func:`memory_estimate` of a ``LanguageModel`` with its own settings (checkpointing
+    unless given) at ``run``."""
     parallel = model.parallel_config
     param_dtype = parallel.param_dtype if run.sharded else None
-    ac = parallel.activation_checkpointing if activation_checkpointing is None else activation_checkpointing
+    ac = (
+        parallel.activation_checkpointing
+        if activation_checkpointing is None
+        else activation_checkpointing
+    )
     return memory_estimate(
         model.decoder,
         run.micro_batch,
@@ -243,7 +323,8 @@ def model_memory_estimate(model: Any, run: RunShape, activation_checkpointing: b
 
 @dataclass(frozen=True)
 class FitOption:
-    """A way to run within a device's memory: its command-line change, its estimate and its stated cost."""
+    """A way to run within a device's memory: its command-line change, its estimate and its
+    stated cost."""
 
     flags: str
     estimate: MemoryEstimate
@@ -251,17 +332,24 @@ class FitOption:
 
 
 def cheapest_fit(model: Any, run: RunShape, device_bytes: int) -> FitOption | None:
-    """The cheapest change (by :data:`_COSTS`) making ``run`` fit ``device_bytes``, or None; no flags: fits as is."""
+    """The cheapest change (by :data:`_COSTS`) making ``run`` fit ``device_bytes``, or None; no
+    flags: fits as is."""
     micro_batch, configured_ac = run.micro_batch, model.parallel_config.activation_checkpointing
     options = []
     for shard in sorted({run.sharded, run.sharded or run.world_size > 1}):
         for ac in sorted({configured_ac, True}):
-            for mb in sorted({micro_batch >> i for i in range(micro_batch.bit_length())}, reverse=True):
+            for mb in sorted(
+                {micro_batch >> i for i in range(micro_batch.bit_length())}, reverse=True
+            ):
                 if micro_batch % mb:
                     continue
                 more = run.accumulate * micro_batch // mb
-                precision = run.precision if shard == run.sharded else "32-true"  # FSDP2: fsdp.yaml's, with param_dtype
-                changed = replace(run, micro_batch=mb, precision=precision, sharded=shard, accumulate=more)
+                precision = (
+                    run.precision if shard == run.sharded else "32-true"
+                )  # FSDP2: fsdp.yaml's, with param_dtype
+                changed = replace(
+                    run, micro_batch=mb, precision=precision, sharded=shard, accumulate=more
+                )
                 est = model_memory_estimate(model, changed, activation_checkpointing=ac)
                 if not est.fits(device_bytes):
                     continue
@@ -277,13 +365,16 @@ def cheapest_fit(model: Any, run: RunShape, device_bytes: int) -> FitOption | No
 
 
 def memory_warning(model: Any, trainer: Any, device_bytes: int | None = None) -> str | None:
-    """Why the run does not fit the device (default: the trainer's, if CUDA) and the way out; None if it fits."""
+    """Why the run does not fit the device (default: the trainer's, if CUDA) and the way out;
+    None if it fits."""
     if device_bytes is None:
         device = trainer.strategy.root_device
         if device.type != "cuda":
             return None
         device_bytes = torch.cuda.get_device_properties(device).total_memory
-    if (run := RunShape.of(trainer)) is None or (estimate := model_memory_estimate(model, run)).fits(device_bytes):
+    if (run := RunShape.of(trainer)) is None or (
+        estimate := model_memory_estimate(model, run)
+    ).fits(device_bytes):
         return None
     hints = []
     if option := cheapest_fit(model, run, device_bytes):
@@ -297,17 +388,24 @@ def memory_warning(model: Any, trainer: Any, device_bytes: int | None = None) ->
     hints.append("a smaller data.batch_size with more trainer.accumulate_grad_batches")
     return (
         f"estimated training memory {estimate.required / _GIB:.1f} GiB per device exceeds "
-        f"{100 * USABLE_FRACTION:.0f} % of the device's {device_bytes / _GIB:.1f} GiB (allocated peak "
-        f"{estimate.allocated / _GIB:.1f} GiB: model state {estimate.model_state / _GIB:.1f} GiB, activations "
-        f"{estimate.saved_activations / _GIB:.1f} GiB, loss {estimate.loss / _GIB:.1f} GiB at micro-batch "
-        f"{estimate.micro_batch} x {estimate.seq_len} tokens, {estimate.mode}; `fixed-embed params CONFIG` "
-        f"itemises it); cheapest way out first: " + "; ".join(dict.fromkeys(hints)) + f". To start anyway: "
+        f"{100 * USABLE_FRACTION:.0f} % of the device's {device_bytes / _GIB:.1f} GiB (allocated "
+        "peak "
+        f"{estimate.allocated / _GIB:.1f} GiB: model state {estimate.model_state / _GIB:.1f} GiB, "
+        "activations "
+        f"{estimate.saved_activations / _GIB:.1f} GiB, loss {estimate.loss / _GIB:.1f} GiB at "
+        "micro-batch "
+        f"{estimate.micro_batch} x {estimate.seq_len} tokens, {estimate.mode}; `fixed-embed params "
+        "CONFIG` "
+        f"itemises it); cheapest way out first: "
+        + "; ".join(dict.fromkeys(hints))
+        + f". To start anyway: "
         f"{IGNORE_MEMORY_ENV}=1"
     )
 
 
 def refuse_unless_it_fits(model: Any, trainer: Any) -> None:
-    """Fit's start: refuse a run estimated not to fit its CUDA device, or only warn with :data:`IGNORE_MEMORY_ENV`."""
+    """Fit's start: refuse a run estimated not to fit its CUDA device, or only warn with
+    :data:`IGNORE_MEMORY_ENV`."""
     if problem := memory_warning(model, trainer):
         if os.environ.get(IGNORE_MEMORY_ENV, "") not in ("", "0"):
             rank_zero_warn(f"{problem} (starting anyway: {IGNORE_MEMORY_ENV} is set)")

@@ -1,5 +1,6 @@
-"""Peak dense FLOP/s per accelerator and dtype, for MFU, from NVIDIA's datasheets (Lightning's ``get_available_flops``
-gives the H200's *sparse* ones, halving every MFU); unknown devices get None: no MFU beats a wrong one."""
+"""Peak dense FLOP/s per accelerator and dtype, for MFU, from NVIDIA's datasheets (Lightning's
+``get_available_flops`` gives the H200's *sparse* ones, halving every MFU); unknown devices get
+None: no MFU beats a wrong one."""
 
 from __future__ import annotations
 
@@ -15,7 +16,12 @@ PEAK_FLOPS: dict[str, dict[str, float]] = {
     "h200": {"bf16": 989.4e12, "fp16": 989.4e12, "tf32": 494.7e12, "fp32": 66.9e12},  # SXM
     "h100 nvl": {"bf16": 835.5e12, "fp16": 835.5e12, "tf32": 417.5e12, "fp32": 60.0e12},
     "h100 pcie": {"bf16": 756.5e12, "fp16": 756.5e12, "tf32": 378.0e12, "fp32": 51.2e12},
-    "h100": {"bf16": 989.4e12, "fp16": 989.4e12, "tf32": 494.7e12, "fp32": 66.9e12},  # SXM ("H100 80GB HBM3")
+    "h100": {
+        "bf16": 989.4e12,
+        "fp16": 989.4e12,
+        "tf32": 494.7e12,
+        "fp32": 66.9e12,
+    },  # SXM ("H100 80GB HBM3")
     "a100": {"bf16": 312.0e12, "fp16": 312.0e12, "tf32": 156.0e12, "fp32": 19.5e12},
     "l40s": {"bf16": 362.05e12, "fp16": 362.05e12, "tf32": 183.0e12, "fp32": 91.6e12},
 }
@@ -29,7 +35,8 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 
 def training_matmul_dtype(trainer: Any, module: Any) -> str:
-    """Dtype of a ``Trainer``'s training matmuls: autocast's, else (sharded) FSDP2's param_dtype, else the weights'."""
+    """Dtype of a ``Trainer``'s training matmuls: autocast's, else (sharded) FSDP2's
+    param_dtype, else the weights'."""
     device_type = module.device.type if hasattr(module, "device") else "cpu"
     with trainer.precision_plugin.forward_context():
         if torch.is_autocast_enabled(device_type):
@@ -42,7 +49,8 @@ def training_matmul_dtype(trainer: Any, module: Any) -> str:
 
 
 def peak_flops(device: torch.device, dtype: str) -> float | None:
-    """Dense peak FLOP/s of one ``device`` in ``dtype`` (bf16, fp16, tf32, fp32), or None if unknown."""
+    """Dense peak FLOP/s of one ``device`` in ``dtype`` (bf16, fp16, tf32, fp32), or None if
+    unknown."""
     if device.type != "cuda":
         return None
     name = torch.cuda.get_device_name(device).lower()

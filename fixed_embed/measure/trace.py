@@ -1,5 +1,6 @@
-"""One training update traced on fake CPU tensors, at any shape without the memory: the per-rank peak of live tensors
-(MemTracker) and the FLOPs (FlopCounterMode); docs/benchmarks.md. ``compile`` is off: fusion only lowers the peak."""
+"""One training update traced on fake CPU tensors, at any shape without the memory: the per-rank
+peak of live tensors (MemTracker) and the FLOPs (FlopCounterMode); docs/benchmarks.md.
+``compile`` is off: fusion only lowers the peak."""
 
 from __future__ import annotations
 
@@ -17,12 +18,15 @@ from fixed_embed.distributed.parallel import apply_parallelism
 from fixed_embed.measure.memory import RunShape
 from fixed_embed.model.recipe import build_adamw
 
-#: FlopCounterMode knows the CUDA attention kernels; the fake CPU tensors run the CPU one (same FLOPs).
+#: FlopCounterMode knows the CUDA attention kernels; the fake CPU tensors run the CPU one (same
+#: FLOPs).
 _ATTENTION = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
 _ATTENTION_BACKWARD = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
 _CPU_ATTENTION_FLOPS = {
     _ATTENTION: lambda q, k, v, *_, **__: flop_counter.sdpa_flop_count(q, k, v),
-    _ATTENTION_BACKWARD: lambda grad, q, k, v, *_, **__: flop_counter.sdpa_backward_flop_count(grad, q, k, v),
+    _ATTENTION_BACKWARD: lambda grad, q, k, v, *_, **__: flop_counter.sdpa_backward_flop_count(
+        grad, q, k, v
+    ),
 }
 
 
@@ -43,8 +47,9 @@ class TracedUpdate:
 
 
 def trace_update(model: Any, run: RunShape, micro_batches: int | None = None) -> TracedUpdate:
-    """Trace one update of ``model`` (a ``LanguageModel`` on the meta device) at ``run``, ``micro_batches`` of it
-    (default: all): those between the second and the last allocate alike, so 3 give any longer one's peak."""
+    """Trace one update of ``model`` (a ``LanguageModel`` on the meta device) at ``run``,
+    ``micro_batches`` of it (default: all): those between the second and the last allocate
+    alike, so 3 give any longer one's peak."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
     from torch.distributed._tools.mem_tracker import MemTracker
@@ -55,15 +60,20 @@ def trace_update(model: Any, run: RunShape, micro_batches: int | None = None) ->
     sharded = run.sharded
     with contextlib.ExitStack() as stack:
         mesh = stack.enter_context(_fake_process_group(run.world_size)) if sharded else None
-        # as configured but without compile; FSDP2 shards on the meta device, before the tensors are made
+        # as configured but without compile; FSDP2 shards on the meta device, before the tensors
+        # are made
         apply_parallelism(model.decoder, replace(model.parallel_config, compile=False), mesh)
         stack.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
         model.to_empty(device="cpu")
         config = model.optimizer_config
-        optimizer = build_adamw(model, replace(config, implementation="fused") if config.implementation == "auto"
-                                else config)  # fmt: skip
+        optimizer = build_adamw(
+            model,
+            replace(config, implementation="fused") if config.implementation == "auto" else config,
+        )
         params = [p for p in model.parameters() if p.requires_grad]
-        for p in params:  # the optimizer's state and (DDP) the gradient buckets, as after the first update
+        for p in (
+            params
+        ):  # the optimizer's state and (DDP) the gradient buckets, as after the first update
             p.grad = torch.zeros_like(p)
         optimizer.step()
         optimizer.zero_grad(set_to_none=sharded)
@@ -78,8 +88,11 @@ def trace_update(model: Any, run: RunShape, micro_batches: int | None = None) ->
                 loss, _ = model.block_loss(block)
             (loss / run.accumulate).backward()
 
-        # FLOPs apart: the counter's module hooks keep checkpointed blocks' recomputed activations alive
-        with flop_counter.FlopCounterMode(display=False, custom_mapping=_CPU_ATTENTION_FLOPS) as flops:
+        # FLOPs apart: the counter's module hooks keep checkpointed blocks' recomputed activations
+        # alive
+        with flop_counter.FlopCounterMode(
+            display=False, custom_mapping=_CPU_ATTENTION_FLOPS
+        ) as flops:
             micro_batch(last=True)
         optimizer.zero_grad(set_to_none=sharded)
         tracker = FSDPMemTracker(model.decoder, optimizer) if sharded else MemTracker()
@@ -92,14 +105,23 @@ def trace_update(model: Any, run: RunShape, micro_batches: int | None = None) ->
             optimizer.step()
             optimizer.zero_grad()
         peak = tracker.get_tracker_snapshot("peak")[torch.device("cpu")]
-    kinds = {str(getattr(kind, "value", kind)): size for kind, size in peak.items() if kind != "Total"}
-    return TracedUpdate(peak["Total"], kinds, flops.get_total_flops(), run.micro_batch * seq_len, count,
-                        time.perf_counter() - start)  # fmt: skip
+    kinds = {
+        str(getattr(kind, "value", kind)): size for kind, size in peak.items() if kind != "Total"
+    }
+    return TracedUpdate(
+        peak["Total"],
+        kinds,
+        flops.get_total_flops(),
+        run.micro_batch * seq_len,
+        count,
+        time.perf_counter() - start,
+    )
 
 
 @contextlib.contextmanager
 def _fake_process_group(world_size: int) -> Iterator[Any]:
-    """Rank 0 of ``world_size`` on torch's fake process group (collectives do nothing), and its mesh."""
+    """Rank 0 of ``world_size`` on torch's fake process group (collectives do nothing), and its
+    mesh."""
     import torch.testing._internal.distributed.fake_pg as fake_pg  # registers the "fake" backend
     from torch.distributed.device_mesh import init_device_mesh
 

@@ -1,1 +1,2 @@
-"""The decoder that every input interface feeds: its blocks, the chunked loss, parameter counts, the AdamW recipe."""
+"""The decoder that every input interface feeds: its blocks, the chunked loss, parameter counts,
+the AdamW recipe."""

@@ -1,4 +1,5 @@
-"""Parameter and FLOP accounting: what each part of a model holds and costs per token (on the meta device)."""
+"""Parameter and FLOP accounting: what each part of a model holds and costs per token (on the
+meta device)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,11 @@ from fixed_embed.model.decoder import Decoder
 
 
 def parameter_count(module: nn.Module, trainable: bool | None = None) -> int:
-    """Parameters of ``module`` (only the trainable or frozen ones, if given), a shared (tied) one once."""
-    return sum(p.numel() for p in module.parameters() if trainable is None or p.requires_grad == trainable)
+    """Parameters of ``module`` (only the trainable or frozen ones, if given), a shared (tied)
+    one once."""
+    return sum(
+        p.numel() for p in module.parameters() if trainable is None or p.requires_grad == trainable
+    )
 
 
 @dataclass(frozen=True)
@@ -38,9 +42,15 @@ class ParameterReport:
 def parameter_report(decoder: Decoder) -> ParameterReport:
     head = 0 if decoder.config.tie_embeddings else parameter_count(decoder.head)
     backbone = parameter_count(decoder.layers) + parameter_count(decoder.norm)
-    return ParameterReport(parameter_count(decoder), parameter_count(decoder, trainable=True),
-                           decoder.interface.trainable_parameters, head, backbone, decoder.flops_per_token(),
-                           decoder.config.max_seq_len)  # fmt: skip
+    return ParameterReport(
+        parameter_count(decoder),
+        parameter_count(decoder, trainable=True),
+        decoder.interface.trainable_parameters,
+        head,
+        backbone,
+        decoder.flops_per_token(),
+        decoder.config.max_seq_len,
+    )
 
 
 @dataclass(frozen=True)
@@ -58,7 +68,9 @@ class ModuleCost:
 def module_costs(decoder: Decoder, seq_len: int | None = None) -> list[ModuleCost]:
     """Per top-level part of the decoder (interface, blocks, final norm, head), in forward order."""
     t = seq_len or decoder.config.max_seq_len
-    tied = decoder.config.tie_embeddings  # a tied head is counted once, under the interface that owns it
+    tied = (
+        decoder.config.tie_embeddings
+    )  # a tied head is counted once, under the interface that owns it
     head = decoder.head.flops_per_token()
     flops = {
         "interface": decoder.interface.flops_per_token() + (head if tied else 0),
@@ -76,14 +88,20 @@ def module_costs(decoder: Decoder, seq_len: int | None = None) -> list[ModuleCos
         if name == "head" and tied:
             kind, trainable, frozen = f"{kind} (tied)", 0, 0
         else:
-            trainable, frozen = parameter_count(module, trainable=True), parameter_count(module, trainable=False)
+            trainable, frozen = (
+                parameter_count(module, trainable=True),
+                parameter_count(module, trainable=False),
+            )
         derived = derived_buffers(module)
         fixed_state = sum(b.numel() for key, b in module.named_buffers() if key not in derived)
-        rows.append(ModuleCost(name, kind, trainable, frozen, fixed_state, flops_per_token=flops[name]))
+        rows.append(
+            ModuleCost(name, kind, trainable, frozen, fixed_state, flops_per_token=flops[name])
+        )
     return rows
 
 
 def derived_buffers(module: nn.Module) -> list[str]:
-    """Names of the buffers ``module`` rebuilds rather than stores: non-persistent ones (RoPE tables, GF(2) rows)."""
+    """Names of the buffers ``module`` rebuilds rather than stores: non-persistent ones (RoPE
+    tables, GF(2) rows)."""
     stored = module.state_dict(keep_vars=True).keys()
     return [name for name, _ in module.named_buffers() if name not in stored]

@@ -1,5 +1,6 @@
-"""The paper's Llama-style decoder, fed by any input interface (our choices: docs/design.md, "The recipe"); it never
-assumes the input is non-zero, and RoPE is in the Hugging Face layout so an export to ``LlamaForCausalLM`` is exact."""
+"""The paper's Llama-style decoder, fed by any input interface (our choices: docs/design.md,
+"The recipe"); it never assumes the input is non-zero, and RoPE is in the Hugging Face layout so
+an export to ``LlamaForCausalLM`` is exact."""
 
 from __future__ import annotations
 
@@ -16,15 +17,19 @@ from fixed_embed.errors import ConfigError
 from fixed_embed.interfaces import InputInterface, LearnedInput
 from fixed_embed.model.loss import linear_cross_entropy
 
-#: 2**24: past any model's sizes, and every weight's bytes well inside the int64 torch counts them in.
+#: 2**24: past any model's sizes, and every weight's bytes well inside the int64 torch counts them
+#: in.
 VocabSize = domain("an integer in [2, 2**24]", int, (">=", 2), ("<=", 2**24))
 Dim = domain("an integer in [1, 2**24]", int, (">=", 1), ("<=", 2**24))
-Depth = domain("an integer in [1, 1024]", int, (">=", 1), ("<=", 1024))  # a block takes ~3 ms to build on meta
+Depth = domain(
+    "an integer in [1, 1024]", int, (">=", 1), ("<=", 1024)
+)  # a block takes ~3 ms to build on meta
 
 
 @dataclass
 class DecoderConfig:
-    """The backbone's schema. Paper: V 49,152, d 2048, 24 layers, 32 heads, SwiGLU 8192, ctx 2048."""
+    """The backbone's schema. Paper: V 49,152, d 2048, 24 layers, 32 heads, SwiGLU 8192, ctx
+    2048."""
 
     vocab_size: VocabSize = 49152
     d_model: Dim = 2048
@@ -38,16 +43,31 @@ class DecoderConfig:
     init_std: PositiveFinite = 0.02
     tie_embeddings: bool = False
 
-    def __post_init__(self) -> None:  # ConfigError: fit and params report it in one line before any work
+    def __post_init__(
+        self,
+    ) -> None:  # ConfigError: fit and params report it in one line before any work
         d, heads, kv = self.d_model, self.n_heads, self.n_kv_heads or 1
         if heads % self.kv_heads:
-            raise ConfigError(f"model.decoder.n_heads {heads} is not a multiple of model.decoder.n_kv_heads {kv}: "
-                              f"set model.decoder.n_kv_heads {math.gcd(heads, kv)}")  # fmt: skip
-        if d % (2 * heads):  # whole heads of even dim (RoPE rotates pairs): fewer heads if any divide, else a wider d
-            fewer = max((h for h in range(1, min(heads, d // 2) + 1) if d % (2 * h) == 0 and h % kv == 0), default=0)
+            raise ConfigError(
+                f"model.decoder.n_heads {heads} is not a multiple of model.decoder.n_kv_heads "
+                f"{kv}: "
+                f"set model.decoder.n_kv_heads {math.gcd(heads, kv)}"
+            )
+        if (
+            d % (2 * heads)
+            # whole heads of even dim (RoPE rotates pairs): fewer heads if any divide, else a wider
+            # d
+        ):
+            fewer = max(
+                (h for h in range(1, min(heads, d // 2) + 1) if d % (2 * h) == 0 and h % kv == 0),
+                default=0,
+            )
             fix = f"n_heads {fewer}" if fewer else f"d_model {-(-d // (2 * heads)) * 2 * heads}"
-            raise ConfigError(f"model.decoder.d_model ({d}) must be divisible by n_heads ({heads}) into heads of even "
-                              f"dim (RoPE): set model.decoder.{fix}")  # fmt: skip
+            raise ConfigError(
+                f"model.decoder.d_model ({d}) must be divisible by n_heads ({heads}) into heads of "
+                "even "
+                f"dim (RoPE): set model.decoder.{fix}"
+            )
 
     @property
     def head_dim(self) -> int:
@@ -62,7 +82,8 @@ class DecoderConfig:
 
 
 def _matmul_flops(module: nn.Module) -> int:
-    """6 FLOPs (2 forward + 4 backward) per token for every weight of every Linear below ``module``."""
+    """6 FLOPs (2 forward + 4 backward) per token for every weight of every Linear below
+    ``module``."""
     return 6 * sum(m.weight.numel() for m in module.modules() if isinstance(m, nn.Linear))
 
 
@@ -97,12 +118,16 @@ class RotaryEmbedding(nn.Module):
     def reset_parameters(self) -> None:
         if self.cos.is_meta:
             return
-        inv_freq = 1.0 / (self.theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.float64) / self.head_dim))
+        inv_freq = 1.0 / (
+            self.theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.float64) / self.head_dim)
+        )
         angles = torch.outer(torch.arange(self.max_seq_len, dtype=torch.float64), inv_freq)
         self.cos.copy_(angles.cos())
         self.sin.copy_(angles.sin())
 
-    def _apply(self, fn, recurse=True):  # nn.Module's: bf16-true would round the tables, so recompute them in fp32
+    def _apply(
+        self, fn, recurse=True
+    ):  # nn.Module's: bf16-true would round the tables, so recompute them in fp32
         super()._apply(fn, recurse)
         if self.cos.dtype != torch.float32:
             self.cos, self.sin = self.cos.float(), self.sin.float()
@@ -110,7 +135,8 @@ class RotaryEmbedding(nn.Module):
         return self
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Rotate ``x[B, H, T, h]`` in float32 (as torchtitan): a bf16 ``x`` is rounded once, at the end."""
+        """Rotate ``x[B, H, T, h]`` in float32 (as torchtitan): a bf16 ``x`` is rounded once, at
+        the end."""
         cos, sin = self.cos[: x.shape[-2]], self.sin[: x.shape[-2]]
         x1, x2 = x.float().chunk(2, dim=-1)
         return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
@@ -131,7 +157,9 @@ class Attention(nn.Module):
         q = rope(self.q_proj(x).view(b, t, self.n_heads, self.head_dim).transpose(1, 2))
         k = rope(self.k_proj(x).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2))
         v = self.v_proj(x).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.n_kv_heads != self.n_heads)
+        y = F.scaled_dot_product_attention(
+            q, k, v, is_causal=True, enable_gqa=self.n_kv_heads != self.n_heads
+        )
         return self.o_proj(y.transpose(1, 2).reshape(b, t, -1))
 
 
@@ -162,12 +190,14 @@ class Block(nn.Module):
         return x + self.mlp(self.mlp_norm(x))
 
     def flops_per_token(self, seq_len: int) -> int:
-        """6 x matmul weights + 12 d T for the attention scores (QK^T and AV, forward + backward)."""
+        """6 x matmul weights + 12 d T for the attention scores (QK^T and AV, forward +
+        backward)."""
         return _matmul_flops(self) + 12 * self.d_model * seq_len
 
 
 class OutputHead(nn.Linear):
-    """``head(h)``: logits; ``head(h, targets, chunk_tokens)``: the loss, in ``forward`` so FSDP2 gathers the weight."""
+    """``head(h)``: logits; ``head(h, targets, chunk_tokens)``: the loss, in ``forward`` so
+    FSDP2 gathers the weight."""
 
     def forward(
         self, x: torch.Tensor, targets: torch.Tensor | None = None, chunk_tokens: int | None = None
@@ -188,18 +218,22 @@ class Decoder(nn.Module):
         super().__init__()
         if (interface.vocab_size, interface.d_model) != (config.vocab_size, config.d_model):
             raise ValueError(
-                f"interface is built for vocab_size={interface.vocab_size}, d_model={interface.d_model} "
+                f"interface is built for vocab_size={interface.vocab_size}, "
+                f"d_model={interface.d_model} "
                 f"but the decoder has vocab_size={config.vocab_size}, d_model={config.d_model}"
             )
         if config.tie_embeddings and not isinstance(interface, LearnedInput):
-            raise ConfigError(f"tie_embeddings=True needs a LearnedInput table to tie to, got "
-                              f"{type(interface).__name__}: set model.decoder.tie_embeddings false")  # fmt: skip
+            raise ConfigError(
+                f"tie_embeddings=True needs a LearnedInput table to tie to, got "
+                f"{type(interface).__name__}: set model.decoder.tie_embeddings false"
+            )
         self.config, self.interface = config, interface
         self.rope = RotaryEmbedding(config.head_dim, config.max_seq_len, config.rope_theta)
         self.layers = nn.ModuleList(Block(config) for _ in range(config.n_layers))
         self.norm = RMSNorm(config.d_model, config.norm_eps)
         self.head = OutputHead(config.d_model, config.vocab_size, bias=False)
-        # Set by fixed_embed.distributed.parallel: recompute each block in backward (names and weights unchanged).
+        # Set by fixed_embed.distributed.parallel: recompute each block in backward (names and
+        # weights unchanged).
         self.activation_checkpointing = False
         self.init_weights()
         if config.tie_embeddings:
@@ -213,14 +247,20 @@ class Decoder(nn.Module):
         for name, module in self.named_modules():
             if isinstance(module, nn.Linear):
                 is_residual_out = name.endswith(("o_proj", "down_proj"))
-                nn.init.normal_(module.weight, mean=0.0, std=residual_std if is_residual_out else std)
+                nn.init.normal_(
+                    module.weight, mean=0.0, std=residual_std if is_residual_out else std
+                )
             elif module is not self and hasattr(module, "reset_parameters"):
                 module.reset_parameters()
 
     def forward(
-        self, ids: torch.Tensor, targets: torch.Tensor | None = None, chunk_tokens: int | None = None
+        self,
+        ids: torch.Tensor,
+        targets: torch.Tensor | None = None,
+        chunk_tokens: int | None = None,
     ) -> torch.Tensor:
-        """Logits ``[B, T, V]``; given ``targets[B, T]``, the mean cross-entropy instead (see :meth:`loss`)."""
+        """Logits ``[B, T, V]``; given ``targets[B, T]``, the mean cross-entropy instead (see
+        :meth:`loss`)."""
         return self.head(self.hidden(ids), targets, chunk_tokens)
 
     def hidden(self, ids: torch.Tensor) -> torch.Tensor:
@@ -233,8 +273,11 @@ class Decoder(nn.Module):
                 x = layer(x, self.rope)
         return self.norm(x)
 
-    def loss(self, ids: torch.Tensor, targets: torch.Tensor, chunk_tokens: int | None = None) -> torch.Tensor:
-        """Mean cross-entropy, ``chunk_tokens`` rows at a time (0/None: unchunked); a module call, for FSDP2's hooks."""
+    def loss(
+        self, ids: torch.Tensor, targets: torch.Tensor, chunk_tokens: int | None = None
+    ) -> torch.Tensor:
+        """Mean cross-entropy, ``chunk_tokens`` rows at a time (0/None: unchunked); a module
+        call, for FSDP2's hooks."""
         return self(ids, targets, chunk_tokens)
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
@@ -242,7 +285,9 @@ class Decoder(nn.Module):
         if ids.dim() != 2:
             raise ValueError(f"ids must have shape [batch, seq], got {tuple(ids.shape)}")
         if ids.shape[1] > self.config.max_seq_len:
-            raise ValueError(f"sequence length {ids.shape[1]} exceeds max_seq_len {self.config.max_seq_len}")
+            raise ValueError(
+                f"sequence length {ids.shape[1]} exceeds max_seq_len {self.config.max_seq_len}"
+            )
         return self.interface(ids)
 
     def hidden_states(self, ids: torch.Tensor) -> list[torch.Tensor]:
@@ -253,20 +298,38 @@ class Decoder(nn.Module):
         return states
 
     @torch.no_grad()
-    def generate(self, ids: torch.Tensor, new_tokens: int, temperature: float = 0.0, top_k: int | None = None,
-                 vocab: int | None = None, generator: torch.Generator | None = None) -> torch.Tensor:  # fmt: skip
-        """``ids[B, T]`` and ``new_tokens`` more, each from the logits after the last ``max_seq_len`` ids (no cache):
-        the likeliest at ``temperature`` 0, else drawn from the ``top_k`` likeliest of the first ``vocab`` ids."""
+    def generate(
+        self,
+        ids: torch.Tensor,
+        new_tokens: int,
+        temperature: float = 0.0,
+        top_k: int | None = None,
+        vocab: int | None = None,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
+        """``ids[B, T]`` and ``new_tokens`` more, each from the logits after the last
+        ``max_seq_len`` ids (no cache): the likeliest at ``temperature`` 0, else drawn from the
+        ``top_k`` likeliest of the first ``vocab`` ids."""
         for _ in range(new_tokens):
-            logits = self.head(self.hidden(ids[:, -self.config.max_seq_len :])[:, -1])[:, :vocab].float()
+            logits = self.head(self.hidden(ids[:, -self.config.max_seq_len :])[:, -1])[
+                :, :vocab
+            ].float()
             if top_k is not None:
-                logits[logits < logits.topk(min(top_k, logits.shape[-1])).values[:, -1:]] = -torch.inf
+                logits[
+                    logits < logits.topk(min(top_k, logits.shape[-1])).values[:, -1:]
+                ] = -torch.inf
             probs = (logits / temperature).softmax(-1) if temperature else None
-            pick = logits.argmax(-1, keepdim=True) if probs is None else probs.multinomial(1, generator=generator)
+            pick = (
+                logits.argmax(-1, keepdim=True)
+                if probs is None
+                else probs.multinomial(1, generator=generator)
+            )
             ids = torch.cat([ids, pick], dim=1)
         return ids
 
     def flops_per_token(self, seq_len: int | None = None) -> int:
         """Training FLOPs per token at context ``seq_len`` (default: max_seq_len)."""
-        blocks = sum(layer.flops_per_token(seq_len or self.config.max_seq_len) for layer in self.layers)
+        blocks = sum(
+            layer.flops_per_token(seq_len or self.config.max_seq_len) for layer in self.layers
+        )
         return self.interface.flops_per_token() + blocks + self.head.flops_per_token()

@@ -1,19 +1,25 @@
-"""The head and cross-entropy fused over chunks of rows (as Liger-Kernel's), never holding the ``[N, V]`` fp32 logits:
-each chunk's become ``(softmax - onehot) / N`` in place, multiplied out into the gradients backward only scales."""
+"""The head and cross-entropy fused over chunks of rows (as Liger-Kernel's), never holding the
+``[N, V]`` fp32 logits: each chunk's become ``(softmax - onehot) / N`` in place, multiplied out
+into the gradients backward only scales."""
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
-#: ``LanguageModel``'s default ``loss_chunk_tokens``: an fp32 [4096, 49,152] buffer is 0.75 GiB; 4,096 rows fill a GPU.
+#: ``LanguageModel``'s default ``loss_chunk_tokens``: an fp32 [4096, 49,152] buffer is 0.75 GiB;
+#: 4,096 rows fill a GPU.
 DEFAULT_LOSS_CHUNK_TOKENS = 4096
 
 
 def linear_cross_entropy(
-    hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, chunk_tokens: int | None = None
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    chunk_tokens: int | None = None,
 ) -> torch.Tensor:
-    """Mean cross-entropy of ``hidden[..., d] @ weight[V, d].T`` against ``targets[...]`` (fp32 scalar)."""
+    """Mean cross-entropy of ``hidden[..., d] @ weight[V, d].T`` against ``targets[...]`` (fp32
+    scalar)."""
     if chunk_tokens is not None and chunk_tokens < 0:
         raise ValueError(f"chunk_tokens must be >= 0 (0 or None: unchunked), got {chunk_tokens}")
     h, t = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1)
@@ -22,7 +28,9 @@ def linear_cross_entropy(
     if not chunk_tokens:
         return F.cross_entropy(F.linear(h, weight).float(), t)
     device = h.device.type
-    if torch.is_autocast_enabled(device):  # what F.linear would compute in; the casts are differentiable
+    if torch.is_autocast_enabled(
+        device
+    ):  # what F.linear would compute in; the casts are differentiable
         dtype = torch.get_autocast_dtype(device)
         h, weight = h.to(dtype), weight.to(dtype)
     elif h.dtype != weight.dtype:
@@ -50,11 +58,14 @@ class _LinearCrossEntropy(torch.autograd.Function):
 
 @torch.no_grad()
 def _chunked(h, weight, targets, chunk_tokens, need_h, need_w):
-    """Loss (and gradients of the mean loss wrt ``h`` and ``weight``), ``chunk_tokens`` rows at a time."""
+    """Loss (and gradients of the mean loss wrt ``h`` and ``weight``), ``chunk_tokens`` rows at
+    a time."""
     n = h.shape[0]
     total = torch.zeros((), dtype=torch.float32, device=h.device)
     grad_h = torch.empty_like(h) if need_h else None
-    grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if need_w else None
+    grad_w = (
+        torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if need_w else None
+    )
     for start in range(0, n, chunk_tokens):
         rows, t = h[start : start + chunk_tokens], targets[start : start + chunk_tokens, None]
         z = F.linear(rows, weight).float()  # fp32 [c, V]; the compute-dtype logits are freed here

@@ -1,4 +1,5 @@
-"""The optimisation recipe: AdamW, parameter groups, LR schedule, token budget (docs/design.md, "The recipe")."""
+"""The optimisation recipe: AdamW, parameter groups, LR schedule, token budget (docs/design.md,
+"The recipe")."""
 
 from __future__ import annotations
 
@@ -22,10 +23,12 @@ class AdamWConfig:
         lr: peak learning rate (the paper: 1.5e-4).
         betas: AdamW's moment decay rates (ours: the paper does not state them).
         eps: AdamW's epsilon (ours).
-        weight_decay: decoupled weight decay of matrices (ours); vectors (RMSNorm gains) never decay.
-        decay_input: whether the input interface's trainable parameters decay (tied: the head too); fixed at resume.
-        input_lr_scale: multiplies the input interface's learning rate (its own AdamW group unless 1), for a
-            table that must move far in a short run; tied, the head follows. A resume cannot switch it to or from 1.
+        weight_decay: decoupled weight decay of matrices (ours); vectors (RMSNorm gains) never
+        decay. decay_input: whether the input interface's trainable parameters decay (tied: the
+        head too); fixed at resume. input_lr_scale: multiplies the input interface's learning
+        rate (its own AdamW group unless 1), for a
+            table that must move far in a short run; tied, the head follows. A resume cannot
+            switch it to or from 1.
         implementation: ``auto``: the fused kernel on CUDA, foreach elsewhere.
     """
 
@@ -46,8 +49,9 @@ class ScheduleConfig:
 
 
 def lr_at(step: int, peak: float, warmup_steps: int, max_steps: int, min_lr_ratio: float) -> float:
-    """LR of optimizer update ``step`` (0-based): warm-up peak * (step + 1) / warmup_steps (the first update already
-    moves), then cosine from peak at ``warmup_steps`` to ``min_lr_ratio * peak`` at ``max_steps``."""
+    """LR of optimizer update ``step`` (0-based): warm-up peak * (step + 1) / warmup_steps (the
+    first update already moves), then cosine from peak at ``warmup_steps`` to ``min_lr_ratio *
+    peak`` at ``max_steps``."""
     if step < warmup_steps:
         return peak * (step + 1) / warmup_steps
     floor = peak * min_lr_ratio
@@ -57,17 +61,22 @@ def lr_at(step: int, peak: float, warmup_steps: int, max_steps: int, min_lr_rati
 
 def _input_parameters(model: nn.Module) -> list[nn.Parameter]:
     """The trainable parameters of the model's input interface(s) (none for fixed codes)."""
-    params = {id(p): p for m in model.modules() if isinstance(m, InputInterface) for p in m.parameters()}
+    params = {
+        id(p): p for m in model.modules() if isinstance(m, InputInterface) for p in m.parameters()
+    }
     return [p for p in params.values() if p.requires_grad]  # once each, also for nested interfaces
 
 
 def parameter_groups(
     model: nn.Module, weight_decay: float, decay_input: bool = True, input_lr: float | None = None
 ) -> list[dict]:
-    """AdamW groups of trainable parameters: decay (matrices), no-decay, [input interface, with ``input_lr``: else it
-    joins no-decay unless ``decay_input``], in order. Older checkpoints hold ``decay_input=True``, no ``input_lr``."""
+    """AdamW groups of trainable parameters: decay (matrices), no-decay, [input interface, with
+    ``input_lr``: else it joins no-decay unless ``decay_input``], in order. Older checkpoints
+    hold ``decay_input=True``, no ``input_lr``."""
     inputs = _input_parameters(model)
-    separate = {id(p) for p in inputs} if (input_lr is not None and inputs) or not decay_input else set()
+    separate = (
+        {id(p) for p in inputs} if (input_lr is not None and inputs) or not decay_input else set()
+    )
     decay, no_decay = [], []
     for param in model.parameters():
         if param.requires_grad and id(param) not in separate:
@@ -76,23 +85,44 @@ def parameter_groups(
         no_decay += [p for p in inputs if id(p) in separate]
         input_groups = []
     else:
-        input_groups = [{"params": inputs, "weight_decay": weight_decay if decay_input else 0.0, "lr": input_lr}]
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}, *input_groups]
+        input_groups = [
+            {"params": inputs, "weight_decay": weight_decay if decay_input else 0.0, "lr": input_lr}
+        ]
+    return [
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+        *input_groups,
+    ]
 
 
-def parameter_groups_change(saved: Mapping[str, Any] | None, config: AdamWConfig, model: nn.Module) -> str | None:
-    """Why a resume cannot take ``config``'s parameter groups (its AdamW state would not match), or ``None``;
-    ``saved``: the checkpoint's ``optimizer`` hyper-parameters (none before the options: it decayed the input)."""
-    then = {"input_lr_scale": float((saved or {}).get("input_lr_scale", 1.0)),
-            "decay_input": bool((saved or {}).get("decay_input", True))}  # fmt: skip
-    moved = {"input_lr_scale": (then["input_lr_scale"] != 1.0) != (config.input_lr_scale != 1.0),  # its own group
-             "decay_input": then["decay_input"] != config.decay_input}  # fmt: skip
-    if (key := next((key for key in then if moved[key]), None)) is None or not _input_parameters(model):
+def parameter_groups_change(
+    saved: Mapping[str, Any] | None, config: AdamWConfig, model: nn.Module
+) -> str | None:
+    """Why a resume cannot take ``config``'s parameter groups (its AdamW state would not match),
+    or ``None``; ``saved``: the checkpoint's ``optimizer`` hyper-parameters (none before the
+    options: it decayed the input)."""
+    then = {
+        "input_lr_scale": float((saved or {}).get("input_lr_scale", 1.0)),
+        "decay_input": bool((saved or {}).get("decay_input", True)),
+    }
+    moved = {
+        "input_lr_scale": (then["input_lr_scale"] != 1.0)
+        != (config.input_lr_scale != 1.0),  # its own group
+        "decay_input": then["decay_input"] != config.decay_input,
+    }
+    if (key := next((key for key in then if moved[key]), None)) is None or not _input_parameters(
+        model
+    ):
         return None
-    return (f"refusing to resume: model.optimizer.{key} is {then[key]} in the checkpoint and {getattr(config, key)} "
-            "now; it moves the input interface's trainable parameters between AdamW's parameter groups, which the "
-            f"checkpoint's optimizer state cannot follow. Resume with model.optimizer.{key} {then[key]}, or start a "
-            "new run (--run NAME) without --ckpt_path.")  # fmt: skip
+    return (
+        f"refusing to resume: model.optimizer.{key} is {then[key]} in the checkpoint and "
+        f"{getattr(config, key)} "
+        "now; it moves the input interface's trainable parameters between AdamW's parameter "
+        "groups, which the "
+        f"checkpoint's optimizer state cannot follow. Resume with model.optimizer.{key} "
+        f"{then[key]}, or start a "
+        "new run (--run NAME) without --ckpt_path."
+    )
 
 
 def build_adamw(model: nn.Module, config: AdamWConfig) -> torch.optim.AdamW:
@@ -104,10 +134,18 @@ def build_adamw(model: nn.Module, config: AdamWConfig) -> torch.optim.AdamW:
         impl = "fused" if device.type == "cuda" else "foreach"
     foreach = impl == "foreach" if impl != "fused" else None
     return torch.optim.AdamW(
-        groups, lr=config.lr, betas=tuple(config.betas), eps=config.eps, fused=impl == "fused", foreach=foreach
+        groups,
+        lr=config.lr,
+        betas=tuple(config.betas),
+        eps=config.eps,
+        fused=impl == "fused",
+        foreach=foreach,
     )
 
 
-def steps_for_budget(token_budget: int, world_size: int, micro_batch: int, accumulation: int, seq_len: int) -> int:
-    """Optimizer updates needed to train on ``token_budget`` prediction tokens (rounded up, exactly: in integers)."""
+def steps_for_budget(
+    token_budget: int, world_size: int, micro_batch: int, accumulation: int, seq_len: int
+) -> int:
+    """Optimizer updates needed to train on ``token_budget`` prediction tokens (rounded up,
+    exactly: in integers)."""
     return -(-token_budget // (world_size * micro_batch * accumulation * seq_len))

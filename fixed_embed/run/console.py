@@ -1,6 +1,8 @@
-"""The console of ``fixed-embed`` commands: this project's records (INFO+) and anyone's errors (README, "Watch a run").
-The rest (warnings, tqdm bars' final states) goes to ``<run folder>/console.log``, buffered until
-:func:`attach_run_folder` (``logs/<command>.log`` without one). Warnings are dropped by exact text, not category."""
+"""The console of ``fixed-embed`` commands: this project's records (INFO+) and anyone's errors
+(README, "Watch a run"). The rest (warnings, tqdm bars' final states) goes to ``<run
+folder>/console.log``, buffered until
+:func:`attach_run_folder` (``logs/<command>.log`` without one). Warnings are dropped by exact
+text, not category."""
 
 from __future__ import annotations
 
@@ -22,29 +24,65 @@ from fixed_embed.lightning_internals import route_tqdm, take_over_logger
 # (module that raises it, category, exact message as a regex): each dropped, nothing else.
 HARMLESS_WARNINGS: tuple[tuple[str, type[Warning], str], ...] = (
     # torchdata's StatefulDataLoader calls torch.set_vital, deprecated in torch (a no-op).
-    ("torchdata.stateful_dataloader.stateful_dataloader", UserWarning,
-     re.escape("'set_vital' is deprecated, please do not call")),
+    (
+        "torchdata.stateful_dataloader.stateful_dataloader",
+        UserWarning,
+        re.escape("'set_vital' is deprecated, please do not call"),
+    ),
     # Lightning's copy of tree_flatten builds a LeafSpec, deprecated in torch's pytree.
-    ("lightning.pytorch.utilities._pytree", FutureWarning,
-     re.escape("`isinstance(treespec, LeafSpec)` is deprecated, use `isinstance(treespec, TreeSpec) and "
-               "treespec.is_leaf()` instead.")),
+    (
+        "lightning.pytorch.utilities._pytree",
+        FutureWarning,
+        re.escape(
+            "`isinstance(treespec, LeafSpec)` is deprecated, use `isinstance(treespec, TreeSpec) "
+            "and "
+            "treespec.is_leaf()` instead."
+        ),
+    ),
     # The data module's stream has a length (the run's blocks); every reader owns distinct shards.
-    ("lightning.pytorch.utilities.data", UserWarning,
-     re.escape("Your `IterableDataset` has `__len__` defined. In combination with multi-process data loading "
-               "(when num_workers > 1), `__len__` could be inaccurate if each worker is not configured "
-               "independently to avoid having duplicate data.")),
+    (
+        "lightning.pytorch.utilities.data",
+        UserWarning,
+        re.escape(
+            "Your `IterableDataset` has `__len__` defined. In combination with multi-process data "
+            "loading "
+            "(when num_workers > 1), `__len__` could be inaccurate if each worker is not "
+            "configured "
+            "independently to avoid having duplicate data."
+        ),
+    ),
     # fixed-embed fit hands LightningCLI its own command line (sys.argv[1:]) as args.
-    ("lightning.pytorch.cli", UserWarning,
-     re.escape("LightningCLI's args parameter is intended to run from within Python like if it were from the "
-               "command line. To prevent mistakes it is not recommended to provide both args and command line "
-               "arguments, got: sys.argv[1:]=") + r"\[.*\], args=\[.*\]\."),
-)  # fmt: skip
+    (
+        "lightning.pytorch.cli",
+        UserWarning,
+        re.escape(
+            "LightningCLI's args parameter is intended to run from within Python like if it were "
+            "from the "
+            "command line. To prevent mistakes it is not recommended to provide both args and "
+            "command line "
+            "arguments, got: sys.argv[1:]="
+        )
+        + r"\[.*\], args=\[.*\]\.",
+    ),
+)
 
 # Libraries that attach their own stderr handler (or stop propagation) when imported.
-_LIBRARY_LOGGERS = ("lightning", "lightning.pytorch", "lightning.fabric", "pytorch_lightning", "lightning_fabric",
-                    "lm_eval", "datasets", "huggingface_hub", "transformers", "torchmetrics")  # fmt: skip
+_LIBRARY_LOGGERS = (
+    "lightning",
+    "lightning.pytorch",
+    "lightning.fabric",
+    "pytorch_lightning",
+    "lightning_fabric",
+    "lm_eval",
+    "datasets",
+    "huggingface_hub",
+    "transformers",
+    "torchmetrics",
+)
 _ROOT = Path(__file__).resolve().parents[2]  # the repository: fixed_embed/run/console.py
-_PROJECT_DIRS = tuple(f"{_ROOT / name}{os.sep}" for name in ("fixed_embed", "callbacks"))  # this project's code
+_PROJECT_DIRS = tuple(
+    f"{_ROOT / name}{os.sep}" for name in ("fixed_embed", "callbacks")
+)  # this project's code
 _BUFFER_LIMIT = 20_000  # records kept before a run folder is known
 _PROGRESS_EVERY_S = 30.0  # a long progress bar's state is logged at least this often
 
@@ -61,7 +99,9 @@ class _RunLog(logging.Handler):
 
     def format(self, record: logging.LogRecord) -> str:
         text = super().format(record)
-        return f"{text} ({record.pathname}:{record.lineno})" if record.name == "py.warnings" else text
+        return (
+            f"{text} ({record.pathname}:{record.lineno})" if record.name == "py.warnings" else text
+        )
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
@@ -89,10 +129,14 @@ class _RunLog(logging.Handler):
             path.parent.mkdir(parents=True, exist_ok=True)
             self._file, self.path = path.open("a", encoding="utf-8"), path
             stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-            self._file.write(f"==== {stamp} fixed-embed {' '.join(sys.argv[1:])} (pid {os.getpid()})\n")
+            self._file.write(
+                f"==== {stamp} fixed-embed {' '.join(sys.argv[1:])} (pid {os.getpid()})\n"
+            )
             self._file.writelines(line + "\n" for line in self._buffer)
             if self._dropped:
-                self._file.write(f"({self._dropped} more records before the run folder was known were dropped)\n")
+                self._file.write(
+                    f"({self._dropped} more records before the run folder was known were dropped)\n"
+                )
             self._file.flush()
             self.forget()
 
@@ -111,11 +155,14 @@ def _is_ours(pathname: str) -> bool:
 
 def _console_filter(record: logging.LogRecord) -> bool:
     """This project's records at INFO and above, and anyone's errors."""
-    return record.levelno >= logging.ERROR or (record.levelno >= logging.INFO and _is_ours(record.pathname))
+    return record.levelno >= logging.ERROR or (
+        record.levelno >= logging.INFO and _is_ours(record.pathname)
+    )
 
 
 class _ConsoleHandler(logging.StreamHandler):
-    """Writes to the current ``sys.stderr`` (a live rich progress bar redirects it to print above the bar)."""
+    """Writes to the current ``sys.stderr`` (a live rich progress bar redirects it to print
+    above the bar)."""
 
     stream = property(lambda self: sys.stderr, lambda self, value: None)
 
@@ -123,11 +170,16 @@ class _ConsoleHandler(logging.StreamHandler):
         text = record.getMessage()
         if record.levelno >= logging.WARNING and record.name != "py.warnings":
             text = f"{record.levelname.lower()}: {text}"
-        return f"{text}\n{logging.Formatter().formatException(record.exc_info)}" if record.exc_info else text
+        return (
+            f"{text}\n{logging.Formatter().formatException(record.exc_info)}"
+            if record.exc_info
+            else text
+        )
 
 
 class _ProgressStream(io.TextIOBase):
-    """A file for tqdm: keeps each bar's latest state and logs it when the bar ends (or every 30 s)."""
+    """A file for tqdm: keeps each bar's latest state and logs it when the bar ends (or every 30
+    s)."""
 
     encoding = "utf-8"
 
@@ -147,14 +199,18 @@ class _ProgressStream(io.TextIOBase):
                     if not self._last:  # a new bar, or a new stretch of one
                         self._logged_at = time.monotonic()
                     self._last = segment
-                if self._last and (separator == "\n" or not segment):  # the bar ended, or was cleared
+                if self._last and (
+                    separator == "\n" or not segment
+                ):  # the bar ended, or was cleared
                     self._log()
             if self._last and time.monotonic() - self._logged_at > _PROGRESS_EVERY_S:
                 self._log()
         return len(text)
 
     def _log(self) -> None:
-        self._handler.handle(logging.LogRecord("progress", logging.INFO, "", 0, self._last, None, None))
+        self._handler.handle(
+            logging.LogRecord("progress", logging.INFO, "", 0, self._last, None, None)
+        )
         self._last, self._logged_at = "", time.monotonic()
 
 
@@ -162,13 +218,16 @@ _run_log: _RunLog | None = None
 
 
 def setup(command: str) -> None:
-    """Configure this process's console for ``fixed-embed COMMAND`` (idempotent; see the module's doc)."""
+    """Configure this process's console for ``fixed-embed COMMAND`` (idempotent; see the
+    module's doc)."""
     global _run_log
     if _run_log is not None or command == "lm-eval":
         return
     verbose = os.environ.get("FIXED_EMBED_DEBUG", "") not in ("", "0")
     for module, category, message in HARMLESS_WARNINGS:
-        warnings.filterwarnings("ignore", message=message + r"\Z", category=category, module=re.escape(module) + r"\Z")
+        warnings.filterwarnings(
+            "ignore", message=message + r"\Z", category=category, module=re.escape(module) + r"\Z"
+        )
     _run_log = _RunLog()
     console = _ConsoleHandler()
     console.setLevel(logging.INFO)
@@ -178,26 +237,34 @@ def setup(command: str) -> None:
     root.setLevel(logging.INFO)
     root.addHandler(console)
     root.addHandler(_run_log)
-    # Libraries add stderr handlers (or stop propagation) on import, mostly after this: _LibraryLogger refuses.
+    # Libraries add stderr handlers (or stop propagation) on import, mostly after this:
+    # _LibraryLogger refuses.
     for name in _LIBRARY_LOGGERS:
         logger = logging.getLogger(name)
         take_over_logger(logger, _LibraryLogger)
-        logger.handlers = [handler for handler in logger.handlers if not _prints_to_console(handler)]
+        logger.handlers = [
+            handler for handler in logger.handlers if not _prints_to_console(handler)
+        ]
     warnings.showwarning = _showwarning
     if not verbose:
         route_tqdm(_ProgressStream(_run_log))
-    if Path(sys.argv[0]).name in ("fixed-embed", "__main__.py"):  # the command's own process, not a host calling main()
+    if Path(sys.argv[0]).name in (
+        "fixed-embed",
+        "__main__.py",
+    ):  # the command's own process, not a host calling main()
         atexit.register(_run_log.close_at_exit, Path("logs").absolute() / f"{command}.log")
 
 
 def forget_unwritten() -> None:
-    """Drop unwritten records: a command refused for a user error leaves no ``logs/<command>.log`` (nor ``logs/``)."""
+    """Drop unwritten records: a command refused for a user error leaves no
+    ``logs/<command>.log`` (nor ``logs/``)."""
     if _run_log is not None and _run_log._file is None:
         _run_log.forget()
 
 
 def attach_run_folder(folder: str | os.PathLike, rank: int = 0) -> None:
-    """From now on (and what was recorded so far) into ``folder/console.log`` (after :func:`setup` only)."""
+    """From now on (and what was recorded so far) into ``folder/console.log`` (after
+    :func:`setup` only)."""
     if _run_log is not None:
         _run_log.open(Path(folder) / ("console.log" if rank == 0 else f"console.rank{rank}.log"))
 
@@ -208,7 +275,8 @@ def _prints_to_console(handler: logging.Handler) -> bool:
 
 
 class _LibraryLogger(logging.Logger):
-    """A library's logger: its records propagate to the root's handlers; it takes no console handler of its own."""
+    """A library's logger: its records propagate to the root's handlers; it takes no console
+    handler of its own."""
 
     @property  # type: ignore[override]
     def propagate(self) -> bool:
@@ -223,11 +291,24 @@ class _LibraryLogger(logging.Logger):
             super().addHandler(handler)
 
 
-def _showwarning(message: Any, category: type[Warning], filename: str, lineno: int, file: Any = None,
-                 line: str | None = None) -> None:  # fmt: skip
+def _showwarning(
+    message: Any,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: Any = None,
+    line: str | None = None,
+) -> None:
     if file is not None:  # an explicit destination
         file.write(warnings.formatwarning(message, category, filename, lineno, line))
         return
-    record = logging.LogRecord("py.warnings", logging.WARNING, filename, lineno, f"{category.__name__}: {message}",
-                               None, None)  # fmt: skip
+    record = logging.LogRecord(
+        "py.warnings",
+        logging.WARNING,
+        filename,
+        lineno,
+        f"{category.__name__}: {message}",
+        None,
+        None,
+    )
     logging.getLogger("py.warnings").handle(record)

@@ -1,4 +1,5 @@
-"""A run's folder, the same on every launch: name, checkpoints, curve (docs/faults.md, "Runs and relaunches")."""
+"""A run's folder, the same on every launch: name, checkpoints, curve (docs/faults.md, "Runs and
+relaunches")."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ def checkpoint_folder(run: Path) -> Path:
 
 
 def step_checkpoint(folder: Path, step: int) -> Path:
-    """The checkpoint of update ``step`` in ``folder``: step=00001000.ckpt, names sorting by update."""
+    """The checkpoint of update ``step`` in ``folder``: step=00001000.ckpt, names sorting by
+    update."""
     return folder / f"step={step:08d}.ckpt"
 
 
@@ -40,12 +42,14 @@ def step_checkpoints(folder: Path) -> list[Path]:
 
 
 def pin_run_folder(trainer: Any, run: str) -> Path | None:
-    """Give the ``trainer:`` config's logger the run's name as its version; the run folder (None: no file logger)."""
+    """Give the ``trainer:`` config's logger the run's name as its version; the run folder
+    (None: no file logger)."""
     if not run or "/" in run or run in (".", "..") or "\0" in run:
         raise ConfigError(f"--run must be a plain folder name, got {run!r}")
     if len(os.fsencode(run)) > 255:
         raise ConfigError(
-            f"--run is {len(os.fsencode(run))} bytes long; a folder name may have at most 255 (NAME_MAX): "
+            f"--run is {len(os.fsencode(run))} bytes long; a folder name may have at most 255 "
+            "(NAME_MAX): "
             "choose a shorter run name"
         )
     init_args = getattr(trainer.logger, "init_args", None)
@@ -56,12 +60,15 @@ def pin_run_folder(trainer: Any, run: str) -> Path | None:
 
 
 def purge_curve_after(trainer: Any, step: int) -> None:
-    """Hide the TensorBoard events a crashed launch logged at steps >= ``step``, the resumed checkpoint's. As
-    ``SummaryWriter(purge_step=...)``: readers drop earlier events from a ``SessionLog.START``'s step on."""
+    """Hide the TensorBoard events a crashed launch logged at steps >= ``step``, the resumed
+    checkpoint's. As ``SummaryWriter(purge_step=...)``: readers drop earlier events from a
+    ``SessionLog.START``'s step on."""
     from lightning.pytorch.loggers import TensorBoardLogger
 
     if not isinstance(trainer.logger, TensorBoardLogger) or not is_launching_rank():
         return
     from tensorboard.compat.proto.event_pb2 import Event, SessionLog
 
-    trainer.logger.experiment.file_writer.add_event(Event(step=step, session_log=SessionLog(status=SessionLog.START)))
+    trainer.logger.experiment.file_writer.add_event(
+        Event(step=step, session_log=SessionLog(status=SessionLog.START))
+    )

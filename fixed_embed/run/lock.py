@@ -1,4 +1,5 @@
-"""One writer per folder: a ``run.lock`` (``O_EXCL``) naming its holder (docs/faults.md, "One writer per folder")."""
+"""One writer per folder: a ``run.lock`` (``O_EXCL``) naming its holder (docs/faults.md, "One
+writer per folder")."""
 
 from __future__ import annotations
 
@@ -20,9 +21,13 @@ from fixed_embed.errors import ConfigError, UserError, writing
 
 LOCK_NAME = "run.lock"
 HEARTBEAT_S = 60.0  # the holder touches its lock this often
-STALE_AFTER_S = 600.0  # a lock of another host not touched for this long is stale (10 missed heartbeats)
+STALE_AFTER_S = (
+    600.0  # a lock of another host not touched for this long is stale (10 missed heartbeats)
+)
 
-_held: set[Path] = set()  # the lock files this process holds (a second in-process launch is refused too)
+_held: set[Path] = (
+    set()
+)  # the lock files this process holds (a second in-process launch is refused too)
 
 
 class RunInUseError(UserError):
@@ -30,7 +35,8 @@ class RunInUseError(UserError):
 
 
 def _process_start(pid: int) -> str | None:
-    """The process's start time in clock ticks since boot (Linux ``/proc``), to tell a reused pid apart."""
+    """The process's start time in clock ticks since boot (Linux ``/proc``), to tell a reused
+    pid apart."""
     with contextlib.suppress(OSError):  # field 22, counted after the command name
         return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[19]
     return None
@@ -55,11 +61,14 @@ class RunLock(contextlib.AbstractContextManager):
             return
         self._stop.set()
         _held.discard(self.path)
-        # Only our own lock: never a newer holder's that took over a lock we were believed to have left.
+        # Only our own lock: never a newer holder's that took over a lock we were believed to have
+        # left.
         if _read(self.path) == self.record:
             with contextlib.suppress(FileNotFoundError):
                 self.path.unlink()
-        for folder in self.made:  # those the lock made, deepest first: a launch that wrote nothing leaves none
+        for folder in (
+            self.made
+        ):  # those the lock made, deepest first: a launch that wrote nothing leaves none
             with contextlib.suppress(OSError):
                 folder.rmdir()
         atexit.unregister(self.release)
@@ -79,7 +88,11 @@ def _read(path: Path) -> dict | None:
 
 def _describe(record: dict) -> str:
     since = record.get("since")
-    when = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(since)) if isinstance(since, (int, float)) else "?"
+    when = (
+        time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(since))
+        if isinstance(since, (int, float))
+        else "?"
+    )
     return f"pid {record.get('pid', '?')} on {record.get('host', '?')}, since {when}"
 
 
@@ -89,7 +102,8 @@ def _stale_reason(record: dict, path: Path) -> str | None:
         age = time.time() - path.stat().st_mtime
     except FileNotFoundError:
         return "it was just released"
-    if not record:  # a holder that died writing it, or one writing it now (O_EXCL made it empty): a grace period
+    # a holder that died writing it, or one writing it now (O_EXCL made it empty): a grace period
+    if not record:
         return "its lock file is unreadable" if age > 2.0 else None
     host, pid = record.get("host"), record.get("pid")
     if host == socket.gethostname() and isinstance(pid, int):
@@ -106,40 +120,59 @@ def _stale_reason(record: dict, path: Path) -> str | None:
     return None
 
 
-def acquire(target: str | os.PathLike, fix: str = "or use --run NEW_NAME", beside: bool = False,
-            shared: bool = False) -> RunLock:  # fmt: skip
-    """Take ``target/run.lock`` (making the folder), or with ``beside`` (a file, or a folder swapped in whole)
-    ``.<name>.lock`` next to it; refuse with :class:`RunInUseError` naming a live holder and ``fix``. ``shared``: a
-    reader's record ``<lock>.read-<host>-<pid>`` instead; a writer refuses while a live reader holds one, and a
-    reader while a live writer holds the lock (each writes its own record, then looks for the other's)."""
+def acquire(
+    target: str | os.PathLike,
+    fix: str = "or use --run NEW_NAME",
+    beside: bool = False,
+    shared: bool = False,
+) -> RunLock:
+    """Take ``target/run.lock`` (making the folder), or with ``beside`` (a file, or a folder
+    swapped in whole) ``.<name>.lock`` next to it; refuse with :class:`RunInUseError` naming a
+    live holder and ``fix``. ``shared``: a reader's record ``<lock>.read-<host>-<pid>`` instead;
+    a writer refuses while a live reader holds one, and a reader while a live writer holds the
+    lock (each writes its own record, then looks for the other's)."""
     target = Path(target)
-    folder, path = (target.parent, target.parent / f".{target.name}.lock") if beside else (target, target / LOCK_NAME)
+    folder, path = (
+        (target.parent, target.parent / f".{target.name}.lock")
+        if beside
+        else (target, target / LOCK_NAME)
+    )
     made = [] if shared else [p for p in (folder, *folder.parents) if not p.exists()]
     record = {
         "host": socket.gethostname(),
         "pid": os.getpid(),
         "start": _process_start(os.getpid()),
         "since": time.time(),
-        "command": " ".join([Path(sys.argv[0]).name.replace("__main__.py", "fixed-embed"), *sys.argv[1:]]),
+        "command": " ".join(
+            [Path(sys.argv[0]).name.replace("__main__.py", "fixed-embed"), *sys.argv[1:]]
+        ),
     }
     if shared:
         others, path = [path], path.with_name(f"{path.name}.read-{record['host']}-{record['pid']}")
-        with contextlib.suppress(OSError):  # a read-only or missing folder: there is nothing to replace there
+        with contextlib.suppress(
+            OSError
+        ):  # a read-only or missing folder: there is nothing to replace there
             path.write_text(json.dumps(record))
     else:
         try:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as error:
             code = errno.errorcode.get(error.errno or 0, "")
-            raise ConfigError(f"cannot make the folder {folder}: {error.strerror} ({code})") from error
+            raise ConfigError(
+                f"cannot make the folder {folder}: {error.strerror} ({code})"
+            ) from error
         for _ in range(3):
             try:
                 fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
                 break
             except FileExistsError:
-                _refuse_if_live(path, target, beside, fix)  # else released meanwhile, or taken over: try again
+                _refuse_if_live(
+                    path, target, beside, fix
+                )  # else released meanwhile, or taken over: try again
         else:
-            raise RunInUseError(f"{target}: another launch is taking its lock ({path}) at the same time")
+            raise RunInUseError(
+                f"{target}: another launch is taking its lock ({path}) at the same time"
+            )
         try:
             with writing(path), os.fdopen(fd, "w") as file:
                 json.dump(record, file)
@@ -171,23 +204,29 @@ def readers(target: str | os.PathLike) -> list[str]:
 
 
 def _refuse_if_live(path: Path, target: Path, beside: bool, fix: str, shared: bool = False) -> None:
-    """Refuse if ``path`` (``target``'s lock, or a reader's record) names a live holder. A stale one a writer takes
-    over (a dead writer's lock with what it left, a dead reader's record); a reader leaves it to the next writer."""
+    """Refuse if ``path`` (``target``'s lock, or a reader's record) names a live holder. A stale
+    one a writer takes over (a dead writer's lock with what it left, a dead reader's record); a
+    reader leaves it to the next writer."""
     if (holder := _read(path)) is None:
         return
     if (reason := _stale_reason(holder, path)) is None:
         raise RunInUseError(
-            f"{'' if beside else 'run folder '}{target} is in use by another launch ({_describe(holder)}: "
-            f"{holder.get('command', '?')}); wait for it to end or stop it, {fix}. If it is gone, delete {path}"
+            f"{'' if beside else 'run folder '}{target} is in use by another launch "
+            f"({_describe(holder)}: "
+            f"{holder.get('command', '?')}); wait for it to end or stop it, {fix}. If it is gone, "
+            f"delete {path}"
         )
     if not shared and _take_over(path, holder) and ".read-" not in path.name:
-        logging.getLogger(__name__).info(f"run lock: taking over {path} from {_describe(holder)}: {reason}")
+        logging.getLogger(__name__).info(
+            f"run lock: taking over {path} from {_describe(holder)}: {reason}"
+        )
         if isinstance(pid := holder.get("pid"), int):
             remove_leftovers(target, pid, beside)
 
 
 def _take_over(path: Path, holder: dict) -> bool:
-    """Move a stale lock aside, unless another launch replaced it meanwhile (then it is put back)."""
+    """Move a stale lock aside, unless another launch replaced it meanwhile (then it is put
+    back)."""
     aside = path.with_name(f"{path.name}.stale-{os.getpid()}")
     try:
         os.replace(path, aside)

@@ -1,4 +1,5 @@
-"""The run's TensorBoard logger: Lightning's, without the ``epoch`` scalar (0 throughout a run's one streamed epoch)."""
+"""The run's TensorBoard logger: Lightning's, without the ``epoch`` scalar (0 throughout a run's
+one streamed epoch)."""
 
 from lightning.pytorch.loggers import TensorBoardLogger
 

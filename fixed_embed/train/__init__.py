@@ -1,1 +1,2 @@
-"""Training: the LightningModule, what a resume may change, and an experiment built from its config."""
+"""Training: the LightningModule, what a resume may change, and an experiment built from its
+config."""

@@ -1,4 +1,5 @@
-"""Analyses of trained models: identity probes, layer ablation, held-out token blocks (docs/controls.md)."""
+"""Analyses of trained models: identity probes, layer ablation, held-out token blocks
+(docs/controls.md)."""
 # ruff: noqa: F401  (re-exports)
 
 from fixed_embed.evaluation.analysis.ablation import layer_ablation

@@ -1,4 +1,5 @@
-"""Layer ablation: the loss rise when one block's output x + f(x) becomes x (``zero``) or x + mean(f(x)) (``mean``)."""
+"""Layer ablation: the loss rise when one block's output x + f(x) becomes x (``zero``) or x +
+mean(f(x)) (``mean``)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ def _loss(decoder: Decoder, blocks: torch.Tensor, batch_size: int) -> float:
     return sum(per_batch(decoder, blocks, batch_size, summed)) / blocks[:, 1:].numel()
 
 
-def layer_ablation(decoder: Decoder, blocks: torch.Tensor, mode: str = "zero", batch_size: int = 8) -> dict:
+def layer_ablation(
+    decoder: Decoder, blocks: torch.Tensor, mode: str = "zero", batch_size: int = 8
+) -> dict:
     """The intact loss and, per block, the loss with that block ablated; a JSON-ready dict."""
     if mode not in ("zero", "mean"):
         raise ValueError(f"mode must be 'zero' or 'mean', got {mode!r}")
@@ -32,7 +35,12 @@ def layer_ablation(decoder: Decoder, blocks: torch.Tensor, mode: str = "zero", b
         with block.register_forward_hook(ablate):  # removed on exit
             loss = _loss(decoder, blocks, batch_size)
         rows.append({"block": i, "loss": loss, "increase": loss - base})
-    return {"interface": type(decoder.interface).__name__, "mode": mode, "loss": base, "blocks": rows}
+    return {
+        "interface": type(decoder.interface).__name__,
+        "mode": mode,
+        "loss": base,
+        "blocks": rows,
+    }
 
 
 def plot_ablation(results: dict[str, dict], path: str) -> None:
