@@ -22,7 +22,7 @@ fit = $(BIN)/fixed-embed fit --config experiments/paper/$(1).yaml --config exper
 	--trainer.devices=$(GPUS) --trainer.num_nodes=$(NODES) --ckpt_path=last \
 	$(if $(DATA),--data.train=$(DATA)) $(if $(TOKENIZER),--data.tokenizer=$(TOKENIZER)) $(ARGS)
 
-.PHONY: help install test test-fast lint bench bench-core bench-data bench-loop bench-eval bench-memory bench-trace bench-gpu gpu-check demo rehearsal study study-gpu controls sweep-recodings tensorboard fit-learned fit-binary16 fit-gf2
+.PHONY: help install test test-fast lint size bench bench-core bench-data bench-loop bench-eval bench-memory bench-trace bench-gpu gpu-check demo rehearsal study study-gpu controls sweep-recodings tensorboard fit-learned fit-binary16 fit-gf2
 
 help:
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -48,7 +48,7 @@ test: install ## the whole test suite, as CI runs it (CPU, offline, <= 10 min on
 test-fast: install ## the inner loop: every in-process test, no subprocess or multi-rank run (<= 2.5 min)
 	$(BIN)/python -m pytest -q -ra $(test_jobs) -m "not slow" --durations=5
 
-lint: install ## ruff (rules, formatting), the layers' import contracts, the library's line budget (pyproject.toml)
+lint: install ## ruff (rules, formatting), the layers' import contracts, the code-token budgets (pyproject.toml)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
@@ -134,3 +134,6 @@ fit-gf2: install ## paper scale, GF(2)-recoded code (seed 12345)
 tensorboard: install ## watch logs/ in TensorBoard on 127.0.0.1:6006 (HOST=0.0.0.0 PORT=6010 to serve others)
 	@case "$(HOST)" in 127.*|localhost|::1) ;; *) echo "warning: HOST=$(HOST) serves every run's logs, configs and benchmark outputs, unauthenticated, to anyone who can reach this machine" >&2 ;; esac
 	$(BIN)/tensorboard --logdir logs --reload_multifile true --host $(HOST) --port $(PORT)
+
+size: install ## code tokens and lines per package of the library and experiments/ (the budgets: pyproject.toml)
+	$(BIN)/python -m tests.code_tokens

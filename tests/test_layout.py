@@ -1,13 +1,16 @@
-"""The tree's shape: the layers' import contracts (pyproject.toml), the library's line budget,
+"""The tree's shape: the layers' import contracts (pyproject.toml), the code-token budgets,
 files of at most 400 lines; the library never imports the ``fixed-embed`` command, whose modules
 are shells of one shape."""
 
 import ast
 from pathlib import Path
 
+import pytest
 import tomllib
 from importlinter import cli  # noqa: F401  (configures import-linter)
 from importlinter.application.use_cases import lint_imports
+
+from tests.code_tokens import code_tokens, tree_tokens
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = ROOT / "fixed_embed" / "cli"
@@ -59,21 +62,28 @@ def test_every_command_module_exposes_run_argv_and_no_library():
             assert [a.arg for a in run.args.args] == ["argv"], f"{path.name}: run must take (argv)"
 
 
-def library_lines() -> int:
-    files = [*(ROOT / "fixed_embed").rglob("*.py"), *(ROOT / "callbacks").rglob("*.py")]
-    return sum(len(path.read_text().splitlines()) for path in files)
+BUDGETS = {  # pyproject.toml [tool.fixed-embed] key -> the folders it holds
+    "library_tokens": ("fixed_embed", "callbacks"),
+    "experiments_tokens": ("experiments",),
+}
 
 
-def test_the_library_stays_within_its_line_budget():
-    budget = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["fixed-embed"][
-        "library_lines"
-    ]
-    lines = library_lines()
-    assert lines <= budget, (
-        f"fixed_embed/ + callbacks/ hold {lines:,} lines, over the budget of {budget:,} "
-        "(pyproject.toml "
-        "[tool.fixed-embed]): delete before you add"
+@pytest.mark.parametrize("key", BUDGETS)
+def test_the_library_and_experiments_stay_within_their_code_token_budgets(key):
+    budget = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["fixed-embed"][key]
+    tokens = tree_tokens(ROOT / folder for folder in BUDGETS[key])
+    assert tokens <= budget, (
+        f"{' + '.join(BUDGETS[key])} hold {tokens:,} code tokens, over the budget of {budget:,} "
+        f"(pyproject.toml [tool.fixed-embed] {key}): delete before you add"
     )
+
+
+def test_the_token_count_ignores_layout_comments_and_docstrings():
+    packed = 'def f(a, b):\n    """Doc."""\n    return g("x" "y", a, b)  # why\n'
+    wrapped = 'def f(\n    a,\n    b,\n):\n    return g(\n        "x"\n        "y",\n'
+    wrapped += "        a,\n        b,\n    )\n"
+    assert code_tokens(packed) == code_tokens(wrapped) == 17
+    assert code_tokens(packed + "x = 1\n") == 20
 
 
 def test_every_import_keeps_the_layer_contracts(capsys):
