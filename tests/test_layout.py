@@ -123,3 +123,8 @@ def test_every_package_and_root_module_of_the_library_has_a_layer():
     assert children <= named, (
         f"in no layer of pyproject.toml [tool.importlinter]: {sorted(children - named)}"
     )
+
+
+def test_the_readme_is_at_most_300_lines():
+    lines = len((ROOT / "README.md").read_text().splitlines())
+    assert lines <= 300, f"README.md is {lines} lines: move detail into docs/ (at most 300)"
