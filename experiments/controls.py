@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import argparse
 
-from experiments.executor import add_arguments
-from experiments.grid import launch
-from experiments.runs import ROOT, tiny_variants
+from experiments.launch.executor import ROOT, add_arguments
+from experiments.launch.grid import launch
+from experiments.plan.names import tiny_variants
 
 
 def main() -> None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from experiments.executor import add_arguments
-from experiments.grid import launch
-from experiments.runs import tiny_variants
+from experiments.launch.executor import add_arguments
+from experiments.launch.grid import launch
+from experiments.plan.names import tiny_variants
 
 
 def main() -> None:

@@ -25,8 +25,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from experiments.executor import LIVE, add_arguments, executor_for  # noqa: E402
-from experiments.runs import finished  # noqa: E402
+from experiments.launch.executor import LIVE, add_arguments, executor_for  # noqa: E402
+from experiments.launch.fit import finished  # noqa: E402
 from fixed_embed.atomic import atomic_write_text  # noqa: E402
 from fixed_embed.config import positive  # noqa: E402
 from fixed_embed.errors import UserError  # noqa: E402

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import argparse
 
-from experiments.executor import add_arguments
-from experiments.grid import launch
-from experiments.runs import ROOT
+from experiments.launch.executor import ROOT, add_arguments
+from experiments.launch.grid import launch
 
 
 def main() -> None:

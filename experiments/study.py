@@ -50,14 +50,14 @@ import sys
 from collections.abc import Collection
 from pathlib import Path
 
-from experiments.executor import add_arguments, executor_for
-from experiments.grid import run_all, status
-from experiments.runs import ROOT, merged_config, read_runs
-from experiments.study_estimate import CPU_RATE, GPU_RATE, estimate, wall_hours
-from experiments.study_plan import CONTROLS, PAPER
-from experiments.study_plan import run_name as name
-from experiments.study_report import render
-from experiments.study_stages import (
+from experiments.launch.executor import ROOT, add_arguments, executor_for
+from experiments.launch.fit import merged_config
+from experiments.launch.grid import run_all, status
+from experiments.launch.runs_file import read_runs
+from experiments.plan.estimate import CPU_RATE, GPU_RATE, estimate, wall_hours
+from experiments.plan.names import CONTROLS, PAPER
+from experiments.plan.names import run_name as name
+from experiments.plan.stages import (
     SMOKE,
     Scale,
     best_lrs,
@@ -71,6 +71,7 @@ from experiments.study_stages import (
     sweep_plan,
     swept,
 )
+from experiments.report.render import render
 
 STAGES = ("sweep", "resweep", "sizes", "length", "codebooks", "controls", "probe", "smollm2")
 V2_RUNS = ROOT / "docs" / "results" / "study-v2-runs.json"
@@ -93,7 +94,7 @@ def adopt(runs_file: Path, source: Path, plan: list[tuple], title: str) -> int:
     """Copy into ``runs_file`` the :func:`adoptable` rows of ``source``, each keeping its
     commit; the number copied. The same code trains the same run bit for bit on this machine
     (CPU, fixed seeds), so a copied row stands for the run it would be."""
-    from experiments.runs import write_rows
+    from experiments.launch.runs_file import write_rows
 
     mine = read_runs(runs_file)["runs"] if runs_file.is_file() else []
     copied = adoptable(source, plan, {row["name"] for row in mine})

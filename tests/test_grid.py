@@ -1,4 +1,4 @@
-"""A plan's runs as jobs (experiments/grid.py, experiments/executor.py): locally and on SLURM
+"""A plan's runs as jobs (experiments/launch/grid.py, executor.py): locally and on SLURM
 stand-ins, a launch killed mid-grid and started again, rows merged by one process, the settings
 the jobs ask for."""
 
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-import experiments.grid as grid
-import experiments.runs as runs
-from experiments.executor import LocalRuns, SlurmSettings, add_arguments, slurm_settings
+import experiments.launch.grid as grid
+from experiments.launch import fit, runs_file
+from experiments.launch.executor import LocalRuns, SlurmSettings, add_arguments, slurm_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "experiments" / "tiny"
@@ -52,7 +52,7 @@ def row(name, loss, extra=()):
 
 @pytest.fixture
 def fake_fits(monkeypatch):
-    """``runs.run`` replaced: each call recorded (name -> threads, evaluate, eval_device), its
+    """``fit.run`` replaced: each call recorded (name -> threads, evaluate, eval_device), its
     row returned."""
     seen = {}
 
@@ -60,14 +60,14 @@ def fake_fits(monkeypatch):
         seen[name] = (threads, evaluate, eval_device)
         return row(name, 1.0, extra)
 
-    monkeypatch.setattr(runs, "run", fake)
-    monkeypatch.setattr(runs, "_git_commit", lambda: "abc")
+    monkeypatch.setattr(fit, "run", fake)
+    monkeypatch.setattr(fit, "git_commit", lambda: "abc")
     return seen
 
 
 def test_a_partial_plan_keeps_earlier_rows_and_skips_finished_runs(tmp_path, fake_fits):
     out, logs = str(tmp_path / "out"), str(tmp_path / "logs")
-    runs.write_rows([row("a", 1.0), row("b", 2.0)], "T", out, commit="abc")
+    runs_file.write_rows([row("a", 1.0), row("b", 2.0)], "T", out, commit="abc")
     grid.run_all([("b", Path("c.yaml"), []), ("c", Path("c.yaml"), [])], logs, "T", out)
     assert list(fake_fits) == ["c"]  # b was finished
     assert [r["name"] for r in json.loads(Path(f"{out}.json").read_text())["runs"]] == [
@@ -79,7 +79,7 @@ def test_a_partial_plan_keeps_earlier_rows_and_skips_finished_runs(tmp_path, fak
 
 
 def test_parallel_jobs_keep_the_plan_order_and_split_the_cores(tmp_path, monkeypatch, fake_fits):
-    barrier, fake = threading.Barrier(2, timeout=10), runs.run
+    barrier, fake = threading.Barrier(2, timeout=10), fit.run
 
     def both_at_once(name, *args, **kwargs):
         if name in ("a", "b"):
@@ -87,7 +87,7 @@ def test_parallel_jobs_keep_the_plan_order_and_split_the_cores(tmp_path, monkeyp
         time.sleep(0.05 if name == "a" else 0)
         return fake(name, *args, **kwargs)
 
-    monkeypatch.setattr(runs, "run", both_at_once)
+    monkeypatch.setattr(fit, "run", both_at_once)
     monkeypatch.setattr(os, "cpu_count", lambda: 4)
     out = str(tmp_path / "out")
     plan = [(n, Path("c.yaml"), []) for n in ("a", "b", "c")]
@@ -106,14 +106,14 @@ def test_parallel_jobs_keep_the_plan_order_and_split_the_cores(tmp_path, monkeyp
 def test_a_failed_run_is_reported_once_and_stops_new_ones_keeping_finished_rows(
     tmp_path, monkeypatch, fake_fits
 ):
-    fake = runs.run
+    fake = fit.run
 
     def fails_on_b(name, *args, **kwargs):
         if name == "b":
             raise RuntimeError("fit exited with status 2; its log: logs/b/default/console.log")
         return fake(name, *args, **kwargs)
 
-    monkeypatch.setattr(runs, "run", fails_on_b)
+    monkeypatch.setattr(fit, "run", fails_on_b)
     out = str(tmp_path / "out")
     plan = [(n, Path("c.yaml"), []) for n in ("a", "b", "c", "d")]
     with pytest.raises(
@@ -126,8 +126,8 @@ def test_a_failed_run_is_reported_once_and_stops_new_ones_keeping_finished_rows(
 
 def test_a_finished_row_with_other_flags_is_refused_not_reused(tmp_path, monkeypatch):
     out, logs = str(tmp_path / "out"), tmp_path / "logs"
-    monkeypatch.setattr(runs, "run", lambda *args, **kwargs: pytest.fail("nothing may run"))
-    runs.write_rows([row("a", 1.0)], "T", out, commit="abc")
+    monkeypatch.setattr(fit, "run", lambda *args, **kwargs: pytest.fail("nothing may run"))
+    runs_file.write_rows([row("a", 1.0)], "T", out, commit="abc")
     with pytest.raises(
         ValueError, match=r"already has a run 'a' with flags \[\], not \['--data.train=x'\]"
     ):
@@ -142,8 +142,8 @@ def test_a_finished_row_with_other_flags_is_refused_not_reused(tmp_path, monkeyp
 
 def test_a_row_a_job_wrote_while_no_launch_merged_it_is_merged_not_rerun(tmp_path, monkeypatch):
     out, logs = str(tmp_path / "out"), tmp_path / "logs"
-    monkeypatch.setattr(runs, "run", lambda *args, **kwargs: pytest.fail("nothing may run"))
-    monkeypatch.setattr(runs, "_git_commit", lambda: "abc")
+    monkeypatch.setattr(fit, "run", lambda *args, **kwargs: pytest.fail("nothing may run"))
+    monkeypatch.setattr(fit, "git_commit", lambda: "abc")
     (logs / "a").mkdir(parents=True)
     (logs / "a" / grid.ROW).write_text(json.dumps(row("a", 1.5)))
     assert grid.run_all([("a", Path("c.yaml"), [])], str(logs), "T", out)[0]["val_loss"] == 1.5
@@ -152,7 +152,7 @@ def test_a_row_a_job_wrote_while_no_launch_merged_it_is_merged_not_rerun(tmp_pat
 
 def test_status_names_each_runs_state(tmp_path, monkeypatch):
     out, logs = str(tmp_path / "out"), tmp_path / "logs"
-    runs.write_rows([row("a", 1.0)], "T", out, commit="abc")
+    runs_file.write_rows([row("a", 1.0)], "T", out, commit="abc")
     (logs / "b").mkdir(parents=True)
     (logs / "b" / grid.ROW).write_text(json.dumps(row("b", 1.0)))
     (logs / "c" / "default" / "checkpoints").mkdir(parents=True)
@@ -226,7 +226,7 @@ def test_a_bad_slurm_setting_is_refused_in_one_line_naming_the_file_and_key(tmp_
 
 
 def test_the_wall_time_of_a_plan_waits_for_each_stage_and_fills_the_slots(monkeypatch):
-    import experiments.study_estimate as estimate
+    import experiments.plan.estimate as estimate
 
     hours = {"a": 4.0, "b": 3.0, "c": 2.0, "d": 1.0, "e": 5.0}
     monkeypatch.setattr(
@@ -263,7 +263,7 @@ def _saved_on_stop(console: Path) -> list[str]:
 
 
 def _updates(run_dir: Path) -> list[int]:
-    return [step for step, _ in runs.curves(run_dir, ("train/loss",))["train/loss"]]
+    return [step for step, _ in fit.curves(run_dir, ("train/loss",))["train/loss"]]
 
 
 @pytest.mark.slow
@@ -278,7 +278,7 @@ def test_a_local_grid_killed_mid_way_continues_every_run_exactly_once(tmp_path):
     ]
     script = (
         f"import sys; sys.path.insert(0, {str(ROOT)!r}); from pathlib import Path; import "
-        "experiments.grid as g; "
+        "experiments.launch.grid as g; "
         f"g.run_all([(n, Path(c), e) for n, c, e in {plan!r}], {str(logs)!r}, 'T', {str(out)!r}, "
         "jobs=2)"
     )
@@ -336,7 +336,7 @@ def test_a_local_grid_killed_mid_way_continues_every_run_exactly_once(tmp_path):
         ]
         == in_loop
     )
-    bench = runs.curves(run_dir, ("bench/fixed_embed_word_order/acc",))[
+    bench = fit.curves(run_dir, ("bench/fixed_embed_word_order/acc",))[
         "bench/fixed_embed_word_order/acc"
     ]
     scores: dict[

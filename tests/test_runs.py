@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-import experiments.runs as runs
+from experiments.launch import fit, runs_file
 
 
 def row(name, loss):
@@ -29,8 +29,8 @@ def test_seed_groups_and_summary_table(tmp_path):
         row("tiny/gf2-seed3", 6.1),
         row("beyond/x", 5.0),
     ]
-    assert runs.seed_groups(rows) == {"tiny/gf2": [6.0, 6.2, 6.1], "beyond/x": [5.0]}
-    runs.write_rows(rows, "T", str(tmp_path / "out"), commit="abc")
+    assert runs_file.seed_groups(rows) == {"tiny/gf2": [6.0, 6.2, 6.1], "beyond/x": [5.0]}
+    runs_file.write_rows(rows, "T", str(tmp_path / "out"), commit="abc")
     table = (tmp_path / "out.md").read_text()
     assert "| tiny/gf2 | 3 | 6.100 | 0.100 | 6.000 | 6.200 |" in table and "commit `abc`" in table
     assert json.loads((tmp_path / "out.json").read_text())["runs"] == rows
@@ -54,16 +54,16 @@ def test_a_resumed_run_says_so_and_records_the_commit_it_started_from(tmp_path, 
         b""
     )  # an earlier attempt's checkpoint (no last link)
     commits = iter(["at-start", "at-end"])
-    monkeypatch.setattr(runs, "_git_commit", lambda: next(commits))
-    monkeypatch.setattr(runs, "_code_changed", lambda: True)
-    monkeypatch.setattr(runs.subprocess, "Popen", FinishedFit)  # the fit itself
-    monkeypatch.setattr(runs, "finished", lambda d: True)
-    monkeypatch.setattr(runs, "curves", lambda d: {"val/loss": [[9, 2.0]]})
-    monkeypatch.setattr(runs, "tokens_seen", lambda d: 1000)
-    result = runs.run(name, runs.ROOT / "experiments" / "tiny" / "binary16.yaml", str(logs), [])
+    monkeypatch.setattr(fit, "git_commit", lambda: next(commits))
+    monkeypatch.setattr(fit, "code_changed", lambda: True)
+    monkeypatch.setattr(fit.subprocess, "Popen", FinishedFit)  # the fit itself
+    monkeypatch.setattr(fit, "finished", lambda d: True)
+    monkeypatch.setattr(fit, "curves", lambda d: {"val/loss": [[9, 2.0]]})
+    monkeypatch.setattr(fit, "tokens_seen", lambda d: 1000)
+    result = fit.run(name, fit.ROOT / "experiments" / "tiny" / "binary16.yaml", str(logs), [])
     assert (result["commit"], result["code_changed"], result["resumed"]) == ("at-start", True, True)
     assert result["tokens_per_sec"] is None  # the wall time covers the last attempt only
-    runs.write_rows([result], "T", str(tmp_path / "out"), commit="abc")
+    runs_file.write_rows([result], "T", str(tmp_path / "out"), commit="abc")
     assert (
         "| resumed | " in (tmp_path / "out.md").read_text()
         and "(last attempt)" in (tmp_path / "out.md").read_text()
@@ -78,7 +78,7 @@ def test_a_resumed_row_shows_no_rate_even_where_it_carries_one(tmp_path):
         "tokens_per_sec": 3373.0,
         "wall_seconds": 262.3,
     }
-    runs.write_rows([stale, row("m/learned", 5.18)], "T", str(tmp_path / "out"), commit="abc")
+    runs_file.write_rows([stale, row("m/learned", 5.18)], "T", str(tmp_path / "out"), commit="abc")
     table = (tmp_path / "out.md").read_text()
     assert (
         "| m/lowrank | 10 | 5.330 | 206.3 | resumed | 4.4 (last attempt) |" in table
@@ -91,14 +91,14 @@ def test_a_runs_file_changed_in_place_is_refused_in_one_line_naming_it(tmp_path)
     from tests.test_corrupt_contents import flip
 
     out = str(tmp_path / "out")
-    runs.write_rows([row("a", 1.0), row("b", 2.0)], "T", out, commit="abc")
+    runs_file.write_rows([row("a", 1.0), row("b", 2.0)], "T", out, commit="abc")
     flip(
         Path(f"{out}.json")
     )  # the same size, other bytes: a study must not resume from or render it
     with pytest.raises(
         SystemExit, match=rf"^cannot read the runs file {out}\.json \(\w+: [^\n]*\): restore it"
     ):
-        runs.read_runs(f"{out}.json")
+        runs_file.read_runs(f"{out}.json")
 
 
 def test_a_second_writer_of_a_runs_file_is_refused_naming_the_holder(tmp_path):
@@ -106,12 +106,12 @@ def test_a_second_writer_of_a_runs_file_is_refused_naming_the_holder(tmp_path):
     import os
 
     path = str(tmp_path / "out.json")
-    first = runs.hold(path)
-    runs.hold.cache_clear()  # as another process would: it does not hold the lock yet
+    first = runs_file.hold(path)
+    runs_file.hold.cache_clear()  # as another process would: it does not hold the lock yet
     with pytest.raises(
         SystemExit,
         match=rf"is in use by another launch \(pid {os.getpid()} .* or pass another --out",
     ):
-        runs.hold(path)
+        runs_file.hold(path)
     first.release()
     assert not list(tmp_path.iterdir())  # released: the lock file gone, nothing stray

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
+import experiments.plan.stages as stages
 import experiments.study as study
-import experiments.study_stages as stages
-from experiments.runs import merged_config
-from experiments.study_estimate import tokens_per_param
-from experiments.study_plan import CONTROLS, PAPER, non_embedding_params, run_name
-from experiments.study_results import parse
+from experiments.launch.fit import merged_config
+from experiments.plan.estimate import tokens_per_param
+from experiments.plan.names import CONTROLS, PAPER, non_embedding_params, run_name
+from experiments.report.results import parse
 from fixed_embed.evaluation.tasks import offline_data
 from tests.cli import run_cli
 

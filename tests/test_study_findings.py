@@ -1,4 +1,4 @@
-"""The study's findings by construction (experiments/study_findings.py, study_prose.py): every
+"""The study's findings by construction (experiments/report/findings.py, prose.py): every
 sentence that states a result is drawn from the runs file, its word chosen by rule, and the
 committed pages hold exactly what the runs give.
 
@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from experiments.study_findings import (
+from experiments.plan.names import parse_name
+from experiments.report.findings import (
     ESTABLISHED,
     NOT,
     SIGN,
@@ -23,9 +24,8 @@ from experiments.study_findings import (
     sensitivity,
     word,
 )
-from experiments.study_plan import parse_name
-from experiments.study_prose import BLOCKS, begin, bodies, findings, splice, stale
-from experiments.study_results import Study
+from experiments.report.prose import BLOCKS, begin, bodies, findings, splice, stale
+from experiments.report.results import Study
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = ROOT / "docs" / "results" / "study-v3-runs.json"

@@ -1,5 +1,5 @@
-"""The study's run names: what the runner (study.py, its plan study_stages.py) writes, the report
-(study_report.py, its runs index study_results.py) reads back."""
+"""The study's run names: what the runner (study.py, its plan plan/stages.py) writes, the report
+(report/render.py, its runs index report/results.py) reads back."""
 
 import json
 import subprocess
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-import experiments.study_plan as plan
-import experiments.study_results as results
-import experiments.study_stages as stages
+import experiments.plan.names as plan
+import experiments.plan.stages as stages
+import experiments.report.results as results
 
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = (*plan.PAPER, *plan.CONTROLS)

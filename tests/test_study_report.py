@@ -1,5 +1,5 @@
-"""The study's report (study_report.py, its runs index study_results.py) and its statistics
-(study_stats.py), from runs files alone."""
+"""The study's report (report/render.py, its runs index report/results.py) and its statistics
+(report/stats.py), from runs files alone."""
 
 import json
 import math
@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-import experiments.study_report as report
-from experiments.study_plan import PAPER, parse_name
-from experiments.study_results import TEST, WORD_PPL, Study
-from experiments.study_stats import Paired, holm, paired, slope_fit
+import experiments.report.render as report
+from experiments.plan.names import PAPER, parse_name
+from experiments.report.results import TEST, WORD_PPL, Study
+from experiments.report.stats import Paired, holm, paired, slope_fit
 
 ROOT = Path(__file__).resolve().parents[1]
 RATIO = 0.245959  # WikiText-2 bits/byte per ln(word ppl) in these made-up rows
@@ -348,7 +348,7 @@ def test_a_size_swept_again_at_a_longer_length_gives_its_best_to_the_lengths_nea
 
 
 def test_the_adoption_check_is_printed_from_its_record():
-    from experiments.study_adoption import check_lines, compare
+    from experiments.report.adoption import check_lines, compare
 
     adopted = _row("bpe8k-s/gf2-lr0.003-seed1", 2.5, 3.6) | {
         "commit": "a" * 40,

@@ -1,8 +1,8 @@
-"""The study's findings as text, drawn from the runs file alone (study_findings.py chooses every
+"""The study's findings as text, drawn from the runs file alone (findings.py chooses every
 word).
 
 Two blocks: the findings of ``docs/results/README.md`` and the results paragraph of
-``README.md``. Each sits between markers in its page; ``--render`` (study_report.render)
+``README.md``. Each sits between markers in its page; ``--render`` (render.render)
 rewrites what is between them and nothing else, and tests/test_study_findings.py redraws both
 and compares them byte for byte with the committed pages, so a hand edit inside a block fails.
 Text outside the markers is hand-written and states no result.
@@ -14,7 +14,8 @@ import math
 import statistics
 from pathlib import Path
 
-from experiments.study_findings import (
+from experiments.plan.names import CONTROLS
+from experiments.report.findings import (
     FAMILY,
     VOCABULARY,
     Claim,
@@ -24,9 +25,8 @@ from experiments.study_findings import (
     series,
     word,
 )
-from experiments.study_plan import CONTROLS
-from experiments.study_results import GAPS, SPLITS, Study, non_embedding, updates
-from experiments.study_tables import codebook_note
+from experiments.report.results import GAPS, SPLITS, Study, non_embedding, updates
+from experiments.report.tables import codebook_note
 from fixed_embed.atomic import atomic_write_text
 
 # The sessions that trained the study's own rows, each by the commits its rows name (a resumed row

@@ -1,4 +1,4 @@
-"""A plan's runs as jobs (experiments/executor.py), their rows merged into one runs file by this
+"""A plan's runs as jobs (executor.py), their rows merged into one runs file by this
 launch alone.
 
 A run's job fits it (``--ckpt_path last``: from its checkpoint when it has one) and writes its
@@ -22,8 +22,15 @@ from typing import Any
 import submitit
 from rich.console import Console
 
-import experiments.runs as runs
-from experiments.executor import LIVE, STOPPING, LocalRuns, SlurmRuns, executor_for, stop_fits
+from experiments.launch import fit, runs_file
+from experiments.launch.executor import (
+    LIVE,
+    STOPPING,
+    LocalRuns,
+    SlurmRuns,
+    executor_for,
+    stop_fits,
+)
 from fixed_embed.atomic import atomic_write_text
 from fixed_embed.config import DEFAULT_RUN
 from fixed_embed.run.lock import LOCK_NAME, RunInUseError, acquire
@@ -73,7 +80,7 @@ class FitJob(submitit.helpers.Checkpointable):
         threads: int | None,
     ) -> str:
         _wait_for(Path(logs) / name / DEFAULT_RUN)
-        row = runs.run(
+        row = fit.run(
             name, config, logs, extra, threads=threads, evaluate=evaluate, eval_device=eval_device
         )
         if row is None:
@@ -126,11 +133,11 @@ def run_all(
     executor = executor or LocalRuns(jobs)
     done: dict[str, dict] = {}
     if out:
-        runs.hold(
+        runs_file.hold(
             f"{out}.json"
         )  # before any job: a second launch on this --out would train the same rows
         if Path(f"{out}.json").is_file():
-            done = {row["name"]: row for row in runs.read_runs(f"{out}.json")["runs"]}
+            done = {row["name"]: row for row in runs_file.read_runs(f"{out}.json")["runs"]}
     planned = {name: extra for name, _, extra in plan}
     kept = [
         row for name, row in done.items() if name not in planned
@@ -151,7 +158,9 @@ def run_all(
 
     def save() -> None:
         if out:
-            runs.write_rows(kept + [rows[name] for name in planned if name in rows], title, out)
+            runs_file.write_rows(
+                kept + [rows[name] for name in planned if name in rows], title, out
+            )
 
     if merged:
         save()
@@ -214,7 +223,7 @@ def run_all(
             )
         )
     ordered = [rows[name] for name in planned]
-    Console(width=150).print(runs.table(ordered, title))
+    Console(width=150).print(runs_file.table(ordered, title))
     return ordered
 
 
@@ -239,7 +248,7 @@ def status(
     or not started."""
     finished = set()
     if out and Path(f"{out}.json").is_file():
-        finished = {row["name"] for row in runs.read_runs(f"{out}.json")["runs"]}
+        finished = {row["name"] for row in runs_file.read_runs(f"{out}.json")["runs"]}
     records, lines, counts = _records(out), [], {}
     for name, _, _ in plan:
         record, run_dir = records.get(name, {}), Path(logs) / name / DEFAULT_RUN
@@ -266,7 +275,7 @@ def status(
 def launch(
     plan: list[tuple], logs: str, title: str, out: str | None, args: Any, **options: Any
 ) -> list[dict]:
-    """A runner's plan on the executor its flags chose (experiments/executor.py), or its
+    """A runner's plan on the executor its flags chose (executor.py), or its
     ``--status``."""
     executor = executor_for(args, Path(logs) / "jobs")
     if args.status:

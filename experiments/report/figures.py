@@ -1,4 +1,4 @@
-"""The study report's figures (study_report.py names them): the sweep, the gaps by size and by
+"""The study report's figures (render.py names them): the sweep, the gaps by size and by
 length, the validation curves and the controls, each written whole or not at all."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import matplotlib.pyplot as plt
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, NullLocator
 
-from experiments.study_plan import CONTROLS, LABELS, PAPER
-from experiments.study_results import GAPS, SPLITS, Study, non_embedding, updates
+from experiments.plan.names import CONTROLS, LABELS, PAPER
+from experiments.report.results import GAPS, SPLITS, Study, non_embedding, updates
 from fixed_embed.atomic import atomic_path
 
 COLORS = {

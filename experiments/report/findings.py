@@ -1,4 +1,4 @@
-"""The study's claims as tests, and the word each one earns by rule (study_prose.py writes them
+"""The study's claims as tests, and the word each one earns by rule (prose.py writes them
 out).
 
 Every difference and slope the report states is a :class:`Claim`: its estimate, its 95 %
@@ -14,9 +14,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from experiments.study_plan import CONTROLS, PAPER
-from experiments.study_results import GAPS, SPLITS, Study, _config, non_embedding, parse, updates
-from experiments.study_stats import holm, paired, slope_fit, slope_p
+from experiments.plan.names import CONTROLS, PAPER
+from experiments.report.results import GAPS, SPLITS, Study, _config, non_embedding, parse, updates
+from experiments.report.stats import holm, paired, slope_fit, slope_p
 
 ESTABLISHED, SIGN, NOT = (
     "established",

@@ -1,5 +1,5 @@
 """The study's runs file, indexed for its report: a run's configs, its value on each split, the
-rate a variant is compared at and its runs there (study_report.py draws the tables and figures
+rate a variant is compared at and its runs there (render.py draws the tables and figures
 from it).
 
 Two splits: **val** (validation bits/byte over the 9 held-out books) chooses every learning rate;
@@ -15,8 +15,9 @@ import math
 import statistics
 from functools import cache
 
-from experiments.runs import ROOT, merged_config
-from experiments.study_plan import (
+from experiments.launch.executor import ROOT
+from experiments.launch.fit import merged_config
+from experiments.plan.names import (
     CONTROLS,
     METRIC,
     PAPER,
@@ -25,7 +26,7 @@ from experiments.study_plan import (
     parse_name,
     widened,
 )
-from experiments.study_stats import Paired, paired
+from experiments.report.stats import Paired, paired
 
 TEST = "wikitext2_local|bits_per_byte|0"
 WORD_PPL = "wikitext2_local|word_perplexity|0"
@@ -143,7 +144,7 @@ class Study:
     def chosen_at(self, tok: str, size: str, steps: int | None) -> int | None:
         """The sweep whose best rates a run of ``steps`` updates uses: the swept length nearest
         it in log updates, the size's own on a tie or where none ran. The study ran each length
-        at the nearest sweep's rates (study_stages' ``length_rate``); a length that then also
+        at the nearest sweep's rates (plan/stages.py's ``length_rate``); a length that then also
         ran at another rate is a sweep of its own, and its best on seed 1 is used there, as at
         every sweep."""
         own = self.own_updates(tok, size)

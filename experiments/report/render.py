@@ -3,10 +3,10 @@
 Every number comes from ``OUT-runs.json``: a row per run with its validation bits per byte, its
 lm-eval scores, its wall time and its logged curves. Nothing is read from ``logs/``, so the
 report can be redrawn on any machine from the committed file (``--render``). The runs are
-indexed by study_results.py, the tables drawn by study_tables.py and the figures by
-study_figures.py; this file puts them in order. The claims and their words come from
-study_findings.py (one declared Holm family, one rule); rendering the committed report also
-redraws the findings blocks of docs/results/README.md and README.md (study_prose.py), between
+indexed by results.py, the tables drawn by tables.py and the figures by
+figures.py; this file puts them in order. The claims and their words come from
+findings.py (one declared Holm family, one rule); rendering the committed report also
+redraws the findings blocks of docs/results/README.md and README.md (prose.py), between
 their markers.
 """
 
@@ -15,14 +15,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from experiments.study_adoption import check_lines
-from experiments.study_figures import plot_controls, plot_curves, plot_gaps, plot_sweep
-from experiments.study_findings import family
-from experiments.study_findings import series as fit_series
-from experiments.study_plan import CONTROLS
-from experiments.study_prose import bodies, write_pages
-from experiments.study_results import Study, non_embedding, parse, validation_set
-from experiments.study_tables import (
+from experiments.plan.names import CONTROLS
+from experiments.report.adoption import check_lines
+from experiments.report.figures import plot_controls, plot_curves, plot_gaps, plot_sweep
+from experiments.report.findings import family
+from experiments.report.findings import series as fit_series
+from experiments.report.prose import bodies, write_pages
+from experiments.report.results import Study, non_embedding, parse, validation_set
+from experiments.report.tables import (
     codebook_lines,
     codebook_note,
     control_lines,

@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Collection
 from pathlib import Path
 
-from experiments.runs import merged_config
-from experiments.study_plan import non_embedding_params, widened
-from experiments.study_stages import STEPS_FLAG
+from experiments.launch.fit import merged_config
+from experiments.plan.names import non_embedding_params, widened
+from experiments.plan.stages import STEPS_FLAG
 
 # Training FLOP/s for --estimate. GPU: 40 % of an H200's 989 dense bf16 TFLOP/s (make gpu-check
 # measured 39.6 % MFU for the paper's 1.7B binary16 step, compile+ac, on an H200, 2026-12-04). CPU:

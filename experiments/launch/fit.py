@@ -1,41 +1,24 @@
-"""Run experiment configs one after another, each `fixed-embed fit` in its own process, and
-tabulate them.
-
-Used by `make demo`, `make controls` and `make sweep-recodings`. A run's row (final validation loss
-and perplexity, trainable parameters, wall time, tokens/s, its log folder and exact arguments) is
-read back from its TensorBoard events. With ``--out``, rows go to ``OUT.json`` after every run
-(completed runs are skipped when the command is repeated, so a long sweep resumes) and the table
-to ``OUT.md`` with the git commit that produced it. ``jobs`` runs several fits at once, the cores
-split between them (on 2 cores, two 1-thread fits train ~7 % more tokens/s than one 2-thread fit
-and overlap each other's start-up and evaluation). With ``evaluate``, a suite of
-``fixed_embed.evaluation.suite`` scores each run's final checkpoint and its scores join the row.
+"""The fit of one run: `fixed-embed fit` in its own process, and the run's row read back from its
+TensorBoard events (final validation loss and perplexity, trainable parameters, wall time,
+tokens/s, its log folder, exact arguments and commit). With ``evaluate``, a suite of
+``fixed_embed.evaluation.suite`` scores the run's final checkpoint and its scores join the row.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import os
-import re
 import signal
-import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from rich.table import Table
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from experiments.executor import ended, started
-from fixed_embed.atomic import atomic_write_text
-from fixed_embed.errors import UserError
-from fixed_embed.run.lock import RunLock, acquire
-
-ROOT = Path(__file__).resolve().parents[1]
-
+from experiments.launch.executor import ROOT, ended, started
 
 CURVES = (
     "train/loss",
@@ -96,8 +79,8 @@ def run(
     """
     from fixed_embed.config import DEFAULT_RUN
     from fixed_embed.errors import CheckpointError
-    from fixed_embed.run.resume_plan import choose_checkpoint
     from fixed_embed.train.experiment import build_model
+    from fixed_embed.train.resume import choose_checkpoint
 
     configs = [config] if isinstance(config, Path) else list(config)
     # A fit is one task that starts its own ranks: with SLURM_NTASKS set (a SLURM job, an
@@ -124,15 +107,15 @@ def run(
     run_dir = Path(logs) / name / DEFAULT_RUN
     # The code the run starts from, and whether a checkpoint of an earlier attempt is resumed (its
     # wall time and tokens/s then cover this attempt only).
-    commit, dirty = _git_commit(), _code_changed()
-    # what fit's --ckpt_path last resumes (one rule: fixed_embed.run.resume_plan.choose_checkpoint)
+    commit, dirty = git_commit(), code_changed()
+    # what fit's --ckpt_path last resumes (one rule: fixed_embed.train.resume.choose_checkpoint)
     try:
         resumed = choose_checkpoint(run_dir / "checkpoints")[0] is not None
     except CheckpointError:  # a stale last.ckpt: there is a run, and the fit says why it refuses it
         resumed = True
     start = time.perf_counter()
     # The fit starts with SIGUSR2 blocked: SLURM's warning before a time limit reaches every
-    # process of a job, and is the job's (experiments/grid.py FitJob), which stops the fit with
+    # process of a job, and is the job's (grid.py FitJob), which stops the fit with
     # SIGTERM once, as it should be. In a process group of its own: Ctrl-C reaches the launch
     # alone, which stops its fits with SIGTERM (they save).
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR2})
@@ -195,7 +178,7 @@ def finished(run_dir: Path) -> bool:
     stopped early by SIGTERM exits 0 as well, after saving)."""
     import yaml
 
-    from fixed_embed.run.resume_plan import read_checkpoint
+    from fixed_embed.train.resume import read_checkpoint
 
     steps = (yaml.safe_load((run_dir / "config.yaml").read_text()).get("trainer") or {}).get(
         "max_steps"
@@ -234,60 +217,13 @@ def evaluate_run(
     return results["scores"], {key: results[key] for key in ("checkpoint", "update")}
 
 
-def tiny_variants(extra: list[str]) -> list[tuple[str, Path, list[str]]]:
-    """The plan for the paper's three variants at tiny scale."""
-    return [
-        (f"tiny/{v}", ROOT / "experiments" / "tiny" / f"{v}.yaml", extra)
-        for v in ("learned", "binary16", "gf2")
-    ]
-
-
-def _rate(row: dict) -> str:
-    """Tokens per wall second; none for a resumed run, whose wall time covers its last attempt only.
-
-    Its ``tokens_seen`` is the whole run's, and the tokens of the last attempt are not recorded,
-    so neither the run's rate nor the last attempt's is known: a resumed row shows no number
-    even where it carries one.
-    """
-    if row.get("resumed") or row.get("tokens_per_sec") is None:
-        return "resumed"
-    return f"{row['tokens_per_sec']:,.0f}"
-
-
-def _wall(row: dict) -> str:
-    return f"{row['wall_seconds'] / 60:.1f}" + (" (last attempt)" if row.get("resumed") else "")
-
-
-def table(rows: list[dict], title: str) -> Table:
-    result = Table(title=title)
-    for column in (
-        "run",
-        "trainable params",
-        "final val loss",
-        "val ppl",
-        "tokens/s (wall)",
-        "wall",
-    ):
-        result.add_column(column, justify="left" if column == "run" else "right")
-    for r in rows:
-        result.add_row(
-            r["name"],
-            f"{r['trainable_params']:,}",
-            f"{r['val_loss']:.3f}",
-            f"{r['val_ppl']:.1f}",
-            _rate(r),
-            f"{_wall(r)} min",
-        )
-    return result
-
-
-def _git_commit() -> str:
+def git_commit() -> str:
     return subprocess.run(
         ["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT
     ).stdout.strip()
 
 
-def _code_changed() -> bool:
+def code_changed() -> bool:
     """Whether the code or configs differ from the commit (results files written by a running
     study do not count)."""
     paths = ["fixed_embed", "callbacks", "experiments", "pyproject.toml"]
@@ -295,83 +231,3 @@ def _code_changed() -> bool:
         ["git", "status", "--porcelain", "--", *paths], capture_output=True, text=True, cwd=ROOT
     )
     return bool(status.stdout.strip())
-
-
-def read_runs(path: str | Path) -> dict:
-    """A runs file (``{title, commit, runs}``), or a one-line refusal naming it: a study resumes
-    from its rows, skips the runs they hold and renders its report from them, so a file it
-    cannot read must stop it."""
-    try:
-        data = json.loads(Path(path).read_text())
-        if not isinstance(data, dict) or not all(isinstance(row, dict) for row in data["runs"]):
-            raise ValueError("not a {title, commit, runs: [row, ...]} object")
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        reason = " ".join(str(error).split())[:200]
-        raise SystemExit(
-            f"cannot read the runs file {path} ({type(error).__name__}: {reason}): restore it "
-            f"(git checkout -- {path}) or move it away to rerun its runs"
-        ) from None
-    return data
-
-
-# held until this process exits, whatever number of run_all / write_rows calls it makes
-@functools.cache
-def hold(runs_file: str) -> RunLock:
-    """One writer per runs file: this process, or a one-line refusal naming the live holder."""
-    try:
-        return acquire(Path(runs_file), "or pass another --out", beside=True)
-    except UserError as error:
-        raise SystemExit(str(error)) from None
-
-
-def write_rows(rows: list[dict], title: str, out: str, commit: str | None = None) -> None:
-    hold(f"{out}.json")
-    commit = commit or _git_commit()
-    # a reader (or the next launch, after a kill) never sees half a runs file: it resumes from it
-    atomic_write_text(
-        f"{out}.json", json.dumps({"title": title, "commit": commit, "runs": rows}, indent=2) + "\n"
-    )
-    note = "one `fixed-embed fit` per row; the JSON has each row's flags (`extra`) and commit"
-    lines = [
-        f"# {title}",
-        "",
-        f"commit `{commit}`; {note}.",
-        "",
-        "| run | trainable params | final val loss | val ppl | tokens/s | wall (min) |",
-        "|---|---:|---:|---:|---:|---:|",
-    ]
-    for r in rows:
-        lines.append(
-            f"| {r['name']} | {r['trainable_params']:,} | {r['val_loss']:.3f} | {r['val_ppl']:.1f} "
-            "| "
-            f"{_rate(r)} | {_wall(r)} |"
-        )
-    groups = seed_groups(rows)
-    if any(len(losses) > 1 for losses in groups.values()):
-        lines += [
-            "",
-            "Over training seeds (runs named `NAME` and `NAME-seedS`): mean ± sample sd.",
-            "",
-            "| run | seeds | val loss mean | sd | min | max |",
-            "|---|---:|---:|---:|---:|---:|",
-        ]
-        for name, losses in groups.items():
-            sd = statistics.stdev(losses) if len(losses) > 1 else float("nan")
-            lines.append(
-                f"| {name} | {len(losses)} | {statistics.mean(losses):.3f} | {sd:.3f} | "
-                f"{min(losses):.3f} | {max(losses):.3f} |"
-            )
-    Path(f"{out}.md").write_text("\n".join(lines) + "\n")
-
-
-def seed_groups(rows: list[dict]) -> dict[str, list[float]]:
-    """Final validation losses grouped by run name without its ``-seedS`` suffix."""
-    groups: dict[str, list[float]] = {}
-    for r in rows:
-        groups.setdefault(re.sub(r"-seed\d+$", "", r["name"]), []).append(r["val_loss"])
-    return groups
-
-
-if __name__ == "__main__":  # re-render OUT.md from OUT.json: python experiments/runs.py OUT
-    data = read_runs(f"{sys.argv[1]}.json")
-    write_rows(data["runs"], data["title"], sys.argv[1], commit=data["commit"])

@@ -25,7 +25,7 @@ import yaml
 from fixed_embed.config import positive, read_yaml
 from fixed_embed.errors import UserError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SLURM_DEFAULTS = ROOT / "experiments" / "slurm" / "jobs.yaml"
 LIVE = (
     "PENDING",

@@ -1,4 +1,4 @@
-"""The study report's tables (study_report.py puts them in order): the sweep, the gaps by size and
+"""The study report's tables (render.py puts them in order): the sweep, the gaps by size and
 length with their slopes, the codebook spread, the controls and the paired tests.
 
 "mean ± sd" is the sample sd over seeds; a 95 % interval is the t interval of the mean.
@@ -10,10 +10,10 @@ import math
 import statistics
 from collections.abc import Sequence
 
-from experiments.study_findings import VOCABULARY, slope_label, word
-from experiments.study_plan import CODED, CONTROLS, LABELS, PAPER
-from experiments.study_results import GAPS, SPLITS, Study, non_embedding, parse, updates
-from experiments.study_stats import Paired, paired, slope_fit
+from experiments.plan.names import CODED, CONTROLS, LABELS, PAPER
+from experiments.report.findings import VOCABULARY, slope_label, word
+from experiments.report.results import GAPS, SPLITS, Study, non_embedding, parse, updates
+from experiments.report.stats import Paired, paired, slope_fit
 
 SCORES = [  # (column key, title, scale, decimals)
     ("gutenberg_ppl|bits_per_byte|0", "lm-eval books bits/byte", 1.0, 3),
@@ -236,7 +236,7 @@ def fit_lines(
     claims: dict | None = None,
 ) -> list[str]:
     """The slope of each gap per decade of ``x`` (non-embedding parameters or tokens), with its
-    interval, and, where ``claims`` (study_findings.family) holds the series ``name``, its Holm
+    interval, and, where ``claims`` (findings.family) holds the series ``name``, its Holm
     p and word."""
     lines = []
     for split in SPLITS:
@@ -397,7 +397,7 @@ def control_lines(study: Study, tok: str, size: str, corrected: dict[str, float]
 
 
 def test_lines(claims: dict) -> list[str]:
-    """The declared family (study_findings.family: label -> (claim, Holm p)), every test with
+    """The declared family (findings.family: label -> (claim, Holm p)), every test with
     its word."""
     tested = {label: cp for label, cp in claims.items() if not math.isnan(cp[1])}
     kinds = [c.kind for c, _ in tested.values()]

@@ -7,9 +7,10 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from experiments.runs import ROOT, merged_config
-from experiments.study_plan import CONTROLS, METRIC, NAME, PAPER, SIZES, WIDTH_FLAG, parse_name
-from experiments.study_plan import run_name as name
+from experiments.launch.executor import ROOT
+from experiments.launch.fit import merged_config
+from experiments.plan.names import CONTROLS, METRIC, NAME, PAPER, SIZES, WIDTH_FLAG, parse_name
+from experiments.plan.names import run_name as name
 
 STUDY = ROOT / "experiments" / "study"
 # Peak rates the sweep may use: 1-2-3-5 steps, so a best rate is known to within a factor of ~1.6.

@@ -1,5 +1,5 @@
 """What the study (study.py) runs and how it names its runs, for the runner and its report
-(study_report.py).
+(report/render.py).
 
 The report reads nothing but the runs file, and finds a run's tokenizer, size, variant, rate and
 seed in its name. Both sides take the variants, sizes, metric and the name's format from here, so a
@@ -9,6 +9,9 @@ name the runner writes is always one the report can read (tests/test_study_names
 from __future__ import annotations
 
 import re
+from pathlib import Path
+
+from experiments.launch.executor import ROOT
 
 PAPER = ("learned", "binary16", "gf2")
 # control -> the paper variant whose best learning rate it trains at
@@ -97,3 +100,8 @@ def non_embedding_params(decoder: dict) -> int:
     """Parameters of the blocks and final norm (SwiGLU, bias-free, RMSNorm weights)."""
     d, layers, ffn = decoder["d_model"], decoder["n_layers"], decoder["ffn_dim"]
     return layers * (4 * d * d + 3 * d * ffn + 2 * d) + d
+
+
+def tiny_variants(extra: list[str]) -> list[tuple[str, Path, list[str]]]:
+    """The plan for the paper's three variants at tiny scale (`make demo`, `make controls`)."""
+    return [(f"tiny/{v}", ROOT / "experiments" / "tiny" / f"{v}.yaml", extra) for v in PAPER]

@@ -2,8 +2,8 @@
 (study.py's ``adopt``), which stands only if the code v3 runs at trains them to the same
 numbers. This retrains two adopted rows (S, 108 updates: one fixed code, one learned table; one
 from each v2 commit) at the current code and records both rows' numbers and commits in
-docs/results/study-v3-adoption.json, which the report prints (study_report.py). `python
-experiments/study_adoption.py` (~1.5 min a run on one core).
+docs/results/study-v3-adoption.json, which the report prints (render.py). `python
+experiments/report/adoption.py` (~1.5 min a run on one core).
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 import sys
 
-from experiments.runs import ROOT, run
+from experiments.launch.executor import ROOT
+from experiments.launch.fit import run
 
 CHECKED = ("bpe8k-s/gf2-lr0.003-seed1", "bpe8k-s/learned-lr0.003-seed2")
 RECORD = ROOT / "docs" / "results" / "study-v3-adoption.json"
@@ -66,7 +67,7 @@ def _pick(numbers_: dict, keys: list[str]) -> dict:
 
 
 def check_lines(record: dict, source: str) -> list[str]:
-    """The report's account of the check (study_report.py), from ``record`` (the file
+    """The report's account of the check (render.py), from ``record`` (the file
     ``source``)."""
     checks = record["checks"]
     lines = [

@@ -1,0 +1,1 @@
+"""What the runners run: the study's run names, its stages and their cost, the tiny variants."""

@@ -1,0 +1,1 @@
+"""The study's report, drawn from its runs file alone: stats, findings, tables, figures, prose."""
