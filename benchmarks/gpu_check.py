@@ -93,9 +93,8 @@ def override(device: str, data: Path | None = None) -> dict:
         },
     }
     vocab = 8192
-    if (
-        data is not None
-    ):  # the shards carry their tokenizer (the paper's SmolLM2 one for make shards-sample)
+    # the shards carry their tokenizer (the paper's SmolLM2 one for make shards-sample)
+    if data is not None:
         from fixed_embed.data.token_shards import TokenShards
         from fixed_embed.data.tokenizer import load_tokenizer
 
@@ -146,9 +145,13 @@ def recompiles(text: str, folder: Path) -> int:
     return sum(chunk.count("Recompiling function") for chunk in logs)
 
 
+def record(checks: list, name: str, ok: bool, detail: str = "") -> None:
+    checks.append({"check": name, "ok": bool(ok), "detail": detail})
+
+
 def check_fit(strategy: str, device: str, out: Path, checks: list, report: dict) -> None:
     def check(name: str, ok: bool, detail: str = "") -> None:
-        checks.append({"check": f"fit {strategy}: {name}", "ok": bool(ok), "detail": detail})
+        record(checks, f"fit {strategy}: {name}", ok, detail)
 
     logs = out / "fit" / strategy
     extra = out / f"override-{device}.yaml"
@@ -173,9 +176,7 @@ def check_fit(strategy: str, device: str, out: Path, checks: list, report: dict)
     base = logs / "paper" / "gf2"
     reference, resumed = scalars(base / "reference"), scalars(base / "preempted")
     ref_loss, loss = reference.get("train/loss", []), resumed.get("train/loss", [])
-    tol = (
-        1e-3 if device == "cuda" else 1e-5
-    )  # bf16 kernels are not bit-reproducible across launches
+    tol = 1e-3 if device == "cuda" else 1e-5  # bf16 kernels are not bit-reproducible
     same = len(loss) == len(ref_loss) == STEPS and all(
         math.isclose(a, b, rel_tol=tol) for (_, a), (_, b) in zip(loss, ref_loss, strict=True)
     )
@@ -210,54 +211,20 @@ def check_fit(strategy: str, device: str, out: Path, checks: list, report: dict)
         "no recompiles (validation and the benchmark run eager)", n == 0, f"{n} 'Recompiling' lines"
     )
     report["fits"][strategy] = {"losses": loss, "reference_losses": ref_loss, **perf}
-    for run in (
-        "reference",
-        "preempted",
-    ):  # ~20 GB each at the paper's size: two strategies' would fill a 64 GB disk
+    # ~20 GB each at the paper's size: two strategies' would fill a 64 GB disk
+    for run in ("reference", "preempted"):
         shutil.rmtree(base / run / "checkpoints", ignore_errors=True)
 
 
 def check_bench(device: str, out: Path, checks: list, report: dict) -> None:
     rows_path = out / "bench.json"
-    argv = [
-        sys.executable,
-        str(ROOT / "benchmarks" / "gpu.py"),
-        "--variants",
-        "binary16",
-        "--out",
-        str(rows_path),
-    ]
-    if device == "cuda":
-        argv += [
-            "--modes",
-            "eager",
-            "compile+ac",
-            "--batch",
-            "4",
-            "--steps",
-            "3",
-            "--warmup",
-            "2",
-            "--accumulate",
-            "2",
-        ]
-    else:  # the tiny config; compile off (inductor's C++ build takes minutes on CPU)
-        argv += [
-            "--modes",
-            "eager",
-            "ac",
-            "--tiny",
-            "--device",
-            "cpu",
-            "--batch",
-            "1",
-            "--steps",
-            "1",
-            "--warmup",
-            "1",
-            "--accumulate",
-            "2",
-        ]
+    cuda = device == "cuda"
+    batch, steps, warmup = (4, 3, 2) if cuda else (1, 1, 1)
+    argv = [sys.executable, str(ROOT / "benchmarks" / "gpu.py"), f"--out={rows_path}"]
+    argv += [f"--batch={batch}", f"--steps={steps}", f"--warmup={warmup}", "--accumulate=2"]
+    argv += ["--variants", "binary16", "--modes", "eager", "compile+ac" if cuda else "ac"]
+    if not cuda:  # the tiny config; compile off (inductor's C++ build takes minutes on CPU)
+        argv += ["--tiny", "--device=cpu"]
     start = time.monotonic()
     try:
         run = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=300)
@@ -269,31 +236,26 @@ def check_bench(device: str, out: Path, checks: list, report: dict) -> None:
     report["bench"] = rows
     detail = f"{time.monotonic() - start:.0f} s" if run.returncode == 0 else run.stderr[-2000:]
     ok = run.returncode == 0 and len(rows) == 2
-    checks.append({"check": "bench rows: every row finishes", "ok": ok, "detail": detail})
+    record(checks, "bench rows: every row finishes", ok, detail)
     for r in rows:
         name = f"bench {r['variant']} {r['mode']}"
         if r["error"]:
             continue
-        checks.append(
-            {"check": f"{name}: tokens/s > 0", "ok": r["tokens_per_sec"] > 0, "detail": ""}
-        )
-        if device == "cuda":
-            checks.append(
-                {
-                    "check": f"{name}: MFU between 5 % and 80 %",
-                    "ok": 0.05 < (r["mfu"] or 0) < 0.8,
-                    "detail": f"{r['mfu']}",
-                }
+        record(checks, f"{name}: tokens/s > 0", r["tokens_per_sec"] > 0)
+        if cuda:
+            record(
+                checks,
+                f"{name}: MFU between 5 % and 80 %",
+                0.05 < (r["mfu"] or 0) < 0.8,
+                f"{r['mfu']}",
             )
             ratio = r["peak_mem_gb"] / r["estimate_gb"]
-            checks.append(
-                {
-                    "check": f"{name}: measured peak within 25 % of the estimate, below 'required'",
-                    "ok": abs(ratio - 1) <= 0.25 and r["peak_mem_gb"] <= r["required_gb"],
-                    "detail": f"peak {r['peak_mem_gb']:.1f} GiB, estimate {r['estimate_gb']:.1f} "
-                    "GiB "
-                    f"({100 * (ratio - 1):+.0f} %), required {r['required_gb']:.1f} GiB",
-                }
+            record(
+                checks,
+                f"{name}: measured peak within 25 % of the estimate, below 'required'",
+                abs(ratio - 1) <= 0.25 and r["peak_mem_gb"] <= r["required_gb"],
+                f"peak {r['peak_mem_gb']:.1f} GiB, estimate {r['estimate_gb']:.1f} GiB "
+                f"({100 * (ratio - 1):+.0f} %), required {r['required_gb']:.1f} GiB",
             )
 
 
@@ -377,9 +339,8 @@ def main() -> int:
             lambda s=s: check_fit(s, args.device, out, checks, report)
             for s in args.strategies.split(",")
         ]
-        for stage in (
-            stages
-        ):  # each stage's checks printed and reported as it ends: a check cut short keeps them
+        # each stage's checks printed and reported as it ends: a check cut short keeps them
+        for stage in stages:
             first = len(checks)
             stage()
             for c in checks[first:]:

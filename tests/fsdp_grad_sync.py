@@ -3,7 +3,7 @@ micro-batch only (``set_requires_gradient_sync``, as ``LanguageModel.on_train_ba
 it) equal those reduced after every micro-batch (Lightning's behaviour before), flat and hybrid
 (2 x 1 mesh) sharding. Prints one JSON line.
 
-    python tests/fsdp_grad_sync.py   (used by tests/test_gpu_path.py)
+    python tests/fsdp_grad_sync.py   (used by tests/test_fsdp2.py)
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def grads(rank: int, sync_every: bool, shard_group_size: int | None) -> dict[str
     for i in range(MICRO):
         ids = torch.randint(0, config.vocab_size, (2, 9), generator=generator)
         decoder.set_requires_gradient_sync(sync_every or i == MICRO - 1)
-        decoder.loss(ids[:, :-1], ids[:, 1:]).backward()
+        decoder(ids[:, :-1], ids[:, 1:]).backward()
     return {name: p.grad.full_tensor().clone() for name, p in decoder.named_parameters()}
 
 

@@ -1,12 +1,11 @@
 """The GPU path, proven on CPU: the MFU peak per strategy x precision, no host sync on an
-accumulation's micro-batches, no recompiles at evaluation, FSDP2's wrapping and gradient sync,
-RoPE in fp32, the memory plan."""
+accumulation's micro-batches, no recompiles at evaluation, RoPE in fp32, the memory plan (FSDP2:
+tests/test_fsdp2.py)."""
 
 import collections
 import json
 import subprocess
 import sys
-from argparse import ArgumentError
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -14,13 +13,12 @@ import lightning as L
 import pytest
 import torch
 import yaml
-from jsonargparse import ArgumentParser
 from lightning.pytorch.plugins.precision import HalfPrecision, MixedPrecision, Precision
 from lightning.pytorch.strategies import DDPStrategy
 
 from fixed_embed.distributed.fsdp import FSDP2Strategy
 from fixed_embed.errors import ConfigError
-from fixed_embed.interfaces import GF2CodeInput, LearnedInput
+from fixed_embed.interfaces import GF2CodeInput
 from fixed_embed.measure.peak_flops import PEAK_FLOPS, peak_flops, training_matmul_dtype
 from fixed_embed.train.module import LanguageModel
 
@@ -239,7 +237,7 @@ def test_validation_and_evaluation_do_not_recompile_the_training_graph(
         assert first.frames >= 1  # the blocks were compiled for training
         trainer.validate(model, trainer.datamodule)  # no-grad: a graph of its own, were it compiled
         tokenizer = trainer.datamodule.tokenizer()
-        lm = FixedEmbedLM.from_module(model, tokenizer, batch_size=2)
+        lm = FixedEmbedLM(module=model, tokenizer_object=tokenizer, batch_size=2)
         with torch.compiler.set_stance("force_eager"):  # what BenchmarkCallback wraps lm-eval in
             lm._loglikelihood_tokens(
                 [(None, [1, 2, 3], [4, 5]), (None, [1, 2, 3, 4, 5, 6, 7], [8])]
@@ -252,100 +250,6 @@ def test_validation_and_evaluation_do_not_recompile_the_training_graph(
         assert counter.frame_count > first.frames
     finally:
         torch._dynamo.reset()
-
-
-# -- 7. FSDP2: wrapping, tied weights, gradient sync
-# ----------------------------------------------------
-
-
-class FakeMesh:
-    mesh_dim_names = ("data_parallel",)
-    device_type = "cpu"
-
-    def __getitem__(self, name):
-        return self
-
-    def size(self):
-        return 2
-
-
-def test_fsdp2_root_keeps_torch_default_and_blocks_reshard(monkeypatch):
-    import torch.distributed.fsdp as fsdp
-
-    from fixed_embed.distributed.parallel import ParallelConfig, apply_parallelism
-    from fixed_embed.model.decoder import Decoder, DecoderConfig
-
-    calls = []
-    monkeypatch.setattr(fsdp, "fully_shard", lambda module, **kw: calls.append((module, kw)))
-    config = DecoderConfig(**TINY)
-    decoder = Decoder(config, GF2CodeInput(config.vocab_size, config.d_model))
-    apply_parallelism(decoder, ParallelConfig(), FakeMesh())
-    assert [kw.get("reshard_after_forward") for _, kw in calls] == [True, True, False, None]
-    assert (
-        "reshard_after_forward" not in calls[-1][1] and calls[-1][0] is decoder
-    )  # root: torch's default
-
-    tied = DecoderConfig(**{**TINY, "tie_embeddings": True})
-    with pytest.raises(ConfigError, match="tie_embeddings=true cannot be sharded with FSDP2"):
-        apply_parallelism(Decoder(tied, LearnedInput(300, 32)), ParallelConfig(), FakeMesh())
-    parser = ArgumentParser(
-        exit_on_error=False
-    )  # its type, which jsonargparse checks while parsing
-    parser.add_class_arguments(ParallelConfig, "parallel")
-    with pytest.raises(ArgumentError, match="shard_group_size"):
-        parser.parse_args(["--parallel.shard_group_size=0"])
-
-
-def test_fsdp2_gradient_sync_only_on_an_updates_last_micro_batch():
-    """The sync decision, taken before each micro-batch, is the step Lightning then takes: every 4th
-    micro-batch, and the short accumulation at the end of a 6-batch epoch."""
-    from fixed_embed.lightning_internals import ends_update
-
-    class Record(L.Callback):
-        def __init__(self):
-            self.decided, self.stepped = [], []
-
-        def on_train_batch_start(self, trainer, *args):
-            self.decided.append(ends_update(trainer))
-            self.before = trainer.global_step
-
-        def on_train_batch_end(self, trainer, *args):
-            self.stepped.append(trainer.global_step != self.before)
-
-    blocks = torch.randint(0, 300, (12, 17), generator=torch.Generator().manual_seed(0))
-    record = Record()
-    trainer = L.Trainer(
-        accelerator="cpu",
-        max_epochs=1,
-        max_steps=100,
-        accumulate_grad_batches=4,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        limit_val_batches=0,
-        callbacks=[record],
-    )
-    model = LanguageModel(decoder=TINY, interface=GF2CodeInput, schedule={"warmup_steps": 1})
-    trainer.fit(model, torch.utils.data.DataLoader(blocks, batch_size=2))
-    assert record.decided == record.stepped == [False, False, False, True, False, True]
-
-
-@pytest.mark.multi_rank
-def test_fsdp2_gradients_without_per_micro_batch_reduce_scatter_equal_todays(tmp_path):
-    out = tmp_path / "grads.json"
-    run = subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "fsdp_grad_sync.py"), str(out)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
-    result = json.loads(out.read_text())
-    assert result["params"] > 0
-    assert result["max_abs_diff"]["last_only"] < 1e-6 and result["max_abs_diff"]["hybrid"] < 1e-6, (
-        result
-    )
 
 
 # -- 9. RoPE in fp32
@@ -402,75 +306,6 @@ def test_fit_refuses_to_start_when_the_estimate_exceeds_the_device(monkeypatch):
     monkeypatch.setenv("FIXED_EMBED_IGNORE_MEMORY_ESTIMATE", "1")
     with pytest.warns(UserWarning, match="starting anyway"):
         model.setup("fit")
-
-
-# -- 8. offline compute nodes: task data checked at fit start, prefetch on a login node
-# ------------------------
-
-MISSING_TASK = """task: {name}
-dataset_path: json
-dataset_kwargs:
-  data_files:
-    validation: {path}
-validation_split: validation
-output_type: loglikelihood
-doc_to_text: "{{{{text}}}}"
-doc_to_target: " end"
-metric_list:
-  - metric: acc
-"""
-
-
-def test_a_task_whose_data_cannot_be_loaded_fails_at_fit_start_with_the_way_out(tmp_path):
-    from fixed_embed.errors import DataError
-    from fixed_embed.evaluation.suite import check_tasks
-    from fixed_embed.evaluation.task_data import check_task_data
-
-    tasks = tmp_path / "tasks"
-    tasks.mkdir()
-    (tasks / "gone.yaml").write_text(
-        MISSING_TASK.format(name="gone_local_task", path=tmp_path / "missing.jsonl")
-    )
-    manager = check_tasks(
-        ["gone_local_task"], [tasks]
-    )  # the name is known: the old check passed here
-    with pytest.raises(
-        DataError, match=r"gone_local_task: .*fixed-embed prefetch --tasks gone_local_task"
-    ):
-        check_task_data(["gone_local_task"], manager)
-
-
-def test_prefetch_caches_the_paper_suite_and_the_tokenizer(monkeypatch):
-    import lm_eval.tasks
-
-    import fixed_embed.data.tokenizer as tokenizer
-    import fixed_embed.evaluation.suite as suite
-    from tests.cli import run_cli
-
-    built, loaded = [], []
-    monkeypatch.setattr(
-        suite, "check_tasks", lambda tasks, include_path=(): None
-    )  # no registry scan: seconds
-    monkeypatch.setattr(lm_eval.tasks, "get_task_dict", lambda tasks, manager: built.extend(tasks))
-    monkeypatch.setattr(tokenizer, "load_tokenizer", lambda spec: loaded.append(spec))
-    result = run_cli("prefetch")
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert {"hellaswag", "arc_easy", "piqa", "lambada_openai", "mmlu", "wikitext"} <= set(built)
-    assert loaded == ["HuggingFaceTB/SmolLM2-135M"] and "cached tokenizer" in result.stdout
-
-
-def test_prefetch_refuses_an_unknown_task_before_loading_the_tokenizer(monkeypatch):
-    import fixed_embed.data.tokenizer as tokenizer
-    from tests.cli import run_cli
-
-    loaded = []
-    monkeypatch.setattr(
-        tokenizer, "load_tokenizer", lambda spec: loaded.append(spec)
-    )  # a hub download otherwise
-    result = run_cli("prefetch", "--tasks", "no_such_task")
-    assert result.returncode == 2 and "no_such_task" in result.stderr and not loaded, result.stderr[
-        -2000:
-    ]
 
 
 # -- 4. make gpu-check, end to end on CPU
