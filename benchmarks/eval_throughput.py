@@ -58,8 +58,8 @@ def main() -> None:
             args=["--config", str(ROOT / f"experiments/tiny/{args.variant}.yaml")], run=False
         )
         model, tokenizer = cli.model.eval(), cli.datamodule.tokenizer()
-        ours = FixedEmbedLM.from_module(
-            model, tokenizer, batch_size=args.batch_size, dtype="float32"
+        ours = FixedEmbedLM(
+            module=model, tokenizer_object=tokenizer, batch_size=args.batch_size, dtype="float32"
         )
         export_llama(model, tokenizer, Path(tmp) / "hf")
         hf = HFLM(

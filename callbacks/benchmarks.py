@@ -108,8 +108,42 @@ class BenchmarkCallback(UpdateCallback):
         self.evaluate(trainer, pl_module)
 
     def evaluate(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, float]:
+        from fixed_embed.evaluation.suite import write_results
+
+        step = trainer.global_step
+        if (results := self._run_suite(trainer, pl_module)) is None:
+            return {}
+        self._evaluated_step = step
+        checkpoints = getattr(trainer.checkpoint_callback, "dirpath", None)
+        run_folder = (
+            Path(checkpoints).parent
+            if checkpoints
+            else Path(trainer.log_dir or trainer.default_root_dir)
+        )
+        if not trainer.is_global_zero:  # after trainer.log_dir: a collective under DDP
+            return {}
+        metrics = {
+            "bench/" + "/".join(key.split("|")[:2]): score["value"]
+            for key, score in results["scores"].items()
+        }
+        for logger in trainer.loggers:
+            # the index of the last update, as train/loss
+            logger.log_metrics(metrics, step=step - 1)
+        saved = step_checkpoint(Path(checkpoints), step) if checkpoints else None
+        # what was scored
+        scored = {"checkpoint": str(saved) if saved and saved.exists() else None, "update": step}
+        path = write_results(
+            {**scored, **results}, f"step {step}", benchmark_folder(run_folder, step)
+        )
+        rank_zero_info(f"BenchmarkCallback at step {step}: {metrics} ({path})")
+        self.last_metrics = metrics
+        return metrics
+
+    def _run_suite(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict | None:
+        """lm-eval's results on the live weights; ``None`` when a stop request ended it, or it
+        failed with ``on_error: warn``."""
         from fixed_embed.evaluation.lm_eval_model import EvaluationInterrupted, FixedEmbedLM
-        from fixed_embed.evaluation.suite import columns_for, run_suite, write_results
+        from fixed_embed.evaluation.suite import columns_for, run_suite
 
         step = trainer.global_step
         if self.tokenizer is None and not hasattr(trainer.datamodule, "tokenizer"):
@@ -125,31 +159,25 @@ class BenchmarkCallback(UpdateCallback):
             (c for c in trainer.callbacks if isinstance(c, PreemptionCheckpoint) and c.enabled),
             None,
         )
-        interrupt = preemption.stop_requested if preemption is not None else None
-        lm = FixedEmbedLM.from_module(
-            pl_module,
-            tokenizer,
+        lm = FixedEmbedLM(
+            module=pl_module,
+            tokenizer_object=tokenizer,
             batch_size=self.batch_size,
             distributed=trainer.world_size > 1,
-            interrupt=interrupt,
+            interrupt=preemption.stop_requested if preemption is not None else None,
         )
         rng = random.getstate(), np.random.get_state()  # lm-eval seeds the global RNGs
         try:  # compiled blocks run eager: no recompiles of the training graph
             devices = range(torch.cuda.device_count())
             with torch.random.fork_rng(devices=devices), torch.compiler.set_stance("force_eager"):
-                results = run_suite(
-                    lm,
-                    columns_for(None, self.tasks, self.num_fewshot),
-                    self.limit,
-                    self.include_path,
-                )
+                columns = columns_for(None, self.tasks, self.num_fewshot)
+                return run_suite(lm, columns, self.limit, self.include_path)
         except EvaluationInterrupted:
             self.interrupted = True
             rank_zero_info(
                 f"BenchmarkCallback at step {step}: stopped by a stop request (the checkpoint is "
                 "saved)"
             )
-            return {}
         except Exception as error:
             if self.on_error == "raise":
                 raise
@@ -157,35 +185,7 @@ class BenchmarkCallback(UpdateCallback):
                 f"BenchmarkCallback at step {step} failed, training goes on: "
                 f"{type(error).__name__}: {error}"
             )
-            return {}
         finally:
             random.setstate(rng[0])
             np.random.set_state(rng[1])
-        self._evaluated_step = step
-        checkpoints = getattr(trainer.checkpoint_callback, "dirpath", None)
-        run_folder = (
-            Path(checkpoints).parent
-            if checkpoints
-            else Path(trainer.log_dir or trainer.default_root_dir)
-        )
-        if not trainer.is_global_zero:  # after trainer.log_dir: a collective under DDP
-            return {}
-        metrics = {
-            "bench/" + "/".join(key.split("|")[:2]): score["value"]
-            for key, score in results["scores"].items()
-        }
-        for logger in trainer.loggers:
-            logger.log_metrics(
-                metrics, step=step - 1
-            )  # the index of the last update, as train/loss
-        saved = step_checkpoint(Path(checkpoints), step) if checkpoints else None
-        scored = {
-            "checkpoint": str(saved) if saved and saved.exists() else None,
-            "update": step,
-        }  # what was scored
-        path = write_results(
-            {**scored, **results}, f"step {step}", benchmark_folder(run_folder, step)
-        )
-        rank_zero_info(f"BenchmarkCallback at step {step}: {metrics} ({path})")
-        self.last_metrics = metrics
-        return metrics
+        return None

@@ -40,9 +40,8 @@ class GradientMonitor(UpdateCallback):
         norms = global_norms({name: g for name, g in grads.items() if g})
         if not norms:
             return
-        total = torch.linalg.vector_norm(
-            torch.stack(list(norms.values()))
-        )  # the parts' norms make the global one
+        # the parts' norms make the global one
+        total = torch.linalg.vector_norm(torch.stack(list(norms.values())))
         metrics = {"grad/norm": total}
         clip = trainer.gradient_clip_val
         if clip and (trainer.gradient_clip_algorithm or "norm") == "norm":
@@ -64,14 +63,17 @@ class GradientMonitor(UpdateCallback):
     @staticmethod
     def _parts(pl_module: L.LightningModule) -> dict[str, list[torch.nn.Parameter]]:
         decoder = pl_module.decoder
-        parts = {
-            "interface": [p for p in decoder.interface.parameters() if p.requires_grad]
-        }  # empty: dropped below
-        for i, block in enumerate(decoder.layers):
-            parts[f"block_{i}"] = [p for p in block.parameters() if p.requires_grad]
-        parts["final_norm"] = [p for p in decoder.norm.parameters() if p.requires_grad]
-        seen = {id(p) for params in parts.values() for p in params}
-        parts["head"] = [
-            p for p in decoder.head.parameters() if p.requires_grad and id(p) not in seen
-        ]
-        return {name: params for name, params in parts.items() if params}
+        modules = {
+            "interface": decoder.interface,
+            **{f"block_{i}": block for i, block in enumerate(decoder.layers)},
+            "final_norm": decoder.norm,
+            "head": decoder.head,
+        }
+        parts, seen = {}, set()
+        for name, module in modules.items():
+            # a tied head's weight is the interface's, counted there; a part without any: none
+            params = [p for p in module.parameters() if p.requires_grad and id(p) not in seen]
+            seen.update(map(id, params))
+            if params:
+                parts[name] = params
+        return parts

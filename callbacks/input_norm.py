@@ -46,8 +46,11 @@ class InputNormMonitor(UpdateCallback):
         interface = pl_module.decoder.interface
         self._hook = interface.register_forward_hook(self._capture)
         if interface.fixed:
-            n, vocab = min(self.probe_ids, interface.vocab_size), interface.vocab_size
-            probe = torch.linspace(0, vocab - 1, n, device=pl_module.device).round().long().unique()
+            vocab = interface.vocab_size
+            probe = torch.linspace(
+                0, vocab - 1, min(self.probe_ids, vocab), device=pl_module.device
+            )
+            probe = probe.round().long().unique()
             with torch.no_grad():
                 self._reference = (probe, interface(probe).clone())
         elif self.track_drift:

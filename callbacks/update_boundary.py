@@ -16,7 +16,6 @@ from fixed_embed.lightning_internals import ends_update
 
 _OPS = {
     "mean": dist.ReduceOp.SUM,
-    "sum": dist.ReduceOp.SUM,
     "max": dist.ReduceOp.MAX,
     "min": dist.ReduceOp.MIN,
 }
@@ -31,7 +30,7 @@ def due(update: int, every_n_steps: int) -> bool:
 def log_global(
     trainer: L.Trainer, metrics: Mapping[str, tuple[torch.Tensor | float, str]], step: int
 ) -> dict:
-    """Reduce ``{name: (value, "mean" | "sum" | "max" | "min")}`` over ranks, log on rank 0,
+    """Reduce ``{name: (value, "mean" | "max" | "min")}`` over ranks, log on rank 0,
     return the values: a monitor's ``self.log`` would write only every ``log_every_n_steps`` and
     cannot reduce by min or max."""
     device = trainer.strategy.root_device

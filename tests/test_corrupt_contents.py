@@ -25,7 +25,7 @@ from fixed_embed.data.pretokenize import pretokenize
 from fixed_embed.data.token_shards import INDEX, TokenShards
 from fixed_embed.errors import DataError, UserError
 from fixed_embed.evaluation.loading import load_checkpoint
-from fixed_embed.run.resume_plan import read_checkpoint
+from fixed_embed.train.resume import read_checkpoint
 from tests.cli import run_cli
 from tests.test_lifecycle import fit_args
 

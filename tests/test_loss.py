@@ -97,7 +97,7 @@ def model_grads(model, ids, chunk, checkpointing=False):
     if chunk is None:  # today's path: full logits, then F.cross_entropy
         loss = F.cross_entropy(model(ids[:, :-1]).float().flatten(0, 1), ids[:, 1:].flatten())
     else:
-        loss = model.loss(ids[:, :-1], ids[:, 1:], chunk)
+        loss = model(ids[:, :-1], ids[:, 1:], chunk)
     loss.backward()
     return loss.detach(), {
         n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None
@@ -119,7 +119,7 @@ def test_decoder_loss_gives_every_parameter_the_same_gradient(interface, options
     for name in ref:
         close(got[name], ref[name])
     torch.testing.assert_close(
-        model.loss(ids[:, :-1], ids[:, 1:], 0), ref_loss, rtol=0, atol=0
+        model(ids[:, :-1], ids[:, 1:], 0), ref_loss, rtol=0, atol=0
     )  # 0: unchunked
 
 
@@ -175,7 +175,7 @@ def _fsdp_worker(rank, world, port, results):
             for chunk in (0, 5):
                 model = build(LearnedInput)
                 apply_parallelism(model, ParallelConfig(param_dtype=dtype), mesh)
-                loss = model.loss(ids[:, :-1], ids[:, 1:], chunk)
+                loss = model(ids[:, :-1], ids[:, 1:], chunk)
                 loss.backward()
                 # one scalar per parameter (identical on all ranks): the sum of squares of its full
                 # gradient

@@ -55,7 +55,7 @@ def test_fsdp_sharded_checkpoint_resumes_exactly_then_consolidates_for_eval_and_
     assert isinstance(model.interface, LearnedInput)
     ids = torch.randint(0, 300, (2, 16))
     assert torch.equal(model(ids), sharded(ids))
-    lm = FixedEmbedLM.from_module(model, tokenizer, batch_size=2)
+    lm = FixedEmbedLM(module=model, tokenizer_object=tokenizer, batch_size=2)
     assert all(
         torch.isfinite(torch.tensor(s))
         for s, _ in lm._loglikelihood_tokens([(None, [1, 2, 3], [4, 5])])
@@ -66,7 +66,7 @@ def test_fsdp_sharded_checkpoint_resumes_exactly_then_consolidates_for_eval_and_
 
 def test_an_orphaned_shard_folder_never_shadows_last(tmp_path):
     from fixed_embed.distributed.fsdp import _SHARDS_PREFIX
-    from fixed_embed.run.resume_plan import choose_checkpoint
+    from fixed_embed.train.resume import choose_checkpoint
 
     # A save killed mid-write leaves a hidden folder, newer than last; "last" must not see it.
     torch.save({"global_step": 3, "hyper_parameters": {}}, tmp_path / "step=00000003.ckpt")

@@ -93,24 +93,7 @@ def main(argv: list[str] | None = None, configure_console: bool | None = None) -
         ):
             return module.run(argv) or 0
     except Exception as error:
-        # Lightning's clean-up after a failed run can raise again, hiding the user's error in the
-        # context.
-        user_error = next((cause for cause in causes(error) if isinstance(cause, UserError)), None)
-        written = environment_error(error) if user_error is None else None
-        if (
-            written is not None
-            and written.errno in (errno.EACCES, errno.EPERM)
-            and os.path.exists(written.filename or "")
-        ):
-            user_error = UserError(
-                f"cannot read {written.filename}: {written.strerror}; check its permissions"
-            )
-        elif written is not None:  # not a bug
-            kept = KEPT.get(command, "no file is left half-written (writes are atomic)")
-            user_error = RunWriteError(write_refused(written, kept, "choose another output path"))
-        elif user_error is None and (named := _named_path_error(error, argv)) is not None:
-            user_error = UserError(f"cannot use {named.filename}: {named.strerror}")
-        if user_error is None or debug:
+        if (user_error := _user_error(error, argv)) is None or debug:
             raise
         console.forget_unwritten()
         if not getattr(user_error, "printed", False):
@@ -128,6 +111,27 @@ def main(argv: list[str] | None = None, configure_console: bool | None = None) -
         return 130
     finally:
         print(re.sub(r"(:[a-z]+:)?`+", "", help_text.getvalue()), end="")
+
+
+def _user_error(error: BaseException, argv: list[str]) -> UserError | None:
+    """The user's mistake behind ``error`` (None: a bug); Lightning's clean-up after a failed run
+    can raise again, hiding it in the context."""
+    user_error = next((cause for cause in causes(error) if isinstance(cause, UserError)), None)
+    written = environment_error(error) if user_error is None else None
+    if (
+        written is not None
+        and written.errno in (errno.EACCES, errno.EPERM)
+        and os.path.exists(written.filename or "")
+    ):
+        return UserError(
+            f"cannot read {written.filename}: {written.strerror}; check its permissions"
+        )
+    if written is not None:  # not a bug
+        kept = KEPT.get(argv[0], "no file is left half-written (writes are atomic)")
+        return RunWriteError(write_refused(written, kept, "choose another output path"))
+    if user_error is None and (named := _named_path_error(error, argv)) is not None:
+        return UserError(f"cannot use {named.filename}: {named.strerror}")
+    return user_error
 
 
 def _named_path_error(error: BaseException, argv: list[str]) -> OSError | None:

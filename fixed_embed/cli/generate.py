@@ -43,14 +43,13 @@ def run(argv: list[str]) -> int:
     model, tokenizer = load_checkpoint(args.checkpoint, device=device)
     if not (prompt := tokenizer.encode(args.prompt, add_special_tokens=False).ids):
         parser.error("--prompt holds no text to continue")
-    seeded, vocab = torch.Generator(device).manual_seed(args.seed), tokenizer.get_vocab_size()
     ids = model.decoder.generate(
         torch.tensor([prompt], device=device),
         args.max_new_tokens,
         args.temperature,
         args.top_k,
-        vocab,
-        seeded,
+        tokenizer.get_vocab_size(),
+        torch.Generator(device).manual_seed(args.seed),
     )
     new, eos = ids[0, len(prompt) :].tolist(), tokenizer.token_to_id(EOS)
     print(tokenizer.decode(new[: new.index(eos)] if eos in new else new))

@@ -6,6 +6,7 @@ experiment, on the meta device, and an estimate of its per-GPU training memory
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 
 from rich.console import Console
 from rich.table import Column, Table
@@ -16,6 +17,7 @@ from fixed_embed.config import positive
 #: micro-batches traced: the first, one like every later one but the last, and the last (FSDP2's
 #: reduce-scatter)
 TRACED_MICRO_BATCHES = 3
+GIB = 2**30
 
 
 def run(argv: list[str]) -> int:
@@ -28,8 +30,7 @@ def run(argv: list[str]) -> int:
         "--trace",
         action="store_true",
         help="also trace one update on fake tensors (fixed_embed.measure.trace; minutes at the "
-        "paper's shape): "
-        "the peak per rank beside the estimate",
+        "paper's shape): the peak per rank beside the estimate",
     )
     args, overrides = parser.parse_known_args(argv[1:])
     pairs = [
@@ -40,43 +41,51 @@ def run(argv: list[str]) -> int:
     ):
         parser.error(
             f"unrecognized arguments: {' '.join(overrides)} (overrides: --model.KEY VALUE, "
-            "--data.KEY VALUE "
-            "or --trainer.KEY VALUE, after CONFIG)"
+            "--data.KEY VALUE or --trainer.KEY VALUE, after CONFIG)"
         )
+    from fixed_embed.config import load_experiment
+    from fixed_embed.errors import ConfigError
+    from fixed_embed.train.experiment import check_values, parameter_reports, training_memory
+
+    label = " ".join([args.config, *overrides])
+    config = _overridden(load_experiment(args.config), pairs)  # unreadable: one line
+    try:
+        check_values(config)  # fit's check before any work
+        interface_name, report, control = parameter_reports(config)
+    except ConfigError as error:  # a bad value: one line, naming the file
+        raise ConfigError(f"{label}: {error}") from error
+    console = Console(width=120)
+    console.print(_parameter_table(f"{label}: {interface_name}", report, control))
+    estimate = training_memory(config, args.world_size)
+    console.print(_memory_table(estimate))
+    if args.trace:
+        _print_trace(console, config, args.world_size, estimate.allocated)
+    console.print(_plan_table(config, args.world_size, estimate.world_size))
+    return 0
+
+
+def _overridden(config: dict, pairs: list[str]) -> dict:
+    """``config`` with each ``--a.b VALUE`` of ``pairs`` merged in (as YAML, else a string)."""
     import yaml
 
-    from fixed_embed.config import deep_merge, load_experiment, read_yaml
-    from fixed_embed.errors import ConfigError
-    from fixed_embed.measure.memory import USABLE_FRACTION, optimizer_state_bytes
-    from fixed_embed.train.experiment import (
-        check_values,
-        memory_plan,
-        parameter_reports,
-        training_memory,
-    )
+    from fixed_embed.config import deep_merge, read_yaml
 
-    config, label = (
-        load_experiment(args.config),
-        " ".join([args.config, *overrides]),
-    )  # unreadable: one line
     for flag, value in zip(pairs[::2], pairs[1::2], strict=True):
         with contextlib.suppress(yaml.YAMLError):  # text that is not YAML is a string, as for fit
             value = read_yaml(value, flag)
         for key in reversed(flag[2:].split(".")):
             value = {key: value}
         config = deep_merge(config, value)
-    try:
-        check_values(config)  # fit's check before any work
-        interface_name, report, control = parameter_reports(config)
-    except ConfigError as error:  # a bad value: one line, naming the file
-        raise ConfigError(f"{label}: {error}") from error
-    table = Table(
-        "parameters", Column("count", justify="right"), title=f"{label}: {interface_name}"
-    )
-    for name, value in report.rows():
+    return config
+
+
+def _parameter_table(title: str, report: Any, control: Any) -> Table:
+    from fixed_embed.measure.memory import optimizer_state_bytes
+
+    table = Table("parameters", Column("count", justify="right"), title=title)
+    for name, value in [*report.rows(), ("learned control total", control.total)]:
         table.add_row(name, f"{value:,}")
     diff = control.total - report.total
-    table.add_row("learned control total", f"{control.total:,}")
     table.add_row(
         "removed vs learned control",
         f"{diff:,} ({100 * diff / control.total:.2f} % of the control)",
@@ -84,54 +93,52 @@ def run(argv: list[str]) -> int:
     state_diff = optimizer_state_bytes(control.trainable) - optimizer_state_bytes(report.trainable)
     table.add_row("train-state bytes vs control (fp32 w+g+AdamW)", f"{state_diff:,}")
     table.add_row(f"training FLOPs per token (ctx {report.seq_len})", f"{report.flops_per_token:,}")
-    console = Console(width=120)
-    console.print(table)
-    estimate = training_memory(config, args.world_size)
+    return table
+
+
+def _memory_table(estimate: Any) -> Table:
     title = (
         f"per-GPU training memory estimate: micro-batch {estimate.micro_batch} x ctx "
-        f"{estimate.seq_len}, "
-        f"{estimate.world_size} GPU(s), {'FSDP' if estimate.sharded else 'replicated (DDP)'}, "
-        f"{estimate.mode}"
+        f"{estimate.seq_len}, {estimate.world_size} GPU(s), "
+        f"{'FSDP' if estimate.sharded else 'replicated (DDP)'}, {estimate.mode}"
     )
     caption = "formulas: fixed_embed.measure.memory.memory_estimate"
-    memory_table = Table("memory", Column("GiB", justify="right"), title=title, caption=caption)
+    table = Table("memory", Column("GiB", justify="right"), title=title, caption=caption)
     for name, value in estimate.rows():
-        memory_table.add_row(name, f"{value / 2**30:,.2f}")
-    console.print(memory_table)
-    if args.trace:
-        _print_trace(console, config, args.world_size, estimate.allocated)
+        table.add_row(name, f"{value / GIB:,.2f}")
+    return table
+
+
+def _plan_table(config: dict, world_size: int | None, gpus: int) -> Table:
+    """Per GPU kind and strategy: does it fit, else the cheapest change that does."""
+    from fixed_embed.measure.memory import USABLE_FRACTION
+    from fixed_embed.train.experiment import memory_plan
+
     plan = Table(
-        title=f"does it fit? {estimate.world_size} GPU(s), required vs {100 * USABLE_FRACTION:.0f} "
-        "% of each GPU",
+        title=f"does it fit? {gpus} GPU(s), required vs {100 * USABLE_FRACTION:.0f} % of each GPU",
         caption="cost order of the ways out: micro-batch / 2 (~3 %), FSDP2 (~5 %), activation "
         "checkpointing (~33 %)",
     )
-    for column in (
-        "GPU",
-        "strategy",
-        "required GiB",
-        "usable GiB",
-        "fits",
-        "cheapest change that fits",
-    ):
+    for column in ("GPU", "strategy", "required GiB", "usable GiB", "fits"):
         plan.add_column(column, justify="right" if "GiB" in column else "left")
-    for row in memory_plan(config, args.world_size):
+    plan.add_column("cheapest change that fits")
+    for row in memory_plan(config, world_size):
         option = row["option"]
-        change = (
-            ""
-            if row["fits"]
-            else (
-                f"{option.flags} ({option.estimate.required / 2**30:.1f} GiB)"
-                if option
-                else "none found: more GPUs (FSDP) or a smaller model"
-            )
+        if row["fits"]:
+            change = ""
+        elif option:
+            change = f"{option.flags} ({option.estimate.required / GIB:.1f} GiB)"
+        else:
+            change = "none found: more GPUs (FSDP) or a smaller model"
+        plan.add_row(
+            row["gpu"],
+            row["strategy"] + (" (configured)" if row["configured"] else ""),
+            f"{row['estimate'].required / GIB:.1f}",
+            f"{USABLE_FRACTION * row['device_bytes'] / GIB:.1f}",
+            "yes" if row["fits"] else "NO",
+            change,
         )
-        strategy = row["strategy"] + (" (configured)" if row["configured"] else "")
-        usable = f"{USABLE_FRACTION * row['device_bytes'] / 2**30:.1f}"
-        required = f"{row['estimate'].required / 2**30:.1f}"
-        plan.add_row(row["gpu"], strategy, required, usable, "yes" if row["fits"] else "NO", change)
-    console.print(plan)
-    return 0
+    return plan
 
 
 def _print_trace(console: Console, config: dict, world_size: int | None, estimated: int) -> None:
@@ -143,16 +150,15 @@ def _print_trace(console: Console, config: dict, world_size: int | None, estimat
     table = Table(
         title=f"traced update, rank 0 of {run.world_size}: the peak of live tensors by kind",
         caption=f"fixed_embed.measure.trace.trace_update: {traced.micro_batches} micro-batches "
-        "(the peak of any longer "
-        f"accumulation), {traced.seconds:.0f} s",
+        f"(the peak of any longer accumulation), {traced.seconds:.0f} s",
     )
     table.add_column("memory")
     table.add_column("GiB", justify="right")
     for kind, size in traced.kinds.items():
-        table.add_row(kind, f"{size / 2**30:,.2f}")
-    table.add_row("traced peak per rank", f"{traced.peak / 2**30:,.2f}")
+        table.add_row(kind, f"{size / GIB:,.2f}")
+    table.add_row("traced peak per rank", f"{traced.peak / GIB:,.2f}")
     off = 100 * (estimated / traced.peak - 1)
-    table.add_row("estimate's allocated peak", f"{estimated / 2**30:,.2f} ({off:+.1f} %)")
+    table.add_row("estimate's allocated peak", f"{estimated / GIB:,.2f} ({off:+.1f} %)")
     table.add_row(
         "training FLOPs per token traced (flash and checkpointing recompute included)",
         f"{traced.flops_per_token:,}",

@@ -19,49 +19,7 @@ from fixed_embed.config import positive
 
 
 def run(argv: list[str]) -> int:
-    parser = CommandParser(prog="fixed-embed pretokenize", description=__doc__)
-    parser.add_argument(
-        "--data", required=True, help="file, folder, glob (.txt/.jsonl/.parquet) or hub id"
-    )
-    parser.add_argument(
-        "--tokenizer", required=True, help="a hub id, a tokenizer.json or a folder holding one"
-    )
-    parser.add_argument("--out", type=Path, required=True, help="the folder to write the shards to")
-    parser.add_argument("--hub-name", default=None, help="the config name of a hub dataset")
-    parser.add_argument("--split", default="train", help="the split of a hub dataset")
-    parser.add_argument("--text-field", default="text")
-    parser.add_argument(
-        "--shards",
-        type=positive("--shards"),
-        default=64,
-        help="output shards, whatever the --workers",
-    )
-    parser.add_argument(
-        "--workers",
-        type=positive("--workers"),
-        default=1,
-        help="processes writing shards in parallel",
-    )
-    hold = "documents (per mille, by hash) for the held-out shards, as data.holdout_per_mille"
-    parser.add_argument(
-        "--holdout-per-mille",
-        type=positive("--holdout-per-mille", zero=True),
-        default=10,
-        help=hold,
-    )
-    parser.add_argument("--tokenize-batch", type=positive("--tokenize-batch"), default=64)
-    parser.add_argument(
-        "--overwrite", action="store_true", help="replace token shards already in --out"
-    )
-    parser.add_argument(
-        "--no-progress", action="store_true", help="no progress bar (the final line only)"
-    )
-    parser.add_argument(
-        "--tasks", type=positive("--tasks"), help="N tasks at once (machines) share the shards"
-    )
-    parser.add_argument(
-        "--task", type=positive("--task", zero=True), help="this task's share, 0..N-1; no index"
-    )
+    parser = _parser()
     args = parser.parse_args(argv[1:])
     i, n = args.task, args.tasks
     if (i, n) != (None, None) and (None in (i, n) or args.overwrite or not i < n <= args.shards):
@@ -85,14 +43,12 @@ def run(argv: list[str]) -> int:
     source = DocumentSource(
         args.data, split=args.split, name=args.hub_name, text_field=args.text_field
     )
-    previous = signal.signal(
-        signal.SIGTERM, _interrupt
-    )  # a scheduler's stop ends it as Ctrl-C does
+    # a scheduler's stop ends it as Ctrl-C does
+    previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         with ExitStack() as locks, _progress_bar(not args.no_progress) as progress:
-            for target in ([] if n else [args.out]) + [
-                args.out / name for name in tasks
-            ]:  # the index: all tasks'
+            # the index's lock (a whole run's), and every task's
+            for target in ([] if n else [args.out]) + [args.out / name for name in tasks]:
                 locks.enter_context(acquire(target, "or choose another --out", beside=True))
             result = pretokenize(
                 source,
@@ -115,6 +71,52 @@ def run(argv: list[str]) -> int:
         signal.signal(signal.SIGTERM, previous)
     print(summary_line(result))
     return 0
+
+
+def _parser() -> CommandParser:
+    parser = CommandParser(prog="fixed-embed pretokenize", description=__doc__)
+    parser.add_argument(
+        "--data", required=True, help="file, folder, glob (.txt/.jsonl/.parquet) or hub id"
+    )
+    parser.add_argument(
+        "--tokenizer", required=True, help="a hub id, a tokenizer.json or a folder holding one"
+    )
+    parser.add_argument("--out", type=Path, required=True, help="the folder to write the shards to")
+    parser.add_argument("--hub-name", help="the config name of a hub dataset")
+    parser.add_argument("--split", default="train", help="the split of a hub dataset")
+    parser.add_argument("--text-field", default="text")
+    parser.add_argument(
+        "--shards",
+        type=positive("--shards"),
+        default=64,
+        help="output shards, whatever the --workers",
+    )
+    parser.add_argument(
+        "--workers",
+        type=positive("--workers"),
+        default=1,
+        help="processes writing shards in parallel",
+    )
+    parser.add_argument(
+        "--holdout-per-mille",
+        type=positive("--holdout-per-mille", zero=True),
+        default=10,
+        help="documents (per mille, by hash) for the held-out shards, as data.holdout_per_mille",
+    )
+    parser.add_argument("--tokenize-batch", type=positive("--tokenize-batch"), default=64)
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace token shards already in --out"
+    )
+    parser.add_argument(
+        "--no-progress", action="store_true", help="no progress bar (the final line only)"
+    )
+    parser.add_argument(
+        "--tasks", type=positive("--tasks"), help="N tasks at once (machines) share the shards"
+    )
+    parser.add_argument(
+        "--task", type=positive("--task", zero=True), help="this task's share, 0..N-1; no index"
+    )
+    return parser
 
 
 def _interrupt(signum: int, frame: object) -> None:

@@ -22,10 +22,12 @@ def run(argv: list[str]) -> int:
             data = json.loads(path.read_text())
         except (OSError, ValueError) as error:  # ValueError: not JSON, or not UTF-8
             parser.error(f"cannot read results file {path}: {error}")
-        shaped = (
-            isinstance(data, dict) and "model" in data and isinstance(data.get("columns"), list)
-        )
-        if not (shaped and isinstance(data.get("scores"), dict)):
+        if not (
+            isinstance(data, dict)
+            and "model" in data
+            and isinstance(data.get("columns"), list)
+            and isinstance(data.get("scores"), dict)
+        ):
             parser.error(
                 f"{path} is not a fixed-embed eval results file (model, a columns list, a scores "
                 "mapping)"

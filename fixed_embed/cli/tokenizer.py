@@ -15,13 +15,11 @@ from fixed_embed.errors import ConfigError
 
 def run(argv: list[str]) -> int:
     parser = CommandParser(prog="fixed-embed tokenizer", description=__doc__)
-    parser.add_argument(
-        "--data", default=None, help="file, folder, glob or hub id (default: the offline corpus)"
-    )
+    parser.add_argument("--data", help="file, folder, glob or hub id (default: the offline corpus)")
     parser.add_argument("--text-field", default="text")
     parser.add_argument("--vocab-size", type=positive("--vocab-size"), default=8192)
     parser.add_argument(
-        "--out", type=Path, default=None, help="output folder (default: the cache, keyed by corpus)"
+        "--out", type=Path, help="output folder (default: the cache, keyed by corpus)"
     )
     parser.add_argument(
         "--overwrite",

@@ -39,18 +39,13 @@ class BlockCache:
             )
             return None
         blocks = saved.get("blocks") if isinstance(saved, dict) else None
-        shaped = (
-            isinstance(blocks, torch.Tensor) and blocks.dtype == torch.int64 and blocks.dim() == 2
-        )
-        usable = (
-            shaped
-            and saved.get("key") == self.digest
-            and len(blocks) > 0
-            and blocks.shape[1] == width
-        )
         if not (
-            usable
-            and saved.get("sha256") == hashlib.sha256(blocks.contiguous().numpy()).hexdigest()
+            isinstance(blocks, torch.Tensor)
+            and blocks.dtype == torch.int64
+            and blocks.shape[1:] == (width,)
+            and len(blocks) > 0
+            and saved.get("key") == self.digest
+            and saved.get("sha256") == _sha256(blocks)
         ):
             warnings.warn(
                 f"block cache {self.path} does not hold the expected blocks; rebuilding",
@@ -60,12 +55,7 @@ class BlockCache:
         return blocks
 
     def save(self, blocks: torch.Tensor) -> None:
-        blocks = blocks.contiguous()
-        record = {
-            "key": self.digest,
-            "blocks": blocks,
-            "sha256": hashlib.sha256(blocks.numpy()).hexdigest(),
-        }
+        record = {"key": self.digest, "blocks": blocks.contiguous(), "sha256": _sha256(blocks)}
         try:
             with atomic_write(self.path, "wb") as file:
                 torch.save(record, file)
@@ -82,3 +72,7 @@ class BlockCache:
         start = time.perf_counter()
         self.save(blocks := build())
         return blocks, time.perf_counter() - start
+
+
+def _sha256(blocks: torch.Tensor) -> str:
+    return hashlib.sha256(blocks.contiguous().numpy()).hexdigest()

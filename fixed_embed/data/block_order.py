@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -45,43 +46,30 @@ class GlobalBlockOrder:
         return out
 
 
+@dataclass(eq=False)
 class RankBatches(IterableDataset):
     """This rank's endless batches ``[batch_size, seq_len + 1]`` (int64) of the global order,
     from ``start``. ``length`` (batches) is what ``len`` reports, so Lightning does not fetch a
     batch ahead."""
 
-    def __init__(
-        self,
-        shards: TokenShards,
-        seq_len: int,
-        batch_size: int,
-        seed: int,
-        rank: int = 0,
-        world_size: int = 1,
-        start: int = 0,
-        length: int | None = None,
-    ) -> None:
-        self.shards, self.block_len, self.batch_size, self.seed = (
-            shards,
-            seq_len + 1,
-            batch_size,
-            seed,
-        )
-        self.seq_len, self.rank, self.world_size, self.start, self.length = (
-            seq_len,
-            rank,
-            world_size,
-            start,
-            length,
-        )
-        blocks = shards.block_count(self.block_len)
-        if blocks == 0:
+    shards: TokenShards
+    seq_len: int
+    batch_size: int
+    seed: int
+    rank: int = 0
+    world_size: int = 1
+    start: int = 0
+    length: int | None = None
+
+    def __post_init__(self) -> None:
+        self.block_len = self.seq_len + 1
+        if (blocks := self.shards.block_count(self.block_len)) == 0:
             raise DataError(
-                f"the {shards.split} token shards of {shards.folder} hold {shards.total} tokens, "
-                "less than one block "
-                f"of {self.block_len}: lower data.seq_len or pretokenize more text"
+                f"the {self.shards.split} token shards of {self.shards.folder} hold "
+                f"{self.shards.total} tokens, less than one block of {self.block_len}: lower "
+                "data.seq_len or pretokenize more text"
             )
-        self.order = GlobalBlockOrder(blocks, seed)
+        self.order = GlobalBlockOrder(blocks, self.seed)
 
     @property
     def global_batch(self) -> int:

@@ -123,7 +123,7 @@ class TextDataModule(L.LightningDataModule):
         self.valid_source = (
             None if valid is None else next(s for s in SOURCES if s.claims(valid))(self, "valid")
         )
-        self._sources = [self.train_source] + ([self.valid_source] if self.valid_source else [])
+        self._sources = [s for s in (self.train_source, self.valid_source) if s is not None]
 
     @property
     def seed(self) -> int:
@@ -162,13 +162,10 @@ class TextDataModule(L.LightningDataModule):
 
     def setup(self, stage: str) -> None:
         module = self.trainer.lightning_module if self.trainer else None
-        model_vocab, vocab = (
-            getattr(getattr(module, "config", None), "vocab_size", None),
-            self.vocab_size(),
-        )
-        if (
-            model_vocab is not None and model_vocab < vocab
-        ):  # larger is harmless: the extra ids never occur
+        model_vocab = getattr(getattr(module, "config", None), "vocab_size", None)
+        vocab = self.vocab_size()
+        # larger is harmless: the extra ids never occur
+        if model_vocab is not None and model_vocab < vocab:
             raise ConfigError(
                 f"model vocab_size {model_vocab} is smaller than the tokenizer's {vocab} "
                 f"({self.tokenizer_path()}); "
@@ -191,7 +188,7 @@ class TextDataModule(L.LightningDataModule):
         rank, world = self._rank_world()
         trainer = self.trainer
         length = None
-        if trainer is not None and trainer.max_steps and trainer.max_steps > 0:
+        if trainer is not None and trainer.max_steps > 0:
             length = trainer.max_steps * trainer.accumulate_grad_batches * self.batch_size
         # Page-locked batches on CUDA: the host-to-device copy then runs asynchronously, off the
         # step's path.

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from tokenizers import Tokenizer
 from torch.utils.data import IterableDataset, get_worker_info
 
 from fixed_embed.data.reader_state import PackingStats, ReaderState, restore_state, state_to_dict
@@ -61,23 +62,11 @@ class PackedBlocks(IterableDataset):
         """What must match for a saved state to be resumed (refused otherwise)."""
         # the blocks' makings and the stream's order; documents have no BOS: its key stays so saved
         # positions match
-        blocks = {
-            "tokenizer": self.tokenizer,
-            "seq_len": self.seq_len,
-            "eos_id": self.eos_id,
-            "bos_id": None,
-        }
-        stream = (
-            "num_shards",
-            "shuffle_buffer",
-            "seed",
-            "holdout_per_mille",
-            "keep",
-            "tokenize_batch",
-        )
+        stream = ("tokenizer", "seq_len", "eos_id", "num_shards", "shuffle_buffer", "seed")
+        stream += ("holdout_per_mille", "keep", "tokenize_batch")
         return {
             "source": self.source.fingerprint(),
-            **blocks,
+            "bos_id": None,
             **{name: getattr(self, name) for name in stream},
         }
 
@@ -105,81 +94,28 @@ class PackedBlocks(IterableDataset):
     def __iter__(self) -> Iterator[torch.Tensor]:
         reader, readers = self._reader()
         ds = self.source.open()
-        source_shards = ds.num_shards
         saved, self._pending_state = self._pending_state, None
         state = self._state = restore_state(
-            saved, reader, source_shards, self.seed, self.source.path
+            saved, reader, ds.num_shards, self.seed, self.source.path
         )
         virtual = virtual_shard_count(self.num_shards, readers)
-        plan = reader_plan(source_shards, virtual, reader, readers)
+        plan = reader_plan(ds.num_shards, virtual, reader, readers)
         tokenizer = load_tokenizer(self.tokenizer)
         rng = random.Random()
         rng.setstate(state.rng_state)
-        block_len = self.seq_len + 1
         while self.epochs is None or state.epoch < self.epochs:
             produced_before = state.stats.blocks
             # only a whole pass without a block means the data cannot fill one (a resumed pass may
             # have none left)
             whole_pass = state.source_state is None
-            for owned in self._owned_batches(ds, plan, virtual, state):
-                encodings = tokenizer.encode_batch(
-                    [text for _, text in owned], add_special_tokens=False
-                )
-                for position, ((shard, _), encoding) in enumerate(
-                    zip(owned, encodings, strict=True)
-                ):
-                    if position < state.doc_in_batch:
-                        continue  # packed before the checkpoint
-                    if state.blocks_from_doc == 0:  # else resumed inside this document
-                        state.carry_at_doc = state.carries.get(shard, [])
-                        state.stats.documents += 1
-                        state.stats.tokens += len(encoding.ids)
-                    tokens = [*state.carry_at_doc, *encoding.ids, self.eos_id]
-                    n_blocks = len(tokens) // block_len
-                    for b in range(state.blocks_from_doc, n_blocks):
-                        block = torch.tensor(
-                            tokens[b * block_len : (b + 1) * block_len], dtype=torch.int64
-                        )
-                        state.blocks_from_doc = b + 1
-                        state.stats.blocks += 1
-                        if (out := self._shuffle(block, state, rng)) is not None:
-                            state.rng_state = rng.getstate()
-                            state.blocks_delivered += 1
-                            yield out
-                    state.carries[shard] = tokens[n_blocks * block_len :]
-                    state.doc_in_batch, state.blocks_from_doc = position + 1, 0
-                state.doc_in_batch = 0
+            batches = self._owned_batches(ds, plan, virtual, state)
+            for block in self._blocks(batches, tokenizer, state):
+                if (out := self._shuffle(block, state, rng)) is not None:
+                    state.rng_state = rng.getstate()
+                    state.blocks_delivered += 1
+                    yield out
             if whole_pass and state.stats.blocks == produced_before and state.blocks_from_doc == 0:
-                cycle = document_cycle(source_shards, virtual)
-                files = ", ".join(
-                    f"{f}" if (lo, hi) == (0, cycle) else f"{f}[{lo}:{hi}]/{cycle}"
-                    for f, lo, hi in plan
-                )
-                share = (
-                    f"{self.source.path} (source shards {files} of {source_shards}, {virtual} "
-                    "virtual shards)"
-                )
-                if (
-                    state.stats.documents == 0
-                ):  # lowering data.num_workers is suggested only where it is above 1
-                    fewer = (
-                        "lower data.num_workers or "
-                        if getattr(get_worker_info(), "num_workers", 0) > 1
-                        else ""
-                    )
-                    raise DataError(
-                        f"reader {reader} of {readers} (ranks x data.num_workers) got no document "
-                        "from its share of "
-                        f"{share}: the corpus has too few documents for {readers} readers; "
-                        f"{fewer}give more "
-                        "documents (a .txt file is one document, a .jsonl line one)"
-                    )
-                raise DataError(
-                    f"reader {reader} of {readers} got no block of {self.seq_len + 1} tokens from "
-                    "a whole pass over "
-                    f"its {state.stats.documents} documents of {share}: lower data.seq_len or give "
-                    "more text"
-                )
+                raise self._no_block(plan, virtual)
             state.epoch += 1
             state.source_state, state.source_shard = None, plan[0][0]
         # one-pass streams (validation) flush the buffer, shuffled once: a resume mid-flush keeps
@@ -190,6 +126,59 @@ class PackedBlocks(IterableDataset):
         while state.buffer:
             state.blocks_delivered += 1
             yield state.buffer.pop()
+
+    def _blocks(
+        self, batches: Iterator[list[tuple[int, str]]], tokenizer: Tokenizer, state: ReaderState
+    ) -> Iterator[torch.Tensor]:
+        """The blocks of the documents of ``batches``, each (its ids, then EOS) after its virtual
+        shard's carry; ``state`` says how far, so a resume goes on from the same block."""
+        block_len = self.seq_len + 1
+        for owned in batches:
+            encodings = tokenizer.encode_batch(
+                [text for _, text in owned], add_special_tokens=False
+            )
+            for position, ((shard, _), encoding) in enumerate(zip(owned, encodings, strict=True)):
+                if position < state.doc_in_batch:
+                    continue  # packed before the checkpoint
+                if state.blocks_from_doc == 0:  # else resumed inside this document
+                    state.carry_at_doc = state.carries.get(shard, [])
+                    state.stats.documents += 1
+                    state.stats.tokens += len(encoding.ids)
+                tokens = [*state.carry_at_doc, *encoding.ids, self.eos_id]
+                n_blocks = len(tokens) // block_len
+                for b in range(state.blocks_from_doc, n_blocks):
+                    state.blocks_from_doc = b + 1
+                    state.stats.blocks += 1
+                    yield torch.tensor(
+                        tokens[b * block_len : (b + 1) * block_len], dtype=torch.int64
+                    )
+                state.carries[shard] = tokens[n_blocks * block_len :]
+                state.doc_in_batch, state.blocks_from_doc = position + 1, 0
+            state.doc_in_batch = 0
+
+    def _no_block(self, plan: list[tuple[int, int, int]], virtual: int) -> DataError:
+        """Why a whole pass over this reader's share (``plan``) gave no block."""
+        (reader, readers), source_shards = self._reader(), self._state.source_shards
+        cycle = document_cycle(source_shards, virtual)
+        files = ", ".join(
+            f"{f}" if (lo, hi) == (0, cycle) else f"{f}[{lo}:{hi}]/{cycle}" for f, lo, hi in plan
+        )
+        share = (
+            f"{self.source.path} (source shards {files} of {source_shards}, {virtual} virtual "
+            "shards)"
+        )
+        documents = self.stats.documents
+        if documents == 0:  # lowering data.num_workers is suggested only where it is above 1
+            fewer = "lower data.num_workers or " if readers > self.world_size else ""
+            return DataError(
+                f"reader {reader} of {readers} (ranks x data.num_workers) got no document from its "
+                f"share of {share}: the corpus has too few documents for {readers} readers; "
+                f"{fewer}give more documents (a .txt file is one document, a .jsonl line one)"
+            )
+        return DataError(
+            f"reader {reader} of {readers} got no block of {self.seq_len + 1} tokens from a whole "
+            f"pass over its {documents} documents of {share}: lower data.seq_len or give more text"
+        )
 
     def _shuffle(
         self, block: torch.Tensor, state: ReaderState, rng: random.Random

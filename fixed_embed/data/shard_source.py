@@ -36,9 +36,8 @@ class TokenShardSource:
         return self._splits[split]
 
     def default_tokenizer(self) -> str:
-        return str(
-            self.shards().tokenizer_file
-        )  # the shards carry the tokenizer they were made with
+        # the shards carry the tokenizer they were made with
+        return str(self.shards().tokenizer_file)
 
     def check_inputs(self) -> None:
         self.shards()
@@ -62,18 +61,13 @@ class TokenShardSource:
     def train_loader(
         self, rank: int, world: int, length: int | None, pin_memory: bool
     ) -> TokenBlockLoader:
-        batches = None if length is None else -(-length // self.data.batch_size)
-        dataset, shards, seed = (
-            self.order(rank, world, batches or 2**62),
-            self.shards(),
-            self.data.seed,
-        )
+        dataset = self.order(rank, world, -(-length // self.data.batch_size) if length else 2**62)
+        shards = self.shards()
         rank_zero_info(
             f"data: token shards {shards.folder}: {dataset.order.blocks:,} blocks of "
-            f"{self.data.seq_len + 1} tokens "
-            f"({shards.total:,} tokens, {shards.documents:,} documents) in a global order (seed "
-            f"{seed}), "
-            f"{world} ranks x {self.data.batch_size} per global batch; resumable at any world size"
+            f"{self.data.seq_len + 1} tokens ({shards.total:,} tokens, {shards.documents:,} "
+            f"documents) in a global order (seed {self.data.seed}), {world} ranks x "
+            f"{self.data.batch_size} per global batch; resumable at any world size"
         )
         return TokenBlockLoader(dataset, num_workers=self.data.num_workers, pin_memory=pin_memory)
 

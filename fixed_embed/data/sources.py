@@ -139,10 +139,10 @@ class DocumentSource:
                     "files "
                     "(.txt, .jsonl, .parquet), e.g. ../shared/data/gutenberg-prose/train.jsonl"
                 ) from error
-        fields = list(ds.features or {})
-        if ds.features is not None and self.text_field not in fields:
+        if ds.features is not None and self.text_field not in ds.features:
             raise KeyError(
-                f"text field {self.text_field!r} not found in {self.path}; fields are {fields}"
+                f"text field {self.text_field!r} not found in {self.path}; fields are "
+                f"{list(ds.features)}"
             )
         return ds
 
@@ -160,12 +160,11 @@ class DocumentSource:
                     f"{table.column_names}"
                 )
             if self.passage_chars is not None:
-                cut = {"field": self.text_field, "least": self.passage_chars}
                 table = table.map(
                     _passages,
                     batched=True,
                     remove_columns=table.column_names,
-                    fn_kwargs=cut,
+                    fn_kwargs={"field": self.text_field, "least": self.passage_chars},
                     desc="cutting passages",
                 )
             if self.shuffle_seed is not None:

@@ -201,19 +201,17 @@ class TextStreamSource:
     def validation_cache(self, held_out: bool) -> BlockCache:
         hp, data = self.data.hparams, self.data
         documents, keep = self.validation_documents(held_out)
-        settings = {
-            name: hp[name] for name in ("val_sequences", "val_per_document", "holdout_per_mille")
-        }
         key = {
             "layout": _VALIDATION_LAYOUT,
             "source": documents.content_stamp(),
             "keep": keep,
             "seq_len": data.seq_len,
-        }
-        key |= {
             "tokenizer": tokenizer_fingerprint(data.tokenizer()),
             "num_shards": VALIDATION_SHARDS,
-            **settings,
+            **{
+                name: hp[name]
+                for name in ("val_sequences", "val_per_document", "holdout_per_mille")
+            },
         }
         return BlockCache(key, "validation")  # under cache_root()
 

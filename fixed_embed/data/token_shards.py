@@ -22,16 +22,14 @@ TOKENIZER_FILE = "tokenizer.json"
 FORMAT = "fixed-embed token shards"
 VERSION = 1
 SPLITS = ("train", "held_out")
-_DTYPES = {"uint16": np.uint16, "uint32": np.uint32}
+_DTYPES = ("uint16", "uint32")
 
 
 def token_dtype(vocab_size: int) -> str:
     return "uint16" if vocab_size <= 65_535 else "uint32"
 
 
-def checksum(
-    path: Path,
-) -> str:  # a shard's, as the index records it (docs/data.md, "Checks": its cost)
+def checksum(path: Path) -> str:  # a shard's, as the index records it (docs/data.md, "Checks")
     return hashlib.sha256(np.memmap(path, dtype=np.uint8, mode="r")).hexdigest()
 
 
@@ -101,77 +99,74 @@ class TokenShards:
     def __init__(self, folder: str | os.PathLike, split: str = "train") -> None:
         self.folder, self.split = Path(folder).expanduser(), split
         self.tokenizer_file = self.folder / TOKENIZER_FILE
-        self.index = index = read_index(self.folder)
-        where = self.folder / INDEX
-        dtype = index.get("dtype")
+        self.index = read_index(self.folder)
+        entries = self.index.get("shards", {}).get(split, [])
+        self.dtype = np.dtype(self._check_dtype(entries))
+        if any("sha256" not in entry for entry in entries):  # an index written before checksums
+            rank_zero_warn(
+                f"{self.folder / INDEX} has no shard checksums: only sizes are checked; "
+                "pretokenize --overwrite adds them"
+            )
+        self.files = [self.folder / entry["file"] for entry in entries]
+        self._identities = [
+            self._check_shard(e, p) for e, p in zip(entries, self.files, strict=True)
+        ]
+        self.documents = sum(int(entry.get("documents", 0)) for entry in entries)
+        counts = [int(entry["tokens"]) for entry in entries]
+        # token offset of each shard
+        self.starts = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
+        self.total = int(self.starts[-1])
+        self._maps: list[np.memmap | None] = [None] * len(self.files)
+
+    def _check_dtype(self, entries: list[dict[str, Any]]) -> str:
+        """The one dtype of the index and its ``entries``; it must hold the vocabulary's ids."""
+        where, dtype = self.folder / INDEX, self.index.get("dtype")
         if dtype not in _DTYPES:
             raise DataError(f"{where}: dtype {dtype!r} is not one of {sorted(_DTYPES)}")
-        entries = index.get("shards", {}).get(split, [])
         if (
             len(kinds := sorted({str(entry.get("dtype", dtype)) for entry in entries} | {dtype}))
             > 1
         ):
             raise DataError(
                 f"{where} mixes dtypes {kinds} across its shards (shards of two pretokenize "
-                "runs?): one folder holds "
-                "one dtype; run `fixed-embed pretokenize --overwrite` into it, or use separate "
-                "folders"
+                "runs?): one folder holds one dtype; run `fixed-embed pretokenize --overwrite` "
+                "into it, or use separate folders"
             )
-        if token_dtype(int(index["vocab_size"])) != dtype and dtype == "uint16":
+        if token_dtype(int(self.index["vocab_size"])) != dtype and dtype == "uint16":
             raise DataError(
                 f"{where}: dtype uint16 cannot hold the ids of a vocabulary of "
-                f"{index['vocab_size']}"
+                f"{self.index['vocab_size']}"
             )
-        self.dtype = np.dtype(_DTYPES[dtype])
-        if any(
-            "sha256" not in entry for entry in entries
-        ):  # an index written before checksums existed
-            rank_zero_warn(
-                f"{where} has no shard checksums: only sizes are checked; pretokenize --overwrite "
-                "adds them"
+        return dtype
+
+    def _check_shard(self, entry: dict[str, Any], path: Path) -> tuple[int, ...]:
+        """The shard ``path`` of index ``entry`` as the index says (size, SHA-256); its
+        identity."""
+        tokens, where = int(entry["tokens"]), self.folder / INDEX
+        if not path.is_file():
+            raise MissingFileError(
+                f"token shard {path} listed in {where} is missing; copy the whole folder"
             )
-        self.files = [self.folder / entry["file"] for entry in entries]
-        self._identities: list[tuple[int, ...]] = []
-        for entry, path in zip(entries, self.files, strict=True):
-            tokens = int(entry["tokens"])
-            if not path.is_file():
-                raise MissingFileError(
-                    f"token shard {path} listed in {where} is missing; copy the whole folder"
-                )
-            size = path.stat().st_size
-            if tokens == 0 or size == 0:
-                raise DataError(
-                    f"token shard {path} is empty; the index lists only shards with tokens: "
-                    "rewrite it"
-                )
-            if size != tokens * self.dtype.itemsize:
-                state = (
-                    "truncated"
-                    if size < tokens * self.dtype.itemsize
-                    else "longer than its index entry"
-                )
-                raise DataError(
-                    f"token shard {path} is {state}: {size:,} bytes, the index says {tokens:,} "
-                    f"{dtype} tokens "
-                    f"({tokens * self.dtype.itemsize:,} bytes); copy it again or rerun pretokenize "
-                    "with --overwrite"
-                )
-            if "sha256" in entry and not _matches(
-                str(path), size, path.stat().st_mtime_ns, entry["sha256"]
-            ):
-                raise DataError(
-                    f"token shard {path} does not match its SHA-256 in {where} (changed since "
-                    "pretokenize wrote it): "
-                    "copy it again or rerun pretokenize with --overwrite"
-                )
-            self._identities.append(_identity(path))
-        self.documents = sum(int(entry.get("documents", 0)) for entry in entries)
-        counts = [int(entry["tokens"]) for entry in entries]
-        self.starts = np.concatenate(
-            [[0], np.cumsum(counts, dtype=np.int64)]
-        )  # token offset of each shard
-        self.total = int(self.starts[-1])
-        self._maps: list[np.memmap | None] = [None] * len(self.files)
+        size, expected = path.stat().st_size, tokens * self.dtype.itemsize
+        if tokens == 0 or size == 0:
+            raise DataError(
+                f"token shard {path} is empty; the index lists only shards with tokens: rewrite it"
+            )
+        if size != expected:
+            state = "truncated" if size < expected else "longer than its index entry"
+            raise DataError(
+                f"token shard {path} is {state}: {size:,} bytes, the index says {tokens:,} "
+                f"{self.dtype.name} tokens ({expected:,} bytes); copy it again or rerun "
+                "pretokenize with --overwrite"
+            )
+        if "sha256" in entry and not _matches(
+            str(path), size, path.stat().st_mtime_ns, entry["sha256"]
+        ):
+            raise DataError(
+                f"token shard {path} does not match its SHA-256 in {where} (changed since "
+                "pretokenize wrote it): copy it again or rerun pretokenize with --overwrite"
+            )
+        return _identity(path)
 
     @property
     def eos_id(self) -> int:
@@ -189,9 +184,7 @@ class TokenShards:
             own, made = load_tokenizer(self.tokenizer_file), f"tokenizer {written.get('spec')}"
             why = tokenizer_mismatch(own, made, load_tokenizer(spec), f"data.tokenizer {spec}")
             fix = f"set data.tokenizer: {self.tokenizer_file} (or null)"
-            if (
-                tokenizer_fingerprint(own) != written["fingerprint"]
-            ):  # their own copy was changed as well
+            if tokenizer_fingerprint(own) != written["fingerprint"]:  # their own copy changed too
                 why = (
                     f"{made} ({written['fingerprint'][:12]}), not data.tokenizer {spec} "
                     f"({fingerprint[:12]})"
@@ -219,12 +212,9 @@ class TokenShards:
         return {"token_shards_index_sha256": digest, "split": self.split, "tokens": self.total}
 
     def _map(self, i: int) -> np.memmap:
-        if (
-            self._maps[i] is None
-        ):  # mapped, the checked file stays readable whatever replaces its name later
-            if (
-                _identity(self.files[i]) != self._identities[i]
-            ):  # replaced between the check and here
+        # mapped, the checked file stays readable whatever replaces its name later
+        if self._maps[i] is None:
+            if _identity(self.files[i]) != self._identities[i]:  # replaced since the check
                 raise DataError(
                     f"token shard {self.files[i]} was replaced after this run checked it (another "
                     "pretokenize into "
@@ -262,9 +252,8 @@ class TokenShards:
         out = np.empty((len(indices), block_len), dtype=np.int64)
         for row, b in enumerate(indices.tolist()):
             out[row] = self.tokens(b * block_len, (b + 1) * block_len)
-        if len(out) and int(out.max()) >= (
-            vocab := int(self.index["vocab_size"])
-        ):  # named here, not by the model
+        # named here, not by the model
+        if len(out) and int(out.max()) >= (vocab := int(self.index["vocab_size"])):
             row, col = np.argwhere(out >= vocab)[0].tolist()
             shard = self.files[
                 int(np.searchsorted(self.starts, indices[row] * block_len + col, "right")) - 1

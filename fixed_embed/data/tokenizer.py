@@ -144,7 +144,7 @@ def train_bpe(
     """Train a byte-level BPE (EOS at id 0); returns its ``tokenizer.json``, reused when
     ``fingerprint.json`` matches; another is replaced if ``overwrite``, else refused. Under
     ``MIN_VOCAB_FRACTION`` of the size: DataError, no file."""
-    if vocab_size < 257 + 1:
+    if vocab_size <= 257:
         raise ConfigError(
             f"a byte-level BPE needs vocab_size > 257 (256 bytes + EOS), got {vocab_size}; "
             "ask for more (--vocab-size, data.tokenizer_vocab_size)"
@@ -160,9 +160,7 @@ def train_bpe(
             identity = tokenizer_fingerprint(Tokenizer.from_file(str(target)))
         except Exception:
             stored, identity = {}, None
-        stamped = (
-            stored.get("tokenizer_fingerprint", identity) == identity
-        )  # the stamp describes this tokenizer.json
+        stamped = stored.get("tokenizer_fingerprint", identity) == identity  # of this file
         if stored.get("key") == key and stamped:
             return target
         if not overwrite:
@@ -171,16 +169,42 @@ def train_bpe(
                 made = f"from {stored.get('source')}, vocab {stored.get('vocab_size')}"
             raise ConfigError(
                 f"{target} already exists, made {made}, not from {corpus or fingerprint} at vocab "
-                f"{vocab_size}; "
-                "pass --overwrite to replace it, or choose another --out"
+                f"{vocab_size}; pass --overwrite to replace it, or choose another --out"
             )
+    tokenizer, counts = _train(texts, vocab_size)
+    if (got := tokenizer.get_vocab_size()) < MIN_VOCAB_FRACTION * vocab_size:
+        raise DataError(
+            f"the BPE trained on {corpus or fingerprint} learned only {got} of the {vocab_size} "
+            f"tokens asked: too little text ({counts['documents']} documents, {counts['blank']} "
+            "empty or whitespace-only). Give more text or ask for a smaller vocabulary "
+            "(data.tokenizer_vocab_size, --vocab-size); nothing was written."
+        )
+    # never a stamp describing another tokenizer.json, even after a crash
+    stamp.unlink(missing_ok=True)
+    with atomic_path(target) as tmp:
+        tokenizer.save(str(tmp))
+    record = {
+        "key": key,
+        "vocab_size": got,
+        "source": corpus or fingerprint,
+        "tokenizer_fingerprint": tokenizer_fingerprint(tokenizer),
+        "fingerprint": fingerprint,
+    }
+    atomic_write_text(stamp, json.dumps(record))
+    return target
+
+
+def _train(texts: Iterable[str], vocab_size: int) -> tuple[Tokenizer, dict[str, int]]:
+    """A byte-level BPE trained on ``texts``, and how many documents (and blank ones) it read."""
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
     tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
-    alphabet = pre_tokenizers.ByteLevel.alphabet()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=[EOS], initial_alphabet=alphabet, show_progress=False
+        vocab_size=vocab_size,
+        special_tokens=[EOS],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
     )
     counts = {"documents": 0, "blank": 0}
 
@@ -191,27 +215,4 @@ def train_bpe(
             yield text
 
     tokenizer.train_from_iterator(counted(texts), trainer=trainer)
-    got = tokenizer.get_vocab_size()
-    if got < MIN_VOCAB_FRACTION * vocab_size:
-        raise DataError(
-            f"the BPE trained on {corpus or fingerprint} learned only {got} of the {vocab_size} "
-            "tokens asked: "
-            f"too little text ({counts['documents']} documents, {counts['blank']} empty or "
-            "whitespace-only). Give more "
-            "text or ask for a smaller vocabulary (data.tokenizer_vocab_size, --vocab-size); "
-            "nothing was written."
-        )
-    stamp.unlink(
-        missing_ok=True
-    )  # never a stamp describing another tokenizer.json, even after a crash
-    with atomic_path(target) as tmp:
-        tokenizer.save(str(tmp))
-    identity = tokenizer_fingerprint(tokenizer)
-    record = {
-        "key": key,
-        "vocab_size": got,
-        "source": corpus or fingerprint,
-        "tokenizer_fingerprint": identity,
-    }
-    atomic_write_text(stamp, json.dumps({**record, "fingerprint": fingerprint}))
-    return target
+    return tokenizer, counts

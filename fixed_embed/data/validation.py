@@ -30,8 +30,13 @@ def spread_blocks(
 
     def documents():
         for batch in source.open().iter(batch_size=16):
-            texts = [t for t in batch[source.text_field] if isinstance(t, str) and t.strip()]
-            texts = [t for t in texts if is_held_out(t, per_mille) == (keep == "held_out")]
+            texts = [
+                t
+                for t in batch[source.text_field]
+                if isinstance(t, str)
+                and t.strip()
+                and is_held_out(t, per_mille) == (keep == "held_out")
+            ]
             for encoding in tokenizer.encode_batch(texts, add_special_tokens=False):
                 yield [*encoding.ids, eos_id]
 

@@ -21,15 +21,12 @@ from torch.distributed import TCPStore
 from fixed_embed.errors import RunComplete, UserError, in_one_line
 
 T = TypeVar("T")
-_PLAN_TIMEOUT = timedelta(
-    minutes=30
-)  # the longest a peer waits for another's plan (a resume's checks included)
-_READ_TIMEOUT_S = (
-    60.0  # the longest a hosting rank 0 stays up, after the verdict, for its peers to read it
-)
-_stores: list[
-    TCPStore
-] = []  # a store rank 0 hosts lives as long as the process: the process group reuses it
+# the longest a peer waits for another's plan (a resume's checks included)
+_PLAN_TIMEOUT = timedelta(minutes=30)
+# the longest a hosting rank 0 stays up, after the verdict, for its peers to read it
+_READ_TIMEOUT_S = 60.0
+# a store rank 0 hosts lives as long as the process: the process group reuses it
+_stores: list[TCPStore] = []
 
 
 class RefusedOnAnotherRank(UserError):
@@ -44,9 +41,8 @@ def peers(num_nodes: int) -> tuple[int, int, str, int] | None:
         env = TorchElasticEnvironment() if elastic else SLURMEnvironment()
         found = env.global_rank(), env.world_size(), env.main_address, env.main_port
     elif num_nodes > 1 and "LOCAL_RANK" not in os.environ and "MASTER_PORT" in os.environ:
-        lightning = (
-            LightningEnvironment()
-        )  # a node's launching process: its local ranks start after this
+        # a node's launching process: its local ranks start after this
+        lightning = LightningEnvironment()
         found = lightning.node_rank(), num_nodes, lightning.main_address, lightning.main_port
     else:
         return None
@@ -60,9 +56,8 @@ def in_turn(plan: Callable[[], T], num_nodes: int) -> T:
     if (where := peers(num_nodes)) is None:
         return plan()
     rank, count, address, port = where
-    host = (
-        rank == 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True"
-    )  # torchrun's agent hosts it
+    # torchrun's agent hosts it
+    host = rank == 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True"
     store = TCPStore(
         address,
         port,
@@ -74,11 +69,11 @@ def in_turn(plan: Callable[[], T], num_nodes: int) -> T:
     )
     _stores.append(store)
     key = f"fixed-embed/launch/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/{{}}".format
+    keys = [key(other) for other in range(count)]
     result, own, said, words = None, None, "go", []
     try:
-        if (
-            rank == 0 or (said := store.get(key(0)).decode()) == "go"
-        ):  # a refusal of rank 0's: read nothing
+        # a refusal of rank 0's: read nothing
+        if rank == 0 or (said := store.get(key(0)).decode()) == "go":
             try:
                 result = plan()
             except (UserError, RunComplete) as error:
@@ -86,26 +81,16 @@ def in_turn(plan: Callable[[], T], num_nodes: int) -> T:
                     error,
                     f"{'complete' if isinstance(error, RunComplete) else 'refused'} {error}",
                 )
-            except (
-                BaseException
-            ) as error:  # its own process prints it in full: the others name it in one line
+            # its own process prints it in full: the others name it in one line
+            except BaseException as error:
                 own, said = error, f"failed global rank {rank} failed: {in_one_line(error)}"
         store.set(key(rank), said)
-        store.wait([key(other) for other in range(count)])
-        words = [word.decode() for word in store.multi_get([key(other) for other in range(count)])]
+        store.wait(keys)
+        words = [word.decode() for word in store.multi_get(keys)]
     finally:
-        with contextlib.suppress(
-            RuntimeError
-        ):  # the host may be gone: then there is no one left to wait for
-            read, deadline = store.add(key("read"), 1), time.monotonic() + _READ_TIMEOUT_S
-            going = len(words) == count and all(
-                word == "go" for word in words
-            )  # the process group takes it over
-            while host and not going and read < count and time.monotonic() < deadline:
-                time.sleep(
-                    0.05
-                )  # else the store dies with this process: its peers read the verdict first
-                read = store.add(key("read"), 0)
+        # all going: the process group takes the store over
+        going = len(words) == count and all(word == "go" for word in words)
+        _stay_until_read(store, key("read"), count, host and not going)
     if own is not None and not isinstance(own, (UserError, RunComplete)):
         raise own
     for word in words:
@@ -115,3 +100,14 @@ def in_turn(plan: Callable[[], T], num_nodes: int) -> T:
                 raise own
             raise RunComplete(message) if kind == "complete" else RefusedOnAnotherRank(message)
     return result  # type: ignore[return-value]
+
+
+def _stay_until_read(store: TCPStore, read_key: str, count: int, wait: bool) -> None:
+    """Count this process as having read the verdict; with ``wait`` (a hosting rank 0), stay up
+    until all ``count`` have, for at most ``_READ_TIMEOUT_S``: the store dies with this process."""
+    # the host may be gone: then there is no one left to wait for
+    with contextlib.suppress(RuntimeError):
+        read, deadline = store.add(read_key, 1), time.monotonic() + _READ_TIMEOUT_S
+        while wait and read < count and time.monotonic() < deadline:
+            time.sleep(0.05)
+            read = store.add(read_key, 0)

@@ -12,8 +12,6 @@ from fixed_embed.config import PositiveInt
 from fixed_embed.errors import ConfigError
 from fixed_embed.model.decoder import Decoder
 
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-
 
 @dataclass
 class ParallelConfig:
@@ -75,7 +73,8 @@ def apply_parallelism(decoder: Decoder, config: ParallelConfig, device_mesh=None
             mesh.device_type, (world // group, group), mesh_dim_names=("replicate", "shard")
         )
     policy = MixedPrecisionPolicy(
-        param_dtype=_DTYPES[config.param_dtype], reduce_dtype=_DTYPES[config.reduce_dtype]
+        param_dtype=getattr(torch, config.param_dtype),
+        reduce_dtype=getattr(torch, config.reduce_dtype),
     )
     shard = {"mesh": mesh, "mp_policy": policy}
     for block in decoder.layers:

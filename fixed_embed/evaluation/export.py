@@ -18,6 +18,12 @@ from fixed_embed.run.lock import acquire
 from fixed_embed.train.module import LanguageModel
 
 MARKER = "fixed_embed.json"  # written last: a folder holding it is a complete export
+#: A block's modules by their Llama names (the projections inside have the same names).
+_LLAMA_MODULES = {
+    "attn_norm": "input_layernorm",
+    "attn": "self_attn",
+    "mlp_norm": "post_attention_layernorm",
+}
 
 
 def check_export_dir(out: str | os.PathLike, overwrite: bool = False) -> Path:
@@ -50,21 +56,12 @@ def llama_state_dict(model: LanguageModel) -> dict[str, torch.Tensor]:
             f"{type(decoder.interface).__name__} cannot be written as a Llama embed_tokens table: "
             "it has no table() giving the vector of every id"
         )
-    with torch.no_grad():
-        state = {
-            "model.embed_tokens.weight": table().detach(),
-            "model.norm.weight": decoder.norm.weight,
-        }
-        if not decoder.config.tie_embeddings:
-            state["lm_head.weight"] = decoder.head.weight
-        for i, layer in enumerate(decoder.layers):
-            p = f"model.layers.{i}."
-            state[p + "input_layernorm.weight"] = layer.attn_norm.weight
-            state[p + "post_attention_layernorm.weight"] = layer.mlp_norm.weight
-            for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
-                state[p + f"self_attn.{name}.weight"] = getattr(layer.attn, name).weight
-            for name in ("gate_proj", "up_proj", "down_proj"):
-                state[p + f"mlp.{name}.weight"] = getattr(layer.mlp, name).weight
+    state = {"model.embed_tokens.weight": table(), "model.norm.weight": decoder.norm.weight}
+    if not decoder.config.tie_embeddings:
+        state["lm_head.weight"] = decoder.head.weight
+    for name, weight in decoder.layers.named_parameters():  # "0.attn.q_proj.weight", ...
+        index, module, rest = name.split(".", 2)
+        state[f"model.layers.{index}.{_LLAMA_MODULES.get(module, module)}.{rest}"] = weight
     return {k: v.detach().contiguous() for k, v in state.items()}
 
 

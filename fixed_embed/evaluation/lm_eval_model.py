@@ -76,8 +76,8 @@ class FixedEmbedLM(TemplateLM):
             )
         self.batch_size = int(batch_size)
         if module is None:
-            target = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-            module, tokenizer_object = load_checkpoint(checkpoint, tokenizer, target)
+            device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+            module, tokenizer_object = load_checkpoint(checkpoint, tokenizer, device)
         self.module, self.tok = module, tokenizer_object
         self.max_length = int(max_length or module.config.max_seq_len)
         if not 1 <= self.max_length <= module.config.max_seq_len:
@@ -105,13 +105,6 @@ class FixedEmbedLM(TemplateLM):
             stop = bool(vote.item())
         if stop:
             raise EvaluationInterrupted("evaluation stopped on request")
-
-    @classmethod
-    def from_module(
-        cls, module: LanguageModel, tokenizer: Tokenizer, **kwargs: Any
-    ) -> FixedEmbedLM:
-        """Wrap an in-memory model (e.g. the one being trained) without copying it."""
-        return cls(module=module, tokenizer_object=tokenizer, **kwargs)
 
     # distributed hooks lm-eval calls when world_size > 1
     def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
@@ -223,22 +216,15 @@ class FixedEmbedLM(TemplateLM):
             )
         jobs, eot = [], self.tok_decode([self.eot_token_id], skip_special_tokens=False)
         for context, gen_kwargs in (req.args for req in requests):
-            kwargs = dict(gen_kwargs or {})
-            if kwargs.pop("do_sample", False) and kwargs.get("temperature", 0.0) > 0:
+            kwargs = gen_kwargs or {}
+            if kwargs.get("do_sample", False) and kwargs.get("temperature", 0.0) > 0:
                 raise ValueError(
                     "fixed_embed generates greedily only; got do_sample=True with temperature > 0"
                 )
-            until = kwargs.pop("until", None) or []
-            until = [stop for stop in ([until] if isinstance(until, str) else until) if stop] + [
-                eot
-            ]
-            jobs.append(
-                (
-                    self.tok_encode(context),
-                    until,
-                    int(kwargs.pop("max_gen_toks", self.max_gen_toks)),
-                )
-            )
+            until = kwargs.get("until") or []
+            until = [stop for stop in ([until] if isinstance(until, str) else until) if stop]
+            limit = int(kwargs.get("max_gen_toks", self.max_gen_toks))
+            jobs.append((self.tok_encode(context), [*until, eot], limit))
         # Batch equal-length contexts: no padding, no attention mask needed while generating.
         order = sorted(range(len(jobs)), key=lambda i: (-len(jobs[i][0]), i))
         outputs: list[str] = [""] * len(jobs)

@@ -30,10 +30,8 @@ def load_checkpoint(
         checkpoint = (
             consolidate(path) if path.is_dir() else load_weights_only(path, path, mmap=True)
         )
-    if (
-        not isinstance(checkpoint, dict)
-        or "state_dict" not in checkpoint
-        or "hyper_parameters" not in checkpoint
+    if not isinstance(checkpoint, dict) or not {"state_dict", "hyper_parameters"} <= set(
+        checkpoint
     ):
         keys = sorted(checkpoint)[:8] if isinstance(checkpoint, dict) else type(checkpoint).__name__
         raise CheckpointError(
@@ -79,17 +77,10 @@ def _tokenizer(checkpoint: dict, override: str | None, path: Path) -> Tokenizer:
         for s in checkpoint.values()
         if isinstance(s, dict) and "tokenizer_json" in s
     ]
-    own, given = (
-        Tokenizer.from_str(saved[0]) if saved else None,
-        override and load_tokenizer(override),
-    )
-    if (
-        own
-        and given
-        and (
-            why := tokenizer_mismatch(own, f"{path}'s own tokenizer", given, f"override {override}")
-        )
-    ):
+    own = Tokenizer.from_str(saved[0]) if saved else None
+    given = override and load_tokenizer(override)
+    what = f"{path}'s own tokenizer"
+    if own and given and (why := tokenizer_mismatch(own, what, given, f"override {override}")):
         raise CheckpointError(
             f"{why}: the model's ids would mean other text; drop the tokenizer override "
             "(--tokenizer, tokenizer=): the checkpoint holds its own"

@@ -115,19 +115,21 @@ def run_suite(
         for column in group:
             results = out["results"].get(column.task, {})
             reported = [k.split(",")[0] for k in results if "," in k and "_stderr" not in k]
-            every = column.metric == "*"  # every metric lm-eval reports
-            if not every and column.metric not in reported:
+            if column.metric == "*":  # every metric lm-eval reports
+                resolved = [
+                    Column(column.task, m, shots, percent="perplexity" not in m) for m in reported
+                ]
+            elif column.metric in reported:
+                resolved = [column]
+            else:
                 raise ValueError(f"lm-eval reported no {column.metric!r} (reported: {reported})")
-            for metric in reported if every else [column.metric]:
-                resolved = (
-                    Column(column.task, metric, shots, percent="perplexity" not in metric)
-                    if every
-                    else column
-                )
-                stderr = results.get(f"{metric}_stderr,none")
-                stderr = float(stderr) if isinstance(stderr, (int, float)) else None
-                scores[resolved.key] = {"value": float(results[f"{metric},none"]), "stderr": stderr}
-                expanded.append(resolved)
+            for score in resolved:
+                stderr = results.get(f"{score.metric}_stderr,none")
+                scores[score.key] = {
+                    "value": float(results[f"{score.metric},none"]),
+                    "stderr": float(stderr) if isinstance(stderr, (int, float)) else None,
+                }
+            expanded += resolved
     return {"columns": [asdict(c) for c in expanded], "scores": scores, "lm_eval": raw}
 
 
@@ -209,12 +211,9 @@ def check_results_folder(out_dir: str | os.PathLike, overwrite: bool = False) ->
 def write_results(results: dict[str, Any], model: str, out_dir: str | os.PathLike) -> Path:
     """``out_dir/results.json`` (atomically; its path is returned) and ``out_dir/table.md`` (+
     ``TABLE_NOTES``)."""
-    path = atomic_write_text(
-        Path(out_dir) / "results.json", json.dumps({"model": model, **results}, indent=2) + "\n"
-    )
-    atomic_write_text(
-        path.with_name("table.md"), markdown_table([json.loads(path.read_text())]) + TABLE_NOTES
-    )
+    written = {"model": model, **results}
+    path = atomic_write_text(Path(out_dir) / "results.json", json.dumps(written, indent=2) + "\n")
+    atomic_write_text(path.with_name("table.md"), markdown_table([written]) + TABLE_NOTES)
     return path
 
 

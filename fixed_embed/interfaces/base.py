@@ -1,5 +1,5 @@
-"""The interface contract: ``forward(ids[B, T]) -> x[B, T, d_model]``, plus what it costs and
-how to rebuild it."""
+"""The interface contract: ``forward(ids[B, T]) -> x[B, T, d_model]`` (a lookup or a bit code:
+no FLOPs), and how to rebuild it."""
 
 from __future__ import annotations
 
@@ -22,6 +22,8 @@ class InputInterface(nn.Module):
 
     #: True when the interface has no trainable state (its output is a fixed function of the id).
     fixed: bool = False
+    #: The persistent buffer that fixes the code, if any: a checkpoint holding another is refused.
+    code_buffer: str | None = None
 
     def __init__(self, vocab_size: int, d_model: int) -> None:
         super().__init__()
@@ -40,15 +42,6 @@ class InputInterface(nn.Module):
             if "code_width" in inspect.signature(cls).parameters
             else 1
         )
-
-    @property
-    def trainable_parameters(self) -> int:
-        return sum(p.numel() for p in self.parameters() if p.requires_grad)
-
-    def flops_per_token(self) -> int:
-        """Training FLOPs (forward + backward) per token. A lookup or a bit code does no
-        multiply-adds."""
-        return 0
 
     def expected_norm(self, ids: torch.Tensor) -> torch.Tensor:
         """The L2 norm each id's output vector should have (shape of ``ids``)."""
@@ -80,18 +73,23 @@ class InputInterface(nn.Module):
                 f"token ids must lie in [0, {self.vocab_size - 1}], got min {lo} and max {hi}"
             )
 
-    def _verify_stored(self, state_dict: dict, prefix: str, name: str, expected, what: str) -> None:
-        """Refuse a checkpoint whose stored buffer ``name`` differs from what the options give
-        (another code)."""
-        stored = state_dict.get(prefix + name)
-        if stored is None or stored.device.type == "meta":
-            return
-        stored = stored.detach().cpu()
-        # A model cast to 16 bits (bf16-true) casts its float buffers too: compare to the precision
-        # stored.
-        rtol = max(1e-9, torch.finfo(stored.dtype).eps) if stored.is_floating_point() else 1e-9
-        if not torch.allclose(stored.double(), expected().cpu().double(), rtol=rtol, atol=0):
-            raise ValueError(f"the checkpoint's {name} differs from the one {what} gives")
+    def code_from_options(self) -> tuple[torch.Tensor, str]:
+        """What the options give :attr:`code_buffer`, and those options in words."""
+        raise NotImplementedError
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
+        stored = state_dict.get(prefix + self.code_buffer) if self.code_buffer else None
+        if stored is not None and stored.device.type != "meta":
+            expected, options = self.code_from_options()
+            stored = stored.cpu()
+            # A model cast to 16 bits (bf16-true) casts its float buffers too: compare to the
+            # precision stored.
+            rtol = max(1e-9, torch.finfo(stored.dtype).eps) if stored.is_floating_point() else 1e-9
+            if not torch.allclose(stored.double(), expected.cpu().double(), rtol=rtol, atol=0):
+                raise ValueError(
+                    f"the checkpoint's {self.code_buffer} differs from the one {options} gives"
+                )
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def extra_repr(self) -> str:
         return f"vocab_size={self.vocab_size}, d_model={self.d_model}"

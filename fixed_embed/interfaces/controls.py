@@ -27,6 +27,7 @@ class PermutedCodeInput(BinaryCodeInput):
     (token 0's too; stored)."""
 
     max_code_width = 24  # a 2^K inverse table, and a shuffle of 2^K Python ints
+    code_buffer = "assignment"
 
     def __init__(
         self,
@@ -48,19 +49,12 @@ class PermutedCodeInput(BinaryCodeInput):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        with torch.no_grad():
-            self.assignment.copy_(torch.tensor(self._codes, dtype=torch.int64))
-            self.inverse.fill_(-1)  # codes no id uses decode to -1
-            self.inverse[self.assignment] = torch.arange(
-                self.vocab_size, device=self.inverse.device
-            )
+        self.assignment.copy_(torch.tensor(self._codes, dtype=torch.int64))
+        self.inverse.fill_(-1)  # codes no id uses decode to -1
+        self.inverse[self.assignment] = torch.arange(self.vocab_size, device=self.inverse.device)
 
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
-        expected = lambda: torch.tensor(self._codes, dtype=torch.int64)  # noqa: E731
-        self._verify_stored(
-            state_dict, prefix, "assignment", expected, f"code_seed={self.code_seed}"
-        )
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+    def code_from_options(self) -> tuple[torch.Tensor, str]:
+        return torch.tensor(self._codes, dtype=torch.int64), f"code_seed={self.code_seed}"
 
     def encode(self, ids: torch.Tensor) -> torch.Tensor:
         return self.assignment[ids.to(torch.int64)]
@@ -78,6 +72,7 @@ class RandomCodeInput(InputInterface):
     Checkpoints hold its fingerprint, refusing another draw."""
 
     fixed = True
+    code_buffer = "fingerprint"
 
     def __init__(
         self,
@@ -121,17 +116,12 @@ class RandomCodeInput(InputInterface):
 
     def reset_parameters(self) -> None:
         table = self._draw()
-        with torch.no_grad():
-            self.codes.copy_(table.to(self.codes.dtype))
-            self.fingerprint.copy_(_fingerprint(table))
+        self.codes.copy_(table.to(self.codes.dtype))
+        self.fingerprint.copy_(_fingerprint(table))
 
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
+    def code_from_options(self) -> tuple[torch.Tensor, str]:
         # Another torch version may draw another table from the same seed: the fingerprint says so.
-        what = f"code_seed={self.code_seed} with this torch"
-        self._verify_stored(
-            state_dict, prefix, "fingerprint", lambda: _fingerprint(self._draw()), what
-        )
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        return _fingerprint(self._draw()), f"code_seed={self.code_seed} with this torch"
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         self.check_ids(ids)

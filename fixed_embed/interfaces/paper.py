@@ -129,6 +129,8 @@ class GF2CodeInput(BinaryCodeInput):
     drawn from ``code_seed`` (12345: the paper's seed, not its draw) or ``matrix`` (K x K 0/1);
     b: ``offset``, a mask or K bits (paper: 0)."""
 
+    code_buffer = "code_matrix"
+
     def __init__(
         self,
         vocab_size: int,
@@ -171,15 +173,12 @@ class GF2CodeInput(BinaryCodeInput):
     def reset_parameters(self) -> None:
         """(Re)compute the buffers from the options, e.g. after meta-device init."""
         rows = self._defined_rows()
-        with torch.no_grad():
-            self.code_matrix.copy_(matrix_from_rows(rows, self.code_width))
-            self.rows.copy_(torch.tensor(rows, dtype=torch.int64))
+        self.code_matrix.copy_(matrix_from_rows(rows, self.code_width))
+        self.rows.copy_(torch.tensor(rows, dtype=torch.int64))
 
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
+    def code_from_options(self) -> tuple[torch.Tensor, str]:
         source = f"code_seed={self.code_seed}" if self.matrix is None else "the explicit matrix"
-        expected = lambda: matrix_from_rows(self._defined_rows(), self.code_width)  # noqa: E731
-        self._verify_stored(state_dict, prefix, "code_matrix", expected, source)
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        return matrix_from_rows(self._defined_rows(), self.code_width), source
 
     def encode(self, ids: torch.Tensor) -> torch.Tensor:
         return gf2_apply(self.rows, ids) ^ self.offset

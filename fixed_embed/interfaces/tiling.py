@@ -11,10 +11,8 @@ from fixed_embed.interfaces.codes import bits_of, code_width
 
 def tile(x: torch.Tensor, d_model: int) -> torch.Tensor:
     """Repeat the last dimension (K) until it is ``d_model`` long; the last copy is truncated."""
-    tiled = x.tile(
-        (math.ceil(d_model / x.shape[-1]),)
-    )  # the last dimension: tile prepends 1s to the repeats
-    return tiled[..., :d_model] if tiled.shape[-1] != d_model else tiled
+    # the last dimension: tile prepends 1s to the repeats
+    return x.tile((math.ceil(d_model / x.shape[-1]),))[..., :d_model]
 
 
 def tiled_norm(x: torch.Tensor, d_model: int) -> torch.Tensor:

@@ -15,15 +15,14 @@ from torch import nn
 from fixed_embed.distributed.fsdp import shards_parameters
 from fixed_embed.errors import ConfigError
 from fixed_embed.model.accounting import parameter_count
-from fixed_embed.model.decoder import Decoder
+from fixed_embed.model.decoder import Decoder, DecoderConfig
 from fixed_embed.model.loss import DEFAULT_LOSS_CHUNK_TOKENS
 
 ActivationMode = Literal["float32", "mixed", "bfloat16"]
 _GIB = 2**30
 FRAGMENTATION = 0.05  # the allocator's, as a share of the allocated peak (typically 2-10 %)
-CUDA_CONTEXT_BYTES = (
-    1 * _GIB
-)  # CUDA context (~0.5 GiB on H100), cuBLAS/cuDNN workspaces, kernels' scratch
+# CUDA context (~0.5 GiB on H100), cuBLAS/cuDNN workspaces, kernels' scratch
+CUDA_CONTEXT_BYTES = 1 * _GIB
 NCCL_BYTES = 1 * _GIB  # NCCL's buffers and channels, with more than one rank
 USABLE_FRACTION = 0.90  # of device memory an estimate may use: the rest is the margin for its error
 _GPU_GIB = {"A100-40": 39.4, "A100-80": 79.2, "H100-80": 79.1, "H200-141": 139.8}
@@ -63,9 +62,8 @@ class MemoryEstimate:
     autocast_weights: int  # autocast's 16-bit copies of the matmul weights, saved for backward
     backward_transient: int  # gradients of one block's activations while backward runs through it
     recomputed_block: int  # one block's activations, recomputed in its backward under checkpointing
-    fsdp_gathered: (
-        int  # FSDP2: unsharded parameters (root, head, 2 blocks) and, syncing, 2 blocks' gradients
-    )
+    # FSDP2: unsharded parameters (root, head, 2 blocks) and, syncing, 2 blocks' gradients
+    fsdp_gathered: int
     unsharded_gradients: int  # FSDP2 accumulating without reduce-scatter: the full gradients
     accumulate: int
 
@@ -91,24 +89,12 @@ class MemoryEstimate:
         """The peak of live tensors (``max_memory_allocated``): at the loss or in a block's
         backward, as traced."""
         ac = self.activation_checkpointing
-        at_loss = (
-            self.saved_activations
-            - (self.recomputed_block if ac else 0)
-            + self.loss
-            + self.autocast_weights
-        )
-        in_backward = (
-            self.saved_activations + self.backward_transient + (0 if ac else self.autocast_weights)
-        )
-        gradients = 0 if self.unsharded_gradients else self.gradients
-        state = (
-            self.weights
-            + gradients
-            + self.optimizer
-            + self.fsdp_gathered
-            + self.unsharded_gradients
-        )
-        return state + max(at_loss, in_backward)
+        at_loss = self.loss + self.autocast_weights - (self.recomputed_block if ac else 0)
+        in_backward = self.backward_transient + (0 if ac else self.autocast_weights)
+        # accumulating under FSDP2 without reduce-scatter, the unsharded gradients replace them
+        gradients = self.unsharded_gradients or self.gradients
+        state = self.weights + gradients + self.optimizer + self.fsdp_gathered
+        return state + self.saved_activations + max(at_loss, in_backward)
 
     @property
     def fragmentation(self) -> int:
@@ -200,56 +186,26 @@ def memory_estimate(
     config = decoder.config
     t = seq_len or config.max_seq_len
     tokens = micro_batch * t
-    d, f, h, layers, v = (
-        config.d_model,
-        config.ffn_dim,
-        config.n_heads,
-        config.n_layers,
-        config.vocab_size,
-    )
-    d_kv = config.kv_heads * config.head_dim
-    p = 4 if mode == "float32" else 2
-    residual = 2 if mode == "bfloat16" else 4
-    per_block = (
-        16 * d + 8 + p * (5 * d + 2 * d_kv + 4 * f) + (3 * p * d if mode == "mixed" else 0) + 4 * h
-    )
-    final_norm = 8 * d + 12
-    shards = (
-        min(shard_group_size or world_size, world_size) if sharded else 1
-    )  # HSDP: within groups
+    d, v, p = config.d_model, config.vocab_size, 4 if mode == "float32" else 2
+    shards = min(shard_group_size or world_size, world_size) if sharded else 1  # HSDP: in groups
     total, trainable = parameter_count(decoder), parameter_count(decoder, trainable=True)
-    chunk = min(loss_chunk_tokens or DEFAULT_LOSS_CHUNK_TOKENS, tokens)
     copy = p if p < 4 else 0  # the 16-bit copy of an fp32 buffer
     gathered_16bit = sharded and param_dtype == "bfloat16"
-    matmul = sum(
-        {
-            id(m.weight): m.weight.numel() for m in decoder.modules() if isinstance(m, nn.Linear)
-        }.values()
-    )
     fsdp_gathered = unsharded_gradients = 0
     if sharded:
-        g = 2 if gathered_16bit or mode == "bfloat16" else 4
-        block = parameter_count(decoder.layers[0]) if layers else 0
-        head = 0 if config.tie_embeddings else parameter_count(decoder.head)
         if accumulate > 1 and not sync_every_micro_batch:
             unsharded_gradients = (4 if reduce_dtype == "float32" else 2) * trainable
-        blocks = (
-            2 if unsharded_gradients else 4
-        )  # their gradients: in the unsharded ones when accumulating
-        fsdp_gathered = g * (
-            parameter_count(decoder.interface)
-            + head
-            + parameter_count(decoder.norm)
-            + blocks * block
-        )
+        g = 2 if gathered_16bit or mode == "bfloat16" else 4
+        fsdp_gathered = g * _gathered_parameters(decoder, 2 if unsharded_gradients else 4)
     return MemoryEstimate(
         weights=-(-4 * total // shards),
         gradients=-(-4 * trainable // shards),
         optimizer=-(-8 * trainable // shards),
-        activations=tokens * (layers * per_block + final_norm),
-        activations_checkpointed=tokens * (layers * residual * d + per_block + final_norm),
+        **_activation_bytes(config, tokens, mode),
         logits_full=tokens * 12 * v,
-        logits_chunked=chunk * v * (4 + copy) + tokens * d * p + v * d * (4 + copy),
+        logits_chunked=min(loss_chunk_tokens or DEFAULT_LOSS_CHUNK_TOKENS, tokens) * v * (4 + copy)
+        + tokens * d * p
+        + v * d * (4 + copy),
         activation_checkpointing=activation_checkpointing,
         loss_chunk_tokens=loss_chunk_tokens,
         micro_batch=micro_batch,
@@ -257,15 +213,52 @@ def memory_estimate(
         world_size=world_size,
         sharded=sharded,
         mode=mode,
-        autocast_weights=2 * matmul if mode == "mixed" and not gathered_16bit else 0,
-        # the gradients of gate, up and their product (p F each) and of two [B, T, d] (traced at
-        # the paper's shape)
-        backward_transient=tokens * p * (3 * f + 2 * d),
-        recomputed_block=tokens * per_block,
+        autocast_weights=2 * _matmul_weights(decoder)
+        if mode == "mixed" and not gathered_16bit
+        else 0,
         fsdp_gathered=fsdp_gathered,
         unsharded_gradients=unsharded_gradients,
         accumulate=accumulate,
     )
+
+
+def _activation_bytes(config: DecoderConfig, tokens: int, mode: ActivationMode) -> dict[str, int]:
+    """What autograd saves for backward over ``tokens``, without and with checkpointing per
+    block, and a block's backward adds."""
+    d, f, p = config.d_model, config.ffn_dim, 4 if mode == "float32" else 2
+    per_block = (
+        16 * d
+        + 8
+        + p * (5 * d + 2 * config.kv_heads * config.head_dim + 4 * f)
+        + (3 * p * d if mode == "mixed" else 0)
+        + 4 * config.n_heads
+    )
+    final_norm = 8 * d + 12
+    residual = 2 if mode == "bfloat16" else 4
+    return {
+        "activations": tokens * (config.n_layers * per_block + final_norm),
+        "activations_checkpointed": tokens
+        * (config.n_layers * residual * d + per_block + final_norm),
+        # the gradients of gate, up and their product (p F each) and of two [B, T, d] (traced at
+        # the paper's shape)
+        "backward_transient": tokens * p * (3 * f + 2 * d),
+        "recomputed_block": tokens * per_block,
+    }
+
+
+def _matmul_weights(decoder: Decoder) -> int:
+    """The weights of the Linear layers, a tied one once."""
+    weights = {id(m.weight): m.weight for m in decoder.modules() if isinstance(m, nn.Linear)}
+    return sum(w.numel() for w in weights.values())
+
+
+def _gathered_parameters(decoder: Decoder, blocks: int) -> int:
+    """The parameters FSDP2 holds unsharded at once: the root's, the head's and ``blocks``
+    blocks'."""
+    block = parameter_count(decoder.layers[0]) if decoder.config.n_layers else 0
+    head = 0 if decoder.config.tie_embeddings else parameter_count(decoder.head)
+    root = parameter_count(decoder.interface) + head + parameter_count(decoder.norm)
+    return root + blocks * block
 
 
 @dataclass(frozen=True)
@@ -344,9 +337,8 @@ def cheapest_fit(model: Any, run: RunShape, device_bytes: int) -> FitOption | No
                 if micro_batch % mb:
                     continue
                 more = run.accumulate * micro_batch // mb
-                precision = (
-                    run.precision if shard == run.sharded else "32-true"
-                )  # FSDP2: fsdp.yaml's, with param_dtype
+                # FSDP2: fsdp.yaml's, with param_dtype
+                precision = run.precision if shard == run.sharded else "32-true"
                 changed = replace(
                     run, micro_batch=mb, precision=precision, sharded=shard, accumulate=more
                 )
@@ -389,16 +381,11 @@ def memory_warning(model: Any, trainer: Any, device_bytes: int | None = None) ->
     return (
         f"estimated training memory {estimate.required / _GIB:.1f} GiB per device exceeds "
         f"{100 * USABLE_FRACTION:.0f} % of the device's {device_bytes / _GIB:.1f} GiB (allocated "
-        "peak "
-        f"{estimate.allocated / _GIB:.1f} GiB: model state {estimate.model_state / _GIB:.1f} GiB, "
-        "activations "
-        f"{estimate.saved_activations / _GIB:.1f} GiB, loss {estimate.loss / _GIB:.1f} GiB at "
-        "micro-batch "
-        f"{estimate.micro_batch} x {estimate.seq_len} tokens, {estimate.mode}; `fixed-embed params "
-        "CONFIG` "
-        f"itemises it); cheapest way out first: "
-        + "; ".join(dict.fromkeys(hints))
-        + f". To start anyway: "
+        f"peak {estimate.allocated / _GIB:.1f} GiB: model state {estimate.model_state / _GIB:.1f} "
+        f"GiB, activations {estimate.saved_activations / _GIB:.1f} GiB, loss "
+        f"{estimate.loss / _GIB:.1f} GiB at micro-batch {estimate.micro_batch} x "
+        f"{estimate.seq_len} tokens, {estimate.mode}; `fixed-embed params CONFIG` itemises it); "
+        f"cheapest way out first: {'; '.join(dict.fromkeys(hints))}. To start anyway: "
         f"{IGNORE_MEMORY_ENV}=1"
     )
 

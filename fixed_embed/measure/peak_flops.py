@@ -37,7 +37,7 @@ def dtype_name(dtype: torch.dtype) -> str:
 def training_matmul_dtype(trainer: Any, module: Any) -> str:
     """Dtype of a ``Trainer``'s training matmuls: autocast's, else (sharded) FSDP2's
     param_dtype, else the weights'."""
-    device_type = module.device.type if hasattr(module, "device") else "cpu"
+    device_type = module.device.type
     with trainer.precision_plugin.forward_context():
         if torch.is_autocast_enabled(device_type):
             return dtype_name(torch.get_autocast_dtype(device_type))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -65,29 +65,9 @@ def trace_update(model: Any, run: RunShape, micro_batches: int | None = None) ->
         apply_parallelism(model.decoder, replace(model.parallel_config, compile=False), mesh)
         stack.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
         model.to_empty(device="cpu")
-        config = model.optimizer_config
-        optimizer = build_adamw(
-            model,
-            replace(config, implementation="fused") if config.implementation == "auto" else config,
-        )
         params = [p for p in model.parameters() if p.requires_grad]
-        for p in (
-            params
-        ):  # the optimizer's state and (DDP) the gradient buckets, as after the first update
-            p.grad = torch.zeros_like(p)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=sharded)
-        block = torch.zeros(run.micro_batch, seq_len + 1, dtype=torch.long)
-        autocast = "mixed" in str(run.precision) and not sharded
-        half = torch.bfloat16 if str(run.precision).startswith("bf16") else torch.float16
-
-        def micro_batch(last: bool) -> None:
-            if sharded and not model.parallel_config.sync_every_micro_batch:
-                model.decoder.set_requires_gradient_sync(last)
-            with torch.autocast("cpu", dtype=half, enabled=autocast):
-                loss, _ = model.block_loss(block)
-            (loss / run.accumulate).backward()
-
+        optimizer = _stepped_optimizer(model, params, sharded)
+        micro_batch = _micro_batch(model, run, seq_len)
         # FLOPs apart: the counter's module hooks keep checkpointed blocks' recomputed activations
         # alive
         with flop_counter.FlopCounterMode(
@@ -116,6 +96,38 @@ def trace_update(model: Any, run: RunShape, micro_batches: int | None = None) ->
         count,
         time.perf_counter() - start,
     )
+
+
+def _stepped_optimizer(model: Any, params: list, sharded: bool) -> torch.optim.Optimizer:
+    """The recipe's AdamW (``auto``: fused) after one step: its state and (DDP) the gradient
+    buckets, as after the first update."""
+    config = model.optimizer_config
+    optimizer = build_adamw(
+        model,
+        replace(config, implementation="fused") if config.implementation == "auto" else config,
+    )
+    for p in params:
+        p.grad = torch.zeros_like(p)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=sharded)
+    return optimizer
+
+
+def _micro_batch(model: Any, run: RunShape, seq_len: int) -> Callable[[bool], None]:
+    """One micro-batch's forward and backward at ``run``'s shape and precision; ``last``: the
+    one that syncs gradients."""
+    block = torch.zeros(run.micro_batch, seq_len + 1, dtype=torch.long)
+    autocast = "mixed" in str(run.precision) and not run.sharded
+    half = torch.bfloat16 if str(run.precision).startswith("bf16") else torch.float16
+
+    def micro_batch(last: bool) -> None:
+        if run.sharded and not model.parallel_config.sync_every_micro_batch:
+            model.decoder.set_requires_gradient_sync(last)
+        with torch.autocast("cpu", dtype=half, enabled=autocast):
+            loss, _ = model.block_loss(block)
+        (loss / run.accumulate).backward()
+
+    return micro_batch
 
 
 @contextlib.contextmanager

@@ -45,7 +45,7 @@ def parameter_report(decoder: Decoder) -> ParameterReport:
     return ParameterReport(
         parameter_count(decoder),
         parameter_count(decoder, trainable=True),
-        decoder.interface.trainable_parameters,
+        parameter_count(decoder.interface, trainable=True),
         head,
         backbone,
         decoder.flops_per_token(),
@@ -73,7 +73,7 @@ def module_costs(decoder: Decoder, seq_len: int | None = None) -> list[ModuleCos
     )  # a tied head is counted once, under the interface that owns it
     head = decoder.head.flops_per_token()
     flops = {
-        "interface": decoder.interface.flops_per_token() + (head if tied else 0),
+        "interface": head if tied else 0,
         "layers": sum(layer.flops_per_token(t) for layer in decoder.layers),
         "norm": 0,
         "head": 0 if tied else head,

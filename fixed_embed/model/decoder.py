@@ -246,10 +246,8 @@ class Decoder(nn.Module):
         residual_std = std / math.sqrt(2 * self.config.n_layers)
         for name, module in self.named_modules():
             if isinstance(module, nn.Linear):
-                is_residual_out = name.endswith(("o_proj", "down_proj"))
-                nn.init.normal_(
-                    module.weight, mean=0.0, std=residual_std if is_residual_out else std
-                )
+                residual_out = name.endswith(("o_proj", "down_proj"))
+                nn.init.normal_(module.weight, mean=0.0, std=residual_std if residual_out else std)
             elif module is not self and hasattr(module, "reset_parameters"):
                 module.reset_parameters()
 
@@ -259,8 +257,8 @@ class Decoder(nn.Module):
         targets: torch.Tensor | None = None,
         chunk_tokens: int | None = None,
     ) -> torch.Tensor:
-        """Logits ``[B, T, V]``; given ``targets[B, T]``, the mean cross-entropy instead (see
-        :meth:`loss`)."""
+        """Logits ``[B, T, V]``; given ``targets[B, T]``, the mean cross-entropy instead,
+        ``chunk_tokens`` rows at a time (0/None: unchunked), in forward for FSDP2's hooks."""
         return self.head(self.hidden(ids), targets, chunk_tokens)
 
     def hidden(self, ids: torch.Tensor) -> torch.Tensor:
@@ -272,13 +270,6 @@ class Decoder(nn.Module):
             else:
                 x = layer(x, self.rope)
         return self.norm(x)
-
-    def loss(
-        self, ids: torch.Tensor, targets: torch.Tensor, chunk_tokens: int | None = None
-    ) -> torch.Tensor:
-        """Mean cross-entropy, ``chunk_tokens`` rows at a time (0/None: unchunked); a module
-        call, for FSDP2's hooks."""
-        return self(ids, targets, chunk_tokens)
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
         """The interface's output for ``ids[B, T]``, after checking the shape fits the model."""
@@ -318,18 +309,17 @@ class Decoder(nn.Module):
                 logits[
                     logits < logits.topk(min(top_k, logits.shape[-1])).values[:, -1:]
                 ] = -torch.inf
-            probs = (logits / temperature).softmax(-1) if temperature else None
-            pick = (
-                logits.argmax(-1, keepdim=True)
-                if probs is None
-                else probs.multinomial(1, generator=generator)
-            )
+            if temperature:
+                pick = (logits / temperature).softmax(-1).multinomial(1, generator=generator)
+            else:
+                pick = logits.argmax(-1, keepdim=True)
             ids = torch.cat([ids, pick], dim=1)
         return ids
 
     def flops_per_token(self, seq_len: int | None = None) -> int:
-        """Training FLOPs per token at context ``seq_len`` (default: max_seq_len)."""
+        """Training FLOPs per token at context ``seq_len`` (default: max_seq_len); the input
+        interface does none."""
         blocks = sum(
             layer.flops_per_token(seq_len or self.config.max_seq_len) for layer in self.layers
         )
-        return self.interface.flops_per_token() + blocks + self.head.flops_per_token()
+        return blocks + self.head.flops_per_token()

@@ -33,7 +33,7 @@ def linear_cross_entropy(
     ):  # what F.linear would compute in; the casts are differentiable
         dtype = torch.get_autocast_dtype(device)
         h, weight = h.to(dtype), weight.to(dtype)
-    elif h.dtype != weight.dtype:
+    else:
         h = h.to(weight.dtype)
     with torch.autocast(device, enabled=False):
         if torch.is_grad_enabled() and (h.requires_grad or weight.requires_grad):

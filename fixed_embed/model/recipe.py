@@ -74,25 +74,23 @@ def parameter_groups(
     ``input_lr``: else it joins no-decay unless ``decay_input``], in order. Older checkpoints
     hold ``decay_input=True``, no ``input_lr``."""
     inputs = _input_parameters(model)
-    separate = (
-        {id(p) for p in inputs} if (input_lr is not None and inputs) or not decay_input else set()
-    )
+    own_group = input_lr is not None and bool(inputs)
+    apart = {id(p) for p in inputs} if own_group or not decay_input else set()
     decay, no_decay = [], []
     for param in model.parameters():
-        if param.requires_grad and id(param) not in separate:
+        if param.requires_grad and id(param) not in apart:
             (decay if param.dim() >= 2 else no_decay).append(param)
-    if input_lr is None or not inputs:
-        no_decay += [p for p in inputs if id(p) in separate]
-        input_groups = []
-    else:
-        input_groups = [
-            {"params": inputs, "weight_decay": weight_decay if decay_input else 0.0, "lr": input_lr}
-        ]
-    return [
+    groups = [
         {"params": decay, "weight_decay": weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
-        *input_groups,
+        {
+            "params": no_decay if own_group or decay_input else no_decay + inputs,
+            "weight_decay": 0.0,
+        },
     ]
+    if own_group:
+        decay_rate = weight_decay if decay_input else 0.0
+        groups.append({"params": inputs, "weight_decay": decay_rate, "lr": input_lr})
+    return groups
 
 
 def parameter_groups_change(
@@ -101,9 +99,10 @@ def parameter_groups_change(
     """Why a resume cannot take ``config``'s parameter groups (its AdamW state would not match),
     or ``None``; ``saved``: the checkpoint's ``optimizer`` hyper-parameters (none before the
     options: it decayed the input)."""
+    saved = saved or {}
     then = {
-        "input_lr_scale": float((saved or {}).get("input_lr_scale", 1.0)),
-        "decay_input": bool((saved or {}).get("decay_input", True)),
+        "input_lr_scale": float(saved.get("input_lr_scale", 1.0)),
+        "decay_input": bool(saved.get("decay_input", True)),
     }
     moved = {
         "input_lr_scale": (then["input_lr_scale"] != 1.0)
@@ -128,9 +127,9 @@ def parameter_groups_change(
 def build_adamw(model: nn.Module, config: AdamWConfig) -> torch.optim.AdamW:
     input_lr = config.lr * config.input_lr_scale if config.input_lr_scale != 1.0 else None
     groups = parameter_groups(model, config.weight_decay, config.decay_input, input_lr)
-    device = next((p.device for g in groups for p in g["params"]), torch.device("cpu"))
     impl = config.implementation
     if impl == "auto":
+        device = next((p.device for g in groups for p in g["params"]), torch.device("cpu"))
         impl = "fused" if device.type == "cuda" else "foreach"
     foreach = impl == "foreach" if impl != "fused" else None
     return torch.optim.AdamW(

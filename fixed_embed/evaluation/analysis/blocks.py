@@ -41,15 +41,10 @@ def text_blocks(
 def per_batch(
     decoder: Decoder, blocks: torch.Tensor, batch_size: int, fn: Callable[[torch.Tensor], Any]
 ) -> list:
-    """``fn`` of each batch of ``blocks``, moved to the decoder's device, with the decoder in
-    eval mode."""
+    """``fn`` of each batch of ``blocks``, moved to the decoder's device (the decoder has no
+    layer that trains differently: no mode to set)."""
     device = next(decoder.parameters()).device
-    was_training = decoder.training
-    decoder.eval()
-    try:
-        return [
-            fn(blocks[start : start + batch_size].to(device))
-            for start in range(0, len(blocks), batch_size)
-        ]
-    finally:
-        decoder.train(was_training)
+    return [
+        fn(blocks[start : start + batch_size].to(device))
+        for start in range(0, len(blocks), batch_size)
+    ]

@@ -15,6 +15,8 @@ from fixed_embed.interfaces.codes import bits_of, code_width
 from fixed_embed.model.decoder import Decoder
 
 TYPE_SEED = 20261201  # which quarter of the vocabulary the type split holds out
+_LINE_STYLES = ["-", "--", ":", "-."]
+_MARKERS = ["o", "s", "^", "D", "v", "x", "P", "*"]
 
 
 def _states(decoder: Decoder, blocks: torch.Tensor, batch_size: int) -> list[torch.Tensor]:
@@ -129,44 +131,19 @@ def plot_probe(results: dict[str, dict], path: str, seed: int | None = None) -> 
     from matplotlib.ticker import MaxNLocator
 
     fig, axes = plt.subplots(2, 2, figsize=(10, 7.5), sharex=True)
-    styles = ["-", "--", ":", "-."]
-    markers = ["o", "s", "^", "D", "v", "x", "P", "*"]
     splits = (
         ("position", "", "held-out positions"),
         ("type", "_unseen_types", "held-out token types"),
     )
     metrics = (("bit_accuracy", "bit accuracy"), ("id_accuracy", "id accuracy (all bits right)"))
-    panels = list(
-        zip(axes.flat, itertools.product(splits, metrics), strict=True)
-    )  # rows: splits; columns: metrics
+    # rows: splits; columns: metrics
+    panels = list(zip(axes.flat, itertools.product(splits, metrics), strict=True))
     floors = {
         label: result["majority"] for label, result in results.items() if "majority" in result
     }
     shared = len({json.dumps(floor, sort_keys=True) for floor in floors.values()}) == 1
     for i, (label, result) in enumerate(results.items()):
-        depth = [row["layer"] for row in result["layers"]]
-        # distinct dashes and markers: models with equal accuracies stay visible on top of each
-        # other
-        style = {
-            "linestyle": styles[i % len(styles)],
-            "marker": markers[i % len(markers)],
-            "label": label,
-            "markersize": 7 - i % 4,
-            "alpha": 0.85,
-        }
-        for ax, ((split, suffix, _), (metric, _)) in panels:
-            values = [row.get(metric + suffix) for row in result["layers"]]
-            if None not in values:
-                line = ax.plot(depth, values, **style)[0]
-                if label in floors and not shared:
-                    ax.axhline(
-                        floors[label][split][metric],
-                        color=line.get_color(),
-                        linewidth=0.9,
-                        linestyle=style["linestyle"],
-                        alpha=0.6,
-                        label=f"{label}: majority class",
-                    )
+        _plot_model(panels, i, label, result, None if shared else floors.get(label))
     for ax, ((split, _, held_out), (metric, title)) in panels:
         if shared:
             ax.axhline(
@@ -191,3 +168,30 @@ def plot_probe(results: dict[str, dict], path: str, seed: int | None = None) -> 
     fig.tight_layout(rect=(0, 0.01 + 0.03 * rows, 1, 1))
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def _plot_model(panels: list, i: int, label: str, result: dict, floors: dict | None) -> None:
+    """The ``i``-th model's accuracies vs depth on every panel, and its own majority floors if
+    given."""
+    depth = [row["layer"] for row in result["layers"]]
+    # distinct dashes and markers: models with equal accuracies stay visible on top of each other
+    style = {
+        "linestyle": _LINE_STYLES[i % len(_LINE_STYLES)],
+        "marker": _MARKERS[i % len(_MARKERS)],
+        "label": label,
+        "markersize": 7 - i % 4,
+        "alpha": 0.85,
+    }
+    for ax, ((split, suffix, _), (metric, _)) in panels:
+        values = [row.get(metric + suffix) for row in result["layers"]]
+        if None not in values:
+            line = ax.plot(depth, values, **style)[0]
+            if floors is not None:
+                ax.axhline(
+                    floors[split][metric],
+                    color=line.get_color(),
+                    linewidth=0.9,
+                    linestyle=style["linestyle"],
+                    alpha=0.6,
+                    label=f"{label}: majority class",
+                )

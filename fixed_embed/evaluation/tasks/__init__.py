@@ -11,7 +11,7 @@ def tasks_dir() -> Path:
     return Path(__file__).resolve().parent
 
 
-def check_task_folders(folders: list[str], what: str = "--include-path") -> None:
+def check_task_folders(folders: list[str]) -> None:
     """Refuse lm-eval task folders that do not exist, hold no task YAML or a YAML that does not
     parse."""
     import yaml
@@ -20,10 +20,13 @@ def check_task_folders(folders: list[str], what: str = "--include-path") -> None
         folder = Path(include)
         if not folder.is_dir():
             problem = "does not exist" if not folder.exists() else "is not a folder"
-            raise ConfigError(f"{what} {include} {problem}: give a folder of lm-eval task YAMLs")
+            raise ConfigError(
+                f"--include-path {include} {problem}: give a folder of lm-eval task YAMLs"
+            )
         if not (files := sorted(folder.rglob("*.yaml"))):
             raise ConfigError(
-                f"{what} {include} holds no task YAML (*.yaml): give a folder of lm-eval task YAMLs"
+                f"--include-path {include} holds no task YAML (*.yaml): give a folder of lm-eval "
+                "task YAMLs"
             )
         for task_file in files:
             try:
@@ -33,5 +36,5 @@ def check_task_folders(folders: list[str], what: str = "--include-path") -> None
             except (yaml.YAMLError, UnicodeDecodeError) as error:
                 first = str(error).splitlines()[0] if str(error) else type(error).__name__
                 raise ConfigError(
-                    f"{what} {include}: {task_file} is not valid YAML ({first})"
+                    f"--include-path {include}: {task_file} is not valid YAML ({first})"
                 ) from None
