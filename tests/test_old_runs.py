@@ -61,7 +61,7 @@ def test_a_checkpoint_written_before_the_move_resumes_to_its_next_update(tmp_pat
 def test_a_checkpoint_written_before_the_move_evaluates():
     model, tokenizer = load_checkpoint(CHECKPOINT)
     assert model.provenance["update"] == 2
-    lm = FixedEmbedLM.from_module(model, tokenizer, batch_size=2)
+    lm = FixedEmbedLM(module=model, tokenizer_object=tokenizer, batch_size=2)
     [(score, _)] = lm._loglikelihood_tokens([(None, [1, 2, 3], [4, 5])], disable_tqdm=True)
     assert -50 < score < 0
 

@@ -21,7 +21,8 @@ import jsonargparse
 import pytest
 import yaml
 
-from fixed_embed.config import BASE_KEY, MAX_YAML_CHARS, MAX_YAML_LEVELS, MAX_YAML_VALUES, read_yaml
+from fixed_embed.config import BASE_KEY, read_yaml
+from fixed_embed.config.strict_yaml import MAX_YAML_CHARS, MAX_YAML_LEVELS, MAX_YAML_VALUES
 from fixed_embed.errors import UserError
 from tests.cli import run_cli
 

@@ -21,6 +21,7 @@ from fixed_embed.config import (
     config_values,
     expand_config_args,
     refused_value,
+    use_in_jsonargparse,
 )
 from fixed_embed.data import TextDataModule
 from fixed_embed.data.corpus_check import check_corpus
@@ -35,15 +36,10 @@ from fixed_embed.errors import (
     write_refused,
 )
 from fixed_embed.run import lock as run_lock
-from fixed_embed.run.folder import (
-    checkpoint_folder,
-    pin_run_folder,
-    purge_curve_after,
-    step_checkpoints,
-)
-from fixed_embed.run.resume_plan import plan_fit, read_checkpoint
-from fixed_embed.train.experiment import check_values, run_length
+from fixed_embed.run.folder import checkpoint_folder, pin_run_folder, step_checkpoints
+from fixed_embed.train.experiment import build_fit, check_values, run_length
 from fixed_embed.train.module import LanguageModel
+from fixed_embed.train.resume import plan_fit, purge_curve_after, read_checkpoint
 
 
 class FixedEmbedCLI(LightningCLI):
@@ -63,6 +59,7 @@ class FixedEmbedCLI(LightningCLI):
         self._ckpt_path: str | None = None
         self._max_steps: int | None = None
         self._resumed_step: int | None = None
+        use_in_jsonargparse()
         super().__init__(
             LanguageModel,
             TextDataModule,
@@ -161,7 +158,7 @@ class FixedEmbedCLI(LightningCLI):
                 "runs"
             )
         checkpoints = checkpoint_folder(folder) if folder is not None else None
-        ckpt_path, resumed_step = plan_fit(config, checkpoints, self._max_steps)
+        ckpt_path, resumed_step = plan_fit(config, checkpoints, self._max_steps, build_fit)
         if resumed_step is None:
             _preflight(config)
         return ckpt_path, resumed_step

@@ -11,7 +11,6 @@ from typing import Any
 import torch
 
 from fixed_embed.data.block_order import GLOBAL_POSITION
-from fixed_embed.errors import CheckpointError
 from fixed_embed.lightning_internals import COMBINED_LOADER, fit_loop_state
 
 LOADER_STATES = "loader_states_per_rank"
@@ -60,17 +59,9 @@ def fingerprint_refusal(saved: str, expected: Mapping[str, Any]) -> str | None:
     )
 
 
-def take_own_loader_state(checkpoint: dict[str, Any], trainer: Any) -> None:
-    """Refuse what the data module refuses, then put this rank's loader state where Lightning
-    restores it from: a token-shard position is global (every rank takes the same), a text
-    stream's is its rank's."""
-    slot = fit_loop_state(checkpoint)
-    if slot is None or trainer is None or trainer.state.fn != "fit":
-        return  # validate/test need no data position (one rank's checkpoint: Lightning's own slot)
-    refusals = getattr(getattr(trainer, "datamodule", None), "resume_refusals", None)
-    if refusals is not None and (found := refusals(checkpoint, trainer.world_size)):
-        raise CheckpointError(" | ".join(found))
-    if (states := checkpoint.get(LOADER_STATES)) is not None:
-        slot[COMBINED_LOADER] = states[
-            0 if find_states(states, GLOBAL_POSITION) else trainer.global_rank
-        ]
+def take_own_loader_state(checkpoint: dict[str, Any], rank: int) -> None:
+    """Put rank ``rank``'s loader state where Lightning restores it from: a token-shard position
+    is global (every rank takes the same), a text stream's is its rank's."""
+    slot, states = fit_loop_state(checkpoint), checkpoint.get(LOADER_STATES)
+    if slot is not None and states is not None:
+        slot[COMBINED_LOADER] = states[0 if find_states(states, GLOBAL_POSITION) else rank]

@@ -134,6 +134,21 @@ class _MetadataUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"found {module}.{name}")
 
 
+def _read_metadata(path: Path) -> Any:
+    """A sharded checkpoint's ``.metadata``, read (and refused) here, before DCP would pickle.load
+    it."""
+    from torch.distributed.checkpoint.metadata import Metadata
+
+    with open(path, "rb") as f:
+        try:
+            metadata = _MetadataUnpickler(f).load()
+        except pickle.UnpicklingError as error:
+            raise UnsafeCheckpointError(path, str(error)) from None
+    if not isinstance(metadata, Metadata):
+        raise UnsafeCheckpointError(path, f"a {type(metadata).__name__}, not DCP metadata")
+    return metadata
+
+
 def _read_shards(folder: Path) -> dict[str, Any]:
     """The weights in a torch.distributed.checkpoint folder, like ``dcp_to_torch_save`` but
     running none of its code."""
@@ -143,25 +158,13 @@ def _read_shards(folder: Path) -> dict[str, Any]:
         FileSystemReader,
         load,
     )
-    from torch.distributed.checkpoint.metadata import Metadata, StorageMeta, TensorStorageMetadata
+    from torch.distributed.checkpoint.metadata import StorageMeta, TensorStorageMetadata
 
-    with open(
-        folder / ".metadata", "rb"
-    ) as f:  # read (and refused) here, before DCP would pickle.load it
-        try:
-            metadata = _MetadataUnpickler(f).load()
-        except pickle.UnpicklingError as error:
-            raise UnsafeCheckpointError(folder / ".metadata", str(error)) from None
-    if not isinstance(metadata, Metadata):
-        raise UnsafeCheckpointError(
-            folder / ".metadata", f"a {type(metadata).__name__}, not DCP metadata"
-        )
-    refused: list[
-        UnsafeCheckpointError
-    ] = []  # DCP wraps errors raised while reading; re-raised plain below
+    metadata = _read_metadata(folder / ".metadata")
+    refused: list[UnsafeCheckpointError] = []  # DCP wraps these: re-raised plain below
 
     class Reader(FileSystemReader):
-        def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
+        def read_metadata(self, *args: Any, **kwargs: Any) -> Any:
             if getattr(metadata, "storage_meta", None) is None:
                 metadata.storage_meta = StorageMeta()
             metadata.storage_meta.load_id = self.load_id
@@ -169,9 +172,8 @@ def _read_shards(folder: Path) -> dict[str, Any]:
 
     class Planner(DefaultLoadPlanner):
         def load_bytes(self, read_item: Any, value: io.BytesIO) -> None:
-            fqn = (
-                read_item.dest_index.fqn
-            )  # torch's planner torch.load()s it unrestricted: read it weights-only
+            # torch's planner torch.load()s it unrestricted: read it weights-only
+            fqn = read_item.dest_index.fqn
             try:
                 self.state_dict[fqn] = load_weights_only(value, f"{folder} (item {fqn})")
             except UnsafeCheckpointError as error:

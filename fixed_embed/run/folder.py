@@ -8,7 +8,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-from fixed_embed.distributed.ranks import is_launching_rank
 from fixed_embed.errors import ConfigError
 
 LAST = "last.ckpt"  # a link to the newest step=N.ckpt
@@ -57,18 +56,3 @@ def pin_run_folder(trainer: Any, run: str) -> Path | None:
         return None
     init_args.version = run
     return Path(init_args.save_dir) / (getattr(init_args, "name", None) or "") / run
-
-
-def purge_curve_after(trainer: Any, step: int) -> None:
-    """Hide the TensorBoard events a crashed launch logged at steps >= ``step``, the resumed
-    checkpoint's. As ``SummaryWriter(purge_step=...)``: readers drop earlier events from a
-    ``SessionLog.START``'s step on."""
-    from lightning.pytorch.loggers import TensorBoardLogger
-
-    if not isinstance(trainer.logger, TensorBoardLogger) or not is_launching_rank():
-        return
-    from tensorboard.compat.proto.event_pb2 import Event, SessionLog
-
-    trainer.logger.experiment.file_writer.add_event(
-        Event(step=step, session_log=SessionLog(status=SessionLog.START))
-    )

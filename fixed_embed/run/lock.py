@@ -149,36 +149,11 @@ def acquire(
     }
     if shared:
         others, path = [path], path.with_name(f"{path.name}.read-{record['host']}-{record['pid']}")
-        with contextlib.suppress(
-            OSError
-        ):  # a read-only or missing folder: there is nothing to replace there
+        # a read-only or missing folder: there is nothing to replace there
+        with contextlib.suppress(OSError):
             path.write_text(json.dumps(record))
     else:
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-        except OSError as error:
-            code = errno.errorcode.get(error.errno or 0, "")
-            raise ConfigError(
-                f"cannot make the folder {folder}: {error.strerror} ({code})"
-            ) from error
-        for _ in range(3):
-            try:
-                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-                break
-            except FileExistsError:
-                _refuse_if_live(
-                    path, target, beside, fix
-                )  # else released meanwhile, or taken over: try again
-        else:
-            raise RunInUseError(
-                f"{target}: another launch is taking its lock ({path}) at the same time"
-            )
-        try:
-            with writing(path), os.fdopen(fd, "w") as file:
-                json.dump(record, file)
-        except BaseException:  # a full disk: no half-written lock left to refuse the next launch
-            path.unlink(missing_ok=True)
-            raise
+        _create(path, target, beside, fix, record)
         others = sorted(folder.glob(f"{glob.escape(path.name)}.read-*"))
     _held.add(path)
     lock = RunLock(path, record, made)
@@ -189,6 +164,35 @@ def acquire(
         lock.release()
         raise
     return lock
+
+
+def _create(path: Path, target: Path, beside: bool, fix: str, record: dict) -> None:
+    """Make the writer's lock ``path`` (and its folder) holding ``record``, unless a live launch
+    holds it."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        code = errno.errorcode.get(error.errno or 0, "")
+        raise ConfigError(
+            f"cannot make the folder {path.parent}: {error.strerror} ({code})"
+        ) from error
+    for _ in range(3):
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            break
+        except FileExistsError:
+            # a live holder is refused; else it was released meanwhile, or taken over: try again
+            _refuse_if_live(path, target, beside, fix)
+    else:
+        raise RunInUseError(
+            f"{target}: another launch is taking its lock ({path}) at the same time"
+        )
+    try:
+        with writing(path), os.fdopen(fd, "w") as file:
+            json.dump(record, file)
+    except BaseException:  # a full disk: no half-written lock left to refuse the next launch
+        path.unlink(missing_ok=True)
+        raise
 
 
 def readers(target: str | os.PathLike) -> list[str]:

@@ -1,2 +1,5 @@
-"""Training: the LightningModule, what a resume may change, and an experiment built from its
+"""Training: the LightningModule, resume decided in one place, and an experiment built from its
 config."""
+# ruff: noqa: F401  (re-exports)
+
+from fixed_embed.train.module import LanguageModel

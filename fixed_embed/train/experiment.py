@@ -16,11 +16,10 @@ from jsonargparse import ArgumentParser
 from lightning.pytorch import Trainer
 from lightning.pytorch.strategies import StrategyRegistry
 
-from fixed_embed.config import load_experiment, refused_value
+from fixed_embed.config import load_experiment, refused_value, use_in_jsonargparse
 from fixed_embed.data import TextDataModule
 from fixed_embed.distributed.fsdp import shards_parameters
 from fixed_embed.errors import ConfigError
-from fixed_embed.interfaces import LearnedInput
 from fixed_embed.measure.memory import (
     GPU_KINDS,
     MemoryEstimate,
@@ -62,9 +61,17 @@ def build_model(model_config: dict[str, Any], device: str | torch.device = "meta
         return parser.instantiate_classes(cfg).model
 
 
+def build_fit(config: Any) -> tuple[LanguageModel, TextDataModule, int | None]:
+    """What a fit of ``config`` runs, for a resume to be checked against: the model (meta
+    device), the data module, the world size."""
+    data = TextDataModule(**config.data.as_dict())
+    return build_model(config.model.as_dict()), data, trainer_world_size(config.trainer)
+
+
 def _parsed(sections: dict[str, Any]) -> tuple[ArgumentParser, Any]:
     """Sections of an experiment (``model``, ``data``, ``trainer``) parsed by their classes'
     signatures, as fit does."""
+    use_in_jsonargparse()
     parser = ArgumentParser(exit_on_error=False)
     for key in sections:
         parser.add_class_arguments(
@@ -204,7 +211,7 @@ def parameter_reports(config_path: str | Path) -> tuple[str, ParameterReport, Pa
     """The experiment's interface name, its report, and that of its learned-table control (same
     backbone)."""
     model_config = load_experiment(config_path).get("model") or {}
-    learned = {"class_path": f"{LearnedInput.__module__}.{LearnedInput.__qualname__}"}
+    learned = {"class_path": "fixed_embed.interfaces.LearnedInput"}  # its stable class path
     decoder = build_model(model_config).decoder
     control = build_model({**model_config, "interface": learned}).decoder
     return type(decoder.interface).__name__, parameter_report(decoder), parameter_report(control)

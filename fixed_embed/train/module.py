@@ -65,7 +65,6 @@ class LanguageModel(L.LightningModule):
         self.parallel_config = _as(ParallelConfig, parallel)
         self.schedule_config = _as(ScheduleConfig, schedule)
         self.loss_chunk_tokens = loss_chunk_tokens
-        self.token_budget = token_budget
         self.on_nonfinite = on_nonfinite
         self.max_skipped_updates = max_skipped_updates
         built = _interface_factory(interface)(self.config.vocab_size, self.config.d_model)
@@ -106,7 +105,7 @@ class LanguageModel(L.LightningModule):
                 f"a batch must be packed blocks of shape [B, T + 1], got {tuple(block.shape)}"
             )
         inputs, targets = block[:, :-1], block[:, 1:]
-        return self.decoder.loss(inputs, targets, self.loss_chunk_tokens), targets.numel()
+        return self.decoder(inputs, targets, self.loss_chunk_tokens), targets.numel()
 
     def training_step(self, block: torch.Tensor, batch_idx: int) -> torch.Tensor:
         loss, n_targets = self.block_loss(block)
