@@ -6,7 +6,8 @@
   ``demo``, ``rehearsal``, ``evaluate``;
 - ``report``: the study's report, drawn from its runs file alone;
 - ``plan``: what the runners run (the study's run names, stages and cost);
-- ``launch``: the executor (local or SLURM), the fit of one run, the runs file, the grid.
+- ``launch``: the executor (local or SLURM), the fit of one run, a run's record (its resolved
+  config's values), the runs file, the grid.
 
 The project installs this package (editable), so a runner imports its siblings as
 ``experiments.launch.fit`` also when it runs as a file.

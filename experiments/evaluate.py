@@ -20,17 +20,12 @@ import sys
 import time
 from pathlib import Path
 
-import yaml
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from experiments.launch.executor import LIVE, add_arguments, executor_for  # noqa: E402
-from experiments.launch.fit import finished  # noqa: E402
-from fixed_embed.atomic import atomic_write_text  # noqa: E402
-from fixed_embed.config import positive  # noqa: E402
-from fixed_embed.errors import UserError  # noqa: E402
-from fixed_embed.run.folder import benchmark_folder, step_checkpoints, step_of  # noqa: E402
+from experiments.launch import fit
+from experiments.launch.executor import ROOT, Jobs, add_arguments, executor_for
+from experiments.launch.record import run_record
+from fixed_embed.config import positive
+from fixed_embed.errors import UserError
+from fixed_embed.run.folder import benchmark_folder, step_checkpoints, step_of
 
 SCORED = "scored.json"  # in the benchmark folder, last: the TensorBoard scalars are written too
 
@@ -60,57 +55,35 @@ class ScoreJob:
         return name
 
 
-def callback_settings(run: Path, name: str) -> dict:
-    """The init_args of the run's callback ``name`` (from the config.yaml it saved), or {}."""
-    config = yaml.safe_load((run / "config.yaml").read_text()) or {}
-    for callback in (config.get("trainer") or {}).get("callbacks") or []:
-        if isinstance(callback, dict) and str(callback.get("class_path", "")).endswith(f".{name}"):
-            return callback.get("init_args") or {}
-    return {}
-
-
 def eval_command(
     checkpoint: Path, out: Path, args: argparse.Namespace, settings: dict
 ) -> list[str]:
-    command = [
-        sys.executable,
-        "-m",
-        "fixed_embed",
-        "eval",
-        str(checkpoint),
-        "--output",
-        str(out),
-        "--overwrite",
-        "--batch-size",
-        str(args.batch_size),
-    ]
+    options = ["--batch-size", str(args.batch_size)]
     if args.suite:
-        command += ["--suite", args.suite]
+        options += ["--suite", args.suite]
     else:
-        command += [
+        options += [
             "--tasks",
             args.tasks or ",".join(settings.get("tasks") or ["fixed_embed_word_order"]),
         ]
         limit = args.limit if args.limit is not None else settings.get("limit", 100)
-        command += ["--limit", str(limit)] if limit is not None else []
-        command += [
+        options += ["--limit", str(limit)] if limit is not None else []
+        options += [
             arg
             for path in settings.get("include_path") or []
             for arg in ("--include-path", str(path))
         ]
-    return command + (["--device", args.device] if args.device else [])
+    options += ["--device", args.device] if args.device else []
+    return fit.eval_command(checkpoint, out, *options)
 
 
-def permanent(run: Path, every: bool) -> list[Path]:
-    """The checkpoints to score: every step checkpoint, or those at multiples of keep_every."""
-    keep, found = (
-        callback_settings(run, "CheckpointPolicy").get("keep_every"),
-        step_checkpoints(run / "checkpoints"),
-    )
+def permanent(run: Path, keep: int | None, every: bool) -> list[Path]:
+    """The checkpoints to score: every step checkpoint, or those at multiples of ``keep``."""
+    found = step_checkpoints(run / "checkpoints")
     return found if every or not keep else [p for p in found if step_of(p) % keep == 0]
 
 
-def main() -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -141,67 +114,67 @@ def main() -> int:
     parser.add_argument("--batch-size", type=positive("--batch-size"), default=16)
     parser.add_argument("--device", help="cuda, cpu (default: cuda if available)")
     add_arguments(parser)
+    return parser
+
+
+def main() -> int:
+    parser = _parser()
     args = parser.parse_args()
     if not (args.run / "config.yaml").is_file():
         parser.error(f"{args.run} is not a run folder (no config.yaml): give logs/<name>/<run>")
-    executor, settings = (
-        executor_for(args, args.run / "eval-jobs"),
-        callback_settings(args.run, "BenchmarkCallback"),
-    )
-    records_file = (
-        args.run / "eval-jobs" / "jobs.json"
-    )  # a relaunch attaches to the jobs still queued or running
-    records = json.loads(records_file.read_text()) if records_file.is_file() else {}
-    active = {
-        int(step): job
-        for step, record in records.items()
-        if (job := executor.attach(record)) is not None
-    }
-    failed: dict[int, str] = {}
-    while True:
-        last = step_checkpoints(args.run / "checkpoints")[-1:] if _finished(args.run) else []
-        for checkpoint in dict.fromkeys(
-            [*permanent(args.run, args.all), *last]
-        ):  # and the run's last update
-            step, name = step_of(checkpoint), f"{args.run.name}@{step_of(checkpoint)}"
-            if (
-                step in active
-                or step in failed
-                or (benchmark_folder(args.run, step) / SCORED).is_file()
-            ):
-                continue
-            if args.status:
-                print(f"{checkpoint}: not scored")
-                continue
-            out = benchmark_folder(args.run, step)
-            active[step] = executor.submit(
-                ScoreJob(), name, eval_command(checkpoint, out, args, settings), str(args.run), step
-            )
-            print(f"scoring {checkpoint} ({executor.name}): {out}", flush=True)
-            records[str(step)] = executor.record(active[step])
-            records_file.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(records_file, json.dumps(records, indent=1) + "\n")
-        for step, handle in list(active.items()):
-            scored = (benchmark_folder(args.run, step) / SCORED).is_file()
-            if scored or executor.state(handle) not in LIVE:
-                del active[step]
-                if not scored:  # reported once, not submitted again by this launch
-                    failed[step] = f"update {step}: {executor.failure(handle)}"
-                    print(f"scoring update {step} failed: {failed[step]}", flush=True)
-        if args.status or not (active or (args.watch and not _finished(args.run))):
-            break
-        time.sleep(args.every_s if not active else min(args.every_s, 5.0))
-    executor.shutdown()
-    if failed:
+    if failed := score(args):
         sys.exit(
             "evaluate: " + "; ".join(failed.values()) + " (the same command scores them again)"
         )
     return 0
 
 
+def score(args: argparse.Namespace) -> dict[int, str]:
+    """A job for each checkpoint not scored yet, until none is left (``--watch``: until the run
+    has finished); the updates that failed, with why."""
+    from callbacks import BenchmarkCallback, CheckpointPolicy
+
+    run, executor = run_record(args.run), executor_for(args, args.run / "eval-jobs")
+    keep, settings = (
+        run.callback(CheckpointPolicy).get("keep_every"),
+        run.callback(BenchmarkCallback),
+    )
+    # a relaunch attaches to the jobs still queued or running
+    jobs, failed = Jobs(executor, args.run / "eval-jobs" / "jobs.json"), {}
+    for step in list(jobs.records):
+        jobs.attach(int(step))
+    while True:
+        last = step_checkpoints(args.run / "checkpoints")[-1:] if _finished(args.run) else []
+        # the permanent checkpoints, and the run's last update
+        for checkpoint in dict.fromkeys([*permanent(args.run, keep, args.all), *last]):
+            step = step_of(checkpoint)
+            if step in jobs.active or step in failed or _scored(args.run, step):
+                continue
+            if args.status:
+                print(f"{checkpoint}: not scored")
+                continue
+            out, name = benchmark_folder(args.run, step), f"{args.run.name}@{step}"
+            command = eval_command(checkpoint, out, args, settings)
+            jobs.submit(step, ScoreJob(), name, command, str(args.run), step)
+            print(f"scoring {checkpoint} ({executor.name}): {out}", flush=True)
+        for step, _, failure in jobs.ended(lambda step: _scored(args.run, step) or None):
+            if failure is not None:  # reported once, not submitted again by this launch
+                failed[step] = f"update {step}: {failure}"
+                print(f"scoring update {step} failed: {failed[step]}", flush=True)
+        if args.status or not (jobs.active or (args.watch and not _finished(args.run))):
+            break
+        time.sleep(args.every_s if not jobs.active else min(args.every_s, 5.0))
+    executor.shutdown()
+    return failed
+
+
+def _scored(run: Path, step: int) -> bool:
+    return (benchmark_folder(run, step) / SCORED).is_file()
+
+
 def _finished(run: Path) -> bool:
     try:
-        return finished(run)
+        return fit.finished(run)
     except (OSError, ValueError, KeyError, UserError):  # no last.ckpt yet
         return False
 

@@ -25,20 +25,11 @@ def main() -> None:
     tiny, beyond = ROOT / "experiments" / "tiny", ROOT / "experiments" / "beyond"
     plan = [("recode/binary16", tiny / "binary16.yaml", args.extra)]
     for seed in args.seeds:
-        plan.append(
-            (
-                f"recode/gf2-seed{seed}",
-                tiny / "gf2.yaml",
-                [*args.extra, f"--model.interface.init_args.code_seed={seed}"],
-            )
-        )
-        plan.append(
-            (
-                f"recode/permuted-seed{seed}",
-                beyond / "permuted.yaml",
-                [*args.extra, f"--model.interface.init_args.code_seed={seed}"],
-            )
-        )
+        flags = [*args.extra, f"--model.interface.init_args.code_seed={seed}"]
+        plan += [
+            (f"recode/gf2-seed{seed}", tiny / "gf2.yaml", flags),
+            (f"recode/permuted-seed{seed}", beyond / "permuted.yaml", flags),
+        ]
     launch(
         plan,
         args.logs,

@@ -29,7 +29,9 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from experiments.launch.executor import ROOT
+from experiments.launch.fit import curves
+
 STEPS = 8
 
 
@@ -70,16 +72,9 @@ def launch(args: list[str], interrupt_after: str | None = None) -> tuple[int, st
     return proc.wait(timeout=600), "".join(output), time.monotonic() - start
 
 
-def scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    if not folder.is_dir():  # its launch failed: reported by its own check
-        return {}
-    events = EventAccumulator(str(folder), size_guidance={"scalars": 0})
-    events.Reload()
-    return {
-        tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]
-    }
+def scalars(folder: Path) -> dict[str, list[list[float]]]:
+    # a folder its launch did not write: reported by that launch's check
+    return curves(folder, None) if folder.is_dir() else {}
 
 
 def rehearse(strategy: str, logs: Path) -> list[tuple[str, bool, str]]:

@@ -50,10 +50,10 @@ import sys
 from collections.abc import Collection
 from pathlib import Path
 
-from experiments.launch.executor import ROOT, add_arguments, executor_for
-from experiments.launch.fit import merged_config
-from experiments.launch.grid import run_all, status
-from experiments.launch.runs_file import read_runs
+from experiments.launch.executor import ROOT, add_arguments
+from experiments.launch.grid import launch
+from experiments.launch.record import resolve
+from experiments.launch.runs_file import read_runs, write_rows
 from experiments.plan.estimate import CPU_RATE, GPU_RATE, estimate, wall_hours
 from experiments.plan.names import CONTROLS, PAPER
 from experiments.plan.names import run_name as name
@@ -75,6 +75,10 @@ from experiments.report.render import render
 
 STAGES = ("sweep", "resweep", "sizes", "length", "codebooks", "controls", "probe", "smollm2")
 V2_RUNS = ROOT / "docs" / "results" / "study-v2-runs.json"
+TITLE = (
+    "Study v3: the learned table vs fixed codes across model sizes and training lengths, one row "
+    "per run"
+)
 
 
 def adoptable(source: Path | None, plan: list[tuple], have: Collection[str] = ()) -> list[dict]:
@@ -88,19 +92,6 @@ def adoptable(source: Path | None, plan: list[tuple], have: Collection[str] = ()
         for row in read_runs(source)["runs"]
         if wanted.get(row["name"]) == row["extra"]
     ]
-
-
-def adopt(runs_file: Path, source: Path, plan: list[tuple], title: str) -> int:
-    """Copy into ``runs_file`` the :func:`adoptable` rows of ``source``, each keeping its
-    commit; the number copied. The same code trains the same run bit for bit on this machine
-    (CPU, fixed seeds), so a copied row stands for the run it would be."""
-    from experiments.launch.runs_file import write_rows
-
-    mine = read_runs(runs_file)["runs"] if runs_file.is_file() else []
-    copied = adoptable(source, plan, {row["name"] for row in mine})
-    if copied:
-        write_rows(mine + copied, title, str(runs_file.with_suffix("")))  # write_rows adds .json
-    return len(copied)
 
 
 def probe(
@@ -149,7 +140,7 @@ def probe(
     subprocess.run(args, check=True, cwd=ROOT)
 
 
-def main() -> None:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -195,84 +186,62 @@ def main() -> None:
     )
     parser.add_argument("extra", nargs="*", help="extra fixed-embed fit arguments for every run")
     add_arguments(parser, jobs=2)
-    args = parser.parse_args()
-    scale = Scale(args.gpu)
-    logs = args.logs or ("logs/study-gpu" if args.gpu else "logs/study-v3")
-    out = Path(
-        args.out
-        or (ROOT / "logs" / "study-gpu" / "study" if args.gpu else ROOT / "docs/results/study-v3")
-    )
-    runs_file = Path(f"{out}-runs")
-    adopt_from = (
-        None if args.gpu or args.extra or str(args.adopt) == "none" else (args.adopt or V2_RUNS)
-    )
-    title = (
-        "Study v3: the learned table vs fixed codes across model sizes and training lengths, "
-        "one row per run"
-    )
+    return parser
 
-    def rows() -> dict[str, dict]:
-        path = Path(f"{runs_file}.json")
+
+class Launch:
+    """One pass through the study's stages, in order: each stage's runs launched (a stage waits
+    for the one before: its rates come from it) or, for ``--estimate`` and ``--status``,
+    collected with the rows a launch would adopt."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args, self.scale = args, Scale(args.gpu)
+        self.logs = args.logs or ("logs/study-gpu" if args.gpu else "logs/study-v3")
+        gpu_out = ROOT / "logs" / "study-gpu" / "study"
+        self.out = Path(args.out or (gpu_out if args.gpu else ROOT / "docs/results/study-v3"))
+        self.runs_file = Path(f"{self.out}-runs")
+        no_adopt = args.gpu or args.extra or str(args.adopt) == "none"
+        self.adopt_from = None if no_adopt else (args.adopt or V2_RUNS)
+        self.dry = args.estimate or args.status
+        self.planned: dict[str, tuple] = {}  # every stage's runs, each once
+        self.stages: list[list[tuple]] = []  # the runs of each stage
+        self.adopted: dict[str, dict] = {}
+
+    def rows(self) -> dict[str, dict]:
+        path = Path(f"{self.runs_file}.json")
         return {r["name"]: r for r in read_runs(path)["runs"]} if path.is_file() else {}
 
-    planned: dict[str, tuple] = {}  # --estimate, --status: every stage's runs, each once
-    stages: list[
-        list[tuple]
-    ] = []  # --estimate: the runs of each go(), which waits for the one before
-    adopted: dict[
-        str, dict
-    ] = {}  # --estimate: the rows a launch would adopt before it trains anything
+    def known(self) -> dict[str, dict]:
+        return {**self.adopted, **self.rows()}
 
-    def known() -> dict[str, dict]:
-        return {**adopted, **rows()}
-
-    def go(steps: list[tuple]) -> None:
-        steps = [(n, configs, [*flags, *args.extra]) for n, configs, flags in steps]
-        if args.estimate or args.status:
-            stages.append([step for step in steps if step[0] not in planned])
-            planned.update((step[0], step) for step in steps if step[0] not in planned)
-            adopted.update((row["name"], row) for row in adoptable(adopt_from, steps, known()))
+    def go(self, steps: list[tuple]) -> None:
+        steps = [(n, configs, [*flags, *self.args.extra]) for n, configs, flags in steps]
+        if self.dry:
+            self.stages.append([step for step in steps if step[0] not in self.planned])
+            self.planned.update((step[0], step) for step in steps if step[0] not in self.planned)
+            adopted = adoptable(self.adopt_from, steps, self.known())
+            self.adopted.update((row["name"], row) for row in adopted)
             return
-        if adopt_from is not None and (
-            copied := adopt(Path(f"{runs_file}.json"), adopt_from, steps, title)
-        ):
+        # The same code trains the same run bit for bit on this machine (CPU, fixed seeds), so a
+        # copied row, keeping its commit, stands for the run it would be.
+        if copied := adoptable(self.adopt_from, steps, rows := self.rows()):
+            write_rows([*rows.values(), *copied], TITLE, str(self.runs_file))
             print(
-                f"study: {copied} runs of this plan adopted from {adopt_from} (same flags; not "
-                "rerun)"
+                f"study: {len(copied)} runs of this plan adopted from {self.adopt_from} (same "
+                "flags; not rerun)"
             )
-        run_all(
+        device = "cuda" if self.args.gpu else "cpu"
+        launch(
             steps,
-            logs,
-            title,
-            str(runs_file),
+            self.logs,
+            TITLE,
+            str(self.runs_file),
+            self.args,
             evaluate="study",
-            eval_device="cuda" if args.gpu else "cpu",
-            executor=executor_for(args, Path(logs) / "jobs"),
+            eval_device=device,
         )
 
-    if args.gpu and not (args.estimate or args.smoke or args.render or args.status):
-        _check_gpu_data(scale, args.extra)
-    if args.smoke:
-        steps = smoke_plan(scale)
-        logs, runs_file = f"{logs}-smoke", Path(logs + "-smoke") / "smoke-runs"
-        steps = [(n, c, [*f, *SMOKE, *args.extra]) for n, c, f in steps]
-        if args.status:
-            print(
-                "\n".join(
-                    status(steps, logs, str(runs_file), executor_for(args, Path(logs) / "jobs"))
-                )
-            )
-        else:
-            run_all(
-                steps,
-                logs,
-                "smoke",
-                str(runs_file),
-                executor=executor_for(args, Path(logs) / "jobs"),
-            )
-        return
-
-    def extend(rates: dict, lengths: dict[str, int] | None = None) -> dict:
+    def extend(self, rates: dict, lengths: dict[str, int] | None = None) -> dict:
         """Sweep ``rates`` (seed 1), each variant's next rung while its best sits at an edge;
         the rates run. A variant whose rates have all scored gets its rung before the launch
         runs, alongside the unfinished."""
@@ -280,82 +249,94 @@ def main() -> None:
         while True:
             # --estimate: a rung is known only where the sweep is scored; a planned rung is not, so
             # this ends
-            scored = fully_scored(scale, known(), rates, lengths)
-            more = best_lrs(scale, known(), scored, lengths)[1] if scored else {}
+            scored = fully_scored(self.scale, self.known(), rates, lengths)
+            more = best_lrs(self.scale, self.known(), scored, lengths)[1] if scored else {}
             grown = {key: sorted({*lrs, *more.get(key, ())}) for key, lrs in rates.items()}
             if launched and grown == rates:
                 return rates
             rates, launched = grown, True
-            go(sweep_plan(scale, rates, lengths))
+            self.go(sweep_plan(self.scale, rates, lengths))
 
-    if not args.render:
+    def walk(self) -> dict:
+        """Every stage asked for, in order; the sweep's rates."""
+        scale, stages = self.scale, self.args.stages
         # The rungs an earlier launch added at an edge are part of the sweep: the later stages
         # choose among them too (swept), so the sweep must extend from them, not from the plan's
         # first rates alone.
-        ran = swept(scale, known())
+        ran = swept(scale, self.known())
         rates = {key: sorted({*lrs, *ran[key]}) for key, lrs in initial_rates(scale).items()}
-        if "sweep" in args.stages:
-            rates = extend(rates)
-        later = [s for s in args.stages if s not in ("sweep", "resweep")]
-        if later or "resweep" in args.stages:
-            if args.estimate or args.status:
-                best, _ = planned_rates(scale, known(), rates)
-                print(
-                    "learning rate per size and variant (the sweep's best where seed 1 has scored "
-                    "all its rates, "
-                    "else the middle of the size's sweep):",
-                    best,
-                )
-            else:
-                best, _ = best_lrs(scale, rows(), swept(scale, rows()))
-                print("best learning rate per size and variant (sweep, seed 1):", best)
-            ran = swept(scale, known(), scale.resweep)
-            again = {
-                key: sorted({*lrs, *ran[key]})
-                for key, lrs in resweep_rates(scale, best, known()).items()
-            }
-            if "resweep" in args.stages:
-                again = extend(again, scale.resweep)
-            found = resweep_best(scale, known(), again)
-            if found:
-                print("best learning rate at the resweep's length (seed 1):", found)
-            go(later_plan(scale, later, best, args.seeds, found))
-            if "probe" in later and not (args.estimate or args.status):
-                probe(scale, rows(), best, Path(f"{out}-probe"))
-    if args.status:
-        print(
-            "\n".join(
-                status(
-                    list(planned.values()),
-                    logs,
-                    str(runs_file),
-                    executor_for(args, Path(logs) / "jobs"),
-                )
+        if "sweep" in stages:
+            rates = self.extend(rates)
+        later = [s for s in stages if s not in ("sweep", "resweep")]
+        if not (later or "resweep" in stages):
+            return rates
+        best = self.best(rates)
+        ran = swept(scale, self.known(), scale.resweep)
+        again = {
+            key: sorted({*lrs, *ran[key]})
+            for key, lrs in resweep_rates(scale, best, self.known()).items()
+        }
+        if "resweep" in stages:
+            again = self.extend(again, scale.resweep)
+        found = resweep_best(scale, self.known(), again)
+        if found:
+            print("best learning rate at the resweep's length (seed 1):", found)
+        self.go(later_plan(scale, later, best, self.args.seeds, found))
+        if "probe" in later and not self.dry:
+            probe(scale, self.rows(), best, Path(f"{self.out}-probe"))
+        return rates
+
+    def best(self, rates: dict) -> dict[str, dict[str, float]]:
+        """The rates the later stages run at (for --estimate and --status, guessed where the
+        sweep has not scored)."""
+        if self.dry:
+            best, _ = planned_rates(self.scale, self.known(), rates)
+            print(
+                "learning rate per size and variant (the sweep's best where seed 1 has scored all "
+                "its rates, else the middle of the size's sweep):",
+                best,
             )
-        )
-    elif args.estimate:
+        else:
+            best, _ = best_lrs(self.scale, self.rows(), swept(self.scale, self.rows()))
+            print("best learning rate per size and variant (sweep, seed 1):", best)
+        return best
+
+    def estimate(self, rates: dict | None) -> None:
+        """The planned runs' compute (``rates``: the sweep's, None with --render)."""
+        args, rows = self.args, self.rows()
         rate = args.flops_per_sec or (GPU_RATE if args.gpu else CPU_RATE)
-        print("\n".join(estimate(list(planned.values()), rate, finished=rows(), adopt=adopted)))
-        hours = wall_hours(stages, rate, args.jobs, skip={*rows(), *adopted})
+        runs = list(self.planned.values())
+        print("\n".join(estimate(runs, rate, finished=rows, adopt=self.adopted)))
+        hours = wall_hours(self.stages, rate, args.jobs, skip={*rows, *self.adopted})
         print(
-            f"wall time at {args.jobs} runs at once ({len(stages)} stages, each after the one "
+            f"wall time at {args.jobs} runs at once ({len(self.stages)} stages, each after the one "
             f"before): {hours:.1f} h"
         )
-        if (
-            not args.render and planned_rates(scale, known(), rates)[1]
-        ):  # a later stage's rate is a guess
-            print(
+        if rates is not None and planned_rates(self.scale, self.known(), rates)[1]:
+            print(  # a later stage's rate is a guess
                 "(assumes each guessed best rate is inside its sweep; a rung added at an edge is "
-                "one more run, and "
-                "the later stages then run at the best rates)"
+                "one more run, and the later stages then run at the best rates)"
             )
-    elif Path(f"{runs_file}.json").is_file():
-        render(
-            read_runs(f"{runs_file}.json"),
-            out,
-            tune=scale.tune,
-            adoption=Path(f"{out}-adoption.json"),
-        )
+
+
+def main() -> None:
+    args = _parser().parse_args()
+    study = Launch(args)
+    if args.gpu and not (args.estimate or args.smoke or args.render or args.status):
+        _check_gpu_data(study.scale, args.extra)
+    if args.smoke:
+        logs = f"{study.logs}-smoke"
+        steps = [(n, c, [*f, *SMOKE, *args.extra]) for n, c, f in smoke_plan(study.scale)]
+        launch(steps, logs, "smoke", str(Path(logs) / "smoke-runs"), args)
+        return
+    rates = None if args.render else study.walk()
+    if args.status:
+        launch(list(study.planned.values()), study.logs, TITLE, str(study.runs_file), args)
+    elif args.estimate:
+        study.estimate(rates)
+    elif Path(f"{study.runs_file}.json").is_file():
+        adoption = Path(f"{study.out}-adoption.json")
+        render(read_runs(f"{study.runs_file}.json"), study.out, study.scale.tune, adoption)
 
 
 def resweep_best(scale: Scale, rows: dict[str, dict], rates: dict) -> dict[str, dict[str, float]]:
@@ -376,7 +357,7 @@ def _check_gpu_data(scale: Scale, extra: list[str]) -> None:
     run starts."""
     if any(flag.startswith("--data.train") for flag in extra):
         return
-    train = merged_config(scale.configs("learned", scale.tune, scale.tokenizer))["data"]["train"]
+    train = resolve(scale.configs("learned", scale.tune, scale.tokenizer))["data"]["train"]
     if not (ROOT / train).exists():
         sys.exit(
             f"study --gpu reads the token shards {train}, which are not here: run `make "

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from experiments.launch import fit, runs_file
+from experiments.launch.record import resolve
 
 
 def row(name, loss):
@@ -60,7 +61,9 @@ def test_a_resumed_run_says_so_and_records_the_commit_it_started_from(tmp_path, 
     monkeypatch.setattr(fit, "finished", lambda d: True)
     monkeypatch.setattr(fit, "curves", lambda d: {"val/loss": [[9, 2.0]]})
     monkeypatch.setattr(fit, "tokens_seen", lambda d: 1000)
-    result = fit.run(name, fit.ROOT / "experiments" / "tiny" / "binary16.yaml", str(logs), [])
+    config = fit.ROOT / "experiments" / "tiny" / "binary16.yaml"
+    (run_dir / "config.yaml").write_text(json.dumps(resolve(config)))  # what the fit saved
+    result = fit.run(name, config, str(logs), [])
     assert (result["commit"], result["code_changed"], result["resumed"]) == ("at-start", True, True)
     assert result["tokens_per_sec"] is None  # the wall time covers the last attempt only
     runs_file.write_rows([result], "T", str(tmp_path / "out"), commit="abc")

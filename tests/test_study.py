@@ -9,9 +9,8 @@ import pytest
 
 import experiments.plan.stages as stages
 import experiments.study as study
-from experiments.launch.fit import merged_config
-from experiments.plan.estimate import tokens_per_param
-from experiments.plan.names import CONTROLS, PAPER, non_embedding_params, run_name
+from experiments.launch.record import record, resolve
+from experiments.plan.names import CONTROLS, PAPER, run_name
 from experiments.report.results import parse
 from fixed_embed.evaluation.tasks import offline_data
 from tests.cli import run_cli
@@ -89,7 +88,7 @@ SIZES = ("s", "m", "l")
 
 
 def _configs(scale, variant="binary16", size="m"):
-    return merged_config(scale.configs(variant, size, scale.tokenizer))
+    return resolve(scale.configs(variant, size, scale.tokenizer))
 
 
 @pytest.mark.parametrize("gpu", [False, True])
@@ -99,9 +98,10 @@ def test_every_size_trains_the_same_tokens_per_parameter_and_the_sizes_span_8x(g
     params = {}
     for size in SIZES:
         configs = scale.configs("binary16", size, scale.tokenizer)
-        assert tokens_per_param(configs) == pytest.approx(ratio, rel=0.005)  # whole updates
-        config = merged_config(configs)
-        params[size] = non_embedding_params(config["model"]["decoder"])
+        run = record(resolve(configs))
+        config = run.config
+        assert run.tokens / run.non_embedding == pytest.approx(ratio, rel=0.005)  # whole updates
+        params[size] = run.non_embedding
         assert config["model"]["schedule"]["warmup_steps"] == round(
             config["trainer"]["max_steps"] / 10
         )
@@ -117,7 +117,7 @@ def test_the_non_embedding_count_is_the_models(shared_data):
     blocks = sum(
         p.numel() for n, p in model.decoder.named_parameters() if n.startswith(("layers", "norm"))
     )
-    assert non_embedding_params(_configs(stages.Scale(False))["model"]["decoder"]) == blocks
+    assert record(_configs(stages.Scale(False))).non_embedding == blocks
 
 
 @pytest.mark.parametrize("gpu", [False, True])
@@ -126,8 +126,8 @@ def test_the_matched_baseline_has_the_learned_models_trainable_parameters(gpu):
 
     scale = stages.Scale(gpu)
     name, configs, flags = stages.step(scale, scale.tune, "matched", 1e-3, 1)
-    decoder = merged_config(configs)["model"]["decoder"]
-    matched = merged_config(configs)["model"]
+    decoder = resolve(configs)["model"]["decoder"]
+    matched = resolve(configs)["model"]
     matched["decoder"]["ffn_dim"] = int(next(f for f in flags if "ffn_dim" in f).split("=")[1])
 
     def trainable(model):
@@ -293,7 +293,7 @@ def test_every_study_config_composes_at_both_scales():
         assert result.returncode == 0, (name, result.stderr[-1500:])
         config = result.config()
         meta = parse({"name": name})
-        decoder = merged_config(configs)["model"]["decoder"]
+        decoder = resolve(configs)["model"]["decoder"]
         assert config["model"]["decoder"]["d_model"] == decoder["d_model"]
         if meta["variant"].startswith(
             "lowrank"
@@ -456,7 +456,7 @@ def test_the_estimate_guesses_only_where_a_sweep_is_incomplete_and_counts_adopta
 
 def test_the_gpu_plan_reads_token_shards_and_says_how_to_make_them(tmp_path, monkeypatch):
     scale = stages.Scale(True)
-    assert merged_config(scale.configs("gf2", "m", scale.tokenizer))["data"]["train"].startswith(
+    assert resolve(scale.configs("gf2", "m", scale.tokenizer))["data"]["train"].startswith(
         "shards/"
     )
     monkeypatch.setattr(study, "ROOT", tmp_path)

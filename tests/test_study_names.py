@@ -63,7 +63,7 @@ def test_the_runner_names_its_steps_with_the_shared_format():
         }
         assert "--model.optimizer.lr=0.003" in flags and "--seed_everything=2" in flags
         assert any(
-            flag.startswith(plan.WIDTH_FLAG) for flag in flags
+            flag.startswith("--model.decoder.ffn_dim=") for flag in flags
         )  # the report reads the width back
         name, _, flags = stages.step(scale, "s", "random_full", 1e-3, 3, steps=1024, code=3)
         assert plan.parse_name(name) == {

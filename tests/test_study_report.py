@@ -348,23 +348,24 @@ def test_a_size_swept_again_at_a_longer_length_gives_its_best_to_the_lengths_nea
 
 
 def test_the_adoption_check_is_printed_from_its_record():
-    from experiments.report.adoption import check_lines, compare
+    from experiments.report.adoption import check_lines
 
-    adopted = _row("bpe8k-s/gf2-lr0.003-seed1", 2.5, 3.6) | {
-        "commit": "a" * 40,
-        "adopted_from": "v2",
-    }
-    same = _row("bpe8k-s/gf2-lr0.003-seed1", 2.5, 3.6) | {"commit": "b" * 40, "code_changed": False}
-    other = same | {"val_bpb": 2.5000001}
-    text = "\n".join(check_lines({"checks": [compare(adopted, same)]}, "x.json"))
+    def check(equal: bool) -> dict:
+        return {
+            "name": "bpe8k-s/gf2-lr0.003-seed1",
+            "adopted": {"commit": "a" * 40, "val_bpb": 2.5},
+            "retrained": {"commit": "b" * 40, "code_changed": False, "val_bpb": 2.5},
+            "compared": {"curves": ["val/loss"], "scores": ["x", "y"]},
+            "equal": equal,
+        }
+
+    text = "\n".join(check_lines({"checks": [check(True)]}, "x.json"))
     assert (
         "| bpe8k-s/gf2-lr0.003-seed1 | `aaaaaaaaaa` | 2.5 | `bbbbbbbbbb` | 2.5 | 1 curves, 2 "
         "scores | yes |" in text
     )
     assert "Result: every compared number identical, bit for bit." in text
-    text = "\n".join(
-        check_lines({"checks": [compare(adopted, same), compare(adopted, other)]}, "x.json")
-    )
+    text = "\n".join(check_lines({"checks": [check(True), check(False)]}, "x.json"))
     assert "| no |" in text and "Result: 1 of 2 differ" in text and "bit for bit" not in text
 
 

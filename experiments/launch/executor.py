@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import signal
 import subprocess
 import threading
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
@@ -22,6 +24,7 @@ from typing import Any
 
 import yaml
 
+from fixed_embed.atomic import atomic_write_text
 from fixed_embed.config import positive, read_yaml
 from fixed_embed.errors import UserError
 
@@ -238,15 +241,19 @@ class SlurmRuns:
         self._executor.update_parameters(name=f"fixed-embed:{args[0]}")
         return self._executor.submit(job, *args, None)
 
+    def job(self, record: dict) -> Any:
+        """The SLURM job a record names (None: a local run's)."""
+        import submitit
+
+        if record.get("executor") == "slurm":
+            return submitit.SlurmJob(folder=self.folder / "%j", job_id=str(record["job"]))
+        return None
+
     def attach(self, record: dict) -> Any:
         """The job a record names, while SLURM may still run it; else None (then the run is
         submitted again)."""
-        import submitit
-
-        if record.get("executor") != "slurm":
-            return None
-        job = submitit.SlurmJob(folder=self.folder / "%j", job_id=str(record["job"]))
-        return job if self.state(job) in LIVE else None
+        job = self.job(record)
+        return job if job is not None and self.state(job) in LIVE else None
 
     def state(self, handle: Any) -> str:
         return handle.state.split()[0].upper()  # "CANCELLED by 1234": CANCELLED
@@ -270,6 +277,39 @@ class SlurmRuns:
 
     def shutdown(self) -> None:
         return None
+
+
+class Jobs:
+    """A launch's jobs by key on ``executor``, each one's record in the file ``path`` (if given):
+    a launch started again attaches to those still queued or running."""
+
+    def __init__(self, executor: LocalRuns | SlurmRuns, path: Path | None) -> None:
+        self.executor, self.path, self.active = executor, path, {}
+        try:
+            self.records = json.loads(path.read_text()) if path else {}
+        except (OSError, ValueError):
+            self.records = {}
+
+    def attach(self, key: Any) -> bool:
+        """Whether ``key``'s recorded job may still run (it is then active)."""
+        if (handle := self.executor.attach(self.records.get(str(key), {}))) is not None:
+            self.active[key] = handle
+        return handle is not None
+
+    def submit(self, key: Any, job: Any, *args: Any) -> None:
+        self.active[key] = self.executor.submit(job, *args)
+        self.records[str(key)] = self.executor.record(self.active[key])
+        if self.path:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(self.path, json.dumps(self.records, indent=1) + "\n")
+
+    def ended(self, result: Callable[[Any], Any]) -> Iterator[tuple[Any, Any, str | None]]:
+        """Each job no longer active: its key, what it left (``result(key)``, None: nothing) and,
+        where it left nothing, why it failed. A job's result ends its wait whatever its state."""
+        for key, handle in list(self.active.items()):
+            if (found := result(key)) is not None or self.executor.state(handle) not in LIVE:
+                del self.active[key]
+                yield key, found, None if found is not None else self.executor.failure(handle)
 
 
 def executor_for(args: argparse.Namespace, folder: Path) -> LocalRuns | SlurmRuns:

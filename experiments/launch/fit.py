@@ -19,6 +19,7 @@ from pathlib import Path
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from experiments.launch.executor import ROOT, ended, started
+from experiments.launch.record import Configs, run_record
 
 CURVES = (
     "train/loss",
@@ -29,12 +30,16 @@ CURVES = (
 )  # kept in each row, for plots
 
 
-def curves(run_dir: Path, tags: Sequence[str] = CURVES) -> dict[str, list[list[float]]]:
-    """``{tag: [[step, value], ...]}`` for the tags the run logged."""
+def curves(run_dir: Path, tags: Sequence[str] | None = CURVES) -> dict[str, list[list[float]]]:
+    """``{tag: [[step, value], ...]}`` for the ``tags`` the run logged (None: every one)."""
     events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
     events.Reload()
-    logged = set(events.Tags()["scalars"])
-    return {tag: [[s.step, s.value] for s in events.Scalars(tag)] for tag in tags if tag in logged}
+    logged = events.Tags()["scalars"]
+    return {
+        tag: [[s.step, s.value] for s in events.Scalars(tag)]
+        for tag in (logged if tags is None else tags)
+        if tag in logged
+    }
 
 
 def tokens_seen(run_dir: Path) -> int:
@@ -44,22 +49,6 @@ def tokens_seen(run_dir: Path) -> int:
     return torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)[
         "tokens_seen"
     ]
-
-
-Configs = (
-    Path | Sequence[Path]
-)  # one experiment file, or several merged in order (a variant, then deltas)
-
-
-def merged_config(configs: Sequence[str | Path]) -> dict:
-    """The experiment that ``--config A --config B ...`` gives: each file (with its bases)
-    merged in order."""
-    from fixed_embed.config import deep_merge, load_experiment
-
-    merged, named = {}, {}
-    for path in configs:
-        merged = deep_merge(merged, load_experiment(path, named))
-    return merged
 
 
 def run(
@@ -78,83 +67,28 @@ def run(
     checkpoint with (``fixed-embed eval``, results under the run's ``eval/`` folder).
     """
     from fixed_embed.config import DEFAULT_RUN
-    from fixed_embed.errors import CheckpointError
-    from fixed_embed.train.experiment import build_model
-    from fixed_embed.train.resume import choose_checkpoint
 
     configs = [config] if isinstance(config, Path) else list(config)
     # A fit is one task that starts its own ranks: with SLURM_NTASKS set (a SLURM job, an
     # allocation), Lightning would take srun to have started them all.
     env = {key: value for key, value in os.environ.items() if key != "SLURM_NTASKS"}
     env.update({"OMP_NUM_THREADS": str(threads)} if threads else {})
-    logger = [
-        f"--trainer.logger.init_args.save_dir={logs}",
-        f"--trainer.logger.init_args.name={name}",
-    ]
-    config_args = [arg for path in configs for arg in ("--config", str(path))]
-    # --ckpt_path last: a row interrupted earlier continues from its checkpoint instead of being
-    # refused.
-    args = [
-        sys.executable,
-        "-m",
-        "fixed_embed",
-        "fit",
-        *config_args,
-        *logger,
-        "--ckpt_path=last",
-        *extra,
-    ]
     run_dir = Path(logs) / name / DEFAULT_RUN
     # The code the run starts from, and whether a checkpoint of an earlier attempt is resumed (its
     # wall time and tokens/s then cover this attempt only).
-    commit, dirty = git_commit(), code_changed()
-    # what fit's --ckpt_path last resumes (one rule: fixed_embed.train.resume.choose_checkpoint)
-    try:
-        resumed = choose_checkpoint(run_dir / "checkpoints")[0] is not None
-    except CheckpointError:  # a stale last.ckpt: there is a run, and the fit says why it refuses it
-        resumed = True
+    commit, dirty, resumed = git_commit(), code_changed(), _resumes(run_dir)
     start = time.perf_counter()
-    # The fit starts with SIGUSR2 blocked: SLURM's warning before a time limit reaches every
-    # process of a job, and is the job's (grid.py FitJob), which stops the fit with
-    # SIGTERM once, as it should be. In a process group of its own: Ctrl-C reaches the launch
-    # alone, which stops its fits with SIGTERM (they save).
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR2})
-    try:
-        fit = subprocess.Popen(args, cwd=ROOT, env=env, process_group=0)
-        started(
-            fit
-            # a SIGTERM to this launch (or a job's time limit) stops it: it saves and exits 0, not
-            # finished
-        )
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-    try:
-        if fit.wait():
-            raise RuntimeError(
-                f"fit exited with status {fit.returncode}; its log: {run_dir / 'console.log'}"
-            )
-    finally:
-        ended(fit)
+    _fit(_command(name, configs, logs, extra), env, run_dir)
     seconds = time.perf_counter() - start
     if not finished(run_dir):
         return None
-    model_config = merged_config(configs).get("model") or {}
-    for flag in extra:  # model options given on the command line change the model too
-        if flag.startswith(("--model.interface.init_args.", "--model.decoder.")):
-            path, value = flag.removeprefix("--model.").split("=", 1)
-            *parents, key = path.split(".")
-            node = model_config
-            for parent in parents:
-                node = node.setdefault(parent, {})
-            node[key] = json.loads(value)
-    trainable = sum(p.numel() for p in build_model(model_config).parameters() if p.requires_grad)
     logged, seen = curves(run_dir), tokens_seen(run_dir)
     val_loss = logged["val/loss"][-1][1]
     row = {
         "name": name,
         "config": " + ".join(str(Path(path).resolve().relative_to(ROOT)) for path in configs),
         "extra": extra,
-        "trainable_params": trainable,
+        "trainable_params": run_record(run_dir).trainable,
         "val_loss": val_loss,
         "val_ppl": math.exp(val_loss),
         "val_bpb": logged["val/bits_per_byte"][-1][1] if "val/bits_per_byte" in logged else None,
@@ -173,17 +107,63 @@ def run(
     return row
 
 
-def finished(run_dir: Path) -> bool:
-    """Whether the run reached its length, ``trainer.max_steps`` of the config it saved (a fit
-    stopped early by SIGTERM exits 0 as well, after saving)."""
-    import yaml
+def _command(name: str, configs: list[Path], logs: str, extra: list[str]) -> list[str]:
+    # --ckpt_path last: a row interrupted earlier continues from its checkpoint instead of being
+    # refused.
+    return [
+        sys.executable,
+        "-m",
+        "fixed_embed",
+        "fit",
+        *[arg for path in configs for arg in ("--config", str(path))],
+        f"--trainer.logger.init_args.save_dir={logs}",
+        f"--trainer.logger.init_args.name={name}",
+        "--ckpt_path=last",
+        *extra,
+    ]
 
+
+def _resumes(run_dir: Path) -> bool:
+    """Whether fit's ``--ckpt_path last`` resumes a checkpoint (one rule:
+    ``fixed_embed.train.resume.choose_checkpoint``)."""
+    from fixed_embed.errors import CheckpointError
+    from fixed_embed.train.resume import choose_checkpoint
+
+    try:
+        return choose_checkpoint(run_dir / "checkpoints")[0] is not None
+    except CheckpointError:  # a stale last.ckpt: there is a run, and the fit says why it refuses it
+        return True
+
+
+def _fit(args: list[str], env: dict[str, str], run_dir: Path) -> None:
+    """The fit's process, until it exits (0: finished, or stopped and saved)."""
+    # The fit starts with SIGUSR2 blocked: SLURM's warning before a time limit reaches every
+    # process of a job, and is the job's (grid.py FitJob), which stops the fit with
+    # SIGTERM once, as it should be. In a process group of its own: Ctrl-C reaches the launch
+    # alone, which stops its fits with SIGTERM (they save).
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR2})
+    try:
+        fit = subprocess.Popen(args, cwd=ROOT, env=env, process_group=0)
+        # a SIGTERM to this launch (or a job's time limit) stops it: it saves and exits 0
+        started(fit)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    try:
+        if fit.wait():
+            raise RuntimeError(
+                f"fit exited with status {fit.returncode}; its log: {run_dir / 'console.log'}"
+            )
+    finally:
+        ended(fit)
+
+
+def finished(run_dir: Path) -> bool:
+    """Whether the run reached its length, that of the config it saved (a fit stopped early by
+    SIGTERM exits 0 as well, after saving)."""
     from fixed_embed.train.resume import read_checkpoint
 
-    steps = (yaml.safe_load((run_dir / "config.yaml").read_text()).get("trainer") or {}).get(
-        "max_steps"
-    )
-    if steps is None or steps < 0:  # a length in epochs: the fit's exit says it
+    steps = run_record(run_dir).updates
+    if steps is None:  # a length in epochs: the fit's exit says it
         return True
     return read_checkpoint(run_dir / "checkpoints" / "last.ckpt")["global_step"] >= steps
 
@@ -193,28 +173,26 @@ def evaluate_run(
 ) -> tuple[dict, dict]:
     """Score ``run_dir``'s last checkpoint on ``suite``: its ``{column key: {value, stderr}}``,
     and what was scored (the checkpoint file ``last.ckpt`` resolved to, and its update)."""
-    out = run_dir / "eval"
-    args = [
+    out, options = run_dir / "eval", ("--suite", suite, "--device", device, "--batch-size", "32")
+    args = eval_command(run_dir / "checkpoints" / "last.ckpt", out, *options, "--name", name)
+    subprocess.run(args, check=True, cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
+    results = json.loads((out / "results.json").read_text())
+    return results["scores"], {key: results[key] for key in ("checkpoint", "update")}
+
+
+def eval_command(checkpoint: Path, out: Path, *options: str) -> list[str]:
+    """``fixed-embed eval`` of ``checkpoint``, its results into the folder ``out`` (replaced)."""
+    return [
         sys.executable,
         "-m",
         "fixed_embed",
         "eval",
-        str(run_dir / "checkpoints" / "last.ckpt"),
-        "--suite",
-        suite,
-        "--device",
-        device,
-        "--batch-size",
-        "32",
-        "--name",
-        name,
+        str(checkpoint),
         "--output",
         str(out),
         "--overwrite",
+        *options,
     ]
-    subprocess.run(args, check=True, cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
-    results = json.loads((out / "results.json").read_text())
-    return results["scores"], {key: results[key] for key in ("checkpoint", "update")}
 
 
 def git_commit() -> str:

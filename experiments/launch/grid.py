@@ -24,8 +24,8 @@ from rich.console import Console
 
 from experiments.launch import fit, runs_file
 from experiments.launch.executor import (
-    LIVE,
     STOPPING,
+    Jobs,
     LocalRuns,
     SlurmRuns,
     executor_for,
@@ -111,11 +111,27 @@ def _wait_for(run_dir: Path, every_s: float = 10.0) -> None:
                 raise Stopped(f"{run_dir}: the launch was stopped while waiting for it") from None
 
 
-def _records(out: str | None) -> dict[str, dict]:
-    try:
-        return json.loads(Path(f"{out}-jobs.json").read_text()) if out else {}
-    except (OSError, ValueError):
-        return {}
+def _finished_rows(
+    planned: dict[str, list[str]], logs: str, out: str | None
+) -> tuple[list[dict], dict[str, dict], bool]:
+    """The runs file's rows of other plans (kept), this plan's finished rows, and whether any of
+    these comes from a row file no launch merged yet."""
+    done: dict[str, dict] = {}
+    if out:
+        # before any job: a second launch on this --out would train the same rows
+        runs_file.hold(f"{out}.json")
+        if Path(f"{out}.json").is_file():
+            done = {row["name"]: row for row in runs_file.read_runs(f"{out}.json")["runs"]}
+    kept = [row for name, row in done.items() if name not in planned]
+    rows = {name: done[name] for name in planned if name in done}
+    for (
+        name,
+        row,
+    ) in rows.items():  # a finished row stands in for a run only if it ran the same flags
+        _same_flags(row, name, planned[name], f"{out}.json")
+    unmerged = {n: read_row(logs, n, extra) for n, extra in planned.items() if n not in rows}
+    merged = {name: row for name, row in unmerged.items() if row is not None}
+    return kept, rows | merged, bool(merged)
 
 
 def run_all(
@@ -131,82 +147,38 @@ def run_all(
     """Run the plan's missing rows as jobs, ``jobs`` at a time (or ``executor``'s); rows keep
     the plan's order."""
     executor = executor or LocalRuns(jobs)
-    done: dict[str, dict] = {}
-    if out:
-        runs_file.hold(
-            f"{out}.json"
-        )  # before any job: a second launch on this --out would train the same rows
-        if Path(f"{out}.json").is_file():
-            done = {row["name"]: row for row in runs_file.read_runs(f"{out}.json")["runs"]}
     planned = {name: extra for name, _, extra in plan}
-    kept = [
-        row for name, row in done.items() if name not in planned
-    ]  # earlier runs outside this plan stay
-    rows = {name: done[name] for name in planned if name in done}
-    for (
-        name,
-        row,
-    ) in rows.items():  # a finished row stands in for a run only if it ran the same flags
-        _same_flags(row, name, planned[name], f"{out}.json")
-    unmerged = {
-        name: read_row(logs, name, extra) for name, extra in planned.items() if name not in rows
-    }
-    merged = {
-        name: row for name, row in unmerged.items() if row is not None
-    }  # finished while no launch merged
-    rows.update(merged)
+    kept, rows, merged = _finished_rows(planned, logs, out)
 
     def save() -> None:
         if out:
-            runs_file.write_rows(
-                kept + [rows[name] for name in planned if name in rows], title, out
-            )
+            runs_file.write_rows(kept + [rows[n] for n in planned if n in rows], title, out)
 
     if merged:
         save()
-    records, active, failed = _records(out), {}, {}
-    for name in planned:
-        if name not in rows and (handle := executor.attach(records.get(name, {}))) is not None:
-            active[name] = handle
-            print(f"{name}: attached to {executor.name} job {records[name].get('job')}", flush=True)
-    queue = [step for step in plan if step[0] not in rows and step[0] not in active]
+    book, failed = _jobs(executor, out), {}
+    for name in [n for n in planned if n not in rows and book.attach(n)]:
+        print(f"{name}: attached to {executor.name} job {book.records[name]['job']}", flush=True)
+    queue = [step for step in plan if step[0] not in rows and step[0] not in book.active]
     interrupt = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _interrupt) if interrupt else None
     try:
-        while active or (queue and not failed):
-            while queue and len(active) < executor.jobs and not failed:
+        while book.active or (queue and not failed):
+            while queue and len(book.active) < executor.jobs and not failed:
                 name, config, extra = queue.pop(0)
-                active[name] = executor.submit(
-                    FitJob(), name, config, logs, extra, evaluate, eval_device
-                )
-                records[name] = executor.record(active[name])
-                if out:
-                    atomic_write_text(f"{out}-jobs.json", json.dumps(records, indent=1) + "\n")
-            _wait(executor, list(active.values()))
-            for name, handle in list(active.items()):
-                row = read_row(logs, name, planned[name])
-                if row is None and executor.state(handle) in LIVE:
-                    continue
-                del active[name]
+                book.submit(name, FitJob(), name, config, logs, extra, evaluate, eval_device)
+            _wait(executor, list(book.active.values()))
+            for name, row, failure in book.ended(lambda n: read_row(logs, n, planned[n])):
                 if row is not None:
                     rows[name] = row
                     save()
                 else:  # reported once; the same command submits it again (a preempted one resumes)
-                    failed[name] = executor.failure(handle)
-                    print(f"run {name} failed: {failed[name]}", flush=True)
+                    failed[name] = failure
+                    print(f"run {name} failed: {failure}", flush=True)
     except KeyboardInterrupt as stop:
         if interrupt:  # a second SIGTERM while the fits save does not cut this short
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        stopped = stop_fits()
-        going = (
-            f"its {len(active)} jobs go on"
-            if isinstance(executor, SlurmRuns)
-            else f"{stopped} running fits saved their checkpoints"
-        )
-        raise SystemExit(
-            f"{title}: stopped ({stop}); {going} and {len(rows)} of {len(plan)} "
-            "rows are done; the same command continues"
-        ) from None
+        raise _stopped(f"{title}: stopped ({stop})", book, f"{len(rows)} of {len(plan)}") from None
     finally:
         if interrupt:
             signal.signal(signal.SIGTERM, previous)
@@ -214,17 +186,27 @@ def run_all(
     if failed:
         lines = [f"  {name}: {why}" for name, why in failed.items()]
         raise SystemExit(
-            "\n".join(
-                [
-                    f"{title}: {len(failed)} runs failed (finished rows kept; the same command "
-                    "runs the failed ones again, from their checkpoints):",
-                    *lines,
-                ]
-            )
+            f"{title}: {len(failed)} runs failed (finished rows kept; the same command runs the "
+            "failed ones again, from their checkpoints):\n" + "\n".join(lines)
         )
     ordered = [rows[name] for name in planned]
     Console(width=150).print(runs_file.table(ordered, title))
     return ordered
+
+
+def _jobs(executor: LocalRuns | SlurmRuns, out: str | None) -> Jobs:
+    return Jobs(executor, Path(f"{out}-jobs.json") if out else None)
+
+
+def _stopped(what: str, book: Jobs, done: str) -> SystemExit:
+    """This process's fits stopped (they save their checkpoints): what goes on."""
+    stopped = stop_fits()
+    going = (
+        f"its {len(book.active)} jobs go on"
+        if isinstance(book.executor, SlurmRuns)
+        else f"{stopped} running fits saved their checkpoints"
+    )
+    return SystemExit(f"{what}; {going} and {done} rows are done; the same command continues")
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -249,15 +231,14 @@ def status(
     finished = set()
     if out and Path(f"{out}.json").is_file():
         finished = {row["name"] for row in runs_file.read_runs(f"{out}.json")["runs"]}
-    records, lines, counts = _records(out), [], {}
+    records, lines, counts = _jobs(executor, out).records, [], {}
     for name, _, _ in plan:
         record, run_dir = records.get(name, {}), Path(logs) / name / DEFAULT_RUN
         if name in finished:
             state = "finished"
         elif row_file(logs, name).is_file():
             state = "finished (row not merged yet)"
-        elif record.get("executor") == "slurm" and isinstance(executor, SlurmRuns):
-            job = submitit.SlurmJob(folder=executor.folder / "%j", job_id=str(record["job"]))
+        elif isinstance(executor, SlurmRuns) and (job := executor.job(record)) is not None:
             state = f"{executor.state(job).lower()} (job {record['job']}, log {record['log']})"
         elif (run_dir / LOCK_NAME).is_file():
             state = f"running ({(run_dir / LOCK_NAME).read_text()[:120]})"

@@ -6,9 +6,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from pathlib import Path
 
-from experiments.launch.fit import merged_config
-from experiments.plan.names import non_embedding_params, widened
-from experiments.plan.stages import STEPS_FLAG
+from experiments.launch.record import record, resolve
 
 # Training FLOP/s for --estimate. GPU: 40 % of an H200's 989 dense bf16 TFLOP/s (make gpu-check
 # measured 39.6 % MFU for the paper's 1.7B binary16 step, compile+ac, on an H200, 2026-12-04). CPU:
@@ -18,32 +16,10 @@ GPU_RATE = 0.4 * 989e12
 CPU_RATE = 1.0e11
 
 
-def training_targets(config: dict, flags: list[str] = ()) -> int:
-    """Prediction targets a run trains on (one device: updates x accumulation x batch x seq_len); a
-    ``--trainer.max_steps`` among its ``flags`` (a training-length run's) sets its updates."""
-    trainer, data = config["trainer"], config["data"]
-    steps = trainer["max_steps"]
-    for flag in flags:
-        if flag.startswith(STEPS_FLAG):
-            steps = int(flag.removeprefix(STEPS_FLAG))
-    return steps * trainer.get("accumulate_grad_batches", 1) * data["batch_size"] * data["seq_len"]
-
-
-def tokens_per_param(configs: tuple[Path, ...]) -> float:
-    config = merged_config(configs)
-    return training_targets(config) / non_embedding_params(config["model"]["decoder"])
-
-
 def run_compute(configs: tuple[Path, ...], flags: list[str]) -> tuple[int, float]:
     """A run's training targets and FLOPs."""
-    from fixed_embed.train.experiment import build_model
-
-    config = merged_config(configs)
-    config["model"]["decoder"] = widened(config["model"]["decoder"], flags)
-    targets = training_targets(config, flags)
-    return targets, targets * build_model(config["model"]).decoder.flops_per_token(
-        config["data"]["seq_len"]
-    )
+    run = record(resolve(configs, flags))
+    return run.tokens, run.tokens * run.flops_per_token
 
 
 def wall_hours(

@@ -83,25 +83,6 @@ def parse_name(name: str) -> dict:
     }
 
 
-# the matched control's SwiGLU width: a flag of its run, not a config
-WIDTH_FLAG = "--model.decoder.ffn_dim="
-
-
-def widened(decoder: dict, flags: list[str]) -> dict:
-    """``decoder`` (a config's ``model.decoder``) at the SwiGLU width a run's ``flags`` set, if
-    they set one."""
-    for flag in flags:
-        if flag.startswith(WIDTH_FLAG):
-            decoder = {**decoder, "ffn_dim": int(flag.removeprefix(WIDTH_FLAG))}
-    return decoder
-
-
-def non_embedding_params(decoder: dict) -> int:
-    """Parameters of the blocks and final norm (SwiGLU, bias-free, RMSNorm weights)."""
-    d, layers, ffn = decoder["d_model"], decoder["n_layers"], decoder["ffn_dim"]
-    return layers * (4 * d * d + 3 * d * ffn + 2 * d) + d
-
-
 def tiny_variants(extra: list[str]) -> list[tuple[str, Path, list[str]]]:
     """The plan for the paper's three variants at tiny scale (`make demo`, `make controls`)."""
     return [(f"tiny/{v}", ROOT / "experiments" / "tiny" / f"{v}.yaml", extra) for v in PAPER]

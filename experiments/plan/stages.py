@@ -8,15 +8,14 @@ import math
 from pathlib import Path
 
 from experiments.launch.executor import ROOT
-from experiments.launch.fit import merged_config
-from experiments.plan.names import CONTROLS, METRIC, NAME, PAPER, SIZES, WIDTH_FLAG, parse_name
+from experiments.launch.record import record, resolve
+from experiments.plan.names import CONTROLS, METRIC, NAME, PAPER, SIZES, parse_name
 from experiments.plan.names import run_name as name
 
 STUDY = ROOT / "experiments" / "study"
 # Peak rates the sweep may use: 1-2-3-5 steps, so a best rate is known to within a factor of ~1.6.
 LADDER = (1e-4, 2e-4, 3e-4, 5e-4, 1e-3, 2e-3, 3e-3, 5e-3, 1e-2, 2e-2, 3e-2)
 TOKENIZERS = {"bpe8k": (), "smollm2": (STUDY / "smollm2.yaml",)}
-STEPS_FLAG = "--trainer.max_steps="
 
 
 class Scale:
@@ -75,9 +74,9 @@ def step(
     tokenizer = tokenizer or scale.tokenizer
     configs = scale.configs(variant, size, tokenizer)
     flags = [f"--seed_everything={seed}", f"--model.optimizer.lr={lr:g}"]
-    decoder = merged_config(configs)["model"]["decoder"]
+    decoder = resolve(configs)["model"]["decoder"]
     if variant == "matched":
-        flags.append(f"{WIDTH_FLAG}{matched_ffn(decoder)}")
+        flags.append(f"--model.decoder.ffn_dim={matched_ffn(decoder)}")
     if variant == "random_full":
         flags.append(f"--model.interface.init_args.code_width={decoder['d_model']}")
     if steps is not None:
@@ -86,7 +85,7 @@ def step(
                 f"study: {steps} updates do not split into 4 validations; give a multiple of 4"
             )
         flags += [
-            f"{STEPS_FLAG}{steps}",
+            f"--trainer.max_steps={steps}",
             f"--trainer.val_check_interval={steps // 4}",
             f"--model.schedule.warmup_steps={round(steps / 10)}",
         ]
@@ -219,7 +218,15 @@ def rate_at(scale: Scale, best: dict[str, dict[str, float]], size: str, variant:
 
 
 def own_steps(scale: Scale, size: str) -> int:
-    return merged_config(scale.configs("learned", size, scale.tokenizer))["trainer"]["max_steps"]
+    return record(resolve(scale.configs("learned", size, scale.tokenizer))).updates
+
+
+def nearest_sweep(steps: int, sweeps: list[int | None], own: int) -> int | None:
+    """The sweep whose best rates a run of ``steps`` updates uses: the swept length (None: the
+    size's own, ``own`` updates) nearest it in log updates, the size's own on a tie (at S: 432
+    updates are 2.4x from 1,024, 4x from 108). The plan runs each length at these rates and the
+    report compares it at them."""
+    return min(sweeps, key=lambda n: (abs(math.log(steps / (n or own))), n is not None))
 
 
 def length_rate(
@@ -231,14 +238,10 @@ def length_rate(
     steps: int,
 ) -> float:
     """A paper variant's rate at ``size`` trained ``steps`` updates: the resweep's best
-    (``again``) where the size was swept again at a length nearer ``steps`` in log updates than
-    its own (at S: 432 updates are 2.4x from 1,024, 4x from 108), else the size's own best."""
+    (``again``) where the size was swept again at a length nearer ``steps`` than its own, else
+    the size's own best."""
     resweep = scale.resweep.get(size)
-    if (
-        resweep
-        and size in again
-        and abs(math.log(steps / resweep)) < abs(math.log(steps / own_steps(scale, size)))
-    ):
+    if resweep and size in again and nearest_sweep(steps, [None, resweep], own_steps(scale, size)):
         return again[size][variant]
     return rate_at(scale, best, size, variant)
 

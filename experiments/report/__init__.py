@@ -1,1 +1,2 @@
-"""The study's report, drawn from its runs file alone: stats, findings, tables, figures, prose."""
+"""The study's report, drawn from its runs file alone: stats, findings, tables, sweeps, figures,
+prose."""

@@ -4,11 +4,11 @@ length, the validation curves and the controls, each written whole or not at all
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
@@ -16,7 +16,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, NullLocator
 
 from experiments.plan.names import CONTROLS, LABELS, PAPER
-from experiments.report.results import GAPS, SPLITS, Study, non_embedding, updates
+from experiments.report.results import GAPS, SPLITS, Points, Study, non_embedding, updates
 from fixed_embed.atomic import atomic_path
 
 COLORS = {
@@ -29,7 +29,11 @@ COLORS = {
     "lowrank_binary": "tab:pink",
     "lowrank_normal": "tab:gray",
 }
-GAP_COLORS = {"binary16": "tab:orange", "gf2": "tab:green", "gf2 − binary16": "black"}
+GAP_COLORS = {
+    "binary16 − learned": "tab:orange",
+    "gf2 − learned": "tab:green",
+    "gf2 − binary16": "black",
+}
 
 
 def _axes(axis, title: str, xlabel: str, ylabel: str) -> None:
@@ -84,9 +88,7 @@ def _write_png(figure, path: Path) -> None:
     plt.close(figure)
 
 
-def plot_sweep(
-    study: Study, tok: str, sweeps: Sequence[tuple[str, int | None]], path: Path
-) -> None:
+def plot_sweep(study: Study, tok: str, sweeps: Points, path: Path) -> None:
     """A panel per sweep (size, length): seed 1 at each rate, the best circled, with a band from
     it to + the seed sd there (study.spread): a rate inside the band is a near-tie one seed
     cannot order."""
@@ -116,10 +118,9 @@ def plot_sweep(
                         alpha=0.2,
                         linewidth=0,
                     )
-        length = f"{updates(study.first(tok, size, steps)):,} updates"
         _axes(
             axis,
-            f"size {size.upper()}, {length} (seed 1)",
+            f"size {size.upper()}, {study.trained(tok, size, steps):,} updates (seed 1)",
             "peak learning rate",
             "validation bits/byte",
         )
@@ -133,46 +134,29 @@ def plot_sweep(
     )
 
 
-def _gap_series(
-    study: Study, tok: str, points: Sequence[tuple[str, int | None]], split: str, x: str
-):
-    for a, b in GAPS:
-        label = b if a == "learned" else f"{b} − {a}"
-        kept, xs, means, sds = [], [], [], []
-        for size, steps in points:
-            gap = study.gap(tok, size, a, b, split, steps)
-            if gap.n:
-                row = study.first(tok, size, steps)
-                kept.append((size, steps))
-                xs.append(
-                    non_embedding(row) if x == "params" else row["tokens_seen"] / non_embedding(row)
-                )
-                means.append(gap.mean)
-                sds.append(0.0 if math.isnan(gap.sd) else gap.sd)
-        yield label, kept, xs, means, sds
-
-
 def plot_gaps(
-    study: Study,
-    tok: str,
-    series: dict[str, list[tuple[str, int | None]]],
-    x: str,
-    path: Path,
-    note: str = "",
+    study: Study, tok: str, series: dict[str, Points], x: str, path: Path, note: str = ""
 ) -> None:
     """A panel per split; a line per gap (fixed code − learned, and gf2 − binary16) per series
     of points. A point an earlier series drew (the same runs) is joined by a later series' line
     but not drawn again."""
     figure, axes = plt.subplots(1, len(SPLITS), figsize=(11, 4.6), squeeze=False)
-    styles = ("-", "--", ":")
     for axis, split in zip(axes[0], SPLITS, strict=True):
         plotted, drawn = [], set()
-        for (name, points), style in zip(series.items(), styles, strict=False):
-            for label, kept, xs, means, sds in _gap_series(study, tok, points, split, x):
+        for (name, points), style in zip(series.items(), ("-", "--", ":"), strict=False):
+            for a, b in GAPS:
+                gaps = {p: study.gap(tok, p[0], a, b, split, p[1]) for p in points}
+                kept = [point for point, gap in gaps.items() if gap.n]
+                xs = [
+                    non_embedding(study.first(tok, *p))
+                    if x == "params"
+                    else study.per_param(tok, *p)
+                    for p in kept
+                ]
                 plotted += xs
                 if not xs:
                     continue
-                text = f"{label} − learned" if label in PAPER else label
+                label, means = f"{b} − {a}", [gaps[p].mean for p in kept]
                 new = [i for i, point in enumerate(kept) if (point, label) not in drawn]
                 drawn.update((point, label) for point in kept)
                 axis.plot(
@@ -182,12 +166,12 @@ def plot_gaps(
                     markevery=new,
                     linestyle=style,
                     color=GAP_COLORS[label],
-                    label=f"{text}{name}",
+                    label=f"{label}{name}",
                 )
                 axis.errorbar(
                     [xs[i] for i in new],
                     [means[i] for i in new],
-                    yerr=[sds[i] for i in new],
+                    yerr=[0.0 if math.isnan(gaps[kept[i]].sd) else gaps[kept[i]].sd for i in new],
                     fmt="none",
                     capsize=4,
                     color=GAP_COLORS[label],
@@ -210,7 +194,7 @@ def plot_curves(study: Study, tok: str, sizes: Sequence[str], path: Path) -> Non
     for axis, size in zip(axes[0], sizes, strict=True):
         key = []
         for steps, style in zip(study.lengths(tok, size), ("-", "--", "-.", ":"), strict=False):
-            n = updates(study.first(tok, size, steps))
+            n = study.trained(tok, size, steps)
             key.append(Line2D([], [], color="black", linestyle=style, label=f"{n:,} updates"))
             for v in PAPER:
                 runs = [
@@ -223,11 +207,10 @@ def plot_curves(study: Study, tok: str, sizes: Sequence[str], path: Path) -> Non
                 per_update = runs[0]["tokens_seen"] / updates(runs[0])
                 curves = [r["curves"]["val/bits_per_byte"] for r in runs]
                 length = min(map(len, curves))
-                xs = [(p[0] + 1) * per_update for p in curves[0][:length]]
-                points = [[c[i][1] for c in curves] for i in range(length)]
-                mean = [statistics.mean(p) for p in points]
-                sd = [statistics.stdev(p) if len(p) > 1 else 0.0 for p in points]
-                label = f"{v}" if steps is None else None
+                xs = [(step + 1) * per_update for step, _ in curves[0][:length]]
+                values = np.array([[y for _, y in c[:length]] for c in curves])
+                mean = values.mean(axis=0)
+                sd = values.std(axis=0, ddof=1) if len(runs) > 1 else np.zeros(length)
                 axis.plot(
                     xs,
                     mean,
@@ -235,11 +218,9 @@ def plot_curves(study: Study, tok: str, sizes: Sequence[str], path: Path) -> Non
                     linestyle=style,
                     marker="o",
                     markersize=3,
-                    label=label,
+                    label=v if steps is None else None,
                 )
-                low = [m - s for m, s in zip(mean, sd, strict=True)]
-                high = [m + s for m, s in zip(mean, sd, strict=True)]
-                axis.fill_between(xs, low, high, color=COLORS[v], alpha=0.2)
+                axis.fill_between(xs, mean - sd, mean + sd, color=COLORS[v], alpha=0.2)
         _axes(axis, f"size {size.upper()}", "training tokens", "validation bits/byte")
         if len(key) > 1:  # the line styles differ by panel: each panel keys its own
             axis.legend(

@@ -15,8 +15,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from experiments.plan.names import CONTROLS, PAPER
-from experiments.report.results import GAPS, SPLITS, Study, _config, non_embedding, parse, updates
-from experiments.report.stats import holm, paired, slope_fit, slope_p
+from experiments.report.results import (
+    GAPS,
+    SPLITS,
+    Points,
+    Study,
+    _config,
+    non_embedding,
+    parse,
+    updates,
+)
+from experiments.report.stats import by_seed, holm, paired, slope_fit, slope_p
 
 ESTABLISHED, SIGN, NOT = (
     "established",
@@ -25,14 +34,10 @@ ESTABLISHED, SIGN, NOT = (
 )
 VOCABULARY = (
     f"A difference or slope is **{ESTABLISHED}** only where its Holm-adjusted p is below 0.05 in "
-    "the declared "
-    f"family; **{SIGN}** where it has the same sign in every seed (for a slope: the line through "
-    "each seed's "
-    f"points alone) but is not established; otherwise **{NOT}**. A 95 % interval is never "
-    "corrected and never "
-    "decides a word. A trend is named with everything that varied along it; no value is stated "
-    "beyond the "
-    "measured range."
+    f"the declared family; **{SIGN}** where it has the same sign in every seed (for a slope: the "
+    f"line through each seed's points alone) but is not established; otherwise **{NOT}**. A 95 % "
+    "interval is never corrected and never decides a word. A trend is named with everything "
+    "that varied along it; no value is stated beyond the measured range."
 )
 FAMILY = (
     "differences",
@@ -55,6 +60,8 @@ class Claim:
     rows: tuple[str, ...]  # the runs it is computed from (names)
     varied: str = ""  # a slope: what moved along it besides its x
     points: int = 0  # a slope: the points it joins
+    runs: int = 0  # a slope: the seed-paired gaps it is fitted to
+    per: str = ""  # a slope: its x ("10x parameters" or "10x training tokens")
 
     @property
     def signs_agree(self) -> bool:
@@ -86,8 +93,10 @@ def _difference(
     return Claim(label, kind, gap.mean, low, high, gap.p, gap.diffs, names)
 
 
-def gap_label(size: str, steps_tokens: float, a: str, b: str, split: str) -> str:
-    return f"{b} − {a}, {size.upper()}, {steps_tokens / 1e6:.2f}M tokens, {split}"
+def gap_label(
+    study: Study, tok: str, size: str, steps: int | None, a: str, b: str, split: str
+) -> str:
+    return f"{b} − {a}, {size.upper()}, {study.tokens(tok, size, steps) / 1e6:.2f}M tokens, {split}"
 
 
 def differences(study: Study, tok: str) -> list[Claim]:
@@ -98,7 +107,7 @@ def differences(study: Study, tok: str) -> list[Claim]:
         for steps in study.lengths(tok, size):
             for split in SPLITS:
                 for a, b in GAPS:
-                    label = gap_label(size, study.tokens(tok, size, steps), a, b, split)
+                    label = gap_label(study, tok, size, steps, a, b, split)
                     found.append(
                         _difference(study, label, _cells(study, tok, size, steps, a, b), split)
                     )
@@ -120,28 +129,27 @@ def old_rate_differences(study: Study, tok: str) -> list[Claim]:
     for size in study.sizes(tok):
         own = {v: study.best(tok, size, v) for v in PAPER}
         for steps in study.lengths(tok, size):
-            chosen = {v: study.rate(tok, size, v, steps) for v in PAPER}
             if steps is None or None in own.values():
                 continue
+            chosen = {v: study.rate(tok, size, v, steps) for v in PAPER}
             for split in SPLITS:
                 for a, b in GAPS:
-                    if own[a] == chosen[a] and own[b] == chosen[b]:
+                    if (own[a], own[b]) == (chosen[a], chosen[b]):
                         continue
-                    cells = _cells(study, tok, size, steps, a, b, own)
-                    if all(cells):
-                        label = (
-                            gap_label(size, study.tokens(tok, size, steps), a, b, split)
-                            + ", old rates"
-                        )
+                    if all(cells := _cells(study, tok, size, steps, a, b, own)):
+                        label = gap_label(study, tok, size, steps, a, b, split) + ", old rates"
                         found.append(_difference(study, label, cells, split, "old-rate difference"))
     return [c for c in found if len(c.per_seed) > 1]
 
 
-def series(study: Study, tok: str) -> dict[str, tuple[list[tuple[str, int | None]], str]]:
+OWN_LENGTH, EQUAL_TOKENS = "size, each at its own length", "size, at equal tokens"
+
+
+def series(study: Study, tok: str) -> dict[str, tuple[Points, str]]:
     """The report's fits: name -> (points, x). Size at each size's own length, size at the
     largest size's tokens, and length at each size that ran more than one."""
     sizes = study.sizes(tok)
-    found = {"size, each at its own length": ([(s, None) for s in sizes], "params")}
+    found = {OWN_LENGTH: ([(s, None) for s in sizes], "params")}
     if sizes:
         target = study.tokens(tok, sizes[-1], None)
         same = [
@@ -151,7 +159,7 @@ def series(study: Study, tok: str) -> dict[str, tuple[list[tuple[str, int | None
             if study.tokens(tok, s, n) == target
         ]
         if len(same) > 1:
-            found["size, at equal tokens"] = (same, "params")
+            found[EQUAL_TOKENS] = (same, "params")
     for s in sizes:
         if len(study.lengths(tok, s)) > 1:
             found[f"length, at {s.upper()}"] = ([(s, n) for n in study.lengths(tok, s)], "tokens")
@@ -169,39 +177,35 @@ def slopes(study: Study, tok: str) -> list[Claim]:
     for name, (points, x) in series(study, tok).items():
         for split in SPLITS:
             for a, b in GAPS[:2]:
-                xs, samples, seeds, names = [], [], [], []
+                xs, seeds, names = [], [], []
                 for size, steps in points:
                     cells = _cells(study, tok, size, steps, a, b)
-                    va, vb = (study.values(c, split) for c in cells)
-                    by_seed = {
-                        s: vb[s] - va[s]
-                        for s in sorted(set(va) & set(vb))
-                        if math.isfinite(va[s]) and math.isfinite(vb[s])
-                    }
-                    if not by_seed:
-                        continue
-                    row = study.first(tok, size, steps)
-                    xs.append(non_embedding(row) if x == "params" else row["tokens_seen"])
-                    samples.append(list(by_seed.values()))
-                    seeds.append(by_seed)
-                    names += [r["name"] for c in cells for r in c.values()]
+                    gaps = by_seed(*(study.values(c, split) for c in cells))
+                    if gaps:
+                        row = study.first(tok, size, steps)
+                        xs.append(non_embedding(row) if x == "params" else row["tokens_seen"])
+                        seeds.append(gaps)
+                        names += [r["name"] for c in cells for r in c.values()]
                 if len(xs) < 2:
                     continue
-                slope, low, high = slope_fit(xs, samples)
-                common = sorted(set.intersection(*(set(s) for s in seeds)))
-                per_seed = tuple(slope_fit(xs, [[s[k]] for s in seeds])[0] for k in common)
+                samples = [list(gaps.values()) for gaps in seeds]
+                common = sorted(set.intersection(*(set(gaps) for gaps in seeds)))
+                per_seed = tuple(slope_fit(xs, [[gaps[k]] for gaps in seeds])[0] for k in common)
+                label, moved = slope_label(name, a, b, split), varied(study, tok, points, b)
+                per = "10x parameters" if x == "params" else "10x training tokens"
+                fit = slope_fit(xs, samples)
                 found.append(
                     Claim(
-                        slope_label(name, a, b, split),
+                        label,
                         "slope",
-                        slope,
-                        low,
-                        high,
+                        *fit,
                         slope_p(xs, samples),
                         per_seed,
                         tuple(names),
-                        varied(study, tok, points, b),
+                        moved,
                         len(xs),
+                        sum(map(len, samples)),
+                        per,
                     )
                 )
     return found
@@ -245,53 +249,39 @@ def sensitivity(study: Study, tok: str) -> list[tuple[str, list[tuple[str, str, 
     return found
 
 
-def _decoder(study: Study, tok: str, size: str, steps: int | None) -> dict:
-    return _config(study.first(tok, size, steps))["model"]["decoder"]
-
-
-def varied(study: Study, tok: str, points: Sequence[tuple[str, int | None]], b: str) -> str:
+def varied(study: Study, tok: str, points: Points, b: str) -> str:
     """Everything that moved along a line's points: size, tokens, tokens per parameter, width,
     depth, the length its rates were chosen at, and gf2's codebook."""
     rows = [study.first(tok, s, n) for s, n in points]
+    params, tokens = [non_embedding(r) for r in rows], [r["tokens_seen"] for r in rows]
+    decoders = [_config(r)["model"]["decoder"] for r in rows]
     moved = []
-    params = [non_embedding(r) for r in rows]
-    tokens = [r["tokens_seen"] for r in rows]
-    if len(set(params)) > 1:
-        moved.append(
-            "size (" + ", ".join(f"{p / 1e6:.2f}M" for p in params) + " non-embedding parameters)"
-        )
-    if len(set(tokens)) > 1:
-        moved.append("training tokens (" + ", ".join(f"{t / 1e6:.2f}M" for t in tokens) + ")")
-    ratios = [f"{t / p:.2f}" for t, p in zip(tokens, params, strict=True)]
-    if len(set(ratios)) > 1:
-        moved.append(f"tokens per non-embedding parameter ({', '.join(ratios)})")
-    decoders = [_decoder(study, tok, s, n) for s, n in points]
-    for key, what in (("d_model", "width (d"), ("n_layers", "depth (blocks")):
-        values = [d[key] for d in decoders]
+    for text, values, show in (
+        ("size ({} non-embedding parameters)", params, lambda p: f"{p / 1e6:.2f}M"),
+        ("training tokens ({})", tokens, lambda t: f"{t / 1e6:.2f}M"),
+        (
+            "tokens per non-embedding parameter ({})",
+            [f"{t / p:.2f}" for t, p in zip(tokens, params, strict=True)],
+            str,
+        ),
+        ("width (d {})", [d["d_model"] for d in decoders], str),
+        ("depth (blocks {})", [d["n_layers"] for d in decoders], str),
+    ):
         if len(set(values)) > 1:
-            moved.append(f"{what} {', '.join(map(str, values))})")
-    chosen = [study.chosen_at(tok, s, n) for s, n in points]
-    at = [updates(study.first(tok, s, c)) for (s, _), c in zip(points, chosen, strict=True)]
+            moved.append(text.format(", ".join(map(show, values))))
+    at = [study.trained(tok, s, study.chosen_at(tok, s, n)) for s, n in points]
     ran = [updates(r) for r in rows]
     if len(set(at)) > 1 or at != ran:
         moved.append(
-            f"the length the rates were chosen at ({', '.join(f'{u:,}' for u in at)} updates, for "
-            "runs of "
-            f"{', '.join(f'{u:,}' for u in ran)})"
+            f"the length the rates were chosen at ({', '.join(f'{u:,}' for u in at)} updates, "
+            f"for runs of {', '.join(f'{u:,}' for u in ran)})"
         )
-    if b == "gf2":
-        coded = [
-            any(parse(r)["code"] is not None for r in study.cell(tok, s, "gf2", n).values())
-            for s, n in points
-        ]
-        if len(set(coded)) > 1:
-            moved.append(
-                "gf2's codebook (one per seed at "
-                + ", ".join(
-                    f"{s.upper()} {updates(r):,}"
-                    for (s, _), r, c in zip(points, rows, coded, strict=True)
-                    if c
-                )
-                + "; the config's at the others)"
-            )
+    coded = [
+        (s, r)
+        for (s, n), r in zip(points, rows, strict=True)
+        if any(parse(x)["code"] is not None for x in study.cell(tok, s, "gf2", n).values())
+    ]
+    if b == "gf2" and 0 < len(coded) < len(points):
+        where = ", ".join(f"{s.upper()} {updates(r):,}" for s, r in coded)
+        moved.append(f"gf2's codebook (one per seed at {where}; the config's at the others)")
     return "; ".join(moved)

@@ -10,10 +10,12 @@ Text outside the markers is hand-written and states no result.
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from pathlib import Path
 
+from experiments.launch.executor import ROOT
 from experiments.plan.names import CONTROLS
 from experiments.report.findings import (
     FAMILY,
@@ -23,40 +25,15 @@ from experiments.report.findings import (
     gap_label,
     sensitivity,
     series,
+    slope_label,
     word,
 )
-from experiments.report.results import GAPS, SPLITS, Study, non_embedding, updates
+from experiments.report.results import GAPS, SPLITS, Points, Study, non_embedding
 from experiments.report.tables import codebook_note
 from fixed_embed.atomic import atomic_write_text
 
-# The sessions that trained the study's own rows, each by the commits its rows name (a resumed row
-# names its last attempt's). Wall clock is from each session's log, which the runs file does not
-# hold; the runs and hours are counted from the rows.
-SESSIONS = (
-    ("1", "about 2.5 h (its log went with that machine)", ("69c3280ff4",)),
-    (
-        "2",
-        "14:28–16:45",
-        ("f07dae3be1", "7a9084faa6", "62fd4b35e4", "57bc760189", "2b5720adfa", "1c2c33557e"),
-    ),
-    (
-        "3",
-        "07:47–10:06",
-        (
-            "44e3c76570",
-            "93290ec604",
-            "f802c9dbca",
-            "be1b65e926",
-            "adfd684cf8",
-            "1d8e62bf72",
-            "93de601f14",
-            "c8f90954df",
-            "fa6efe8856",
-        ),
-    ),
-    ("4 (issue 34)", "17:01–18:50", ("c78e7fa358", "3286d8023d", "ff41f790b6", "9245749b82")),
-    ("5", "20:00–21:14", ("f99420db34",)),
-)
+# The sessions that trained the study's own rows: data, beside the runs file (its "about" says what)
+SESSIONS = ROOT / "docs" / "results" / "study-v3-sessions.json"
 BLOCKS = {
     "findings": "docs/results/README.md",
     "results": "README.md",
@@ -67,19 +44,14 @@ CHANGED = "†"
 def begin(stem: str, name: str) -> str:
     return (
         f"<!-- begin {stem} {name}: drawn by `python experiments/study.py --render` from "
-        f"{stem}-runs.json; "
-        "an edit here fails tests/test_study_findings.py -->"
+        f"{stem}-runs.json; an edit here fails tests/test_study_findings.py -->"
     )
-
-
-def end(stem: str, name: str) -> str:
-    return f"<!-- end {stem} {name} -->"
 
 
 def splice(text: str, stem: str, name: str, body: str) -> str:
     """``text`` with the block ``name`` replaced by ``body``; ValueError where its markers are
     not there once."""
-    head, tail = begin(stem, name), end(stem, name)
+    head, tail = begin(stem, name), f"<!-- end {stem} {name} -->"
     if text.count(head) != 1 or text.count(tail) != 1 or text.index(head) > text.index(tail):
         raise ValueError(f"the page has no block {name!r} of {stem} between its markers")
     before, rest = text.split(head)
@@ -110,53 +82,39 @@ class Prose:
         self.claims = family(study, tok)
         self.changed = {r["name"] for r in study.rows if r.get("code_changed")}
 
-    def word(self, label: str) -> str:
-        claim, adjusted = self.claims[label]
-        return word(adjusted, claim)
-
     def mark(self, claim: Claim) -> str:
         return CHANGED if self.changed & set(claim.rows) else ""
 
-    def said(self, label: str, decimals: int = 3, unit: str = "", brief: bool = False) -> str:
+    def said(self, label: str, brief: bool = False) -> str:
         """``+0.211 ± 0.008, Holm p 0.0251: **established**`` (``†`` where a changed-tree row
         enters it); a slope ``-0.135 per 10x parameters (95 % ..., uncorrected; 3 points), Holm
-        p ...: **...**``."""
+        p ...: **...**``, ``brief``: without its interval."""
         claim, adjusted = self.claims[label]
-        if claim.kind == "slope" and brief:
-            spread = f" per {unit}"
-        elif claim.kind == "slope":
-            spread = (
-                f" per {unit} (95 % {claim.low:+.{decimals}f} to {claim.high:+.{decimals}f}, "
-                "uncorrected; "
-                f"{claim.points} points)"
-                if unit
-                else ""
-            )
+        if claim.kind != "slope":
+            spread = f" ± {statistics.stdev(claim.per_seed):.3f}"
+        elif brief:
+            spread = f" per {claim.per}"
         else:
-            spread = f" ± {statistics.stdev(claim.per_seed):.{decimals}f}"
+            spread = (
+                f" per {claim.per} (95 % {claim.low:+.3f} to {claim.high:+.3f}, uncorrected; "
+                f"{claim.points} points)"
+            )
         holm = "no test" if math.isnan(adjusted) else f"Holm p {adjusted:.3g}"
         return (
-            f"{claim.estimate:+.{decimals}f}{spread}{self.mark(claim)}, {holm}: "
-            f"**{self.word(label)}**"
+            f"{claim.estimate:+.3f}{spread}{self.mark(claim)}, {holm}: **{word(adjusted, claim)}**"
         )
-
-    def gap(self, size: str, steps: int | None, a: str, b: str, split: str) -> str:
-        return gap_label(size, self.study.tokens(self.tok, size, steps), a, b, split)
 
 
 def _family_lines(prose: Prose) -> list[str]:
     kinds = [c.kind for c, _ in prose.claims.values()]
     lines = [
         f"**The family.** {len(kinds)} tests are corrected together (Holm): the "
-        f"{kinds.count('difference')} "
-        "paired differences (every gap at every size and training length at the rates chosen "
-        "there, on both "
-        "splits, and every control against learned and binary16) and the "
-        f"{kinds.count('slope')} slopes ({', '.join(series(prose.study, prose.tok))}; binary16 − "
-        "learned and "
-        "gf2 − learned on both splits). The sweep tables' differences between rates and the gaps "
-        "at the rates "
-        "of another length are outside it. Drawn otherwise:",
+        f"{kinds.count('difference')} paired differences (every gap at every size and training "
+        "length at the rates chosen there, on both splits, and every control against learned "
+        f"and binary16) and the {kinds.count('slope')} slopes "
+        f"({', '.join(series(prose.study, prose.tok))}; binary16 − learned and gf2 − learned on "
+        "both splits). The sweep tables' differences between rates and the gaps at the rates of "
+        "another length are outside it. Drawn otherwise:",
         "",
     ]
     for name, moved in sensitivity(prose.study, prose.tok):
@@ -172,80 +130,63 @@ def _provenance(prose: Prose) -> list[str]:
         return ["**Provenance.** Every row trained here was trained from a committed tree."]
     text = (
         f"**Provenance.** {len(prose.changed)} rows were trained from a tree with uncommitted "
-        "edits "
-        f"(`code_changed: true`): {', '.join(f'`{n}`' for n in sorted(prose.changed))}. They enter "
-        f"{len(entered)} of the family's claims, each marked {CHANGED}: "
+        f"edits (`code_changed: true`): {', '.join(f'`{n}`' for n in sorted(prose.changed))}. "
+        f"They enter {len(entered)} of the family's claims, each marked {CHANGED}: "
         f"{'; '.join(entered) or 'none'}."
     )
     if aside:
         text += (
-            f" Of them, {', '.join(f'`{n}`' for n in aside)} enter no claim, only the sweep tables "
-            "of the "
-            "report (the choice of a rate)."
+            f" Of them, {', '.join(f'`{n}`' for n in aside)} enter no claim, only the sweep "
+            "tables of the report (the choice of a rate)."
         )
     return [text]
 
 
-def _gap_rows(prose: Prose, points: list[tuple[str, int | None]]) -> list[str]:
+def _gap_rows(prose: Prose, points: Points) -> list[str]:
     study, tok = prose.study, prose.tok
     lines = [
         "| size | updates | tokens / non-emb. param | gap | " + " | ".join(SPLITS) + " |",
         "|---|---:|---:|---|---|---|",
     ]
     for size, steps in points:
-        row = study.first(tok, size, steps)
         for a, b in GAPS:
-            cells = [
-                prose.said(prose.gap(size, steps, a, b, split))
-                for split in SPLITS
-                if prose.gap(size, steps, a, b, split) in prose.claims
-            ]
-            if cells:
+            labels = [gap_label(study, tok, size, steps, a, b, split) for split in SPLITS]
+            if cells := [prose.said(label) for label in labels if label in prose.claims]:
                 lines.append(
-                    f"| {size.upper()} | {updates(row):,} | "
-                    f"{row['tokens_seen'] / non_embedding(row):.2f} | "
-                    f"{b} − {a} | " + " | ".join(cells) + " |"
+                    f"| {size.upper()} | {study.trained(tok, size, steps):,} | "
+                    f"{study.per_param(tok, size, steps):.2f} | {b} − {a} | "
+                    + " | ".join(cells)
+                    + " |"
                 )
     return lines
 
 
 def _sign_count(prose: Prose, a: str, b: str) -> str:
-    diffs = [
-        x
+    found = [
+        (label.rsplit(",", 1)[0], c.per_seed)
         for label, (c, _) in prose.claims.items()
         if c.kind == "difference" and label.startswith(f"{b} − {a},")
-        for x in c.per_seed
     ]
-    points = len(
-        {
-            label.rsplit(",", 1)[0]
-            for label, (c, _) in prose.claims.items()
-            if c.kind == "difference" and label.startswith(f"{b} − {a},")
-        }
-    )
+    diffs = [x for _, per_seed in found for x in per_seed]
     return (
         f"{b} − {a} is positive in {sum(x > 0 for x in diffs)} of its {len(diffs)} seed-paired "
-        "differences "
-        f"({points} size and length points, both splits)"
+        f"differences ({len({point for point, _ in found})} size and length points, both splits)"
     )
 
 
 def _slope_lines(prose: Prose) -> list[str]:
-    lines = []
-    for label, (claim, _) in prose.claims.items():
-        if claim.kind != "slope":
-            continue
-        unit = "10x parameters" if "along size" in label else "10x training tokens"
-        lines.append(f"- {label}: {prose.said(label, unit=unit)}. Along it varied: {claim.varied}.")
-    return lines
+    return [
+        f"- {label}: {prose.said(label)}. Along it varied: {claim.varied}."
+        for label, (claim, _) in prose.claims.items()
+        if claim.kind == "slope"
+    ]
 
 
 def _control_lines(prose: Prose) -> list[str]:
     study, tok, size = prose.study, prose.tok, prose.study.tune
     lines = [
         f"| control (size {size.upper()}, val) | − learned | − binary16 | position, learned 0 to "
-        "binary16 1 "
-        "(95 %, uncorrected; not a test) |",
+        "binary16 1 (95 %, uncorrected; not a test) |",
         "|---|---|---|---|",
     ]
     for v in CONTROLS:
@@ -256,8 +197,7 @@ def _control_lines(prose: Prose) -> list[str]:
         low, high = share.ci()
         lines.append(
             f"| {v} | {prose.said(labels[0])} | {prose.said(labels[1])} | {share.mean:.2f} "
-            f"({low:.2f} to "
-            f"{high:.2f}) |"
+            f"({low:.2f} to {high:.2f}) |"
         )
     return lines
 
@@ -270,22 +210,20 @@ def _compute_lines(study: Study) -> list[str]:
         "|---|---|---:|---:|---:|---|",
     ]
     placed: list[str] = []
-    for name, wall, commits in SESSIONS:
-        rows = [r for r in here if r["commit"][:10] in commits]
+    for session in json.loads(SESSIONS.read_text())["sessions"]:
+        rows = [r for r in here if r["commit"][:10] in session["commits"]]
         placed += [r["name"] for r in rows]
         lines.append(
-            f"| {name} | {wall} | {len(rows)} | {sum(bool(r.get('resumed')) for r in rows)} | "
-            f"{sum(r['wall_seconds'] for r in rows) / 3600:.1f} | {len(commits)} |"
+            f"| {session['session']} | {session['wall_clock']} | {len(rows)} | "
+            f"{sum(bool(r.get('resumed')) for r in rows)} | "
+            f"{sum(r['wall_seconds'] for r in rows) / 3600:.1f} | {len(session['commits'])} |"
         )
     if sorted(placed) != sorted(r["name"] for r in here):
         raise ValueError("the sessions' commits do not hold every row trained here exactly once")
-    adopted = len(study.rows) - len(here)
     return [
-        f"**Compute.** {len(study.rows)} runs: {adopted} adopted from study v2 and {len(here)} "
-        "trained here, "
-        f"{sum(r['wall_seconds'] for r in here) / 3600:.1f} h summed over those (a resumed run "
-        "counts its last "
-        "attempt only), by session:",
+        f"**Compute.** {len(study.rows)} runs: {len(study.rows) - len(here)} adopted from study v2 "
+        f"and {len(here)} trained here, {sum(r['wall_seconds'] for r in here) / 3600:.1f} h summed "
+        "over those (a resumed run counts its last attempt only), by session:",
         "",
         *lines,
     ]
@@ -307,9 +245,8 @@ def findings(study: Study, tok: str) -> str:
         f"**Every run.** {_sign_count(prose, 'learned', 'binary16')}; "
         f"{_sign_count(prose, 'learned', 'gf2')}.",
         "",
-        "**Gaps at each size's own length** (equal tokens per non-embedding parameter; bits/byte, "
-        "mean ± sd "
-        "over seeds, paired by seed). " + codebook_note(study, tok, own),
+        "**Gaps at each size's own length** (equal tokens per non-embedding parameter; "
+        "bits/byte, mean ± sd over seeds, paired by seed). " + codebook_note(study, tok, own),
         "",
         *_gap_rows(prose, own),
         "",
@@ -340,33 +277,30 @@ def results(study: Study, tok: str) -> str:
     own = "; ".join(
         f"{s.upper()} "
         + ", ".join(
-            f"{sp} {prose.said(prose.gap(s, None, 'learned', 'binary16', sp))}" for sp in SPLITS
+            f"{sp} {prose.said(gap_label(study, tok, s, None, 'learned', 'binary16', sp))}"
+            for sp in SPLITS
         )
         for s in sizes
     )
     trends = []
     for name in series(study, tok):
         if name.startswith("size") or name == f"length, at {sizes[0].upper()}":
-            labels = [f"binary16 − learned, slope along {name}, {split}" for split in SPLITS]
-            claim = prose.claims[labels[0]][0]
-            unit = "10x parameters" if name.startswith("size") else "10x training tokens"
+            labels = [slope_label(name, "learned", "binary16", split) for split in SPLITS]
             said = ", ".join(
-                f"{sp} {prose.said(lb, unit=unit, brief=True)}"
-                for sp, lb in zip(SPLITS, labels, strict=True)
+                f"{split} {prose.said(label, brief=True)}"
+                for split, label in zip(SPLITS, labels, strict=True)
             )
-            trends.append(f"along {name}: {said} (with {_names(claim.varied)} varying along it)")
+            moved = _names(prose.claims[labels[0]][0].varied)
+            trends.append(f"along {name}: {said} (with {moved} varying along it)")
     matched = [f"matched − {ref}, {study.tune.upper()}, val" for ref in ("learned", "binary16")]
     text = (
         f"At small scale (study v3: {params[0] / 1e6:.2f}M–{params[-1] / 1e6:.2f}M non-embedding "
-        "parameters, each "
-        f"size tuned on its own, {seeds} seeds; `make study`), "
-        f"{_sign_count(prose, 'learned', 'binary16')}. "
-        f"At each size's own length, binary16 − learned in bits/byte: {own}. Its slope "
-        f"{'; '.join(trends)}. "
-        f"binary16 widened to the learned model's trainable parameters (`matched`): − learned "
-        f"{prose.said(matched[0])}; − binary16 {prose.said(matched[1])}. Every word follows one "
-        "rule and one "
-        f"declared Holm family ({' and '.join(FAMILY)}), printed with the findings in "
+        f"parameters, each size tuned on its own, {seeds} seeds; `make study`), "
+        f"{_sign_count(prose, 'learned', 'binary16')}. At each size's own length, binary16 − "
+        f"learned in bits/byte: {own}. Its slope {'; '.join(trends)}. binary16 widened to the "
+        f"learned model's trainable parameters (`matched`): − learned {prose.said(matched[0])}; "
+        f"− binary16 {prose.said(matched[1])}. Every word follows one rule and one declared Holm "
+        f"family ({' and '.join(FAMILY)}), printed with the findings in "
         "[docs/results/](docs/results/README.md#what-study-v3-found)."
     )
     if CHANGED in text:

@@ -13,19 +13,13 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Sequence
 from functools import cache
 
 from experiments.launch.executor import ROOT
-from experiments.launch.fit import merged_config
-from experiments.plan.names import (
-    CONTROLS,
-    METRIC,
-    PAPER,
-    SIZES,
-    non_embedding_params,
-    parse_name,
-    widened,
-)
+from experiments.launch.record import RunRecord, record, resolve
+from experiments.plan.names import CONTROLS, METRIC, PAPER, SIZES, parse_name
+from experiments.plan.stages import nearest_sweep
 from experiments.report.stats import Paired, paired
 
 TEST = "wikitext2_local|bits_per_byte|0"
@@ -36,6 +30,7 @@ SPLITS = {
 }
 GAPS = (("learned", "binary16"), ("learned", "gf2"), ("binary16", "gf2"))  # (a, b): b - a
 Cell = dict[int, dict]  # seed -> row
+Points = Sequence[tuple[str, int | None]]  # (size, updates; None: the size's own)
 
 
 def parse(row: dict) -> dict:
@@ -49,22 +44,22 @@ def _finite(value: float | None) -> float:
 
 
 def _config(row: dict) -> dict:
-    return _merged(row["config"])
+    return _record(row["config"], tuple(row["extra"])).config
 
 
-# a render reads each run's configs for every table and figure it appears in; nothing mutates them
+# a render reads each run's record for every table and figure it appears in; nothing mutates them
 @cache
-def _merged(configs: str) -> dict:
-    return merged_config([ROOT / c for c in configs.split(" + ")])
+def _record(configs: str, flags: tuple[str, ...]) -> RunRecord:
+    """The run's record, resolved from its row: its config files and flags."""
+    return record(resolve([ROOT / c for c in configs.split(" + ")], flags))
 
 
 def non_embedding(row: dict) -> int:
-    return non_embedding_params(widened(_config(row)["model"]["decoder"], row["extra"]))
+    return _record(row["config"], tuple(row["extra"])).non_embedding
 
 
 def updates(row: dict) -> int:
-    """The updates a run trained: its name's ``-stepsN``, else its size file's."""
-    return parse(row)["steps"] or _config(row)["trainer"]["max_steps"]
+    return _record(row["config"], tuple(row["extra"])).updates
 
 
 def wikitext_ratio(rows: list[dict]) -> float | None:
@@ -88,6 +83,11 @@ def wikitext_ratio(rows: list[dict]) -> float | None:
             ": the test text changed between runs, so they cannot be compared"
         )
     return statistics.mean(ratios)
+
+
+def _most_seeded(by_lr: dict[float, dict]) -> float | None:
+    """The rate with the most seeds (the lowest on a tie)."""
+    return max(by_lr, key=lambda lr: (len(by_lr[lr]), -lr)) if by_lr else None
 
 
 class Study:
@@ -142,16 +142,13 @@ class Study:
         ]
 
     def chosen_at(self, tok: str, size: str, steps: int | None) -> int | None:
-        """The sweep whose best rates a run of ``steps`` updates uses: the swept length nearest
-        it in log updates, the size's own on a tie or where none ran. The study ran each length
-        at the nearest sweep's rates (plan/stages.py's ``length_rate``); a length that then also
-        ran at another rate is a sweep of its own, and its best on seed 1 is used there, as at
-        every sweep."""
-        own = self.own_updates(tok, size)
-        found, target = self.sweeps(tok, size), steps or own
-        if not found or target is None:
+        """The sweep whose best rates a run of ``steps`` updates uses (plan/stages.py's
+        ``nearest_sweep``, None where none ran); a length that then also ran at another rate is
+        a sweep of its own, and its best on seed 1 is used there, as at every sweep."""
+        own, found = self.own_updates(tok, size), self.sweeps(tok, size)
+        if not found or (steps or own) is None:
             return None
-        return min(found, key=lambda n: (abs(math.log(target / (n or own))), n is not None))
+        return nearest_sweep(steps or own, found, own)
 
     def rate(self, tok: str, size: str, variant: str, steps: int | None = None) -> float | None:
         """The rate a variant is compared at: its best of the sweep it was chosen by (a control:
@@ -161,9 +158,7 @@ class Study:
         chosen = self.best(
             tok, size, CONTROLS.get(variant, variant), self.chosen_at(tok, size, steps)
         )
-        if chosen in by_lr:
-            return chosen
-        return max(by_lr, key=lambda lr: (len(by_lr[lr]), -lr)) if by_lr else None
+        return chosen if chosen in by_lr else _most_seeded(by_lr)
 
     def cell(
         self,
@@ -178,14 +173,9 @@ class Study:
         codebook s where it was drawn."""
         lr = lr or self.rate(tok, size, variant, steps)
         seeds = self.index.get((tok, size, variant, steps), {}).get(lr, {})
-        own = {
-            s: codes[s] for s, codes in seeds.items() if fold and s > 1 and s in codes
-        }  # seed 1: the config's
-        return {
-            s: own.get(s, codes.get(None))
-            for s, codes in sorted(seeds.items())
-            if s in own or None in codes
-        }
+        # seed 1 (or a seed whose own codebook did not run): the config's codebook
+        code = {s: s if fold and s > 1 and s in codes else None for s, codes in seeds.items()}
+        return {s: codes[code[s]] for s, codes in sorted(seeds.items()) if code[s] in codes}
 
     def spread(
         self, tok: str, size: str, variant: str, steps: int | None = None
@@ -196,11 +186,8 @@ class Study:
         by_lr = self.index.get((tok, size, variant, steps), {})
         lr = self.best(tok, size, variant, steps)
         if len(by_lr.get(lr, {})) < 2 and by_lr:
-            lr = max(by_lr, key=lambda r: (len(by_lr[r]), -r))
-        values = self.values(self.cell(tok, size, variant, steps, lr=lr), "val").values()
-        return Paired(
-            tuple(x for x in values if math.isfinite(x))
-        ), lr  # a diverged run has no spread to give
+            lr = _most_seeded(by_lr)
+        return self.finite(self.cell(tok, size, variant, steps, lr=lr), "val"), lr
 
     def against_best(
         self, tok: str, size: str, variant: str, steps: int | None, lr: float
@@ -215,10 +202,9 @@ class Study:
 
     def position(self, tok: str, size: str, variant: str) -> Paired:
         """Per seed, where ``variant`` sits on the line from learned (0) to binary16 (1) on val."""
-        learned, binary = (
-            self.values(self.cell(tok, size, v), "val") for v in ("learned", "binary16")
+        learned, binary, mine = (
+            self.values(self.cell(tok, size, v), "val") for v in ("learned", "binary16", variant)
         )
-        mine = self.values(self.cell(tok, size, variant), "val")
         shares = [
             (mine[s] - learned[s]) / (binary[s] - learned[s])
             for s in sorted(mine)
@@ -228,6 +214,10 @@ class Study:
 
     def values(self, cell: Cell, split: str) -> dict[int, float]:
         return {s: self.value(row, split) for s, row in cell.items()}
+
+    def finite(self, cell: Cell, split: str) -> Paired:
+        """The cell's values over seeds (a diverged run has no spread to give)."""
+        return Paired(tuple(x for x in self.values(cell, split).values() if math.isfinite(x)))
 
     def gap(
         self, tok: str, size: str, a: str, b: str, split: str, steps: int | None = None
@@ -257,6 +247,15 @@ class Study:
 
     def tokens(self, tok: str, size: str, steps: int | None) -> int:
         return self.first(tok, size, steps)["tokens_seen"]
+
+    def trained(self, tok: str, size: str, steps: int | None) -> int:
+        """The updates the runs at ``size`` and ``steps`` trained."""
+        return updates(self.first(tok, size, steps))
+
+    def per_param(self, tok: str, size: str, steps: int | None) -> float:
+        """Training tokens per non-embedding parameter at ``size`` and ``steps``."""
+        row = self.first(tok, size, steps)
+        return row["tokens_seen"] / non_embedding(row)
 
     def first(self, tok: str, size: str, steps: int | None) -> dict:
         """A run of a paper variant at ``size`` and ``steps`` (for what they share: parameters,

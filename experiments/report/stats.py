@@ -19,7 +19,7 @@ from scipy import stats
 @dataclass(frozen=True)
 class Paired:
     """Differences b - a over the seeds both ran: mean, sd, a 95 % t interval and a two-sided
-    t-test p."""
+    t-test p (scipy's paired t-test, which is its one-sample test of the differences)."""
 
     diffs: tuple[float, ...]
 
@@ -35,13 +35,15 @@ class Paired:
     def sd(self) -> float:
         return statistics.stdev(self.diffs) if self.n > 1 else math.nan
 
-    def ci(self, level: float = 0.95) -> tuple[float, float]:
-        """The t interval of the mean; NaN for fewer than 2 seeds (one seed has no spread to
+    def ci(self) -> tuple[float, float]:
+        """The 95 % t interval of the mean; NaN for fewer than 2 seeds (one seed has no spread to
         measure)."""
         if self.n < 2:
             return math.nan, math.nan
-        half = stats.t.ppf(0.5 + level / 2, self.n - 1) * self.sd / math.sqrt(self.n)
-        return self.mean - half, self.mean + half
+        if self.sd == 0:  # no spread: the interval is the mean (scipy would warn and give NaN)
+            return self.mean, self.mean
+        low, high = stats.ttest_1samp(self.diffs, 0.0).confidence_interval()
+        return float(low), float(high)
 
     @property
     def p(self) -> float:
@@ -49,20 +51,18 @@ class Paired:
         spread."""
         if self.n < 2 or self.sd == 0:
             return math.nan
-        t = self.mean / (self.sd / math.sqrt(self.n))
-        return float(2 * stats.t.sf(abs(t), self.n - 1))
+        return float(stats.ttest_1samp(self.diffs, 0.0).pvalue)
+
+
+def by_seed(a: dict[int, float], b: dict[int, float]) -> dict[int, float]:
+    """``b[seed] - a[seed]`` over the seeds both have with a finite value (a diverged run pairs
+    with nothing)."""
+    both = [s for s in sorted(set(a) & set(b)) if math.isfinite(a[s]) and math.isfinite(b[s])]
+    return {s: b[s] - a[s] for s in both}
 
 
 def paired(a: dict[int, float], b: dict[int, float]) -> Paired:
-    """``b[seed] - a[seed]`` over the seeds both have with a finite value (a diverged run pairs
-    with nothing)."""
-    return Paired(
-        tuple(
-            b[s] - a[s]
-            for s in sorted(set(a) & set(b))
-            if math.isfinite(a[s]) and math.isfinite(b[s])
-        )
-    )
+    return Paired(tuple(by_seed(a, b).values()))
 
 
 def holm(ps: Sequence[float]) -> list[float]:
@@ -75,6 +75,24 @@ def holm(ps: Sequence[float]) -> list[float]:
         running = max(running, min(1.0, (len(tested) - rank) * p))
         adjusted[i] = running
     return adjusted
+
+
+def _line(xs: Sequence[float], samples: Sequence[Sequence[float]]) -> tuple[float, float, float]:
+    """The slope through every point's mean, its variance from the seed noise and their
+    Welch-Satterthwaite degrees of freedom (NaN where a point has one seed; none without noise)."""
+    if len(xs) < 2 or any(not s for s in samples):
+        raise ValueError(f"a fit needs 2 or more points, each with a value: got {len(xs)} points")
+    logs = np.log10(np.asarray(xs, dtype=float))
+    weights = (logs - logs.mean()) / ((logs - logs.mean()) ** 2).sum()
+    slope = float(sum(w * statistics.mean(v) for w, v in zip(weights, samples, strict=True)))
+    if min(map(len, samples)) < 2:
+        return slope, math.nan, math.nan
+    parts = [w**2 * statistics.variance(v) / len(v) for w, v in zip(weights, samples, strict=True)]
+    variance = sum(parts)
+    if variance == 0:
+        return slope, 0.0, math.nan
+    pairs = zip(parts, samples, strict=True)
+    return slope, variance, variance**2 / sum(part**2 / (len(v) - 1) for part, v in pairs if part)
 
 
 def slope_fit(
@@ -91,21 +109,8 @@ def slope_fit(
     cannot measure. Returns ``(slope, low, high)`` in y per decade of x; NaN bounds where a
     point has one seed.
     """
-    if len(xs) < 2 or any(not s for s in samples):
-        raise ValueError(f"a fit needs 2 or more points, each with a value: got {len(xs)} points")
-    logs = np.log10(np.asarray(xs, dtype=float))
-    weights = (logs - logs.mean()) / ((logs - logs.mean()) ** 2).sum()
-    slope = float(sum(w * statistics.mean(v) for w, v in zip(weights, samples, strict=True)))
-    if min(map(len, samples)) < 2:
-        return slope, math.nan, math.nan
-    parts = [w**2 * statistics.variance(v) / len(v) for w, v in zip(weights, samples, strict=True)]
-    variance = sum(parts)
-    if variance == 0:
-        return slope, slope, slope
-    df = variance**2 / sum(
-        part**2 / (len(v) - 1) for part, v in zip(parts, samples, strict=True) if part
-    )
-    half = float(stats.t.ppf(0.975, df)) * math.sqrt(variance)
+    slope, variance, df = _line(xs, samples)
+    half = float(stats.t.ppf(0.975, df)) * math.sqrt(variance) if variance else 0.0
     return slope, slope - half, slope + half
 
 
@@ -113,13 +118,5 @@ def slope_p(xs: Sequence[float], samples: Sequence[Sequence[float]]) -> float:
     """The two-sided p of a zero slope for :func:`slope_fit`'s line: its t with the same
     Welch-Satterthwaite degrees of freedom as its interval. NaN where a point has one seed or
     the seeds do not vary (no noise to test against)."""
-    slope, low, high = slope_fit(xs, samples)
-    if math.isnan(low) or low == high:
-        return math.nan
-    logs = np.log10(np.asarray(xs, dtype=float))
-    weights = (logs - logs.mean()) / ((logs - logs.mean()) ** 2).sum()
-    parts = [w**2 * statistics.variance(v) / len(v) for w, v in zip(weights, samples, strict=True)]
-    df = sum(parts) ** 2 / sum(
-        part**2 / (len(v) - 1) for part, v in zip(parts, samples, strict=True) if part
-    )
-    return float(2 * stats.t.sf(abs(slope) / math.sqrt(sum(parts)), df))
+    slope, variance, df = _line(xs, samples)
+    return float(2 * stats.t.sf(abs(slope) / math.sqrt(variance), df)) if variance > 0 else math.nan
