@@ -57,7 +57,7 @@ def main() -> None:
         cli = FixedEmbedCLI(
             args=["--config", str(ROOT / f"experiments/tiny/{args.variant}.yaml")], run=False
         )
-        model, tokenizer = cli.model.eval(), cli.datamodule.tokenizer()
+        model, tokenizer = cli.model.eval(), cli.datamodule.tokenizer
         ours = FixedEmbedLM(
             module=model, tokenizer_object=tokenizer, batch_size=args.batch_size, dtype="float32"
         )

@@ -42,7 +42,7 @@ MODES = {
 def run(variant: str, mode: str, args: argparse.Namespace) -> dict:
     from fixed_embed.config import load_experiment
     from fixed_embed.distributed.parallel import ParallelConfig, apply_parallelism
-    from fixed_embed.measure.memory import memory_estimate
+    from fixed_embed.measure.memory import RunShape, memory_estimate
     from fixed_embed.measure.peak_flops import peak_flops
     from fixed_embed.model.recipe import AdamWConfig, build_adamw
     from fixed_embed.train.experiment import build_model
@@ -65,14 +65,8 @@ def run(variant: str, mode: str, args: argparse.Namespace) -> dict:
         0, model.config.vocab_size, (args.accumulate, args.batch, seq + 1), device=device
     )
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
-    estimate = memory_estimate(
-        model.decoder,
-        args.batch,
-        seq,
-        mode="mixed" if device.type == "cuda" else "float32",
-        activation_checkpointing=checkpointing,
-        loss_chunk_tokens=model.loss_chunk_tokens,
-    )
+    precision = "bf16-mixed" if device.type == "cuda" else "32-true"
+    estimate = memory_estimate(model, RunShape(args.batch, seq, precision), checkpointing)
 
     def step() -> (
         None

@@ -92,12 +92,10 @@ def measure(mode: str, args: argparse.Namespace) -> dict:
     # without the reset: a lower bound if building the model peaked above the baseline
     peak = _hwm_bytes() if exact else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     growth = peak - (baseline if exact else before)
-    from fixed_embed.measure.memory import memory_estimate
+    from fixed_embed.measure.memory import RunShape, memory_estimate
 
     # what the estimate says one forward + backward adds over the built model (fp32 on CPU)
-    estimate = memory_estimate(
-        model.decoder, args.batch, args.seq, mode="float32", loss_chunk_tokens=chunk
-    )
+    estimate = memory_estimate(model, RunShape(args.batch, args.seq))
     step_growth = estimate.allocated - estimate.weights - estimate.optimizer
     return {
         "mode": mode,

@@ -31,7 +31,7 @@ GIB = 2**30
 def cell(variant: str, strategy: str, world_size: int, ac: bool, micro_batches: int | None) -> dict:
     from fixed_embed.config import deep_merge, load_experiment
     from fixed_embed.distributed.fsdp import shards_parameters
-    from fixed_embed.measure.memory import RunShape, model_memory_estimate
+    from fixed_embed.measure.memory import RunShape, memory_estimate
     from fixed_embed.measure.trace import trace_update
     from fixed_embed.train.experiment import build_model
 
@@ -49,7 +49,7 @@ def cell(variant: str, strategy: str, world_size: int, ac: bool, micro_batches: 
         shards_parameters(trainer["strategy"]),
         trainer["accumulate_grad_batches"],
     )
-    estimate = model_memory_estimate(build_model(model_config), run)
+    estimate = memory_estimate(build_model(model_config), run)
     model = build_model(model_config)
     traced = trace_update(model, run, micro_batches)
     kinds = traced.kinds

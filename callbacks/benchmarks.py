@@ -107,12 +107,12 @@ class BenchmarkCallback(UpdateCallback):
             save_now(trainer)  # no-op when the checkpoint callback already saved this update
         self.evaluate(trainer, pl_module)
 
-    def evaluate(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, float]:
+    def evaluate(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         from fixed_embed.evaluation.suite import write_results
 
         step = trainer.global_step
         if (results := self._run_suite(trainer, pl_module)) is None:
-            return {}
+            return
         self._evaluated_step = step
         checkpoints = getattr(trainer.checkpoint_callback, "dirpath", None)
         run_folder = (
@@ -121,7 +121,7 @@ class BenchmarkCallback(UpdateCallback):
             else Path(trainer.log_dir or trainer.default_root_dir)
         )
         if not trainer.is_global_zero:  # after trainer.log_dir: a collective under DDP
-            return {}
+            return
         metrics = {
             "bench/" + "/".join(key.split("|")[:2]): score["value"]
             for key, score in results["scores"].items()
@@ -137,7 +137,6 @@ class BenchmarkCallback(UpdateCallback):
         )
         rank_zero_info(f"BenchmarkCallback at step {step}: {metrics} ({path})")
         self.last_metrics = metrics
-        return metrics
 
     def _run_suite(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict | None:
         """lm-eval's results on the live weights; ``None`` when a stop request ended it, or it
@@ -145,15 +144,10 @@ class BenchmarkCallback(UpdateCallback):
         from fixed_embed.evaluation.lm_eval_model import EvaluationInterrupted, FixedEmbedLM
         from fixed_embed.evaluation.suite import columns_for, run_suite
 
-        step = trainer.global_step
-        if self.tokenizer is None and not hasattr(trainer.datamodule, "tokenizer"):
-            raise ValueError(
-                "BenchmarkCallback needs a tokenizer: set its tokenizer= or use TextDataModule"
-            )
         tokenizer = (
             load_tokenizer(self.tokenizer)
             if self.tokenizer is not None
-            else trainer.datamodule.tokenizer()
+            else trainer.datamodule.tokenizer
         )
         preemption = next(
             (c for c in trainer.callbacks if isinstance(c, PreemptionCheckpoint) and c.enabled),
@@ -175,14 +169,14 @@ class BenchmarkCallback(UpdateCallback):
         except EvaluationInterrupted:
             self.interrupted = True
             rank_zero_info(
-                f"BenchmarkCallback at step {step}: stopped by a stop request (the checkpoint is "
-                "saved)"
+                f"BenchmarkCallback at step {trainer.global_step}: stopped by a stop request (the "
+                "checkpoint is saved)"
             )
         except Exception as error:
             if self.on_error == "raise":
                 raise
             rank_zero_warn(
-                f"BenchmarkCallback at step {step} failed, training goes on: "
+                f"BenchmarkCallback at step {trainer.global_step} failed, training goes on: "
                 f"{type(error).__name__}: {error}"
             )
         finally:

@@ -41,7 +41,7 @@ class FailFast(L.Callback):
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if not self.enabled or rank_watch.current() is None:
             return
-        if not self._failed and trainer.world_size > 1:
+        if not self._failed:  # a watch runs only with other ranks
             # Rank 0 hosts the store: all stop watching first, or an early exit looks like a lost
             # store.
             trainer.strategy.barrier("fail_fast_teardown")

@@ -34,27 +34,25 @@ class GradientMonitor(UpdateCallback):
         if not self.due(update):
             return
         parts = self._parts(pl_module)
-        grads = {
-            name: [p.grad for p in params if p.grad is not None] for name, params in parts.items()
+        groups = {
+            "grad": {
+                name: [p.grad for p in params if p.grad is not None]
+                for name, params in parts.items()
+            }
         }
-        norms = global_norms({name: g for name, g in grads.items() if g})
-        if not norms:
-            return
-        # the parts' norms make the global one
-        total = torch.linalg.vector_norm(torch.stack(list(norms.values())))
-        metrics = {"grad/norm": total}
+        if self.parameter_norms:
+            groups["param"] = {name: [p.detach() for p in params] for name, params in parts.items()}
+        metrics = {}
+        for kind, tensors in groups.items():
+            if not (norms := global_norms({name: t for name, t in tensors.items() if t})):
+                return  # no gradient
+            # the parts' norms make the global one
+            metrics[f"{kind}/norm"] = torch.linalg.vector_norm(torch.stack(list(norms.values())))
+            if self.per_part:
+                metrics |= {f"{kind}/{name}": norm for name, norm in norms.items()}
         clip = trainer.gradient_clip_val
         if clip and (trainer.gradient_clip_algorithm or "norm") == "norm":
-            metrics["grad/clip_coef"] = torch.clamp(clip / (total + 1e-6), max=1.0)
-        if self.per_part:
-            metrics.update({f"grad/{name}": norm for name, norm in norms.items()})
-        if self.parameter_norms:
-            weights = global_norms(
-                {name: [p.detach() for p in params] for name, params in parts.items()}
-            )
-            metrics["param/norm"] = torch.linalg.vector_norm(torch.stack(list(weights.values())))
-            if self.per_part:
-                metrics.update({f"param/{name}": norm for name, norm in weights.items()})
+            metrics["grad/clip_coef"] = torch.clamp(clip / (metrics["grad/norm"] + 1e-6), max=1.0)
         # Already global (DDP-reduced or all-reduced shards): identical on every rank.
         self.last_metrics = log_global(
             trainer, {k: (v, "max") for k, v in metrics.items()}, update - 1

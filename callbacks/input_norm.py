@@ -83,10 +83,9 @@ class InputNormMonitor(UpdateCallback):
             return  # not a logged update
         (norms, expected), self._captured = self._captured, None
         interface = pl_module.decoder.interface
+        # each statistic reduced over the ranks by the same statistic
         metrics = {
-            "input/norm_mean": (norms.mean(), "mean"),
-            "input/norm_min": (norms.min(), "min"),
-            "input/norm_max": (norms.max(), "max"),
+            f"input/norm_{how}": (getattr(norms, how)(), how) for how in ("mean", "min", "max")
         }
         if (
             interface.fixed

@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 import lightning as L
-import rich.progress
 from lightning.pytorch.callbacks import ProgressBar
 from lightning.pytorch.utilities import rank_zero_info
 from rich.progress import (
@@ -18,6 +17,8 @@ from rich.progress import (
     Task,
     TaskID,
     TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
 )
 from rich.text import Text
 
@@ -61,8 +62,8 @@ class UpdateProgressBar(ProgressBar):
                 TextColumn("{task.description}"),
                 BarColumn(),
                 MofNCompleteColumn(),
-                rich.progress.TimeElapsedColumn(),
-                rich.progress.TimeRemainingColumn(),
+                TimeElapsedColumn(),
+                TimeRemainingColumn(),
                 _RateColumn(),
                 TextColumn("{task.fields[metrics]}", style="italic"),
                 refresh_per_second=self.refresh_per_second,
@@ -87,7 +88,7 @@ class UpdateProgressBar(ProgressBar):
         batch: Any,
         batch_idx: int,
     ) -> None:
-        if self.progress is None or self.train_task is None:
+        if self.train_task is None:  # no bar
             return
         self.progress.update(self.train_task, completed=trainer.global_step)
         if (
@@ -110,11 +111,11 @@ class UpdateProgressBar(ProgressBar):
                 rank_zero_info(
                     f"update {step}/{task.total}: {task.fields['metrics']}, lr {lr:.3g}, "
                     f"{speed:,.0f} "
-                    f"tokens/s, {rich.progress.TimeRemainingColumn().render(task).plain} left"
+                    f"tokens/s, {TimeRemainingColumn().render(task).plain} left"
                 )
 
     def _show_metrics(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if self.progress is not None and self.train_task is not None:
+        if self.train_task is not None:
             text = " ".join(
                 f"{k}: {v:.3g}" for k, v in self.get_metrics(trainer, pl_module).items()
             )
@@ -138,13 +139,13 @@ class UpdateProgressBar(ProgressBar):
     on_test_start = on_validation_start
 
     def on_validation_batch_end(self, *args: Any, **kwargs: Any) -> None:
-        if self.progress is not None and self.eval_task is not None:
+        if self.eval_task is not None:
             self.progress.advance(self.eval_task)
 
     on_test_batch_end = on_validation_batch_end
 
     def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if self.progress is not None and self.eval_task is not None:
+        if self.eval_task is not None:
             self.progress.remove_task(self.eval_task)
             self.eval_task = None
 

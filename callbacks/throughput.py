@@ -31,11 +31,7 @@ class SpeedMonitor(UpdateCallback):
     ) -> None:
         super().__init__(every_n_steps, enabled)
         self.skip_first_steps = skip_first_steps
-        self._first_update_logged = False
         self._peak: float | None = None
-        self.matmul_dtype: str | None = (
-            None  # set at train start: the dtype of the peak MFU divides by
-        )
         self._seq_len = 0  # of the last micro-batch
         self._timer: FetchTimer | None = None
         self._updates = 0  # updates done in this fit
@@ -46,7 +42,7 @@ class SpeedMonitor(UpdateCallback):
         start)."""
         self._window_start: float | None = None
         self._pending = pending
-        self._tokens = self._samples = 0
+        self._samples = 0
         self._wait = 0.0
         self._fetch_start: float | None = None
 
@@ -60,17 +56,16 @@ class SpeedMonitor(UpdateCallback):
         self._fetch_start = now if self._window_start is not None else None
 
     def _on_fetch_stop(self) -> None:
-        if self._fetch_start is not None and self._window_start is not None:
+        if self._fetch_start is not None:  # fetched inside a window
             self._wait += time.perf_counter() - self._fetch_start
-        self._fetch_start = None
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not self.enabled:
             return
         self._updates = 0
         self._reset(pending=self.skip_first_steps == 0)
-        self.matmul_dtype = training_matmul_dtype(trainer, pl_module)
-        self._peak = peak_flops(pl_module.device, self.matmul_dtype)
+        # the peak of the dtype the matmuls run in, which MFU divides by
+        self._peak = peak_flops(pl_module.device, training_matmul_dtype(trainer, pl_module))
         self._timer = FetchTimer(trainer.profiler, self._on_fetch_start, self._on_fetch_stop)
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
@@ -86,15 +81,13 @@ class SpeedMonitor(UpdateCallback):
     def on_micro_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any
     ) -> None:
-        self._seq_len = batch.shape[1] - 1
+        self._seq_len = batch.shape[1] - 1  # every block's
         if self._window_start is not None:
-            self._tokens += batch.shape[0] * self._seq_len
             self._samples += batch.shape[0]
 
     def on_update_end(self, trainer: L.Trainer, pl_module: L.LightningModule, update: int) -> None:
         self._updates += 1
-        if not self._first_update_logged:
-            self._first_update_logged = True
+        if self._updates == 1:
             # Start-up cost, from the process's own start: what every preemption pays again.
             since = time.time() - psutil.Process().create_time()
             rank_zero_info(
@@ -111,23 +104,22 @@ class SpeedMonitor(UpdateCallback):
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         elapsed, world = time.perf_counter() - self._window_start, trainer.world_size
-        tokens_per_sec = self._tokens * world / elapsed
-        metrics = {
-            "perf/tokens_per_sec": tokens_per_sec,
-            "perf/samples_per_sec": self._samples * world / elapsed,
-            "perf/data_wait_frac": self._wait / elapsed,
-            "perf/peak_mem_gb": torch.cuda.max_memory_allocated(device) / 2**30
+        tokens_per_sec = self._samples * self._seq_len * world / elapsed
+        peak_mem = (
+            torch.cuda.max_memory_allocated(device) / 2**30
             if device.type == "cuda"
-            else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,  # KiB on Linux
+            else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
+        )
+        metrics = {
+            "perf/tokens_per_sec": (tokens_per_sec, "mean"),
+            "perf/samples_per_sec": (self._samples * world / elapsed, "mean"),
+            "perf/data_wait_frac": (self._wait / elapsed, "mean"),
+            "perf/peak_mem_gb": (peak_mem, "max"),
         }
         if self._peak is not None:
             flops = pl_module.decoder.flops_per_token(self._seq_len)
-            metrics["perf/mfu"] = flops * tokens_per_sec / (self._peak * world)
-        reduce = {
-            name: (value, "max" if name == "perf/peak_mem_gb" else "mean")
-            for name, value in metrics.items()
-        }
-        self.last_metrics = log_global(trainer, reduce, update - 1)
+            metrics["perf/mfu"] = (flops * tokens_per_sec / (self._peak * world), "mean")
+        self.last_metrics = log_global(trainer, metrics, update - 1)
         self._reset(pending=True)  # what the later callbacks do now is in no window
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

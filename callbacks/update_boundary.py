@@ -42,7 +42,7 @@ def log_global(
         values = torch.stack(
             [torch.as_tensor(metrics[n][0], dtype=torch.float32, device=device) for n in names]
         )
-        if trainer.world_size > 1 and dist.is_available() and dist.is_initialized():
+        if trainer.world_size > 1:  # a process group is set up
             dist.all_reduce(values, op=_OPS[kind])
             if kind == "mean":
                 values /= trainer.world_size

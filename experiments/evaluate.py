@@ -19,9 +19,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from experiments.launch import fit
-from experiments.launch.executor import ROOT, Jobs, add_arguments, executor_for
+from experiments.launch.executor import ROOT, add_arguments, executor_for
 from experiments.launch.record import run_record
 from fixed_embed.config import positive
 from fixed_embed.errors import UserError
@@ -30,49 +31,34 @@ from fixed_embed.run.folder import benchmark_folder, step_checkpoints, step_of
 SCORED = "scored.json"  # in the benchmark folder, last: the TensorBoard scalars are written too
 
 
-class ScoreJob:
+def score_job(name: str, command: list[str], run: str, step: int) -> str:
     """One checkpoint's job: ``fixed-embed eval``, then its scores into the run's TensorBoard."""
+    from torch.utils.tensorboard import SummaryWriter
 
-    def __call__(
-        self, name: str, command: list[str], run: str, step: int, threads: int | None = None
-    ) -> str:
-        from torch.utils.tensorboard import SummaryWriter
-
-        if code := subprocess.run(command, cwd=ROOT, stdout=subprocess.DEVNULL).returncode:
-            raise RuntimeError(f"fixed-embed eval exited with status {code} (its error above)")
-        folder = benchmark_folder(Path(run), step)
-        scores = json.loads((folder / "results.json").read_text())["scores"]
-        metrics = {
-            "bench/{}/{}".format(*key.split("|")[:2]): score["value"]
-            for key, score in scores.items()
-        }
-        with SummaryWriter(log_dir=run, filename_suffix=f".bench-{step:08d}") as writer:
-            for tag, value in metrics.items():
-                writer.add_scalar(
-                    tag, value, step - 1
-                )  # the index of the last update, as the in-loop benchmark
-        (folder / SCORED).write_text(json.dumps(metrics) + "\n")
-        return name
+    if code := subprocess.run(command, cwd=ROOT, stdout=subprocess.DEVNULL).returncode:
+        raise RuntimeError(f"fixed-embed eval exited with status {code} (its error above)")
+    folder = benchmark_folder(Path(run), step)
+    scores = json.loads((folder / "results.json").read_text())["scores"]
+    metrics = {
+        "bench/{}/{}".format(*key.split("|")[:2]): score["value"] for key, score in scores.items()
+    }
+    with SummaryWriter(log_dir=run, filename_suffix=f".bench-{step:08d}") as writer:
+        for tag, value in metrics.items():  # at the index of the last update, as in the loop
+            writer.add_scalar(tag, value, step - 1)
+    (folder / SCORED).write_text(json.dumps(metrics) + "\n")
+    return name
 
 
-def eval_command(
-    checkpoint: Path, out: Path, args: argparse.Namespace, settings: dict
-) -> list[str]:
+def eval_command(checkpoint: Path, out: Path, args: argparse.Namespace, bench: Any) -> list[str]:
+    """``bench``: the run's BenchmarkCallback, whose tasks the flags not given default to."""
     options = ["--batch-size", str(args.batch_size)]
     if args.suite:
         options += ["--suite", args.suite]
     else:
-        options += [
-            "--tasks",
-            args.tasks or ",".join(settings.get("tasks") or ["fixed_embed_word_order"]),
-        ]
-        limit = args.limit if args.limit is not None else settings.get("limit", 100)
+        limit = args.limit if args.limit is not None else bench.limit
+        options += ["--tasks", args.tasks or ",".join(bench.tasks)]
         options += ["--limit", str(limit)] if limit is not None else []
-        options += [
-            arg
-            for path in settings.get("include_path") or []
-            for arg in ("--include-path", str(path))
-        ]
+        options += [arg for path in bench.include_path for arg in ("--include-path", str(path))]
     options += ["--device", args.device] if args.device else []
     return fit.eval_command(checkpoint, out, *options)
 
@@ -134,14 +120,12 @@ def score(args: argparse.Namespace) -> dict[int, str]:
     has finished); the updates that failed, with why."""
     from callbacks import BenchmarkCallback, CheckpointPolicy
 
-    run, executor = run_record(args.run), executor_for(args, args.run / "eval-jobs")
-    keep, settings = (
-        run.callback(CheckpointPolicy).get("keep_every"),
-        run.callback(BenchmarkCallback),
-    )
-    # a relaunch attaches to the jobs still queued or running
-    jobs, failed = Jobs(executor, args.run / "eval-jobs" / "jobs.json"), {}
-    for step in list(jobs.records):
+    run = run_record(args.run)
+    keep = run.callback(CheckpointPolicy).get("keep_every")
+    bench = BenchmarkCallback(**run.callback(BenchmarkCallback))
+    jobs = executor_for(args, args.run / "eval-jobs", args.run / "eval-jobs" / "jobs.json")
+    failed = {}
+    for step in jobs.records:  # a relaunch attaches to the jobs still queued or running
         jobs.attach(int(step))
     while True:
         last = step_checkpoints(args.run / "checkpoints")[-1:] if _finished(args.run) else []
@@ -154,17 +138,20 @@ def score(args: argparse.Namespace) -> dict[int, str]:
                 print(f"{checkpoint}: not scored")
                 continue
             out, name = benchmark_folder(args.run, step), f"{args.run.name}@{step}"
-            command = eval_command(checkpoint, out, args, settings)
-            jobs.submit(step, ScoreJob(), name, command, str(args.run), step)
-            print(f"scoring {checkpoint} ({executor.name}): {out}", flush=True)
-        for step, _, failure in jobs.ended(lambda step: _scored(args.run, step) or None):
+            command = eval_command(checkpoint, out, args, bench)
+            jobs.submit(step, score_job, name, command, str(args.run), step)
+            print(f"scoring {checkpoint} ({jobs.name}): {out}", flush=True)
+        for step, _, failure in jobs.ended(lambda step: _scored(args.run, step)):
             if failure is not None:  # reported once, not submitted again by this launch
                 failed[step] = f"update {step}: {failure}"
                 print(f"scoring update {step} failed: {failed[step]}", flush=True)
         if args.status or not (jobs.active or (args.watch and not _finished(args.run))):
             break
-        time.sleep(args.every_s if not jobs.active else min(args.every_s, 5.0))
-    executor.shutdown()
+        if jobs.active:
+            jobs.wait()
+        else:
+            time.sleep(args.every_s)
+    jobs.shutdown()
     return failed
 
 

@@ -53,7 +53,7 @@ from pathlib import Path
 from experiments.launch.executor import ROOT, add_arguments
 from experiments.launch.grid import launch
 from experiments.launch.record import resolve
-from experiments.launch.runs_file import read_runs, write_rows
+from experiments.launch.runs_file import read_runs, rows_by_name, write_rows
 from experiments.plan.estimate import CPU_RATE, GPU_RATE, estimate, wall_hours
 from experiments.plan.names import CONTROLS, PAPER
 from experiments.plan.names import run_name as name
@@ -81,7 +81,7 @@ TITLE = (
 )
 
 
-def adoptable(source: Path | None, plan: list[tuple], have: Collection[str] = ()) -> list[dict]:
+def adoptable(source: Path | None, plan: list[tuple], have: Collection[str]) -> list[dict]:
     """The finished rows of ``source`` (an earlier study's runs file) that are runs of ``plan``
     with the same flags and not in ``have``, each marked with where it came from."""
     if source is None or not source.is_file():
@@ -102,34 +102,22 @@ def probe(
     ``out/probe.{json,png}`` (kept once written)."""
     if (out / "probe.json").is_file():
         return
-    runs = {
-        v: done.get(
-            name(
-                scale.tokenizer,
-                scale.tune,
-                v,
-                rate_at(scale, best, scale.tune, CONTROLS.get(v, v)),
-                1,
-            )
-        )
-        for v in (*PAPER, *CONTROLS)
-    }
-    # a row adopted from an earlier study has no checkpoint here
-    order = [
-        v
-        for v, row in runs.items()
-        if row is not None and (Path(row["logs"]) / "checkpoints").is_dir()
-    ]
-    checkpoints = [str(Path(runs[v]["logs"]) / "checkpoints" / "last.ckpt") for v in order]
+    checkpoints = {}
+    for v in (*PAPER, *CONTROLS):
+        lr = rate_at(scale, best, scale.tune, CONTROLS.get(v, v))
+        row = done.get(name(scale.tokenizer, scale.tune, v, lr, 1))
+        # a row adopted from an earlier study has no checkpoint here
+        if row is not None and (Path(row["logs"]) / "checkpoints").is_dir():
+            checkpoints[v] = str(Path(row["logs"]) / "checkpoints" / "last.ckpt")
     args = [
         sys.executable,
         "-m",
         "fixed_embed",
         "analyze",
         "probe",
-        *checkpoints,
+        *checkpoints.values(),
         "--labels",
-        *order,
+        *checkpoints,
         "--seed",
         "1",
         "--data",
@@ -144,12 +132,11 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    default = ["sweep", "resweep", "sizes", "length", "codebooks", "controls"]
     parser.add_argument(
         "--stages",
         nargs="+",
         choices=STAGES,
-        default=default,
+        default=STAGES[:-2],
         help="what to run, in this order (default: all but probe and smollm2)",
     )
     parser.add_argument(
@@ -162,18 +149,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--flops-per-sec",
         type=float,
-        default=None,
         help=f"for --estimate; default {CPU_RATE:.3g} (CPU) or {GPU_RATE:.3g} (--gpu)",
     )
-    parser.add_argument(
-        "--logs", default=None, help="default: logs/study-v3 (logs/study-gpu with --gpu)"
-    )
-    parser.add_argument(
-        "--out", default=None, help="default: docs/results/study-v3 (logs/study-gpu/study)"
-    )
+    parser.add_argument("--logs", help="default: logs/study-v3 (logs/study-gpu with --gpu)")
+    parser.add_argument("--out", help="default: docs/results/study-v3 (logs/study-gpu/study)")
     parser.add_argument(
         "--adopt",
-        default=None,
         type=Path,
         help=f"an earlier runs file whose runs of this plan are copied, not rerun (default: "
         f"{V2_RUNS.relative_to(ROOT)} for the CPU plan; 'none': rerun everything)",
@@ -197,9 +178,10 @@ class Launch:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args, self.scale = args, Scale(args.gpu)
         self.logs = args.logs or ("logs/study-gpu" if args.gpu else "logs/study-v3")
-        gpu_out = ROOT / "logs" / "study-gpu" / "study"
-        self.out = Path(args.out or (gpu_out if args.gpu else ROOT / "docs/results/study-v3"))
-        self.runs_file = Path(f"{self.out}-runs")
+        self.out = Path(
+            args.out or ROOT / ("logs/study-gpu/study" if args.gpu else "docs/results/study-v3")
+        )
+        self.runs_file = f"{self.out}-runs"
         no_adopt = args.gpu or args.extra or str(args.adopt) == "none"
         self.adopt_from = None if no_adopt else (args.adopt or V2_RUNS)
         self.dry = args.estimate or args.status
@@ -208,43 +190,43 @@ class Launch:
         self.adopted: dict[str, dict] = {}
 
     def rows(self) -> dict[str, dict]:
-        path = Path(f"{self.runs_file}.json")
-        return {r["name"]: r for r in read_runs(path)["runs"]} if path.is_file() else {}
+        return rows_by_name(self.runs_file)
 
     def known(self) -> dict[str, dict]:
         return {**self.adopted, **self.rows()}
 
     def go(self, steps: list[tuple]) -> None:
         steps = [(n, configs, [*flags, *self.args.extra]) for n, configs, flags in steps]
+        self.stages.append([step for step in steps if step[0] not in self.planned])
+        for step in steps:
+            self.planned.setdefault(step[0], step)
+        adopted = adoptable(self.adopt_from, steps, self.known())
         if self.dry:
-            self.stages.append([step for step in steps if step[0] not in self.planned])
-            self.planned.update((step[0], step) for step in steps if step[0] not in self.planned)
-            adopted = adoptable(self.adopt_from, steps, self.known())
             self.adopted.update((row["name"], row) for row in adopted)
             return
         # The same code trains the same run bit for bit on this machine (CPU, fixed seeds), so a
         # copied row, keeping its commit, stands for the run it would be.
-        if copied := adoptable(self.adopt_from, steps, rows := self.rows()):
-            write_rows([*rows.values(), *copied], TITLE, str(self.runs_file))
+        if adopted:
+            write_rows([*self.rows().values(), *adopted], TITLE, self.runs_file)
             print(
-                f"study: {len(copied)} runs of this plan adopted from {self.adopt_from} (same "
+                f"study: {len(adopted)} runs of this plan adopted from {self.adopt_from} (same "
                 "flags; not rerun)"
             )
         device = "cuda" if self.args.gpu else "cpu"
         launch(
-            steps,
-            self.logs,
-            TITLE,
-            str(self.runs_file),
-            self.args,
-            evaluate="study",
-            eval_device=device,
+            steps, self.logs, TITLE, self.runs_file, self.args, evaluate="study", eval_device=device
         )
 
-    def extend(self, rates: dict, lengths: dict[str, int] | None = None) -> dict:
-        """Sweep ``rates`` (seed 1), each variant's next rung while its best sits at an edge;
-        the rates run. A variant whose rates have all scored gets its rung before the launch
-        runs, alongside the unfinished."""
+    def sweep(self, rates: dict, stage: str, lengths: dict[str, int] | None = None) -> dict:
+        """``rates`` and the rungs an earlier launch added at an edge: the later stages choose
+        among them too (swept), so a sweep extends from them, not from its first rates alone.
+        With ``stage`` asked for, swept (seed 1), each variant's next rung while its best
+        sits at an edge; the rates run. A variant whose rates have all scored gets its rung
+        before the launch runs, alongside the unfinished."""
+        ran = swept(self.scale, self.known(), lengths)
+        rates = {key: sorted({*lrs, *ran[key]}) for key, lrs in rates.items()}
+        if stage not in self.args.stages:
+            return rates
         launched = False
         while True:
             # --estimate: a rung is known only where the sweep is scored; a planned rung is not, so
@@ -260,24 +242,12 @@ class Launch:
     def walk(self) -> dict:
         """Every stage asked for, in order; the sweep's rates."""
         scale, stages = self.scale, self.args.stages
-        # The rungs an earlier launch added at an edge are part of the sweep: the later stages
-        # choose among them too (swept), so the sweep must extend from them, not from the plan's
-        # first rates alone.
-        ran = swept(scale, self.known())
-        rates = {key: sorted({*lrs, *ran[key]}) for key, lrs in initial_rates(scale).items()}
-        if "sweep" in stages:
-            rates = self.extend(rates)
+        rates = self.sweep(initial_rates(scale), "sweep")
         later = [s for s in stages if s not in ("sweep", "resweep")]
         if not (later or "resweep" in stages):
             return rates
         best = self.best(rates)
-        ran = swept(scale, self.known(), scale.resweep)
-        again = {
-            key: sorted({*lrs, *ran[key]})
-            for key, lrs in resweep_rates(scale, best, self.known()).items()
-        }
-        if "resweep" in stages:
-            again = self.extend(again, scale.resweep)
+        again = self.sweep(resweep_rates(scale, best, self.known()), "resweep", scale.resweep)
         found = resweep_best(scale, self.known(), again)
         if found:
             print("best learning rate at the resweep's length (seed 1):", found)
@@ -322,7 +292,7 @@ class Launch:
 def main() -> None:
     args = _parser().parse_args()
     study = Launch(args)
-    if args.gpu and not (args.estimate or args.smoke or args.render or args.status):
+    if args.gpu and not (study.dry or args.smoke or args.render):
         _check_gpu_data(study.scale, args.extra)
     if args.smoke:
         logs = f"{study.logs}-smoke"
@@ -331,7 +301,7 @@ def main() -> None:
         return
     rates = None if args.render else study.walk()
     if args.status:
-        launch(list(study.planned.values()), study.logs, TITLE, str(study.runs_file), args)
+        launch(list(study.planned.values()), study.logs, TITLE, study.runs_file, args)
     elif args.estimate:
         study.estimate(rates)
     elif Path(f"{study.runs_file}.json").is_file():

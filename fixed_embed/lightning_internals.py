@@ -101,14 +101,6 @@ TORCH_INTERNALS: tuple[Internal, ...] = (
     ),
     Internal(
         "torch.nn.Module",
-        "_apply",
-        "method",
-        ("self", "fn", "recurse"),
-        used_by="fixed_embed/model/decoder.py: RoPE tables recomputed in fp32 after a dtype move "
-        "(no hook)",
-    ),
-    Internal(
-        "torch.nn.Module",
         "_load_from_state_dict",
         "method",
         ("self", "state_dict", "prefix", "..."),

@@ -1,5 +1,5 @@
 """Stand-ins for SLURM's sbatch, srun, sacct, scancel, scontrol and squeue on one machine, for
-the tests of ``--executor slurm`` (tests/test_grid.py). Each job runs its script in a session of
+the tests of ``--executor slurm`` (tests/test_slurm.py). Each job runs its script in a session of
 its own; its state, its process group and its requeues live in ``$FAKE_SLURM_DIR``. ``python
 slurm_stand_in.py install BIN`` writes the commands into BIN."""
 

@@ -326,9 +326,9 @@ COMPOSITIONS = [
     *(
         [p]
         for p in sorted(EXPERIMENTS.rglob("*.yaml"))
-        if p.name != "callbacks.yaml"
+        if p.name not in ("callbacks.yaml", "plan.yaml")
         and p.parent.name not in ("strategies", "rehearsal", "gpu", "slurm")
-    ),  # slurm/: job settings, tests/test_grid.py
+    ),  # slurm/: job settings, tests/test_slurm.py
     *(
         [EXPERIMENTS / "paper" / f"{v}.yaml", EXPERIMENTS / "strategies" / f"{s}.yaml", *extra]
         for v in ("learned", "gf2")

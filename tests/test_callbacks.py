@@ -118,7 +118,7 @@ def test_values_equal_independent_references(tmp_path, corpus):
 class CorruptCode(L.Callback):
     def on_train_batch_end(self, trainer, module, *args):
         if trainer.global_step == 2:
-            module.decoder.interface.rows[0] ^= 1  # silently re-assign codes
+            module.decoder.interface.code_matrix[0, 0] ^= 1  # silently re-assign codes
 
 
 def test_a_fixed_code_that_moves_is_an_error(tmp_path, corpus):

@@ -12,7 +12,6 @@ from fixed_embed.interfaces.codes import (
     code_width,
     decode_bits,
     gf2_apply,
-    gf2_inverse,
     gf2_rank,
     matrix_from_rows,
     random_invertible_gf2,
@@ -51,18 +50,11 @@ def _to_galois(rows, width):
 
 
 @pytest.mark.parametrize("width", [1, 2, 5, 13, 16])
-def test_rank_and_inverse_match_galois(width):
+def test_rank_matches_galois(width):
     rng = np.random.default_rng(width)
     for _ in range(20):
         rows = _random_rows(rng, width)
-        oracle = _to_galois(rows, width)
-        assert gf2_rank(rows) == np.linalg.matrix_rank(oracle)
-        if gf2_rank(rows) == width:
-            inverse = _to_galois(gf2_inverse(rows, width), width)
-            assert np.array_equal(inverse, np.linalg.inv(oracle))
-        else:
-            with pytest.raises(ValueError, match=rf"singular \(rank {gf2_rank(rows)} < {width}\)"):
-                gf2_inverse(rows, width)
+        assert gf2_rank(rows) == np.linalg.matrix_rank(_to_galois(rows, width))
 
 
 def test_apply_matches_galois_matvec():

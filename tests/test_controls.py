@@ -60,14 +60,14 @@ def test_bipolar_codes_are_centred_with_norm_sqrt_d_and_no_zero_vector():
     assert set(out.unique().tolist()) == {-1.0, 1.0}
     assert torch.allclose(out.norm(dim=-1), torch.full((V,), math.sqrt(D)))
     assert torch.equal(out[0], -torch.ones(D))  # token 0: all -1, not the zero vector
-    assert torch.equal(interface.decode(interface.bits(IDS())), IDS())
+    assert torch.unique(out, dim=0).shape[0] == V
 
 
 def test_permuted_assignment_is_a_seeded_injection_recorded_in_checkpoints():
     interface = PermutedCodeInput(V, D, code_seed=3)
     codes = interface.encode(IDS())
     assert codes.unique().numel() == V and codes.max() < 2**9 and not torch.equal(codes, IDS())
-    assert torch.equal(interface.decode(interface.bits(IDS())), IDS())
+    assert torch.equal(bits_of(codes, 9), interface.bits(IDS()))
     assert torch.equal(PermutedCodeInput(V, D, code_seed=3).encode(IDS()), codes)
     assert not torch.equal(PermutedCodeInput(V, D, code_seed=4).encode(IDS()), codes)
     with pytest.raises(ValueError, match="assignment differs from the one code_seed=4 gives"):

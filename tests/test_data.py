@@ -196,7 +196,7 @@ def test_datamodule_vocab_and_validation(corpus, tokenizer):
         val_sequences=10,
         holdout_per_mille=300,
     )
-    assert dm.vocab_size() == 300
+    assert dm.tokenizer.get_vocab_size() == 300
     val = dm.validation_blocks()
     assert val.shape == (10, 17)
     again = TextDataModule(
@@ -291,7 +291,7 @@ def test_gutenberg_with_smollm2_tokenizer(shared_data):
         batch_size=2,
         val_sequences=4,
     )
-    assert dm.vocab_size() == 49152
+    assert dm.tokenizer.get_vocab_size() == 49152
     assert dm.validation_blocks().shape == (4, 129)
     batch = next(iter(dm.train_dataloader()))
     assert batch.shape == (2, 129) and batch.max() < 49152

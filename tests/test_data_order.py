@@ -142,9 +142,9 @@ def test_passages_with_a_hash_hold_out_are_refused(books, tokenizer):
 
 
 def test_validation_takes_an_equal_share_of_every_document_spread_through_it(books, tokenizer):
-    source = DocumentSource(str(books / "*.jsonl"))
+    stream = PackedBlocks(DocumentSource(str(books / "*.jsonl")), tokenizer, 16, eos_id=0)
     tok = Tokenizer.from_file(tokenizer)
-    blocks = spread_blocks(source, tok, seq_len=16, total=BOOKS * 5 + 2, eos_id=0)
+    blocks = spread_blocks(stream.documents(), 17, BOOKS * 5 + 2, "books")
     assert blocks.shape == (BOOKS * 5 + 2, 17)
     texts = [tok.decode(b.tolist()) for b in blocks]
     owners = [
@@ -159,7 +159,7 @@ def test_validation_takes_an_equal_share_of_every_document_spread_through_it(boo
     positions = [int(t.split("paragraph ")[1].split()[0]) for t in first_book if "paragraph " in t]
     assert max(positions) - min(positions) > 20
     with pytest.raises(Exception, match=r"val_sequences >= 6"):
-        spread_blocks(source, tok, seq_len=16, total=4, eos_id=0)
+        spread_blocks(stream.documents(), 17, 4, "books")
 
 
 def test_bits_per_byte_counts_the_bytes_the_targets_stand_for(tokenizer):

@@ -195,7 +195,10 @@ def test_no_host_sync_on_non_final_micro_batches(tmp_path, corpus, monkeypatch):
     assert all(n <= 10 for n in final.values()), (
         final
     )  # the non-finite check, the bar, the monitors' windows
-    assert throughput.matmul_dtype == "fp32"  # CPU, 32-true: read from what runs (no peak: no MFU)
+    # CPU, 32-true: read from what runs (no peak: no MFU)
+    assert training_matmul_dtype(trainer, model) == "fp32"
+    assert "perf/tokens_per_sec" in throughput.last_metrics
+    assert "perf/mfu" not in throughput.last_metrics
 
 
 # -- 6. compile: evaluation adds no graph
@@ -236,7 +239,7 @@ def test_validation_and_evaluation_do_not_recompile_the_training_graph(
         trainer = model.trainer
         assert first.frames >= 1  # the blocks were compiled for training
         trainer.validate(model, trainer.datamodule)  # no-grad: a graph of its own, were it compiled
-        tokenizer = trainer.datamodule.tokenizer()
+        tokenizer = trainer.datamodule.tokenizer
         lm = FixedEmbedLM(module=model, tokenizer_object=tokenizer, batch_size=2)
         with torch.compiler.set_stance("force_eager"):  # what BenchmarkCallback wraps lm-eval in
             lm._loglikelihood_tokens(
@@ -256,18 +259,17 @@ def test_validation_and_evaluation_do_not_recompile_the_training_graph(
 # ------------------------------------------------------------------------------------
 
 
-def test_rope_rotates_in_fp32_and_keeps_fp32_tables_under_bf16():
-    from fixed_embed.model.decoder import RotaryEmbedding
+def test_rope_rotates_in_fp32_with_fp32_tables_under_bf16():
+    from fixed_embed.model.decoder import rotate
 
-    reference = RotaryEmbedding(8, 2048)
-    rope = RotaryEmbedding(8, 2048).to(torch.bfloat16)  # bf16-true converts the whole module
-    assert rope.cos.dtype == rope.sin.dtype == torch.float32
-    assert torch.equal(rope.cos, reference.cos) and torch.equal(rope.sin, reference.sin)
+    model = LanguageModel(decoder=TINY).to(torch.bfloat16)  # bf16-true converts the whole module
+    cos, sin = model.decoder.rope(torch.zeros(1, 2048, dtype=torch.long))
+    assert cos.dtype == sin.dtype == torch.float32
     x = torch.randn(1, 2, 2048, 8).to(torch.bfloat16)
-    out = rope(x)
+    out = rotate(x, cos, sin)
     assert out.dtype == torch.bfloat16
     assert torch.equal(
-        out, reference(x.float()).to(torch.bfloat16)
+        out, rotate(x.float(), cos, sin).to(torch.bfloat16)
     )  # rounded once, after an fp32 rotation
 
 

@@ -46,10 +46,10 @@ def test_binary_has_no_table_and_no_trainable_state():
     assert iface.fixed
 
 
-def test_gf2_round_trip_all_ids_and_injective_vectors():
+def test_gf2_codes_and_vectors_are_injective():
     iface = GF2CodeInput(V, D, code_seed=12345)
     ids = torch.arange(V)
-    assert torch.equal(iface.decode(iface.bits(ids)), ids)
+    assert torch.unique(iface.bits(ids), dim=0).shape[0] == V
     vectors = iface(ids.unsqueeze(0))[0]
     assert torch.unique(vectors, dim=0).shape[0] == V
     assert not any(p.requires_grad for p in iface.parameters())
@@ -63,7 +63,6 @@ def test_gf2_code_is_matrix_times_bits_plus_offset():
     a = iface.code_matrix.long()
     expected = (bits_of(ids, 16) @ a.T) % 2 ^ bits_of(torch.tensor(offset), 16)
     assert torch.equal(iface.bits(ids), expected)
-    assert torch.equal(iface.decode(iface.bits(ids)), ids)
 
 
 def test_gf2_paper_seed_matrix_and_explicit_matrix():
@@ -89,9 +88,9 @@ def test_gf2_checkpoints_hold_only_the_matrix_and_refuse_another():
         ValueError, match="code_matrix differs from the one the explicit matrix gives"
     ):
         explicit.load_state_dict(saved)
-    # the row masks encode applies are derived from the options, as is decode's inverse
-    assert iface.rows.tolist() == random_invertible_gf2(9, 5)
-    assert torch.equal(iface.decode(iface.bits(torch.arange(300))), torch.arange(300))
+    # the matrix encode applies is derived from the options
+    assert iface.code_matrix.tolist() == saved["code_matrix"].tolist()
+    assert torch.unique(iface.encode(torch.arange(300))).numel() == 300
 
 
 def interface_classes() -> list[type]:
@@ -183,8 +182,6 @@ def test_spec_round_trips():
             r"vocab_size 49152 needs 16 bits but code_width=15",
         ),
         (lambda: BinaryCodeInput(49152, 8), r"d_model \(8\) must be >= the code width K = 16"),
-        (lambda: BinaryCodeInput(1, 8), r"vocab_size must be an integer >= 2, got 1"),
-        (lambda: LearnedInput(1, 8), r"vocab_size must be an integer >= 2, got 1"),
         (lambda: GF2CodeInput(4, 8, matrix=[[1, 1], [1, 1]]), r"singular \(rank 1 < 2\)"),
         (lambda: GF2CodeInput(4, 8, matrix=[[1, 0, 0], [0, 1, 0], [0, 0, 1]]), r"K x K = 2 x 2"),
         (

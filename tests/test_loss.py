@@ -2,6 +2,7 @@
 full logits."""
 
 import socket
+from dataclasses import asdict
 
 import pytest
 import torch
@@ -87,7 +88,7 @@ def test_bf16_autocast_matches_the_plain_path():
 
 def build(interface=GF2CodeInput, **config):
     torch.manual_seed(0)
-    cfg = DecoderConfig(**{**CONFIG.to_dict(), **config})
+    cfg = DecoderConfig(**{**asdict(CONFIG), **config})
     return Decoder(cfg, interface(cfg.vocab_size, cfg.d_model))
 
 
@@ -139,7 +140,7 @@ def test_with_activation_checkpointing_and_logits_unchanged():
 
 
 def test_language_model_option_and_validation_use_the_chunked_loss():
-    decoder = {**CONFIG.to_dict()}
+    decoder = asdict(CONFIG)
     block = torch.randint(0, 300, (3, 17), generator=torch.Generator().manual_seed(3))
     losses = {}
     for chunk in (None, 0, 5):

@@ -17,9 +17,7 @@ from fixed_embed.measure.memory import (
     activation_mode,
     memory_estimate,
     memory_warning,
-    model_memory_estimate,
 )
-from fixed_embed.model.decoder import Decoder, DecoderConfig
 from fixed_embed.train.module import LanguageModel
 from tests.cli import run_cli
 
@@ -34,15 +32,19 @@ TINY = {
 }
 
 
-def decoder(interface=GF2CodeInput, **options):
-    config = DecoderConfig(**{**TINY, **options})
-    return Decoder(config, interface(config.vocab_size, config.d_model))
+def model(interface=GF2CodeInput, loss_chunk_tokens=None, parallel=None, **options):
+    return LanguageModel(
+        decoder={**TINY, **options},
+        interface=interface,
+        loss_chunk_tokens=loss_chunk_tokens,
+        parallel={"param_dtype": "float32", **(parallel or {})},
+    )
 
 
 def test_tiny_config_by_hand():
     # parameters: 2 blocks x (4 x 32 x 32 attention + 3 x 32 x 64 MLP + 2 x 32 norms) + 32 final
     # norm + 300 x 32 head = 30,240, all trainable (the GF(2) code has none)
-    est = memory_estimate(decoder(), micro_batch=2, seq_len=16, mode="float32", loss_chunk_tokens=5)
+    est = memory_estimate(model(loss_chunk_tokens=5), RunShape(2, 16))
     assert (est.weights, est.gradients, est.optimizer) == (4 * 30240, 4 * 30240, 8 * 30240)
     # per block and token, p = 4: 16 d + 8 + p (5 d + 2 d_kv + 4 F) + 4 H = 520 + 4 (160 + 64 +
     # 256) + 16 = 2,456 activations: 32 tokens x (2 blocks x 2,456 + 8 d + 12 outside the blocks) =
@@ -57,7 +59,7 @@ def test_tiny_config_by_hand():
     assert est.total == 16 * 30240 + 165_760 + 48_496
 
     mixed = memory_estimate(
-        decoder(), micro_batch=2, seq_len=16, mode="mixed", activation_checkpointing=True
+        model(parallel={"activation_checkpointing": True}), RunShape(2, 16, "bf16-mixed")
     )
     # p = 2, plus the three extra 16-bit casts of block inputs under autocast: 520 + 2 x 480 + 3 x
     # 2 x 32 + 16
@@ -67,10 +69,10 @@ def test_tiny_config_by_hand():
     )  # chunk capped at the 32 tokens
     assert mixed.total == mixed.model_state + mixed.activations_checkpointed + mixed.logits_full
 
-    sharded = memory_estimate(decoder(), micro_batch=2, seq_len=16, world_size=4, sharded=True)
+    sharded = memory_estimate(model(), RunShape(2, 16, world_size=4, sharded=True))
     assert (sharded.weights, sharded.optimizer) == (30240, 2 * 30240)
     hybrid = memory_estimate(
-        decoder(), micro_batch=2, seq_len=16, world_size=8, sharded=True, shard_group_size=2
+        model(parallel={"shard_group_size": 2}), RunShape(2, 16, world_size=8, sharded=True)
     )
     assert (hybrid.weights, hybrid.optimizer) == (
         2 * 30240,
@@ -80,12 +82,12 @@ def test_tiny_config_by_hand():
 
 
 def test_tied_and_frozen_parameters():
-    tied = memory_estimate(decoder(LearnedInput, tie_embeddings=True), micro_batch=1)
-    untied = memory_estimate(decoder(LearnedInput), micro_batch=1)
+    tied = memory_estimate(model(LearnedInput, tie_embeddings=True), RunShape(1))
+    untied = memory_estimate(model(LearnedInput), RunShape(1))
     assert untied.weights - tied.weights == 4 * 300 * 32  # the shared table counted once
-    frozen = decoder(LearnedInput)
+    frozen = model(LearnedInput)
     frozen.interface.weight.requires_grad_(False)
-    est = memory_estimate(frozen, micro_batch=1)
+    est = memory_estimate(frozen, RunShape(1))
     assert est.weights == untied.weights and est.optimizer == untied.optimizer - 8 * 300 * 32
 
 
@@ -117,16 +119,18 @@ def saved_bytes_per_token(model, mode, seq=16):
 @pytest.mark.parametrize("options", [{}, {"n_kv_heads": 2, "ffn_dim": 96}])
 def test_activation_formula_matches_what_autograd_saves(mode, options):
     torch.manual_seed(0)
-    model = decoder(LearnedInput, **options)
-    if mode == "bfloat16":  # FSDP2's param_dtype bfloat16: parameters and inputs in bf16
-        model = model.to(torch.bfloat16)
-    est = memory_estimate(model, micro_batch=1, seq_len=16, mode=mode)
-    assert saved_bytes_per_token(model, mode) == est.activations / 16
-    model.activation_checkpointing = True
+    built = model(LearnedInput, **options)
+    if mode == "bfloat16":  # bf16-true (or FSDP2's param_dtype): parameters and inputs in bf16
+        built = built.to(torch.bfloat16)
+    precision = {"float32": "32-true", "mixed": "bf16-mixed", "bfloat16": "bf16-true"}[mode]
+    est = memory_estimate(built, RunShape(1, 16, precision))
+    decoder = built.decoder
+    assert saved_bytes_per_token(decoder, mode) == est.activations / 16
+    decoder.activation_checkpointing = True
     residual = 2 if mode == "bfloat16" else 4  # autocast keeps the residual stream in fp32
     outside = 8 * 32 + 4 + 8  # the final norm (input, output, 1/rms), the embedding's int64 ids
     assert (
-        saved_bytes_per_token(model, mode) == 2 * residual * 32 + outside
+        saved_bytes_per_token(decoder, mode) == 2 * residual * 32 + outside
     )  # block inputs + the rest
     one_block = (est.activations / 16 - outside) / 2
     assert est.activations_checkpointed / 16 == 2 * residual * 32 + one_block + outside
@@ -152,8 +156,8 @@ def fake_trainer(batch=2, seq=16):
 def test_memory_warning_compares_the_estimate_with_the_device():
     model = LanguageModel(decoder=TINY, interface=GF2CodeInput, loss_chunk_tokens=0)
     trainer = fake_trainer()
-    est = model_memory_estimate(model, RunShape.of(trainer))
-    assert est == memory_estimate(model.decoder, 2, 16, loss_chunk_tokens=0)
+    assert RunShape.of(trainer) == RunShape(2, 16)
+    est = memory_estimate(model, RunShape.of(trainer))
     assert memory_warning(model, trainer) is None  # CPU: no device memory to compare with
     # The device must hold what the run requires (the tensors plus transients, fragmentation, the
     # CUDA context) within 90 % of its memory (issue 24: comparing the tensors' total with 100 %
@@ -176,13 +180,13 @@ def test_params_command_prints_the_memory_estimate(tmp_path):
 
     paper = ROOT / "experiments" / "paper"
     est = training_memory(str(paper / "binary16.yaml"))
-    assert (est.micro_batch, est.seq_len, est.world_size, est.sharded, est.mode) == (
+    assert (est.run.micro_batch, est.run.seq_len, est.run.world_size, est.run.sharded) == (
         8,
         2048,
         2,
         False,
-        "mixed",
     )
+    assert est.mode == "mixed"
     assert est.weights == 4 * 1_711_376_384 and est.loss_chunk_tokens == 4096
     assert est.logits_full == 8 * 2048 * 12 * 49152
     strategy = ROOT / "experiments" / "strategies" / "fsdp.yaml"
@@ -193,7 +197,7 @@ def test_params_command_prints_the_memory_estimate(tmp_path):
         )
     )
     sharded = training_memory(str(fsdp))
-    assert (sharded.world_size, sharded.sharded, sharded.mode) == (8, True, "bfloat16")
+    assert (sharded.run.world_size, sharded.run.sharded, sharded.mode) == (8, True, "bfloat16")
     assert sharded.weights == -(
         -4 * 1_711_376_384 // 8
     )  # base.yaml's interface: the default binary code

@@ -37,7 +37,9 @@ def dead_pid():
         pid -= 1
 
 
-def test_the_run_lock_refuses_a_live_holder_and_takes_over_stale_ones(tmp_path, caplog):
+def test_the_run_lock_refuses_a_live_holder_and_takes_over_stale_ones(
+    tmp_path, caplog, monkeypatch
+):
     folder = tmp_path / "run"
     held = acquire(folder)
     with pytest.raises(
@@ -74,10 +76,13 @@ def test_the_run_lock_refuses_a_live_holder_and_takes_over_stale_ones(tmp_path, 
     assert "heartbeat stopped" in caplog.text
     # ranks other than the launching process of global rank 0 share the lock: they neither take nor
     # check it
-    assert is_launching_rank({}) and is_launching_rank({"LOCAL_RANK": "0", "NODE_RANK": "0"})
-    assert not any(
-        is_launching_rank({k: "1"}) for k in ("LOCAL_RANK", "NODE_RANK", "RANK", "SLURM_PROCID")
-    )
+    for environ, launching in [
+        ({}, True),
+        ({"LOCAL_RANK": "0", "NODE_RANK": "0"}, True),
+        *(({k: "1"}, False) for k in ("LOCAL_RANK", "NODE_RANK", "RANK", "SLURM_PROCID")),
+    ]:
+        monkeypatch.setattr(os, "environ", environ)
+        assert is_launching_rank() == launching, environ
 
 
 @pytest.mark.slow

@@ -24,7 +24,7 @@ from experiments.report.findings import (
     sensitivity,
     word,
 )
-from experiments.report.prose import BLOCKS, begin, bodies, findings, splice, stale
+from experiments.report.prose import BLOCKS, begin, bodies, findings, splice
 from experiments.report.results import Study
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,22 +61,22 @@ def _word(cell: str) -> str:
 
 def test_the_committed_pages_hold_the_findings_the_runs_give():
     """A stale hand edit inside a generated block, or runs changed without a render, fails here."""
-    drawn = bodies(_study(), "bpe8k")
+    drawn = bodies(_study())
     for name, page in BLOCKS.items():
         text = (ROOT / page).read_text()
         assert begin(STEM, name) in text, f"{page} has lost its {name} block's markers"
-        assert stale(text, STEM, drawn) == [], (
+        assert splice(text, STEM, name, drawn[name]) == text, (
             f"{page}: redraw with `python experiments/study.py --render`"
         )
 
 
 def test_a_hand_edit_inside_a_block_is_stale_and_one_outside_is_not():
-    drawn = bodies(_study(), "bpe8k")
+    drawn = bodies(_study())
     text = (ROOT / "README.md").read_text()
     inside = text.replace("**same sign in every seed, not established**", "**established**", 1)
-    assert inside != text and stale(inside, STEM, drawn) == ["results"]
+    assert inside != text and splice(inside, STEM, "results", drawn["results"]) == text
     outside = text.replace("## Results", "## Results (edited by hand)")
-    assert stale(outside, STEM, drawn) == []
+    assert splice(outside, STEM, "results", drawn["results"]) == outside
     with pytest.raises(ValueError, match="no block"):
         splice(text.replace(begin(STEM, "results"), ""), STEM, "results", "x")
 
@@ -97,14 +97,14 @@ def test_the_rule_chooses_every_word():
 
 def test_the_family_is_declared_once_and_its_edges_are_reported():
     study = _study()
-    claims = family(study, "bpe8k")
+    claims = family(study)
     kinds = [c.kind for c, _ in claims.values()]
     assert (kinds.count("difference"), kinds.count("slope")) == (52, 16)
-    text = findings(study, "bpe8k")
+    text = findings(study)
     assert text.index("**The family.** 68 tests") < text.index(
         "| S | 108 |"
     )  # declared before its numbers
-    moved = dict(sensitivity(study, "bpe8k"))
+    moved = sensitivity(study)
     # binary16 − learned at L on val rests on where the family's edge is drawn: it is established
     # only without slopes
     two = moved["the slopes as a family of their own, the differences as another"]
@@ -118,7 +118,7 @@ def test_the_family_is_declared_once_and_its_edges_are_reported():
 
 def test_changed_tree_rows_are_marked_where_they_enter_and_sessions_hold_every_row():
     study = _study()
-    text = findings(study, "bpe8k")
+    text = findings(study)
     assert "8 rows were trained from a tree with uncommitted edits" in text
     val, test = _row_of(text, "S", "1,728", "binary16 − learned")
     assert "†" in val and "†" in test
@@ -126,7 +126,7 @@ def test_changed_tree_rows_are_marked_where_they_enter_and_sessions_hold_every_r
     assert "| 3 | 07:47–10:06 | 23 |" in text  # the session's runs, counted from its rows
     orphan = _study(lambda rows: rows["bpe8k-l/gf2-lr0.002-seed2-code2"].update(commit="f" * 40))
     with pytest.raises(ValueError, match="every row trained here"):
-        findings(orphan, "bpe8k")
+        findings(orphan)
 
 
 def _shift(rows: dict, name: str, delta: float) -> None:
@@ -134,14 +134,12 @@ def _shift(rows: dict, name: str, delta: float) -> None:
 
 
 def test_a_p_that_crosses_alpha_changes_the_word_both_ways():
-    base = findings(_study(), "bpe8k")
+    base = findings(_study())
     assert _word(_row_of(base, "S", "108", "binary16 − learned")[0]) == ESTABLISHED
     assert _word(_row_of(base, "L", "1,024", "binary16 − learned")[0]) == SIGN
     # S, val: seed 3's gap grows by 0.1 (seed 1, which chose the rates, untouched): every seed
     # still positive, the spread too wide for the family
-    noisy = findings(
-        _study(lambda rows: _shift(rows, "bpe8k-s/binary16-lr0.002-seed3", 0.1)), "bpe8k"
-    )
+    noisy = findings(_study(lambda rows: _shift(rows, "bpe8k-s/binary16-lr0.002-seed3", 0.1)))
     assert _word(_row_of(noisy, "S", "108", "binary16 − learned")[0]) == SIGN
 
     # L, val: seeds 2 and 3 moved to seed 1's gap (to 1e-4): the same gap, no noise left to doubt it
@@ -152,7 +150,7 @@ def test_a_p_that_crosses_alpha_changes_the_word_both_ways():
             rows[f"bpe8k-l/binary16-lr0.002-seed{s}"]["val_bpb"] = learned[s] + gap + jitter
 
     assert (
-        _word(_row_of(findings(_study(steady), "bpe8k"), "L", "1,024", "binary16 − learned")[0])
+        _word(_row_of(findings(_study(steady)), "L", "1,024", "binary16 − learned")[0])
         == ESTABLISHED
     )
 
@@ -162,7 +160,7 @@ def test_one_seed_changing_sign_changes_the_word():
         learned = rows["bpe8k-m/learned-lr0.003-seed2"]["val_bpb"]
         rows["bpe8k-m/binary16-lr0.003-seed2"]["val_bpb"] = learned - 0.01
 
-    base, flipped = (findings(_study(change), "bpe8k") for change in (None, flip))
+    base, flipped = (findings(_study(change)) for change in (None, flip))
     assert _word(_row_of(base, "M", "432", "binary16 − learned")[0]) == SIGN
     assert _word(_row_of(flipped, "M", "432", "binary16 − learned")[0]) == NOT
     assert "binary16 − learned is positive in 41 of its 42" in flipped
@@ -179,7 +177,5 @@ def test_the_rows_named_in_the_perturbations_are_the_compared_ones():
         ("m", "binary16", 3e-3),
         ("m", "learned", 3e-3),
     ):
-        assert study.rate("bpe8k", size, variant) == lr
-        assert {
-            parse_name(r["name"])["lr"] for r in study.cell("bpe8k", size, variant).values()
-        } == {lr}
+        assert study.rate(size, variant) == lr
+        assert {parse_name(r["name"])["lr"] for r in study.cell(size, variant).values()} == {lr}

@@ -174,13 +174,11 @@ def test_a_run_outside_the_sweep_is_compared_at_the_rate_with_the_most_seeds(tmp
     ]
     rows += [_row(f"bpe8k-m/{v}-lr0.003-seed1", 2.5, 3.5) for v in PAPER]
     study = Study(rows)
-    assert study.best("bpe8k", "m", "learned") == 1e-3  # seed 1 chooses, among the swept rates
+    assert study.best("m", "learned") == 1e-3  # seed 1 chooses, among the swept rates
     rows = [r for r in rows if "lr0.003" not in r["name"]]
     study = Study(rows)
-    assert (
-        study.best("bpe8k", "m", "learned") is None and study.rate("bpe8k", "m", "learned") == 1e-3
-    )
-    assert study.gap("bpe8k", "m", "learned", "gf2", "val").diffs == pytest.approx((0.1, 0.1))
+    assert study.best("m", "learned") is None and study.rate("m", "learned") == 1e-3
+    assert study.gap("m", "learned", "gf2", "val").diffs == pytest.approx((0.1, 0.1))
 
 
 def test_test_bits_per_byte_from_another_text_is_refused():
@@ -214,16 +212,17 @@ def test_holm_adjusts_in_input_order_and_skips_untested():
 
 def test_the_slope_interval_holds_every_points_seed_noise():
     xs = [1e5, 1e6, 1e7]
-    assert slope_fit(xs, [[0.3, 0.3], [0.2, 0.2], [0.1, 0.1]]) == pytest.approx((-0.1, -0.1, -0.1))
+    assert slope_fit(xs, [[0.3, 0.3], [0.2, 0.2], [0.1, 0.1]]) == pytest.approx(
+        (-0.1, -0.1, -0.1, math.nan), nan_ok=True
+    )  # no noise: no test
     samples = [[0.28, 0.32, 0.30], [0.2, 0.2, 0.2], [0.1, 0.1, 0.1]]
-    slope, low, high = slope_fit(xs, samples)
+    slope, low, high, p = slope_fit(xs, samples)
     # weights -0.5, 0, 0.5 per decade: the variance is 0.25 * var(S) / 3, all from S (2 degrees of
     # freedom)
     half = stats.t.ppf(0.975, 2) * math.sqrt(0.25 * 0.0004 / 3)
     assert slope == pytest.approx(-0.1) and (low, high) == pytest.approx((-0.1 - half, -0.1 + half))
+    assert p == pytest.approx(2 * stats.t.sf(0.1 / math.sqrt(0.25 * 0.0004 / 3), 2))
     assert math.isnan(slope_fit(xs, [[0.3], [0.2, 0.2], [0.1, 0.1]])[1])  # one seed: no interval
-    with pytest.raises(ValueError, match="2 or more points"):
-        slope_fit([1e5], [[0.1]])
 
 
 def test_the_slope_interval_covers_the_true_slope_where_a_seed_bootstrap_does_not():
@@ -238,7 +237,7 @@ def test_the_slope_interval_covers_the_true_slope_where_a_seed_bootstrap_does_no
     trials, t_hits, boot_hits = 1000, 0, 0
     for _ in range(trials):
         samples = [rng.normal(m, sd, 3) for m, sd in zip(means, sds, strict=True)]
-        _, low, high = slope_fit(xs, [list(s) for s in samples])
+        _, low, high, _ = slope_fit(xs, [list(s) for s in samples])
         t_hits += low <= truth <= high
         resampled = np.stack(
             [s[rng.integers(0, 3, (500, 3))].mean(axis=1) for s in samples], axis=1
@@ -262,16 +261,14 @@ def test_each_cell_is_compared_at_its_variants_best_rate_not_at_its_most_seeded(
         _row("bpe8k-m/gf2-lr0.001-seed4", 1.0, 2.0)
     ]  # a fourth seed at another rate: not compared
     study = Study(rows)
-    assert (
-        study.rate("bpe8k", "m", "learned") == 3e-3 and study.rate("bpe8k", "m", "matched") == 3e-3
-    )
-    assert study.gap("bpe8k", "m", "learned", "matched", "val").mean == pytest.approx(0.15)
+    assert study.rate("m", "learned") == 3e-3 and study.rate("m", "matched") == 3e-3
+    assert study.gap("m", "learned", "matched", "val").mean == pytest.approx(0.15)
     # a length run at S is compared at S's rate, though it ran at two
     rows += [
         _row(f"bpe8k-s/{v}-lr0.01-seed{s}-steps432", 9.0, 9.0) for v in PAPER for s in (1, 2, 3, 4)
     ]
     study = Study(rows)
-    assert study.gap("bpe8k", "s", "learned", "binary16", "val", 432).mean == pytest.approx(0.3)
+    assert study.gap("s", "learned", "binary16", "val", 432).mean == pytest.approx(0.3)
 
 
 def test_a_diverged_or_unscored_run_is_named_not_averaged(tmp_path):
@@ -320,18 +317,16 @@ def test_a_size_swept_again_at_a_longer_length_gives_its_best_to_the_lengths_nea
             for s in (1, 2, 3)
         ]
     study = Study(rows)
-    assert study.sweeps("bpe8k", "s") == [None, 1024]
-    assert [study.chosen_at("bpe8k", "s", n) for n in (None, 432, 1024, 1728)] == [
+    assert study.sweeps("s") == [None, 1024]
+    assert [study.chosen_at("s", n) for n in (None, 432, 1024, 1728)] == [
         None,
         1024,
         1024,
         1024,
     ]
-    assert study.rate("bpe8k", "s", "gf2", 1024) == 1e-3 and study.rate("bpe8k", "s", "gf2") == 3e-3
-    assert (
-        study.rate("bpe8k", "s", "gf2", 432) == 3e-3
-    )  # not rerun at the new rate: the rate it ran at
-    assert study.gap("bpe8k", "s", "learned", "gf2", "val", 1024).mean == pytest.approx(0.1)
+    assert study.rate("s", "gf2", 1024) == 1e-3 and study.rate("s", "gf2") == 3e-3
+    assert study.rate("s", "gf2", 432) == 3e-3  # not rerun at the new rate: the rate it ran at
+    assert study.gap("s", "learned", "gf2", "val", 1024).mean == pytest.approx(0.1)
     report.render({"title": "Study v3: x", "runs": rows}, tmp_path / "study-v3")
     text = (tmp_path / "study-v3.md").read_text()
     assert "Size S, 1,024 updates (its rates serve the runs of 432, 1,024, 1,728 updates):" in text
@@ -382,8 +377,8 @@ def test_a_rate_that_varies_over_seeds_ties_and_more_seeds_order_what_seed_one_d
             for s, x in ((1, 1.7), (2, 1.3), (3, 1.35))
         ]
     study = Study(rows)
-    assert study.best("bpe8k", "s", "learned", 432) == 3e-3  # seed 1 chooses, as the protocol says
-    diff = study.against_best("bpe8k", "s", "learned", 432, 1e-2)
+    assert study.best("s", "learned", 432) == 3e-3  # seed 1 chooses, as the protocol says
+    diff = study.against_best("s", "learned", 432, 1e-2)
     assert diff.diffs == pytest.approx((0.199, -0.202, -0.153))
     report.render({"title": "Study v3: x", "runs": rows}, tmp_path / "study-v3")
     text = (tmp_path / "study-v3.md").read_text()

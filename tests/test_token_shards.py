@@ -152,7 +152,9 @@ def test_datamodule_reads_shards_with_their_tokenizer_and_validates_on_the_held_
     dm = TextDataModule(
         train=str(shards), seq_len=SEQ, batch_size=4, val_sequences=8, holdout_per_mille=100
     )
-    assert dm.tokenizer_path() == str(shards / "tokenizer.json") and dm.vocab_size() == 300
+    assert (
+        dm.tokenizer_path == str(shards / "tokenizer.json") and dm.tokenizer.get_vocab_size() == 300
+    )
     dm.setup("fit")
     loader = dm.train_dataloader()
     first = next(iter(loader))

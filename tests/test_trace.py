@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from fixed_embed.distributed.parallel import ParallelConfig, apply_parallelism
-from fixed_embed.measure.memory import RunShape, model_memory_estimate
+from fixed_embed.measure.memory import RunShape, memory_estimate
 from fixed_embed.measure.trace import trace_update
 from fixed_embed.train.experiment import build_model
 
@@ -37,7 +37,7 @@ def _ddp(accumulate=4):
 
 def test_traced_ddp_update_holds_the_state_the_estimate_counts_and_peaks_near_it():
     model = _model("LearnedInput")
-    estimate = model_memory_estimate(model, _ddp())
+    estimate = memory_estimate(model, _ddp())
     traced = trace_update(
         model, _ddp(), micro_batches=2
     )  # of the update's 4: its peak (docs/benchmarks.md)
@@ -60,7 +60,7 @@ def test_traced_fsdp2_update_is_rank_0_of_a_sharded_world(world_size, group):
     across them."""
     run = RunShape(micro_batch=2, seq_len=32, world_size=world_size, sharded=True, accumulate=3)
     model = _model(group=group)
-    estimate = model_memory_estimate(model, run)
+    estimate = memory_estimate(model, run)
     traced = trace_update(model, run)
     assert not torch.distributed.is_initialized()  # the fake process group is gone
     assert traced.kinds["Sharded Param"] == pytest.approx(

@@ -15,8 +15,13 @@ from tests.cli import print_config, run_cli
 from tests.helpers import fit_tiny as _fit
 
 ROOT = Path(__file__).resolve().parents[1]
-# experiments/slurm/ holds SLURM job settings, not fit configs (tests/test_grid.py parses them)
-EXPERIMENTS = sorted(p for p in (ROOT / "experiments").rglob("*.yaml") if p.parent.name != "slurm")
+# experiments/slurm/ holds SLURM job settings, not fit configs (tests/test_slurm.py parses them)
+# experiments/study/plan.yaml holds the study's plans (experiments/plan/stages.py reads it)
+EXPERIMENTS = sorted(
+    p
+    for p in (ROOT / "experiments").rglob("*.yaml")
+    if p.parent.name != "slurm" and p != ROOT / "experiments" / "study" / "plan.yaml"
+)
 
 
 @pytest.mark.parametrize("config", EXPERIMENTS, ids=lambda p: str(p.relative_to(ROOT)))

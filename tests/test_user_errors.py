@@ -10,7 +10,7 @@ import pytest
 from fixed_embed.cli import main
 from fixed_embed.data.corpus_check import HEAD_BYTES, check_corpus
 from fixed_embed.data.sources import DocumentSource
-from fixed_embed.data.tokenizer import bpe_cache_dir, load_tokenizer, train_bpe
+from fixed_embed.data.tokenizer import load_tokenizer, train_bpe
 from fixed_embed.errors import (
     ConfigError,
     DataError,
@@ -98,9 +98,7 @@ def test_tokenizer_cache_is_keyed_by_corpus_and_shared_with_the_datamodule(tmp_p
     assert "alpha" in "".join(load_tokenizer(path_a).get_vocab())
     assert "north" in "".join(load_tokenizer(path_b).get_vocab())
     dm = TextDataModule(train=str(a), tokenizer=None, tokenizer_vocab_size=300)
-    assert (
-        dm.tokenizer_path() == path_a
-    )  # `fit` with data.tokenizer: null finds the CLI's tokenizer
+    assert dm.tokenizer_path == path_a  # `fit` with data.tokenizer: null finds the CLI's tokenizer
 
 
 def test_tokenizer_out_refuses_a_tokenizer_from_other_inputs(tmp_path, cache, capsys):
@@ -188,15 +186,6 @@ def test_bad_tokenizer_files_name_the_file(tmp_path):
         load_tokenizer(tmp_path / "nope")
     with pytest.raises(ConfigError, match="vocab_size > 257"):
         train_bpe(["x"], 100, tmp_path / "small", "f")
-
-
-def test_cache_folder_name_matches_the_datamodule_scheme(cache):
-    import hashlib
-
-    assert (
-        bpe_cache_dir("fp", 8192)
-        == cache / "tokenizers" / f"bpe-8192-{hashlib.sha256(b'fp').hexdigest()[:16]}"
-    )
 
 
 @pytest.mark.parametrize(

@@ -10,18 +10,21 @@ polls SLURM by hand.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
 import json
 import os
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, dataclass, fields, replace
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+import submitit
 import yaml
 
 from fixed_embed.atomic import atomic_write_text
@@ -49,9 +52,8 @@ LIVE = (
 # on); a job's row file, once written, ends its wait whatever the state says (UNKNOWN: sacct has no
 # record of it)
 
-_fits: set[subprocess.Popen] = (
-    set()
-)  # this process's running fits: stopped (and saved) by stop_fits()
+# this process's running fits: stopped (and saved) by stop_fits()
+_fits: set[subprocess.Popen] = set()
 _fits_lock = threading.Lock()
 STOPPING = threading.Event()  # set by stop_fits(): this process is ending
 
@@ -94,9 +96,8 @@ class SlurmSettings:
     gpus_per_run: int = 1
     cpus_per_run: int = 8
     mem_gb: int | None = None  # None: the partition's default
-    signal_delay_s: int = (
-        180  # SIGUSR2 this long before the limit: the fit saves, the job is requeued
-    )
+    # SIGUSR2 this long before the limit: the fit saves, the job is requeued
+    signal_delay_s: int = 180
     max_requeues: int = 20
 
 
@@ -128,10 +129,7 @@ def add_arguments(parser: argparse.ArgumentParser, jobs: int = 1) -> None:
     for f in fields(SlurmSettings):
         flag = f"--{f.name.replace('_', '-')}"
         group.add_argument(
-            flag,
-            type=_kind(f.name, flag),
-            default=None,
-            help=f"slurm: {f.name} (default {f.default})",
+            flag, type=_kind(f.name, flag), help=f"slurm: {f.name} (default {f.default})"
         )
     group.add_argument(
         "--status",
@@ -143,56 +141,78 @@ def add_arguments(parser: argparse.ArgumentParser, jobs: int = 1) -> None:
 def slurm_settings(args: argparse.Namespace) -> SlurmSettings:
     """The YAML's settings, then the flags given; a key or value the YAML may not hold is
     refused naming both."""
-    settings = SlurmSettings()
-    path = Path(args.slurm_config)
+    path, known, loaded = args.slurm_config, [f.name for f in fields(SlurmSettings)], {}
     if path.is_file():
         try:
-            loaded, known = (
-                read_yaml(path.read_text(), str(path)) or {},
-                [f.name for f in fields(SlurmSettings)],
-            )
+            loaded = read_yaml(path.read_text(), str(path)) or {}
         except (UserError, yaml.YAMLError) as error:
             raise SystemExit(" ".join(str(error).split())) from None
-        if not isinstance(loaded, dict) or set(loaded) - set(known):
-            keys = sorted(set(loaded) - set(known)) if isinstance(loaded, dict) else "not a mapping"
-            raise SystemExit(f"{path}: unknown SLURM settings {keys}; known: {', '.join(known)}")
-        try:
-            settings = replace(
-                settings, **{k: v if v is None else _kind(k, k)(str(v)) for k, v in loaded.items()}
-            )
-        except UserError as error:  # the type's one-line refusal
-            raise SystemExit(f"{path}: {error}") from None
-    given = {
-        f.name: getattr(args, f.name)
-        for f in fields(SlurmSettings)
-        if getattr(args, f.name) is not None
-    }
-    return replace(settings, **given)
+        unknown = sorted(set(loaded) - set(known)) if isinstance(loaded, dict) else "not a mapping"
+        if unknown:
+            raise SystemExit(f"{path}: unknown SLURM settings {unknown}; known: {', '.join(known)}")
+    try:
+        values = {k: v if v is None else _kind(k, k)(str(v)) for k, v in loaded.items()}
+    except UserError as error:  # the type's one-line refusal
+        raise SystemExit(f"{path}: {error}") from None
+    given = {name: getattr(args, name) for name in known if getattr(args, name) is not None}
+    return SlurmSettings(**values | given)
 
 
-class LocalRuns:
+class Runs:
+    """A launch's jobs by key, each one's record in the file ``path`` (if given): a launch
+    started again attaches to those still queued or running. Where they run: a subclass."""
+
+    def __init__(self, jobs: int, path: Path | None) -> None:
+        self.jobs, self.path, self.active = jobs, path, {}
+        self.records = json.loads(path.read_text()) if path and path.is_file() else {}
+
+    def job(self, record: dict) -> Any:
+        """The job a record names, if it may outlive its launch (a local one is stopped with it)."""
+        return None
+
+    def attach(self, key: Any) -> bool:
+        """Whether ``key``'s recorded job may still run (it is then active)."""
+        handle = self.job(self.records.get(str(key), {}))
+        if handle is not None and self.running(handle):
+            self.active[key] = handle
+        return key in self.active
+
+    def submit(self, key: Any, job: Any, *args: Any, **kwargs: Any) -> None:
+        self.active[key] = self.start(job, *args, **kwargs)
+        self.records[str(key)] = self.record(self.active[key])
+        if self.path:
+            atomic_write_text(self.path, json.dumps(self.records, indent=1) + "\n")
+
+    def ended(self, result: Callable[[Any], Any]) -> Iterator[tuple]:
+        """Each job no longer active: its key, what it left (``result(key)``, falsy: nothing)
+        and, where it left nothing, why it failed. A job's result ends its wait whatever its
+        state."""
+        for key, handle in list(self.active.items()):
+            if (found := result(key)) or not self.running(handle):
+                del self.active[key]
+                yield key, found, None if found else self.failure(handle)
+
+
+class LocalRuns(Runs):
     """``jobs`` runs at once in this process's threads, each a fit process (the cores split
     between them)."""
 
     name = "local"
 
-    def __init__(self, jobs: int = 1) -> None:
-        self.jobs = jobs
+    def __init__(self, jobs: int = 1, path: Path | None = None) -> None:
+        super().__init__(jobs, path)
         self.threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
         self._pool = ThreadPoolExecutor(max_workers=jobs)
 
-    def submit(self, job: Any, *args: Any) -> Future:
-        return self._pool.submit(job, *args, self.threads)
+    def start(self, job: Any, *args: Any, **kwargs: Any) -> Future:
+        return self._pool.submit(job, *args, **kwargs)
 
-    def attach(self, record: dict) -> None:
-        """A local run outlives no launch (its fit is stopped with it), so there is nothing to
-        attach to."""
-        return None
+    def running(self, handle: Future) -> bool:
+        return not handle.done()
 
-    def state(self, handle: Future) -> str:
-        if not handle.done():
-            return "RUNNING"
-        return "FAILED" if handle.exception() is not None else "COMPLETED"
+    def wait(self) -> None:
+        """Until a job ends, or 5 s."""
+        concurrent.futures.wait(self.active.values(), timeout=5.0, return_when=FIRST_COMPLETED)
 
     def failure(self, handle: Future) -> str:
         return f"{type(handle.exception()).__name__}: {handle.exception()}"
@@ -204,64 +224,54 @@ class LocalRuns:
         self._pool.shutdown(wait=True)
 
 
-class SlurmRuns:
+class SlurmRuns(Runs):
     """One SLURM job per run (submitit), its id and log recorded so that a later launch attaches
     to it."""
 
     name = "slurm"
-    poll_s = float(
-        os.environ.get("FIXED_EMBED_SLURM_POLL_S", 30)
-    )  # how often job states are read (sacct)
+    threads = None  # a job's fit has its CPUs to itself
+    # how often job states are read (sacct)
+    poll_s = float(os.environ.get("FIXED_EMBED_SLURM_POLL_S", 30))
 
-    def __init__(self, folder: Path, settings: SlurmSettings, jobs: int = 1) -> None:
-        import submitit
-
-        self.jobs, self.settings, self.folder = jobs, settings, Path(folder)
+    def __init__(
+        self, folder: Path, settings: SlurmSettings, jobs: int = 1, path: Path | None = None
+    ) -> None:
+        super().__init__(jobs, path)
+        self.settings, self.folder = settings, folder
         self._executor = submitit.AutoExecutor(
             folder=self.folder / "%j", cluster="slurm", slurm_max_num_timeout=settings.max_requeues
         )
-        optional = {
-            "slurm_partition": settings.partition,
-            "slurm_account": settings.account,
-            "slurm_qos": settings.qos,
-            "mem_gb": settings.mem_gb,
-        }
-        extra = {key: value for key, value in optional.items() if value is not None}
-        self._executor.update_parameters(
+        self._executor.update_parameters(  # None: not set
             timeout_min=settings.time_min,
             gpus_per_node=settings.gpus_per_run,
             cpus_per_task=settings.cpus_per_run,
-            nodes=1,
             tasks_per_node=1,
             slurm_signal_delay_s=settings.signal_delay_s,
-            **extra,
+            slurm_partition=settings.partition,
+            slurm_account=settings.account,
+            slurm_qos=settings.qos,
+            mem_gb=settings.mem_gb,
         )
 
-    def submit(self, job: Any, *args: Any) -> Any:
+    def start(self, job: Any, *args: Any, **kwargs: Any) -> Any:
         self._executor.update_parameters(name=f"fixed-embed:{args[0]}")
-        return self._executor.submit(job, *args, None)
+        return self._executor.submit(job, *args, **kwargs)
 
     def job(self, record: dict) -> Any:
-        """The SLURM job a record names (None: a local run's)."""
-        import submitit
-
         if record.get("executor") == "slurm":
             return submitit.SlurmJob(folder=self.folder / "%j", job_id=str(record["job"]))
         return None
 
-    def attach(self, record: dict) -> Any:
-        """The job a record names, while SLURM may still run it; else None (then the run is
-        submitted again)."""
-        job = self.job(record)
-        return job if job is not None and self.state(job) in LIVE else None
-
     def state(self, handle: Any) -> str:
         return handle.state.split()[0].upper()  # "CANCELLED by 1234": CANCELLED
 
-    def refresh(self) -> None:
-        """Every job's state read anew (one sacct), not the watcher's up to 10 minutes old."""
-        import submitit
+    def running(self, handle: Any) -> bool:
+        return self.state(handle) in LIVE
 
+    def wait(self) -> None:
+        """``poll_s``, then every job's state read anew (one sacct), not the watcher's up to 10
+        minutes old."""
+        time.sleep(self.poll_s)
         submitit.SlurmJob.watcher.update()
 
     def failure(self, handle: Any) -> str:
@@ -279,40 +289,9 @@ class SlurmRuns:
         return None
 
 
-class Jobs:
-    """A launch's jobs by key on ``executor``, each one's record in the file ``path`` (if given):
-    a launch started again attaches to those still queued or running."""
-
-    def __init__(self, executor: LocalRuns | SlurmRuns, path: Path | None) -> None:
-        self.executor, self.path, self.active = executor, path, {}
-        try:
-            self.records = json.loads(path.read_text()) if path else {}
-        except (OSError, ValueError):
-            self.records = {}
-
-    def attach(self, key: Any) -> bool:
-        """Whether ``key``'s recorded job may still run (it is then active)."""
-        if (handle := self.executor.attach(self.records.get(str(key), {}))) is not None:
-            self.active[key] = handle
-        return handle is not None
-
-    def submit(self, key: Any, job: Any, *args: Any) -> None:
-        self.active[key] = self.executor.submit(job, *args)
-        self.records[str(key)] = self.executor.record(self.active[key])
-        if self.path:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(self.path, json.dumps(self.records, indent=1) + "\n")
-
-    def ended(self, result: Callable[[Any], Any]) -> Iterator[tuple[Any, Any, str | None]]:
-        """Each job no longer active: its key, what it left (``result(key)``, None: nothing) and,
-        where it left nothing, why it failed. A job's result ends its wait whatever its state."""
-        for key, handle in list(self.active.items()):
-            if (found := result(key)) is not None or self.executor.state(handle) not in LIVE:
-                del self.active[key]
-                yield key, found, None if found is not None else self.executor.failure(handle)
-
-
-def executor_for(args: argparse.Namespace, folder: Path) -> LocalRuns | SlurmRuns:
+def executor_for(args: argparse.Namespace, folder: Path, path: Path | None) -> Runs:
+    """The runs on the executor ``args`` chose, their jobs' files in ``folder``, their records
+    in ``path``."""
     if args.executor == "slurm":
-        return SlurmRuns(folder, slurm_settings(args), args.jobs)
-    return LocalRuns(args.jobs)
+        return SlurmRuns(folder, slurm_settings(args), args.jobs, path)
+    return LocalRuns(args.jobs, path)

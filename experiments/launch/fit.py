@@ -71,8 +71,8 @@ def run(
     configs = [config] if isinstance(config, Path) else list(config)
     # A fit is one task that starts its own ranks: with SLURM_NTASKS set (a SLURM job, an
     # allocation), Lightning would take srun to have started them all.
-    env = {key: value for key, value in os.environ.items() if key != "SLURM_NTASKS"}
-    env.update({"OMP_NUM_THREADS": str(threads)} if threads else {})
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)} if threads else dict(os.environ)
+    env.pop("SLURM_NTASKS", None)
     run_dir = Path(logs) / name / DEFAULT_RUN
     # The code the run starts from, and whether a checkpoint of an earlier attempt is resumed (its
     # wall time and tokens/s then cover this attempt only).
@@ -162,14 +162,15 @@ def finished(run_dir: Path) -> bool:
     SIGTERM exits 0 as well, after saving)."""
     from fixed_embed.train.resume import read_checkpoint
 
-    steps = run_record(run_dir).updates
-    if steps is None:  # a length in epochs: the fit's exit says it
-        return True
-    return read_checkpoint(run_dir / "checkpoints" / "last.ckpt")["global_step"] >= steps
+    steps = run_record(run_dir).updates  # None: a length in epochs, which the fit's exit says
+    return (
+        steps is None
+        or read_checkpoint(run_dir / "checkpoints" / "last.ckpt")["global_step"] >= steps
+    )
 
 
 def evaluate_run(
-    run_dir: Path, name: str, suite: str, env: dict[str, str], device: str = "cpu"
+    run_dir: Path, name: str, suite: str, env: dict[str, str], device: str
 ) -> tuple[dict, dict]:
     """Score ``run_dir``'s last checkpoint on ``suite``: its ``{column key: {value, stderr}}``,
     and what was scored (the checkpoint file ``last.ckpt`` resolved to, and its update)."""

@@ -11,11 +11,9 @@ those that finished meanwhile and submits the rest again, which resume from thei
 
 from __future__ import annotations
 
-import concurrent.futures
 import json
 import signal
-import threading
-import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -23,14 +21,7 @@ import submitit
 from rich.console import Console
 
 from experiments.launch import fit, runs_file
-from experiments.launch.executor import (
-    STOPPING,
-    Jobs,
-    LocalRuns,
-    SlurmRuns,
-    executor_for,
-    stop_fits,
-)
+from experiments.launch.executor import STOPPING, Runs, executor_for, stop_fits
 from fixed_embed.atomic import atomic_write_text
 from fixed_embed.config import DEFAULT_RUN
 from fixed_embed.run.lock import LOCK_NAME, RunInUseError, acquire
@@ -69,20 +60,10 @@ class FitJob(submitit.helpers.Checkpointable):
     """One run's job: its fit, then its row file. Warned before a time limit, it stops the fit
     (which saves) and submitit requeues the job, which resumes the fit."""
 
-    def __call__(
-        self,
-        name: str,
-        config: Any,
-        logs: str,
-        extra: list[str],
-        evaluate: str | None,
-        eval_device: str,
-        threads: int | None,
-    ) -> str:
+    def __call__(self, name: str, config: Any, logs: str, extra: list[str], **options: Any) -> str:
+        """``options``: fit.run's."""
         _wait_for(Path(logs) / name / DEFAULT_RUN)
-        row = fit.run(
-            name, config, logs, extra, threads=threads, evaluate=evaluate, eval_device=eval_device
-        )
+        row = fit.run(name, config, logs, extra, **options)
         if row is None:
             raise Stopped(
                 f"{name} was stopped before its length; the same command resumes it from its "
@@ -96,7 +77,7 @@ class FitJob(submitit.helpers.Checkpointable):
         return super().checkpoint(*args, **kwargs)
 
 
-def _wait_for(run_dir: Path, every_s: float = 10.0) -> None:
+def _wait_for(run_dir: Path) -> None:
     """Until no other launch holds the run (a fit left running by a launch killed with SIGKILL)."""
     said = False
     while True:
@@ -107,7 +88,7 @@ def _wait_for(run_dir: Path, every_s: float = 10.0) -> None:
             if not said:
                 print(f"waiting for {run_dir}: {held}", flush=True)
                 said = True
-            if STOPPING.wait(every_s):
+            if STOPPING.wait(10.0):  # seconds between looks
                 raise Stopped(f"{run_dir}: the launch was stopped while waiting for it") from None
 
 
@@ -117,17 +98,13 @@ def _finished_rows(
     """The runs file's rows of other plans (kept), this plan's finished rows, and whether any of
     these comes from a row file no launch merged yet."""
     done: dict[str, dict] = {}
-    if out:
-        # before any job: a second launch on this --out would train the same rows
+    if out:  # held before any job: a second launch on this --out would train the same rows
         runs_file.hold(f"{out}.json")
-        if Path(f"{out}.json").is_file():
-            done = {row["name"]: row for row in runs_file.read_runs(f"{out}.json")["runs"]}
+        done = runs_file.rows_by_name(out)
     kept = [row for name, row in done.items() if name not in planned]
     rows = {name: done[name] for name in planned if name in done}
-    for (
-        name,
-        row,
-    ) in rows.items():  # a finished row stands in for a run only if it ran the same flags
+    # a finished row stands in for a run only if it ran the same flags
+    for name, row in rows.items():
         _same_flags(row, name, planned[name], f"{out}.json")
     unmerged = {n: read_row(logs, n, extra) for n, extra in planned.items() if n not in rows}
     merged = {name: row for name, row in unmerged.items() if row is not None}
@@ -135,18 +112,10 @@ def _finished_rows(
 
 
 def run_all(
-    plan: list[tuple],
-    logs: str,
-    title: str,
-    out: str | None = None,
-    jobs: int = 1,
-    evaluate: str | None = None,
-    eval_device: str = "cpu",
-    executor: LocalRuns | SlurmRuns | None = None,
+    plan: list[tuple], logs: str, title: str, out: str | None, runs: Runs, **options: Any
 ) -> list[dict]:
-    """Run the plan's missing rows as jobs, ``jobs`` at a time (or ``executor``'s); rows keep
-    the plan's order."""
-    executor = executor or LocalRuns(jobs)
+    """Run the plan's missing rows as jobs on ``runs``, ``runs.jobs`` at a time, each fit with
+    ``options`` (fit.run's ``evaluate``, ``eval_device``); rows keep the plan's order."""
     planned = {name: extra for name, _, extra in plan}
     kept, rows, merged = _finished_rows(planned, logs, out)
 
@@ -156,19 +125,20 @@ def run_all(
 
     if merged:
         save()
-    book, failed = _jobs(executor, out), {}
-    for name in [n for n in planned if n not in rows and book.attach(n)]:
-        print(f"{name}: attached to {executor.name} job {book.records[name]['job']}", flush=True)
-    queue = [step for step in plan if step[0] not in rows and step[0] not in book.active]
-    interrupt = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _interrupt) if interrupt else None
+    failed = {}
+    for name in [n for n in planned if n not in rows and runs.attach(n)]:
+        print(f"{name}: attached to {runs.name} job {runs.records[name]['job']}", flush=True)
+    queue = [step for step in plan if step[0] not in rows and step[0] not in runs.active]
+    previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
-        while book.active or (queue and not failed):
-            while queue and len(book.active) < executor.jobs and not failed:
+        while runs.active or (queue and not failed):
+            while queue and len(runs.active) < runs.jobs and not failed:
                 name, config, extra = queue.pop(0)
-                book.submit(name, FitJob(), name, config, logs, extra, evaluate, eval_device)
-            _wait(executor, list(book.active.values()))
-            for name, row, failure in book.ended(lambda n: read_row(logs, n, planned[n])):
+                runs.submit(
+                    name, FitJob(), name, config, logs, extra, threads=runs.threads, **options
+                )
+            runs.wait()
+            for name, row, failure in runs.ended(lambda n: read_row(logs, n, planned[n])):
                 if row is not None:
                     rows[name] = row
                     save()
@@ -176,13 +146,20 @@ def run_all(
                     failed[name] = failure
                     print(f"run {name} failed: {failure}", flush=True)
     except KeyboardInterrupt as stop:
-        if interrupt:  # a second SIGTERM while the fits save does not cut this short
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        raise _stopped(f"{title}: stopped ({stop})", book, f"{len(rows)} of {len(plan)}") from None
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second one while the fits save
+        stopped = stop_fits()
+        going = (
+            f"its {len(runs.active)} jobs go on"
+            if runs.name == "slurm"
+            else f"{stopped} running fits saved their checkpoints"
+        )
+        raise SystemExit(
+            f"{title}: stopped ({stop}); {going} and {len(rows)} of {len(plan)} rows are done; "
+            "the same command continues"
+        ) from None
     finally:
-        if interrupt:
-            signal.signal(signal.SIGTERM, previous)
-        executor.shutdown()
+        signal.signal(signal.SIGTERM, previous)
+        runs.shutdown()
     if failed:
         lines = [f"  {name}: {why}" for name, why in failed.items()]
         raise SystemExit(
@@ -194,60 +171,29 @@ def run_all(
     return ordered
 
 
-def _jobs(executor: LocalRuns | SlurmRuns, out: str | None) -> Jobs:
-    return Jobs(executor, Path(f"{out}-jobs.json") if out else None)
-
-
-def _stopped(what: str, book: Jobs, done: str) -> SystemExit:
-    """This process's fits stopped (they save their checkpoints): what goes on."""
-    stopped = stop_fits()
-    going = (
-        f"its {len(book.active)} jobs go on"
-        if isinstance(book.executor, SlurmRuns)
-        else f"{stopped} running fits saved their checkpoints"
-    )
-    return SystemExit(f"{what}; {going} and {done} rows are done; the same command continues")
-
-
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
-def _wait(executor: LocalRuns | SlurmRuns, handles: list) -> None:
-    if isinstance(executor, LocalRuns):
-        concurrent.futures.wait(
-            handles, timeout=5.0, return_when=concurrent.futures.FIRST_COMPLETED
-        )
-    elif handles:
-        time.sleep(executor.poll_s)
-        executor.refresh()
-
-
-def status(
-    plan: list[tuple], logs: str, out: str | None, executor: LocalRuns | SlurmRuns
-) -> list[str]:
+def status(plan: list[tuple], logs: str, out: str | None, runs: Runs) -> list[str]:
     """One line per planned run: finished, running, queued, failed or stopped (job id and log),
     or not started."""
-    finished = set()
-    if out and Path(f"{out}.json").is_file():
-        finished = {row["name"] for row in runs_file.read_runs(f"{out}.json")["runs"]}
-    records, lines, counts = _jobs(executor, out).records, [], {}
+    finished, lines, counts = runs_file.rows_by_name(out) if out else {}, [], Counter()
     for name, _, _ in plan:
-        record, run_dir = records.get(name, {}), Path(logs) / name / DEFAULT_RUN
+        record, run_dir = runs.records.get(name, {}), Path(logs) / name / DEFAULT_RUN
         if name in finished:
             state = "finished"
         elif row_file(logs, name).is_file():
             state = "finished (row not merged yet)"
-        elif isinstance(executor, SlurmRuns) and (job := executor.job(record)) is not None:
-            state = f"{executor.state(job).lower()} (job {record['job']}, log {record['log']})"
+        elif (job := runs.job(record)) is not None:
+            state = f"{runs.state(job).lower()} (job {record['job']}, log {record['log']})"
         elif (run_dir / LOCK_NAME).is_file():
             state = f"running ({(run_dir / LOCK_NAME).read_text()[:120]})"
         elif (run_dir / "checkpoints").is_dir():
             state = f"stopped, resumes from {run_dir / 'checkpoints'}"
         else:
             state = "not started"
-        key = state.split(" (")[0].split(",")[0]
-        counts[key] = counts.get(key, 0) + 1
+        counts[state.split(" (")[0].split(",")[0]] += 1
         lines.append(f"{name:48s} {state}")
     lines.append(", ".join(f"{n} {state}" for state, n in counts.items()) + f" of {len(plan)} runs")
     return lines
@@ -255,11 +201,10 @@ def status(
 
 def launch(
     plan: list[tuple], logs: str, title: str, out: str | None, args: Any, **options: Any
-) -> list[dict]:
-    """A runner's plan on the executor its flags chose (executor.py), or its
-    ``--status``."""
-    executor = executor_for(args, Path(logs) / "jobs")
+) -> None:
+    """A runner's plan on the executor its flags chose (executor.py), or its ``--status``."""
+    runs = executor_for(args, Path(logs) / "jobs", Path(f"{out}-jobs.json") if out else None)
     if args.status:
-        print("\n".join(status(plan, logs, out, executor)))
-        return []
-    return run_all(plan, logs, title, out, executor=executor, **options)
+        print("\n".join(status(plan, logs, out, runs)))
+    else:
+        run_all(plan, logs, title, out, runs, **options)

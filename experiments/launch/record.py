@@ -6,13 +6,12 @@ study's plan and estimate, its report and ``evaluate.py`` read a run from here a
 
 from __future__ import annotations
 
-import contextlib
-import importlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from pydoc import locate
 
 import yaml
 
@@ -22,22 +21,13 @@ Configs = Path | Sequence[Path]
 
 def resolve(configs: Configs, flags: Sequence[str] = ()) -> dict:
     """The config of ``fixed-embed fit --config A --config B ... FLAGS``: each file (with its
-    bases) merged in order, then each ``--key.path=VALUE`` flag, its value read as YAML."""
-    from fixed_embed.config import deep_merge, load_experiment, read_yaml
+    bases) merged in order, then the flags."""
+    from fixed_embed.config import deep_merge, load_experiment, merge_flags
 
     config, named = {}, {}
     for path in [configs] if isinstance(configs, (str, Path)) else configs:
         config = deep_merge(config, load_experiment(path, named))
-    given = iter(flags)
-    for flag in given:
-        key, eq, value = flag.partition("=")
-        value = value if eq else next(given, "")
-        with contextlib.suppress(yaml.YAMLError):  # text that is not YAML is a string, as for fit
-            value = read_yaml(value, key)
-        for part in reversed(key.removeprefix("--").split(".")):
-            value = {part: value}
-        config = deep_merge(config, value)
-    return config
+    return merge_flags(config, flags)
 
 
 @dataclass(frozen=True)
@@ -52,8 +42,7 @@ class RunRecord:
     def callback(self, kind: type) -> dict:
         """The init_args of the run's callback of class ``kind`` (or a subclass), or {}."""
         for callback in self.config["trainer"].get("callbacks") or []:
-            module, _, name = callback["class_path"].rpartition(".")
-            if issubclass(getattr(importlib.import_module(module), name), kind):
+            if issubclass(locate(callback["class_path"]), kind):
                 return callback.get("init_args") or {}
         return {}
 

@@ -76,6 +76,12 @@ def read_runs(path: str | Path) -> dict:
     return data
 
 
+def rows_by_name(out: str) -> dict[str, dict]:
+    """The rows of the runs file ``OUT.json`` by name ({} before it is written)."""
+    path = Path(f"{out}.json")
+    return {row["name"]: row for row in read_runs(path)["runs"]} if path.is_file() else {}
+
+
 # held until this process exits, whatever number of run_all / write_rows calls it makes
 @functools.cache
 def hold(runs_file: str) -> RunLock:
@@ -102,12 +108,11 @@ def write_rows(rows: list[dict], title: str, out: str, commit: str | None = None
         "| run | trainable params | final val loss | val ppl | tokens/s | wall (min) |",
         "|---|---:|---:|---:|---:|---:|",
     ]
-    for r in rows:
-        lines.append(
-            f"| {r['name']} | {r['trainable_params']:,} | {r['val_loss']:.3f} | {r['val_ppl']:.1f} "
-            "| "
-            f"{_rate(r)} | {_wall(r)} |"
-        )
+    lines += [
+        f"| {r['name']} | {r['trainable_params']:,} | {r['val_loss']:.3f} | {r['val_ppl']:.1f} "
+        f"| {_rate(r)} | {_wall(r)} |"
+        for r in rows
+    ]
     groups = seed_groups(rows)
     if any(len(losses) > 1 for losses in groups.values()):
         lines += [

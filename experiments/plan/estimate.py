@@ -30,9 +30,8 @@ def wall_hours(
     total = 0.0
     for steps in stages:
         hours = [run_compute(c, f)[1] / flops_per_sec / 3600 for n, c, f in steps if n not in skip]
-        hours.sort(reverse=True)
         slots = [0.0] * jobs
-        for h in hours:
+        for h in sorted(hours, reverse=True):
             slots[slots.index(min(slots))] += h
         total += max(slots)
     return total
@@ -47,22 +46,19 @@ def estimate(
     """One line per run (targets, training FLOPs, and hours at ``flops_per_sec``, or "finished"
     for a run in the runs file, "adopt" for one to copy from an earlier runs file) and the total
     still to run."""
-    lines, left, counts = [], 0.0, {"finished": 0, "adopt": 0}
+    lines, whens, left = [], [], 0.0
     for run_name, configs, flags in steps:
         targets, flops = run_compute(configs, flags)
         when = "finished" if run_name in finished else "adopt" if run_name in adopt else None
-        if when:
-            counts[when] += 1
-        else:
-            left += flops
+        whens.append(when)
+        left += 0.0 if when else flops
         lines.append(
             f"{run_name:40s} {targets / 1e6:8.1f}M targets {flops:9.3g} FLOPs "
             f"{when or f'{flops / flops_per_sec / 3600:.2f} h':>9s}"
         )
-    to_run = len(steps) - sum(counts.values())
     lines.append(
-        f"{len(steps)} runs ({counts['finished']} finished, {counts['adopt']} to adopt, {to_run} "
-        "to run): "
+        f"{len(steps)} runs ({whens.count('finished')} finished, {whens.count('adopt')} to adopt, "
+        f"{whens.count(None)} to run): "
         f"{left:.3g} FLOPs, {left / flops_per_sec / 3600:.1f} h at {flops_per_sec:.3g} FLOP/s"
     )
     return lines

@@ -72,15 +72,9 @@ def parse_name(name: str) -> dict:
     match = NAME.match(name)
     if match is None:
         raise ValueError(f"study run name {name!r} is not {FORMAT}")
-    return {
-        "tok": match["tok"],
-        "size": match["size"],
-        "variant": match["variant"],
-        "lr": float(match["lr"]),
-        "seed": int(match["seed"]),
-        "steps": int(match["steps"]) if match["steps"] else None,
-        "code": int(match["code"]) if match["code"] else None,
-    }
+    parts = match.groupdict()
+    numbers = {key: int(parts[key]) for key in ("seed", "steps", "code") if parts[key]}
+    return {**parts, "lr": float(parts["lr"]), **numbers}
 
 
 def tiny_variants(extra: list[str]) -> list[tuple[str, Path, list[str]]]:

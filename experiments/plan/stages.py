@@ -11,50 +11,31 @@ from experiments.launch.executor import ROOT
 from experiments.launch.record import record, resolve
 from experiments.plan.names import CONTROLS, METRIC, NAME, PAPER, SIZES, parse_name
 from experiments.plan.names import run_name as name
+from fixed_embed.config import read_yaml
 
 STUDY = ROOT / "experiments" / "study"
-# Peak rates the sweep may use: 1-2-3-5 steps, so a best rate is known to within a factor of ~1.6.
-LADDER = (1e-4, 2e-4, 3e-4, 5e-4, 1e-3, 2e-3, 3e-3, 5e-3, 1e-2, 2e-2, 3e-2)
-TOKENIZERS = {"bpe8k": (), "smollm2": (STUDY / "smollm2.yaml",)}
+PLANS = read_yaml((STUDY / "plan.yaml").read_text(), str(STUDY / "plan.yaml"))
+LADDER: list[float] = PLANS["ladder"]  # the peak rates the sweep may use
+SMOKE: list[str] = PLANS["smoke"]  # --smoke's flags
 
 
 class Scale:
-    """A plan's configs, and per size its sweep, its training lengths and its codebook variants.
-
-    CPU: every size is swept (seed 1) around the rate v2 found; S and M also train to L's token
-    count (1,024 updates), and S along a training-length axis (0.5, 2, 4.7 and 8 tokens per
-    non-embedding parameter), its rates swept again at 1,024 updates (``resweep``); gf2 (every
-    size) and random_full (M) draw another codebook for each further seed.
-    GPU: the sweep runs at S only, its best rate serves every size, and there is no length axis.
-    """
+    """A plan's configs, and per size its sweep, its training lengths and its codebook variants
+    (experiments/study/plan.yaml: the CPU plan or the GPU plan)."""
 
     def __init__(self, gpu: bool) -> None:
         self.folder = STUDY / "gpu" if gpu else STUDY
-        self.sizes = SIZES
-        self.tune = "s" if gpu else "m"  # where the controls run (and, on GPU, the only sweep)
-        self.tokenizer = "smollm2" if gpu else "bpe8k"
-        if gpu:
-            self.sweep: dict[str, tuple[float, ...]] = {"s": (3e-4, 1e-3, 3e-3)}
-            self.lengths: dict[str, tuple[int, ...]] = {}
-            self.resweep: dict[str, int] = {}
-            self.codebooks: tuple[tuple[str, str], ...] = ()
-        else:
-            self.sweep = {
-                "s": (1e-3, 2e-3, 3e-3, 5e-3, 1e-2),
-                "m": (3e-4, 1e-3, 2e-3, 3e-3, 5e-3, 1e-2),
-                "l": (2e-3, 3e-3, 5e-3),
-            }
-            # M at L's tokens first: with S at L's tokens it separates size from length at equal
-            # tokens
-            self.lengths = {"m": (1024,), "s": (1024, 432, 1728)}
-            # S's axis reaches 16x its own 108 updates, where a rate chosen at 108 may no longer be
-            # best
-            self.resweep = {"s": 1024}
-            self.codebooks = (("l", "gf2"), ("m", "random_full"), ("m", "gf2"), ("s", "gf2"))
+        plan = PLANS["gpu" if gpu else "cpu"]
+        self.tune = plan["tune"]  # where the controls run (and, on GPU, the only sweep)
+        self.tokenizer = plan["tokenizer"]
+        self.sweep: dict[str, list[float]] = plan["sweep"]
+        self.lengths: dict[str, list[int]] = plan["lengths"]
+        self.resweep: dict[str, int] = plan["resweep"]
+        self.codebooks: list[list[str]] = plan["codebooks"]  # (size, variant)
 
     def configs(self, variant: str, size: str, tokenizer: str) -> tuple[Path, ...]:
         scale = (self.folder / "base.yaml",) if self.folder != STUDY else ()
-        vocabulary = TOKENIZERS[tokenizer] if tokenizer != self.tokenizer else ()
+        vocabulary = (STUDY / f"{tokenizer}.yaml",) if tokenizer != self.tokenizer else ()
         return (STUDY / f"{variant}.yaml", *scale, self.folder / f"size-{size}.yaml", *vocabulary)
 
 
@@ -131,7 +112,7 @@ def resweep_rates(
     for size in scale.resweep:
         for v in PAPER:
             rung = LADDER.index(best[size][v])
-            rates[(size, v)] = list(LADDER[max(0, rung - 1) : rung + 2])
+            rates[(size, v)] = LADDER[max(0, rung - 1) : rung + 2]
     return dict(sorted(rates.items(), key=lambda item: _tie(scale, rows, best, *item[0])))
 
 
@@ -140,14 +121,10 @@ def _tie(
 ) -> float:
     """The smallest margin of another own-length rate over the variant's best (inf where none
     has scored)."""
-    scored = {lr: score(rows, name(scale.tokenizer, size, variant, lr, 1)) for lr in LADDER}
-    top = scored.get(best[size][variant])
-    margins = [
-        x - top
-        for lr, x in scored.items()
-        if x is not None and top is not None and lr != best[size][variant]
-    ]
-    return min(margins, default=math.inf)
+    own = best[size][variant]
+    top = score(scale, rows, size, variant, own)
+    others = [score(scale, rows, size, variant, lr) for lr in LADDER if lr != own]
+    return min((x - top for x in others if None not in (x, top)), default=math.inf)
 
 
 def best_lrs(
@@ -163,32 +140,37 @@ def best_lrs(
     ladder at that size, so a best rate is never at the edge of what was tried (unless the
     ladder ends). Returns ``({size: {variant: lr}}, {(size, variant): [lr, ...]})``.
     """
-    best: dict[str, dict[str, float]] = {}
-    more: dict[tuple[str, str], list[float]] = {}
+    best, more = {}, {}
     for (size, variant), lrs in rates.items():
         steps = (lengths or {}).get(size)
-        scored = {lr: score(rows, name(scale.tokenizer, size, variant, lr, 1, steps)) for lr in lrs}
+        scored = {lr: score(scale, rows, size, variant, lr, steps) for lr in lrs}
         scored = {lr: x for lr, x in scored.items() if x is not None}
         if not scored:
             raise SystemExit(
                 f"study: no finished sweep run of {variant} at size {size} ({lrs}): run the sweep"
             )
         lr = best.setdefault(size, {})[variant] = min(scored, key=scored.get)
-        rung = LADDER.index(lr) if lr in LADDER else None
-        for edge, neighbour in ((min(lrs), -1), (max(lrs), 1)):
-            inside = rung is not None and 0 <= rung + neighbour < len(LADDER)
-            if inside and lr == edge and LADDER[rung + neighbour] not in lrs:
-                more.setdefault((size, variant), []).append(LADDER[rung + neighbour])
+        if lr not in LADDER:  # off the ladder: no next rung
+            continue
+        rung = LADDER.index(lr)
+        for edge, neighbour in ((min(lrs), rung - 1), (max(lrs), rung + 1)):
+            if lr == edge and 0 <= neighbour < len(LADDER) and LADDER[neighbour] not in lrs:
+                more.setdefault((size, variant), []).append(LADDER[neighbour])
     return best, more
 
 
-def score(rows: dict[str, dict], run_name: str) -> float | None:
-    """The run's validation bits/byte; None when it has not run (or logged none); inf when it
-    diverged."""
-    row = rows.get(run_name)
-    if row is None or row.get(METRIC) is None:
-        return None
-    return row[METRIC] if math.isfinite(row[METRIC]) else math.inf
+def score(
+    scale: Scale,
+    rows: dict[str, dict],
+    size: str,
+    variant: str,
+    lr: float,
+    steps: int | None = None,
+) -> float | None:
+    """Seed 1's validation bits/byte at ``lr`` (and ``steps`` updates where given); None when it
+    has not run (or logged none); inf when it diverged."""
+    value = rows.get(name(scale.tokenizer, size, variant, lr, 1, steps), {}).get(METRIC)
+    return value if value is None or math.isfinite(value) else math.inf
 
 
 def swept(
@@ -198,16 +180,11 @@ def swept(
     ``lengths[size]`` updates: then only the sizes it names) and codebook."""
     lengths = lengths or {}
     rates = {key: set() for key in initial_rates(scale) if not lengths or key[0] in lengths}
-    for n in rows:
-        if not NAME.match(n):  # a row of another plan in the file
-            continue
+    for n in filter(NAME.match, rows):  # not a row of another plan in the file
         r = parse_name(n)
-        own = (
-            r["tok"] == scale.tokenizer and r["seed"] == 1 and r["steps"] == lengths.get(r["size"])
-        )
-        own = own and r["code"] is None
-        if own and (r["size"], r["variant"]) in rates:
-            rates[(r["size"], r["variant"])].add(r["lr"])
+        key = (r["size"], r["variant"])
+        if key in rates and n == name(scale.tokenizer, *key, r["lr"], 1, lengths.get(r["size"])):
+            rates[key].add(r["lr"])
     return {key: sorted(lrs) for key, lrs in rates.items()}
 
 
@@ -235,13 +212,13 @@ def length_rate(
     again: dict[str, dict[str, float]],
     size: str,
     variant: str,
-    steps: int,
+    steps: int | None = None,
 ) -> float:
-    """A paper variant's rate at ``size`` trained ``steps`` updates: the resweep's best
-    (``again``) where the size was swept again at a length nearer ``steps`` than its own, else
-    the size's own best."""
-    resweep = scale.resweep.get(size)
-    if resweep and size in again and nearest_sweep(steps, [None, resweep], own_steps(scale, size)):
+    """A paper variant's rate at ``size`` trained ``steps`` updates (None: the size's own): the
+    resweep's best (``again``) where the size was swept again at a length nearer ``steps`` than
+    its own, else the size's own best."""
+    sweeps = [None, scale.resweep.get(size)]
+    if steps and size in again and nearest_sweep(steps, sweeps, own_steps(scale, size)):
         return again[size][variant]
     return rate_at(scale, best, size, variant)
 
@@ -255,67 +232,48 @@ def later_plan(
 ) -> list[tuple]:
     """Stages in priority order (a study stopped early has answered the first questions); seeds
     outermost within a stage, so it has whole seeds, but in the length stage cells outermost, so
-    it has whole cells. ``again``: the resweep's best rates, for the lengths nearer its length
-    than the size's own."""
-    steps = []
+    it has whole cells. Each run trains at its (a control's: its paper variant's) rate at its
+    size and length; ``again``: the resweep's best rates, for the lengths nearer its length than
+    the size's own."""
+    runs = []  # (size, variant, seed, step's keywords)
     if "sizes" in stages:
-        steps += [
-            step(scale, size, v, rate_at(scale, best, size, v), seed)
-            for seed in seeds
-            for size in scale.sizes
-            for v in PAPER
-        ]
+        runs += [(size, v, seed, {}) for seed in seeds for size in SIZES for v in PAPER]
     if "length" in stages:
-        steps += [
-            step(scale, size, v, length_rate(scale, best, again or {}, size, v, n), seed, steps=n)
+        runs += [
+            (size, v, seed, {"steps": n})
             for size, lengths in scale.lengths.items()
             for n in lengths
             for v in PAPER
             for seed in seeds
         ]
-    if (
-        "codebooks" in stages
-    ):  # seed s > 1 draws codebook s: the spread over seeds holds the codebook's
-        steps += [
-            step(scale, size, v, rate_at(scale, best, size, CONTROLS.get(v, v)), seed, code=seed)
+    # seed s > 1 draws codebook s: the spread over seeds holds the codebook's
+    if "codebooks" in stages:
+        runs += [
+            (size, v, seed, {"code": seed})
             for seed in seeds
             if seed > 1
             for size, v in scale.codebooks
         ]
     if "controls" in stages:
-        steps += [
-            step(scale, scale.tune, c, rate_at(scale, best, scale.tune, like), seed)
-            for seed in seeds
-            for c, like in CONTROLS.items()
-        ]
+        runs += [(scale.tune, c, seed, {}) for seed in seeds for c in CONTROLS]
     if "smollm2" in stages and scale.tokenizer != "smollm2":
-        steps += [
-            step(scale, scale.tune, v, rate_at(scale, best, scale.tune, v), seed, "smollm2")
-            for seed in seeds
-            for v in PAPER
-        ]
-    return steps
-
-
-# --smoke: the plan's configs, shrunk to 2 updates of tiny batches on this machine's CPU and local
-# data
-SMOKE = [
-    "--trainer.accelerator=cpu",
-    "--trainer.precision=32-true",
-    "--trainer.max_steps=2",
-    "--trainer.val_check_interval=2",
-    "--model.schedule.warmup_steps=1",
-    "--data.batch_size=1",
-    "--data.seq_len=64",
-    "--data.num_workers=0",
-    "--data.val_sequences=9",
-    "--data.train=../shared/data/gutenberg-prose/train.jsonl",
-]
+        runs += [(scale.tune, v, seed, {"tokenizer": "smollm2"}) for seed in seeds for v in PAPER]
+    return [
+        step(
+            scale,
+            size,
+            v,
+            length_rate(scale, best, again or {}, size, CONTROLS.get(v, v), kw.get("steps")),
+            seed,
+            **kw,
+        )
+        for size, v, seed, kw in runs
+    ]
 
 
 def smoke_plan(scale: Scale) -> list[tuple]:
     """The learned model at every size, and every other variant and control at the tuning size."""
-    steps = [step(scale, size, "learned", 1e-3, 1) for size in scale.sizes]
+    steps = [step(scale, size, "learned", 1e-3, 1) for size in SIZES]
     others = [v for v in (*PAPER, *CONTROLS) if v != "learned"]
     return steps + [step(scale, scale.tune, v, 1e-3, 1) for v in others]
 
@@ -332,10 +290,7 @@ def fully_scored(
     return {
         (size, v): lrs
         for (size, v), lrs in rates.items()
-        if all(
-            score(rows, name(scale.tokenizer, size, v, lr, 1, lengths.get(size))) is not None
-            for lr in lrs
-        )
+        if all(score(scale, rows, size, v, lr, lengths.get(size)) is not None for lr in lrs)
     }
 
 
@@ -347,7 +302,6 @@ def planned_rates(
     the size's sweep."""
     best = {size: {v: lrs[len(lrs) // 2] for v in PAPER} for size, lrs in scale.sweep.items()}
     complete = fully_scored(scale, rows, rates)
-    if complete:
-        for size, by_variant in best_lrs(scale, rows, complete)[0].items():
-            best[size].update(by_variant)
+    for size, by_variant in best_lrs(scale, rows, complete)[0].items():
+        best[size].update(by_variant)
     return best, len(complete) < len(rates)

@@ -20,12 +20,10 @@ from experiments.report.results import (
     SPLITS,
     Points,
     Study,
-    _config,
-    non_embedding,
     parse,
-    updates,
+    run_record,
 )
-from experiments.report.stats import by_seed, holm, paired, slope_fit, slope_p
+from experiments.report.stats import by_seed, holm, paired, slope_fit
 
 ESTABLISHED, SIGN, NOT = (
     "established",
@@ -51,7 +49,7 @@ class Claim:
     """A difference (``b − a`` paired by seed) or a slope of one, with what it rests on."""
 
     label: str
-    kind: str  # "difference", "slope" or "old-rate difference"
+    kind: str  # "difference" or "slope"
     estimate: float
     low: float
     high: float
@@ -77,92 +75,78 @@ def word(adjusted: float, claim: Claim) -> str:
     return SIGN if claim.signs_agree else NOT
 
 
-def _cells(
-    study: Study, tok: str, size: str, steps: int | None, a: str, b: str, lr: dict | None = None
-):
-    lr = lr or {}
-    return [study.cell(tok, size, v, steps, lr=lr.get(v)) for v in (a, b)]
-
-
 def _difference(
-    study: Study, label: str, cells: list, split: str, kind: str = "difference"
+    study: Study,
+    label: str,
+    split: str,
+    point: tuple[str, int | None, str, str],
+    lr: dict | None = None,
 ) -> Claim:
+    """``b − a`` at ``point`` = (size, steps, a, b), paired by seed, each variant at its rate in
+    ``lr`` where given (else its compared rate)."""
+    size, steps, a, b = point
+    cells = [study.cell(size, v, steps, lr=(lr or {}).get(v)) for v in (a, b)]
     gap = paired(*(study.values(c, split) for c in cells))
     low, high = gap.ci()
     names = tuple(row["name"] for c in cells for row in c.values())
-    return Claim(label, kind, gap.mean, low, high, gap.p, gap.diffs, names)
+    return Claim(label, "difference", gap.mean, low, high, gap.p, gap.diffs, names)
 
 
-def gap_label(
-    study: Study, tok: str, size: str, steps: int | None, a: str, b: str, split: str
-) -> str:
-    return f"{b} − {a}, {size.upper()}, {study.tokens(tok, size, steps) / 1e6:.2f}M tokens, {split}"
+def gap_label(study: Study, size: str, steps: int | None, a: str, b: str, split: str) -> str:
+    return f"{b} − {a}, {size.upper()}, {study.tokens(size, steps) / 1e6:.2f}M tokens, {split}"
 
 
-def differences(study: Study, tok: str) -> list[Claim]:
+def differences(study: Study) -> list[Claim]:
     """Every gap at every (size, length) at its chosen rates, both splits; every control against
     learned and binary16 at the tuning size (val)."""
     found = []
-    for size in study.sizes(tok):
-        for steps in study.lengths(tok, size):
+    for size in study.sizes:
+        for steps in study.lengths(size):
             for split in SPLITS:
                 for a, b in GAPS:
-                    label = gap_label(study, tok, size, steps, a, b, split)
-                    found.append(
-                        _difference(study, label, _cells(study, tok, size, steps, a, b), split)
-                    )
+                    label = gap_label(study, size, steps, a, b, split)
+                    found.append(_difference(study, label, split, (size, steps, a, b)))
     for v in CONTROLS:
         for ref in ("learned", "binary16"):
-            cells = _cells(study, tok, study.tune, None, ref, v)
-            if cells[1]:
-                found.append(
-                    _difference(study, f"{v} − {ref}, {study.tune.upper()}, val", cells, "val")
-                )
+            label = f"{v} − {ref}, {study.tune.upper()}, val"
+            found.append(_difference(study, label, "val", (study.tune, None, ref, v)))
     return [c for c in found if c.per_seed]
 
 
-def old_rate_differences(study: Study, tok: str) -> list[Claim]:
+def old_rate_differences(study: Study) -> list[Claim]:
     """The gaps of each length that took its rates from another length's sweep, at the size's
     own-length rates (the report's "how the rates move" table): each gap one of whose variants
     ran at a rate other than its chosen one there."""
     found = []
-    for size in study.sizes(tok):
-        own = {v: study.best(tok, size, v) for v in PAPER}
-        for steps in study.lengths(tok, size):
+    for size in study.sizes:
+        own = {v: study.best(size, v) for v in PAPER}
+        for steps in study.lengths(size):
             if steps is None or None in own.values():
                 continue
-            chosen = {v: study.rate(tok, size, v, steps) for v in PAPER}
+            chosen = {v: study.rate(size, v, steps) for v in PAPER}
             for split in SPLITS:
                 for a, b in GAPS:
-                    if (own[a], own[b]) == (chosen[a], chosen[b]):
-                        continue
-                    if all(cells := _cells(study, tok, size, steps, a, b, own)):
-                        label = gap_label(study, tok, size, steps, a, b, split) + ", old rates"
-                        found.append(_difference(study, label, cells, split, "old-rate difference"))
+                    if (own[a], own[b]) != (chosen[a], chosen[b]):
+                        label = gap_label(study, size, steps, a, b, split) + ", old rates"
+                        found.append(_difference(study, label, split, (size, steps, a, b), own))
     return [c for c in found if len(c.per_seed) > 1]
 
 
 OWN_LENGTH, EQUAL_TOKENS = "size, each at its own length", "size, at equal tokens"
 
 
-def series(study: Study, tok: str) -> dict[str, tuple[Points, str]]:
+def series(study: Study) -> dict[str, tuple[Points, str]]:
     """The report's fits: name -> (points, x). Size at each size's own length, size at the
     largest size's tokens, and length at each size that ran more than one."""
-    sizes = study.sizes(tok)
+    sizes = study.sizes
     found = {OWN_LENGTH: ([(s, None) for s in sizes], "params")}
-    if sizes:
-        target = study.tokens(tok, sizes[-1], None)
-        same = [
-            (s, n)
-            for s in sizes
-            for n in study.lengths(tok, s)
-            if study.tokens(tok, s, n) == target
-        ]
-        if len(same) > 1:
-            found[EQUAL_TOKENS] = (same, "params")
+    target = study.tokens(sizes[-1], None)
+    same = [(s, n) for s in sizes for n in study.lengths(s) if study.tokens(s, n) == target]
+    if len(same) > 1:
+        found[EQUAL_TOKENS] = (same, "params")
     for s in sizes:
-        if len(study.lengths(tok, s)) > 1:
-            found[f"length, at {s.upper()}"] = ([(s, n) for n in study.lengths(tok, s)], "tokens")
+        if len(study.lengths(s)) > 1:
+            found[f"length, at {s.upper()}"] = ([(s, n) for n in study.lengths(s)], "tokens")
     return found
 
 
@@ -170,20 +154,20 @@ def slope_label(name: str, a: str, b: str, split: str) -> str:
     return f"{b} − {a}, slope along {name}, {split}"
 
 
-def slopes(study: Study, tok: str) -> list[Claim]:
+def slopes(study: Study) -> list[Claim]:
     """Each printed slope (binary16 − learned and gf2 − learned, both splits, every series) as a
     claim; its value per seed is the line through that seed's gaps alone."""
     found = []
-    for name, (points, x) in series(study, tok).items():
+    for name, (points, x) in series(study).items():
+        x_of = study.params if x == "params" else study.tokens  # a point's x
         for split in SPLITS:
             for a, b in GAPS[:2]:
                 xs, seeds, names = [], [], []
                 for size, steps in points:
-                    cells = _cells(study, tok, size, steps, a, b)
+                    cells = [study.cell(size, v, steps) for v in (a, b)]
                     gaps = by_seed(*(study.values(c, split) for c in cells))
                     if gaps:
-                        row = study.first(tok, size, steps)
-                        xs.append(non_embedding(row) if x == "params" else row["tokens_seen"])
+                        xs.append(x_of(size, steps))
                         seeds.append(gaps)
                         names += [r["name"] for c in cells for r in c.values()]
                 if len(xs) < 2:
@@ -191,18 +175,15 @@ def slopes(study: Study, tok: str) -> list[Claim]:
                 samples = [list(gaps.values()) for gaps in seeds]
                 common = sorted(set.intersection(*(set(gaps) for gaps in seeds)))
                 per_seed = tuple(slope_fit(xs, [[gaps[k]] for gaps in seeds])[0] for k in common)
-                label, moved = slope_label(name, a, b, split), varied(study, tok, points, b)
                 per = "10x parameters" if x == "params" else "10x training tokens"
-                fit = slope_fit(xs, samples)
                 found.append(
                     Claim(
-                        label,
+                        slope_label(name, a, b, split),
                         "slope",
-                        *fit,
-                        slope_p(xs, samples),
+                        *slope_fit(xs, samples),
                         per_seed,
                         tuple(names),
-                        moved,
+                        varied(study, points, b),
                         len(xs),
                         sum(map(len, samples)),
                         per,
@@ -211,77 +192,71 @@ def slopes(study: Study, tok: str) -> list[Claim]:
     return found
 
 
-def family(study: Study, tok: str, parts: Sequence[str] = FAMILY) -> dict[str, tuple[Claim, float]]:
+def family(study: Study, parts: Sequence[str] = FAMILY) -> dict[str, tuple[Claim, float]]:
     """label -> (claim, Holm p) over the claims of ``parts`` ("differences", "slopes", "old
     rates") together."""
     make = {"differences": differences, "slopes": slopes, "old rates": old_rate_differences}
-    claims = [c for part in parts for c in make[part](study, tok)]
+    claims = [c for part in parts for c in make[part](study)]
     return {c.label: (c, p) for c, p in zip(claims, holm([c.p for c in claims]), strict=True)}
 
 
-def sensitivity(study: Study, tok: str) -> list[tuple[str, list[tuple[str, str, str]]]]:
-    """Each other drawing of the family and the claims whose word changes there: (drawing,
-    [(label, word in the declared family, word there)]). Without the slopes, a slope is
+def sensitivity(study: Study) -> dict[str, list[tuple[str, str, str]]]:
+    """Each other drawing of the family and the claims whose word changes there: drawing ->
+    [(label, word in the declared family, word there)]. Without the slopes, a slope is
     corrected among the slopes alone."""
-    declared = {label: word(p, c) for label, (c, p) in family(study, tok).items()}
-    slopes_alone = family(study, tok, ("slopes",))
+    declared = {label: word(p, c) for label, (c, p) in family(study).items()}
+    slopes_alone = family(study, ("slopes",))
     drawings = {
         "the slopes as a family of their own, the differences as another": {
-            **family(study, tok, ("differences",)),
+            **family(study, ("differences",)),
             **slopes_alone,
         },
         "the old-rate gaps added to the differences, the slopes a family of their own": {
-            **family(study, tok, ("differences", "old rates")),
+            **family(study, ("differences", "old rates")),
             **slopes_alone,
         },
-        "the old-rate gaps added to the declared family": family(
-            study, tok, (*FAMILY, "old rates")
-        ),
+        "the old-rate gaps added to the declared family": family(study, (*FAMILY, "old rates")),
     }
-    found = []
-    for name, drawn in drawings.items():
-        moved = [
+    return {
+        name: [
             (label, declared[label], word(p, c))
             for label, (c, p) in drawn.items()
             if label in declared and word(p, c) != declared[label]
         ]
-        found.append((name, moved))
-    return found
+        for name, drawn in drawings.items()
+    }
 
 
-def varied(study: Study, tok: str, points: Points, b: str) -> str:
+def varied(study: Study, points: Points, b: str) -> str:
     """Everything that moved along a line's points: size, tokens, tokens per parameter, width,
     depth, the length its rates were chosen at, and gf2's codebook."""
-    rows = [study.first(tok, s, n) for s, n in points]
-    params, tokens = [non_embedding(r) for r in rows], [r["tokens_seen"] for r in rows]
-    decoders = [_config(r)["model"]["decoder"] for r in rows]
-    moved = []
-    for text, values, show in (
-        ("size ({} non-embedding parameters)", params, lambda p: f"{p / 1e6:.2f}M"),
-        ("training tokens ({})", tokens, lambda t: f"{t / 1e6:.2f}M"),
-        (
-            "tokens per non-embedding parameter ({})",
-            [f"{t / p:.2f}" for t, p in zip(tokens, params, strict=True)],
-            str,
-        ),
-        ("width (d {})", [d["d_model"] for d in decoders], str),
-        ("depth (blocks {})", [d["n_layers"] for d in decoders], str),
-    ):
-        if len(set(values)) > 1:
-            moved.append(text.format(", ".join(map(show, values))))
-    at = [study.trained(tok, s, study.chosen_at(tok, s, n)) for s, n in points]
-    ran = [updates(r) for r in rows]
+    params, tokens = [study.params(*p) for p in points], [study.tokens(*p) for p in points]
+    decoders = [run_record(study.first(*p)).config["model"]["decoder"] for p in points]
+    shown = {  # each as printed: a change below the printed precision does not move it
+        "size ({} non-embedding parameters)": [f"{p / 1e6:.2f}M" for p in params],
+        "training tokens ({})": [f"{t / 1e6:.2f}M" for t in tokens],
+        "tokens per non-embedding parameter ({})": [
+            f"{t / p:.2f}" for t, p in zip(tokens, params, strict=True)
+        ],
+        "width (d {})": [str(d["d_model"]) for d in decoders],
+        "depth (blocks {})": [str(d["n_layers"]) for d in decoders],
+    }
+    moved = [
+        text.format(", ".join(values)) for text, values in shown.items() if len(set(values)) > 1
+    ]
+    at = [study.trained(s, study.chosen_at(s, n)) for s, n in points]
+    ran = [study.trained(*p) for p in points]
     if len(set(at)) > 1 or at != ran:
         moved.append(
             f"the length the rates were chosen at ({', '.join(f'{u:,}' for u in at)} updates, "
             f"for runs of {', '.join(f'{u:,}' for u in ran)})"
         )
     coded = [
-        (s, r)
-        for (s, n), r in zip(points, rows, strict=True)
-        if any(parse(x)["code"] is not None for x in study.cell(tok, s, "gf2", n).values())
+        (s, n)
+        for s, n in points
+        if any(parse(r)["code"] is not None for r in study.cell(s, "gf2", n).values())
     ]
     if b == "gf2" and 0 < len(coded) < len(points):
-        where = ", ".join(f"{s.upper()} {updates(r):,}" for s, r in coded)
+        where = ", ".join(f"{s.upper()} {study.trained(s, n):,}" for s, n in coded)
         moved.append(f"gf2's codebook (one per seed at {where}; the config's at the others)")
     return "; ".join(moved)

@@ -28,7 +28,7 @@ from experiments.report.findings import (
     slope_label,
     word,
 )
-from experiments.report.results import GAPS, SPLITS, Points, Study, non_embedding
+from experiments.report.results import GAPS, SPLITS, Points, Study
 from experiments.report.tables import codebook_note
 from fixed_embed.atomic import atomic_write_text
 
@@ -55,14 +55,7 @@ def splice(text: str, stem: str, name: str, body: str) -> str:
     if text.count(head) != 1 or text.count(tail) != 1 or text.index(head) > text.index(tail):
         raise ValueError(f"the page has no block {name!r} of {stem} between its markers")
     before, rest = text.split(head)
-    return before + head + "\n" + body + tail + rest.split(tail)[1]
-
-
-def stale(text: str, stem: str, bodies: dict[str, str]) -> list[str]:
-    """The blocks of ``bodies`` present in ``text`` whose contents differ from what the runs
-    give."""
-    present = [name for name in bodies if begin(stem, name) in text]
-    return [name for name in present if splice(text, stem, name, bodies[name]) != text]
+    return f"{before}{head}\n{body}{tail}{rest.split(tail)[1]}"
 
 
 def write_pages(bodies: dict[str, str], stem: str, root: Path) -> None:
@@ -77,9 +70,9 @@ def write_pages(bodies: dict[str, str], stem: str, root: Path) -> None:
 class Prose:
     """The family's claims, their words and the rows behind them, for the two blocks."""
 
-    def __init__(self, study: Study, tok: str) -> None:
-        self.study, self.tok = study, tok
-        self.claims = family(study, tok)
+    def __init__(self, study: Study) -> None:
+        self.study = study
+        self.claims = family(study)
         self.changed = {r["name"] for r in study.rows if r.get("code_changed")}
 
     def mark(self, claim: Claim) -> str:
@@ -112,14 +105,14 @@ def _family_lines(prose: Prose) -> list[str]:
         f"{kinds.count('difference')} paired differences (every gap at every size and training "
         "length at the rates chosen there, on both splits, and every control against learned "
         f"and binary16) and the {kinds.count('slope')} slopes "
-        f"({', '.join(series(prose.study, prose.tok))}; binary16 − learned and gf2 − learned on "
+        f"({', '.join(series(prose.study))}; binary16 − learned and gf2 − learned on "
         "both splits). The sweep tables' differences between rates and the gaps at the rates of "
         "another length are outside it. Drawn otherwise:",
         "",
     ]
-    for name, moved in sensitivity(prose.study, prose.tok):
+    for name, moved in sensitivity(prose.study).items():
         text = "; ".join(f"{label}: {was} → **{now}**" for label, was, now in moved)
-        lines.append(f"- {name}: " + (text if moved else "no claim changes word") + ".")
+        lines.append(f"- {name}: {text or 'no claim changes word'}.")
     return lines
 
 
@@ -143,20 +136,18 @@ def _provenance(prose: Prose) -> list[str]:
 
 
 def _gap_rows(prose: Prose, points: Points) -> list[str]:
-    study, tok = prose.study, prose.tok
+    study = prose.study
     lines = [
-        "| size | updates | tokens / non-emb. param | gap | " + " | ".join(SPLITS) + " |",
+        f"| size | updates | tokens / non-emb. param | gap | {' | '.join(SPLITS)} |",
         "|---|---:|---:|---|---|---|",
     ]
     for size, steps in points:
         for a, b in GAPS:
-            labels = [gap_label(study, tok, size, steps, a, b, split) for split in SPLITS]
+            labels = [gap_label(study, size, steps, a, b, split) for split in SPLITS]
             if cells := [prose.said(label) for label in labels if label in prose.claims]:
                 lines.append(
-                    f"| {size.upper()} | {study.trained(tok, size, steps):,} | "
-                    f"{study.per_param(tok, size, steps):.2f} | {b} − {a} | "
-                    + " | ".join(cells)
-                    + " |"
+                    f"| {size.upper()} | {study.trained(size, steps):,} | "
+                    f"{study.per_param(size, steps):.2f} | {b} − {a} | {' | '.join(cells)} |"
                 )
     return lines
 
@@ -183,7 +174,7 @@ def _slope_lines(prose: Prose) -> list[str]:
 
 
 def _control_lines(prose: Prose) -> list[str]:
-    study, tok, size = prose.study, prose.tok, prose.study.tune
+    study, size = prose.study, prose.study.tune
     lines = [
         f"| control (size {size.upper()}, val) | − learned | − binary16 | position, learned 0 to "
         "binary16 1 (95 %, uncorrected; not a test) |",
@@ -193,7 +184,7 @@ def _control_lines(prose: Prose) -> list[str]:
         labels = [f"{v} − {ref}, {size.upper()}, val" for ref in ("learned", "binary16")]
         if not all(label in prose.claims for label in labels):
             continue
-        share = study.position(tok, size, v)
+        share = study.position(size, v)
         low, high = share.ci()
         lines.append(
             f"| {v} | {prose.said(labels[0])} | {prose.said(labels[1])} | {share.mean:.2f} "
@@ -229,14 +220,14 @@ def _compute_lines(study: Study) -> list[str]:
     ]
 
 
-def findings(study: Study, tok: str) -> str:
+def findings(study: Study) -> str:
     """The findings block of docs/results/README.md."""
-    prose = Prose(study, tok)
-    sizes = study.sizes(tok)
+    prose = Prose(study)
+    sizes = study.sizes
     own = [(s, None) for s in sizes]
-    others = [(s, n) for s in sizes for n in study.lengths(tok, s) if n is not None]
+    others = [(s, n) for s in sizes for n in study.lengths(s) if n is not None]
     lines = [
-        "**The words.** " + VOCABULARY,
+        f"**The words.** {VOCABULARY}",
         "",
         *_family_lines(prose),
         "",
@@ -246,7 +237,7 @@ def findings(study: Study, tok: str) -> str:
         f"{_sign_count(prose, 'learned', 'gf2')}.",
         "",
         "**Gaps at each size's own length** (equal tokens per non-embedding parameter; "
-        "bits/byte, mean ± sd over seeds, paired by seed). " + codebook_note(study, tok, own),
+        f"bits/byte, mean ± sd over seeds, paired by seed). {codebook_note(study, own)}",
         "",
         *_gap_rows(prose, own),
         "",
@@ -254,7 +245,7 @@ def findings(study: Study, tok: str) -> str:
         "",
         *_slope_lines(prose),
         "",
-        "**Gaps at the other training lengths.** " + codebook_note(study, tok, others),
+        f"**Gaps at the other training lengths.** {codebook_note(study, others)}",
         "",
         *_gap_rows(prose, others),
         "",
@@ -268,29 +259,30 @@ def findings(study: Study, tok: str) -> str:
     return "\n".join(lines)
 
 
-def results(study: Study, tok: str) -> str:
+def results(study: Study) -> str:
     """The results paragraph of README.md: the same claims, fewer of them, the same words."""
-    prose = Prose(study, tok)
-    sizes = study.sizes(tok)
-    params = [non_embedding(study.first(tok, s, None)) for s in sizes]
+    prose = Prose(study)
+    sizes = study.sizes
+    params = [study.params(s) for s in sizes]
     seeds = max(len(c.per_seed) for c, _ in prose.claims.values())
     own = "; ".join(
         f"{s.upper()} "
         + ", ".join(
-            f"{sp} {prose.said(gap_label(study, tok, s, None, 'learned', 'binary16', sp))}"
+            f"{sp} {prose.said(gap_label(study, s, None, 'learned', 'binary16', sp))}"
             for sp in SPLITS
         )
         for s in sizes
     )
     trends = []
-    for name in series(study, tok):
+    for name in series(study):
         if name.startswith("size") or name == f"length, at {sizes[0].upper()}":
             labels = [slope_label(name, "learned", "binary16", split) for split in SPLITS]
             said = ", ".join(
                 f"{split} {prose.said(label, brief=True)}"
                 for split, label in zip(SPLITS, labels, strict=True)
             )
-            moved = _names(prose.claims[labels[0]][0].varied)
+            varied = prose.claims[labels[0]][0].varied  # "size (...); training tokens (...)"
+            moved = ", ".join(part.split(" (")[0] for part in varied.split("; "))
             trends.append(f"along {name}: {said} (with {moved} varying along it)")
     matched = [f"matched − {ref}, {study.tune.upper()}, val" for ref in ("learned", "binary16")]
     text = (
@@ -308,10 +300,5 @@ def results(study: Study, tok: str) -> str:
     return text + "\n"
 
 
-def _names(varied: str) -> str:
-    """``size (...); training tokens (...)`` -> ``size, training tokens``."""
-    return ", ".join(part.split(" (")[0] for part in varied.split("; "))
-
-
-def bodies(study: Study, tok: str) -> dict[str, str]:
-    return {"findings": findings(study, tok), "results": results(study, tok)}
+def bodies(study: Study) -> dict[str, str]:
+    return {"findings": findings(study), "results": results(study)}

@@ -38,36 +38,34 @@ from fixed_embed.atomic import atomic_write_text
 def render(data: dict, out: Path, tune: str = "m", adoption: Path | None = None) -> None:
     """``OUT.md`` and its figures from the runs file's contents (and the adoption check's
     record, if given)."""
-    study = Study(data["runs"], tune)
-    if not study.rows:
+    if not data["runs"]:
         raise SystemExit(f"{out.name}: the runs file has no runs yet")
+    study = Study(data["runs"], tune)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tokenizers = {parse(r)["tok"] for r in study.rows}
-    tok = "bpe8k" if "bpe8k" in tokenizers else parse(study.rows[0])["tok"]
-    sizes = study.sizes(tok)
-    claims = family(study, tok)  # the declared family: every word below is chosen from it
-    fits = series(study, tok)  # the fits' points: size, equal tokens, length at each size
+    claims = family(study)  # the declared family: every word below is chosen from it
+    fits = series(study)  # the fits' points: size, equal tokens, length at each size
     lines = _header(data, study, out.name)
     if adoption is not None and adoption.is_file():
         lines += [*check_lines(json.loads(adoption.read_text()), adoption.name), ""]
-    lines += sweep_lines(study, tok, sizes)
-    sweeps = [(s, n) for s in sizes for n in study.sweeps(tok, s)]
+    lines += sweep_lines(study)
+    sweeps = [(s, n) for s in study.sizes for n in study.sweeps(s)]
     if sweeps:
-        plot_sweep(study, tok, sweeps, _figure(out, "sweep"))
+        plot_sweep(study, sweeps, _figure(out, "sweep"))
         lines += [f"![learning-rate sweep]({out.name}-sweep.png)", ""]
-    lines += _sizes(study, tok, claims, fits, out)
-    lines += _lengths(study, tok, claims, fits, out)
-    plot_curves(study, tok, sizes, _figure(out, "val-bpb"))
-    lines += [f"![validation bits/byte]({out.name}-val-bpb.png)", "", *codebook_lines(study, tok)]
-    lines += [*_controls(study, tok, claims, out), *test_lines(claims), ""]
-    for t in sorted(tokenizers - {tok}):
-        own = [(s, None) for s in study.sizes(t)]
-        table = [*size_table(study, t, study.sizes(t)), "", *gap_table(study, t, own)]
-        lines += [f"## Tokenizer {t}", "", *table, ""]
+    lines += _sizes(study, claims, fits, out)
+    lines += _lengths(study, claims, fits, out)
+    plot_curves(study, _figure(out, "val-bpb"))
+    lines += [f"![validation bits/byte]({out.name}-val-bpb.png)", "", *codebook_lines(study)]
+    lines += [*_controls(study, claims, out), *test_lines(claims), ""]
+    for tok in sorted({parse(r)["tok"] for r in study.rows} - {study.tok}):
+        other = Study(study.rows, tune, tok)
+        own = [(s, None) for s in other.sizes]
+        table = [*size_table(other), "", *gap_table(other, own)]
+        lines += [f"## Tokenizer {tok}", "", *table, ""]
     atomic_write_text(f"{out}.md", "\n".join([*lines, *_commands(study)]) + "\n")
     root = out.resolve().parent.parent.parent
     if out.resolve().parent == root / "docs" / "results":  # the committed report: its pages' too
-        write_pages(bodies(study, tok), out.name, root)
+        write_pages(bodies(study), out.name, root)
 
 
 def _figure(out: Path, suffix: str) -> Path:
@@ -77,27 +75,28 @@ def _figure(out: Path, suffix: str) -> Path:
 def _header(data: dict, study: Study, stem: str) -> list[str]:
     """The title, what ran and where it is recorded, and the two splits."""
     here = [r for r in study.rows if not r.get("adopted_from")]
-    adopted = sorted({r["adopted_from"] for r in study.rows if r.get("adopted_from")})
-    n_adopted, resumed = len(study.rows) - len(here), sum(bool(r.get("resumed")) for r in here)
+    sources = ", ".join(
+        f"`{a}`" for a in sorted({r.get("adopted_from") for r in study.rows} - {None})
+    )
+    resumed = sum(bool(r.get("resumed")) for r in here)
     commits = ", ".join(f"`{c}`" for c in sorted({r["commit"][:10] for r in study.rows}))
-    sources = ", ".join(f"`{a}`" for a in adopted)
+    adopted = (
+        f", {len(study.rows) - len(here)} of them adopted from {sources} (the same flags: copied, "
+        "not rerun)"
+        if sources
+        else ""
+    )
+    resumes = (
+        f" ({resumed} of them resumed after a stop count their last attempt only)"
+        if resumed
+        else ""
+    )
     summary = (
-        f"{len(study.rows)} runs"
-        + (
-            f", {n_adopted} of them adopted from {sources} (the same flags: copied, not rerun)"
-            if n_adopted
-            else ""
-        )
-        + f"; {sum(r['wall_seconds'] for r in here) / 3600:.1f} h of training and evaluation "
-        f"summed over the {len(here)} runs trained here"
-        + (
-            f" ({resumed} of them resumed after a stop count their last attempt only)"
-            if resumed
-            else ""
-        )
-        + f". Every row of [`{stem}-runs.json`]({stem}-runs.json) holds its configs, flags, "
-        f"commit, curves and scores; [`{stem}-runs.md`]({stem}-runs.md) lists them. Commits: "
-        f"{commits}."
+        f"{len(study.rows)} runs{adopted}; {sum(r['wall_seconds'] for r in here) / 3600:.1f} h of "
+        f"training and evaluation summed over the {len(here)} runs trained here"
+        f"{resumes}. Every row of [`{stem}-runs.json`]({stem}-runs.json) holds "
+        f"its configs, flags, commit, curves and scores; [`{stem}-runs.md`]({stem}-runs.md) lists "
+        f"them. Commits: {commits}."
     )
     return [
         f"# {data['title'].split(':')[0]}",
@@ -113,15 +112,15 @@ def _header(data: dict, study: Study, stem: str) -> list[str]:
     ]
 
 
-def _sizes(study: Study, tok: str, claims: dict, fits: dict, out: Path) -> list[str]:
+def _sizes(study: Study, claims: dict, fits: dict, out: Path) -> list[str]:
     """The gap across sizes at each size's own length, and at equal training tokens."""
-    sizes, own = study.sizes(tok), fits[OWN_LENGTH][0]
+    sizes, own = study.sizes, fits[OWN_LENGTH][0]
     lines = [
         "## The gap across model sizes, each at its own best rates",
         "",
-        *gap_table(study, tok, own),
+        *gap_table(study, own),
         "",
-        codebook_note(study, tok, own),
+        codebook_note(study, own),
         "",
         "A slope over every size (least squares on log10 parameters through each size's mean gap; "
         "the t interval holds the seed noise of every size, not the misfit to a line, which 3 "
@@ -129,14 +128,14 @@ def _sizes(study: Study, tok: str, claims: dict, fits: dict, out: Path) -> list[
         "",
         *fit_lines(claims, OWN_LENGTH),
         "",
-        *size_table(study, tok, sizes),
+        *size_table(study),
         "",
     ]
-    ratios = sorted({f"{study.per_param(tok, s, n):.1f}" for s, n in own})
+    ratios = sorted({f"{study.per_param(s, n):.1f}" for s, n in own})
     plotted = {f", own length ({' / '.join(ratios)} tokens per parameter)": own}
     if EQUAL_TOKENS in fits:
-        same, target = fits[EQUAL_TOKENS][0], study.tokens(tok, sizes[-1], None) / 1e6
-        per_param = ", ".join(f"{s.upper()} {study.per_param(tok, s, n):.2f}" for s, n in same)
+        same, target = fits[EQUAL_TOKENS][0], study.tokens(sizes[-1], None) / 1e6
+        per_param = ", ".join(f"{s.upper()} {study.per_param(s, n):.2f}" for s, n in same)
         lines += [
             f"## Equal training tokens ({target:.2f}M, size {sizes[-1].upper()}'s), across sizes",
             "",
@@ -147,23 +146,23 @@ def _sizes(study: Study, tok: str, claims: dict, fits: dict, out: Path) -> list[
             "axis below) moves both designs' slopes with it: each design separates size from one "
             "of the two, neither from both.",
             "",
-            *gap_table(study, tok, same),
+            *gap_table(study, same),
             "",
-            codebook_note(study, tok, same),
+            codebook_note(study, same),
             "",
             *fit_lines(claims, EQUAL_TOKENS),
             "",
             "The two designs' slopes per 10x parameters:",
             "",
-            *design_lines(claims, (OWN_LENGTH, EQUAL_TOKENS)),
+            *design_lines(claims),
             "",
         ]
         plotted[f", {target:.2f}M tokens at every size"] = same
-    plot_gaps(study, tok, plotted, "params", _figure(out, "gap"))
+    plot_gaps(study, plotted, "params", _figure(out, "gap"))
     return [*lines, f"![gap vs size]({out.name}-gap.png)", ""]
 
 
-def _lengths(study: Study, tok: str, claims: dict, fits: dict, out: Path) -> list[str]:
+def _lengths(study: Study, claims: dict, fits: dict, out: Path) -> list[str]:
     """The gap across training lengths at each size that ran more than one."""
     lengths = {name: points for name, (points, x) in fits.items() if x == "tokens"}
     if not lengths:
@@ -177,14 +176,14 @@ def _lengths(study: Study, tok: str, claims: dict, fits: dict, out: Path) -> lis
         size = points[0][0]
         lines += [
             "",
-            *gap_table(study, tok, points),
+            *gap_table(study, points),
             "",
-            rates_note(study, tok, size),
-            codebook_note(study, tok, points),
+            rates_note(study, size),
+            codebook_note(study, points),
             "",
             *fit_lines(claims, name),
             "",
-            *moved_lines(study, tok, size),
+            *moved_lines(study, size),
         ]
     drawn = any(parse(r)["steps"] and parse(r)["code"] for r in study.rows)
     note = (
@@ -194,15 +193,15 @@ def _lengths(study: Study, tok: str, claims: dict, fits: dict, out: Path) -> lis
         "length the config's matrix at every seed"
     )
     plotted = {f", size {points[0][0].upper()}": points for points in lengths.values()}
-    plot_gaps(study, tok, plotted, "tokens", _figure(out, "length"), note=note)
+    plot_gaps(study, plotted, "tokens", _figure(out, "length"), note=note)
     return [*lines, "", f"![gap vs training length]({out.name}-length.png)", ""]
 
 
-def _controls(study: Study, tok: str, claims: dict, out: Path) -> list[str]:
+def _controls(study: Study, claims: dict, out: Path) -> list[str]:
     """The controls at the tuning size, each difference led by its Holm p in the family."""
-    if not any(study.cell(tok, study.tune, c) for c in CONTROLS):
+    if not any(study.cell(study.tune, c) for c in CONTROLS):
         return []
-    plot_controls(study, tok, study.tune, _figure(out, "controls"))
+    plot_controls(study, _figure(out, "controls"))
     return [
         "## Controls and the parameter-matched baseline",
         "",
@@ -213,7 +212,7 @@ def _controls(study: Study, tok: str, claims: dict, out: Path) -> list[str]:
         "0.75 closes a quarter of the gap; a learned-table control at 0.25 gives up a quarter of "
         "it.",
         "",
-        *control_lines(study, tok, study.tune, claims),
+        *control_lines(study, claims),
         "",
         f"![controls]({out.name}-controls.png)",
         "",

@@ -43,23 +43,15 @@ def _finite(value: float | None) -> float:
     return value if value is not None and math.isfinite(value) else math.inf
 
 
-def _config(row: dict) -> dict:
-    return _record(row["config"], tuple(row["extra"])).config
+def run_record(row: dict) -> RunRecord:
+    """The run's record, resolved from its row: its config files and flags."""
+    return _record(row["config"], tuple(row["extra"]))
 
 
 # a render reads each run's record for every table and figure it appears in; nothing mutates them
 @cache
 def _record(configs: str, flags: tuple[str, ...]) -> RunRecord:
-    """The run's record, resolved from its row: its config files and flags."""
     return record(resolve([ROOT / c for c in configs.split(" + ")], flags))
-
-
-def non_embedding(row: dict) -> int:
-    return _record(row["config"], tuple(row["extra"])).non_embedding
-
-
-def updates(row: dict) -> int:
-    return _record(row["config"], tuple(row["extra"])).updates
 
 
 def wikitext_ratio(rows: list[dict]) -> float | None:
@@ -87,20 +79,25 @@ def wikitext_ratio(rows: list[dict]) -> float | None:
 
 def _most_seeded(by_lr: dict[float, dict]) -> float | None:
     """The rate with the most seeds (the lowest on a tie)."""
-    return max(by_lr, key=lambda lr: (len(by_lr[lr]), -lr)) if by_lr else None
+    return max(by_lr, key=lambda lr: (len(by_lr[lr]), -lr), default=None)
 
 
 class Study:
-    """The runs, indexed by (tokenizer, size, variant, steps) -> {lr: {seed: {code: row}}}."""
+    """The runs of one tokenizer (default: bpe8k where it ran, else the first row's), indexed by
+    (size, variant, steps) -> {lr: {seed: {code: row}}}; ``rows`` holds every run."""
 
-    def __init__(self, rows: list[dict], tune: str = "m") -> None:
+    def __init__(self, rows: list[dict], tune: str = "m", tok: str | None = None) -> None:
         self.rows, self.tune = rows, tune
+        tokenizers = {parse(r)["tok"] for r in rows}
+        self.tok = tok or ("bpe8k" if "bpe8k" in tokenizers else parse(rows[0])["tok"])
         self.ratio = wikitext_ratio(rows)
-        self.index: dict[tuple, dict[float, dict[int, dict[int | None, dict]]]] = {}
+        self.index: dict[tuple, dict] = {}
         for row in rows:
             m = parse(row)
-            by_lr = self.index.setdefault((m["tok"], m["size"], m["variant"], m["steps"]), {})
-            by_lr.setdefault(m["lr"], {}).setdefault(m["seed"], {})[m["code"]] = row
+            if m["tok"] == self.tok:
+                by_lr = self.index.setdefault((m["size"], m["variant"], m["steps"]), {})
+                by_lr.setdefault(m["lr"], {}).setdefault(m["seed"], {})[m["code"]] = row
+        self.sizes = [s for s in SIZES if s in {key[0] for key in self.index}]
 
     def value(self, row: dict, split: str) -> float:
         if split == "val":
@@ -112,57 +109,46 @@ class Study:
             return self.ratio * math.log(scores[WORD_PPL]["value"])
         return math.nan
 
-    def sizes(self, tok: str) -> list[str]:
-        found = {key[1] for key in self.index if key[0] == tok}
-        return [s for s in SIZES if s in found]
-
-    def swept(
-        self, tok: str, size: str, variant: str, steps: int | None = None
-    ) -> dict[float, float]:
+    def swept(self, size: str, variant: str, steps: int | None = None) -> dict[float, float]:
         """Seed 1's validation bits/byte per rate at ``steps`` updates (None: the size's own)
         and the config's codebook."""
-        by_lr = self.index.get((tok, size, variant, steps), {})
+        by_lr = self.index.get((size, variant, steps), {})
         return {
             lr: _finite(seeds[1][None].get(METRIC))
             for lr, seeds in by_lr.items()
             if None in seeds.get(1, {})
         }
 
-    def best(self, tok: str, size: str, variant: str, steps: int | None = None) -> float | None:
-        scored = self.swept(tok, size, variant, steps)
+    def best(self, size: str, variant: str, steps: int | None = None) -> float | None:
+        scored = self.swept(size, variant, steps)
         return min(scored, key=scored.get) if len(scored) > 1 else None
 
-    def sweeps(self, tok: str, size: str) -> list[int | None]:
+    def sweeps(self, size: str) -> list[int | None]:
         """The lengths the size was swept at (seed 1 of every paper variant at 2 or more rates),
         shortest first."""
         return [
-            n
-            for n in self.lengths(tok, size)
-            if all(len(self.swept(tok, size, v, n)) > 1 for v in PAPER)
+            n for n in self.lengths(size) if all(len(self.swept(size, v, n)) > 1 for v in PAPER)
         ]
 
-    def chosen_at(self, tok: str, size: str, steps: int | None) -> int | None:
+    def chosen_at(self, size: str, steps: int | None) -> int | None:
         """The sweep whose best rates a run of ``steps`` updates uses (plan/stages.py's
         ``nearest_sweep``, None where none ran); a length that then also ran at another rate is
         a sweep of its own, and its best on seed 1 is used there, as at every sweep."""
-        own, found = self.own_updates(tok, size), self.sweeps(tok, size)
+        own, found = self.own_updates(size), self.sweeps(size)
         if not found or (steps or own) is None:
             return None
         return nearest_sweep(steps or own, found, own)
 
-    def rate(self, tok: str, size: str, variant: str, steps: int | None = None) -> float | None:
+    def rate(self, size: str, variant: str, steps: int | None = None) -> float | None:
         """The rate a variant is compared at: its best of the sweep it was chosen by (a control:
         its paper variant's), as the study chose it; for a run outside the plan, the rate with
         the most seeds."""
-        by_lr = self.index.get((tok, size, variant, steps), {})
-        chosen = self.best(
-            tok, size, CONTROLS.get(variant, variant), self.chosen_at(tok, size, steps)
-        )
+        by_lr = self.index.get((size, variant, steps), {})
+        chosen = self.best(size, CONTROLS.get(variant, variant), self.chosen_at(size, steps))
         return chosen if chosen in by_lr else _most_seeded(by_lr)
 
     def cell(
         self,
-        tok: str,
         size: str,
         variant: str,
         steps: int | None = None,
@@ -171,39 +157,37 @@ class Study:
     ) -> Cell:
         """Seed -> row at ``lr`` (default: the compared rate); with ``fold``, seed s uses
         codebook s where it was drawn."""
-        lr = lr or self.rate(tok, size, variant, steps)
-        seeds = self.index.get((tok, size, variant, steps), {}).get(lr, {})
+        lr = lr or self.rate(size, variant, steps)
+        seeds = self.index.get((size, variant, steps), {}).get(lr, {})
         # seed 1 (or a seed whose own codebook did not run): the config's codebook
         code = {s: s if fold and s > 1 and s in codes else None for s, codes in seeds.items()}
         return {s: codes[code[s]] for s, codes in sorted(seeds.items()) if code[s] in codes}
 
     def spread(
-        self, tok: str, size: str, variant: str, steps: int | None = None
+        self, size: str, variant: str, steps: int | None = None
     ) -> tuple[Paired, float | None]:
         """The seed noise a sweep's margins are read against: the val values over seeds at the
         variant's best rate of the sweep at ``steps``, or where that has one seed, at the rate
         with the most; and that rate."""
-        by_lr = self.index.get((tok, size, variant, steps), {})
-        lr = self.best(tok, size, variant, steps)
-        if len(by_lr.get(lr, {})) < 2 and by_lr:
+        by_lr = self.index.get((size, variant, steps), {})
+        lr = self.best(size, variant, steps)
+        if len(by_lr.get(lr, {})) < 2:
             lr = _most_seeded(by_lr)
-        return self.finite(self.cell(tok, size, variant, steps, lr=lr), "val"), lr
+        return self.finite(self.cell(size, variant, steps, lr=lr), "val"), lr
 
-    def against_best(
-        self, tok: str, size: str, variant: str, steps: int | None, lr: float
-    ) -> Paired:
+    def against_best(self, size: str, variant: str, steps: int | None, lr: float) -> Paired:
         """Val bits/byte at ``lr`` minus at the sweep's best rate, paired by seed (the config's
         codebook)."""
         at = [
-            self.values(self.cell(tok, size, variant, steps, fold=False, lr=rate), "val")
-            for rate in (self.best(tok, size, variant, steps), lr)
+            self.values(self.cell(size, variant, steps, fold=False, lr=rate), "val")
+            for rate in (self.best(size, variant, steps), lr)
         ]
         return paired(*at)
 
-    def position(self, tok: str, size: str, variant: str) -> Paired:
+    def position(self, size: str, variant: str) -> Paired:
         """Per seed, where ``variant`` sits on the line from learned (0) to binary16 (1) on val."""
         learned, binary, mine = (
-            self.values(self.cell(tok, size, v), "val") for v in ("learned", "binary16", variant)
+            self.values(self.cell(size, v), "val") for v in ("learned", "binary16", variant)
         )
         shares = [
             (mine[s] - learned[s]) / (binary[s] - learned[s])
@@ -219,53 +203,54 @@ class Study:
         """The cell's values over seeds (a diverged run has no spread to give)."""
         return Paired(tuple(x for x in self.values(cell, split).values() if math.isfinite(x)))
 
-    def gap(
-        self, tok: str, size: str, a: str, b: str, split: str, steps: int | None = None
-    ) -> Paired:
+    def gap(self, size: str, a: str, b: str, split: str, steps: int | None = None) -> Paired:
         return paired(
-            self.values(self.cell(tok, size, a, steps), split),
-            self.values(self.cell(tok, size, b, steps), split),
+            self.values(self.cell(size, a, steps), split),
+            self.values(self.cell(size, b, steps), split),
         )
 
-    def lengths(self, tok: str, size: str) -> list[int | None]:
+    def lengths(self, size: str) -> list[int | None]:
         """The training lengths any paper variant ran at ``size``, shortest first (None: the
         size's own); a variant that has not run one shows "--" there."""
-        found = {steps for t, s, v, steps in self.index if (t, s) == (tok, size) and v in PAPER}
-        return sorted(found, key=lambda n: n or self.own_updates(tok, size))
+        found = {steps for s, v, steps in self.index if s == size and v in PAPER}
+        return sorted(found, key=lambda n: n or self.own_updates(size))
 
-    def own_updates(self, tok: str, size: str) -> int | None:
+    def own_updates(self, size: str) -> int | None:
         """The size file's updates (None where no run of the size trained them)."""
-        key = (tok, size, None)
+        key = (self.tok, size, None)
         return next(
             (
-                updates(r)
+                run_record(r).updates
                 for r in self.rows
                 if (parse(r)["tok"], parse(r)["size"], parse(r)["steps"]) == key
             ),
             None,
         )
 
-    def tokens(self, tok: str, size: str, steps: int | None) -> int:
-        return self.first(tok, size, steps)["tokens_seen"]
+    def tokens(self, size: str, steps: int | None) -> int:
+        return self.first(size, steps)["tokens_seen"]
 
-    def trained(self, tok: str, size: str, steps: int | None) -> int:
+    def trained(self, size: str, steps: int | None) -> int:
         """The updates the runs at ``size`` and ``steps`` trained."""
-        return updates(self.first(tok, size, steps))
+        return run_record(self.first(size, steps)).updates
 
-    def per_param(self, tok: str, size: str, steps: int | None) -> float:
+    def params(self, size: str, steps: int | None = None) -> int:
+        """The non-embedding parameters at ``size``."""
+        return run_record(self.first(size, steps)).non_embedding
+
+    def per_param(self, size: str, steps: int | None) -> float:
         """Training tokens per non-embedding parameter at ``size`` and ``steps``."""
-        row = self.first(tok, size, steps)
-        return row["tokens_seen"] / non_embedding(row)
+        return self.tokens(size, steps) / self.params(size, steps)
 
-    def first(self, tok: str, size: str, steps: int | None) -> dict:
+    def first(self, size: str, steps: int | None) -> dict:
         """A run of a paper variant at ``size`` and ``steps`` (for what they share: parameters,
         tokens)."""
-        return next(row for v in PAPER for row in self.cell(tok, size, v, steps).values())
+        return next(row for v in PAPER for row in self.cell(size, v, steps).values())
 
 
 def validation_set(row: dict) -> str:
     """What the study validated on, from the run's configs."""
-    data = _config(row).get("data", {})
+    data = run_record(row).config.get("data", {})
     blocks = f"{data.get('val_sequences')} blocks of {data.get('seq_len')} targets"
     if data.get("val_per_document"):
         return f"{blocks} spread over every held-out document, the same for every run"

@@ -77,46 +77,32 @@ def holm(ps: Sequence[float]) -> list[float]:
     return adjusted
 
 
-def _line(xs: Sequence[float], samples: Sequence[Sequence[float]]) -> tuple[float, float, float]:
-    """The slope through every point's mean, its variance from the seed noise and their
-    Welch-Satterthwaite degrees of freedom (NaN where a point has one seed; none without noise)."""
-    if len(xs) < 2 or any(not s for s in samples):
-        raise ValueError(f"a fit needs 2 or more points, each with a value: got {len(xs)} points")
+def slope_fit(
+    xs: Sequence[float], samples: Sequence[Sequence[float]]
+) -> tuple[float, float, float, float]:
+    """The least-squares slope of y on log10(x) through every point's mean, its 95 % interval
+    from the seed noise of every point at once, and the two-sided p of a zero slope.
+
+    ``samples[i]`` holds the per-seed values at ``xs[i]`` (a gap per seed). The slope is a
+    weighted sum of the means, ``sum(w_i * mean_i)``, so its variance is ``sum(w_i**2 * s_i**2 /
+    n_i)``; the interval and the p are t with Welch-Satterthwaite degrees of freedom. (A bootstrap
+    over 3 seeds would understate it: resampling 3 values shrinks their spread by sqrt(2/3), and
+    its percentiles are normal, not t.) The interval holds no misfit to a line, which 3 points
+    cannot measure. Returns ``(slope, low, high, p)`` in y per decade of x; NaN bounds where a
+    point has one seed, and a NaN p there or where the seeds do not vary (no noise to test
+    against).
+    """
     logs = np.log10(np.asarray(xs, dtype=float))
     weights = (logs - logs.mean()) / ((logs - logs.mean()) ** 2).sum()
     slope = float(sum(w * statistics.mean(v) for w, v in zip(weights, samples, strict=True)))
     if min(map(len, samples)) < 2:
-        return slope, math.nan, math.nan
+        return slope, math.nan, math.nan, math.nan
     parts = [w**2 * statistics.variance(v) / len(v) for w, v in zip(weights, samples, strict=True)]
     variance = sum(parts)
     if variance == 0:
-        return slope, 0.0, math.nan
+        return slope, slope, slope, math.nan
     pairs = zip(parts, samples, strict=True)
-    return slope, variance, variance**2 / sum(part**2 / (len(v) - 1) for part, v in pairs if part)
-
-
-def slope_fit(
-    xs: Sequence[float], samples: Sequence[Sequence[float]]
-) -> tuple[float, float, float]:
-    """The least-squares slope of y on log10(x) through every point's mean, and its 95 %
-    interval from the seed noise of every point at once.
-
-    ``samples[i]`` holds the per-seed values at ``xs[i]`` (a gap per seed). The slope is a
-    weighted sum of the means, ``sum(w_i * mean_i)``, so its variance is ``sum(w_i**2 * s_i**2 /
-    n_i)``; the interval is t with Welch-Satterthwaite degrees of freedom. (A bootstrap over 3
-    seeds would understate it: resampling 3 values shrinks their spread by sqrt(2/3), and its
-    percentiles are normal, not t.) The interval holds no misfit to a line, which 3 points
-    cannot measure. Returns ``(slope, low, high)`` in y per decade of x; NaN bounds where a
-    point has one seed.
-    """
-    slope, variance, df = _line(xs, samples)
-    half = float(stats.t.ppf(0.975, df)) * math.sqrt(variance) if variance else 0.0
-    return slope, slope - half, slope + half
-
-
-def slope_p(xs: Sequence[float], samples: Sequence[Sequence[float]]) -> float:
-    """The two-sided p of a zero slope for :func:`slope_fit`'s line: its t with the same
-    Welch-Satterthwaite degrees of freedom as its interval. NaN where a point has one seed or
-    the seeds do not vary (no noise to test against)."""
-    slope, variance, df = _line(xs, samples)
-    return float(2 * stats.t.sf(abs(slope) / math.sqrt(variance), df)) if variance > 0 else math.nan
+    df = variance**2 / sum(part**2 / (len(v) - 1) for part, v in pairs if part)
+    half = float(stats.t.ppf(0.975, df)) * math.sqrt(variance)
+    p = float(2 * stats.t.sf(abs(slope) / math.sqrt(variance), df))
+    return slope, slope - half, slope + half, p

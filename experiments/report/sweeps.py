@@ -5,14 +5,15 @@ training length, and how the rates swept at another length move the gaps."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+
+import numpy as np
 
 from experiments.plan.names import PAPER
 from experiments.report.results import Study
 from experiments.report.tables import GAP_HEADS, gap_cells
 
 
-def sweep_lines(study: Study, tok: str, sizes: Sequence[str]) -> list[str]:
+def sweep_lines(study: Study) -> list[str]:
     lines = [
         "## The learning-rate sweep (seed 1, validation bits/byte)",
         "",
@@ -26,21 +27,21 @@ def sweep_lines(study: Study, tok: str, sizes: Sequence[str]) -> list[str]:
         "rates, their paired differences follow the table.",
         "",
     ]
-    for size in sizes:
-        for steps in study.sweeps(tok, size):
-            lines += _sweep_table(study, tok, size, steps)
+    for size in study.sizes:
+        for steps in study.sweeps(size):
+            lines += _sweep_table(study, size, steps)
     return lines
 
 
-def _sweep_table(study: Study, tok: str, size: str, steps: int | None) -> list[str]:
-    lrs = sorted({lr for v in PAPER for lr in study.swept(tok, size, v, steps)})
+def _sweep_table(study: Study, size: str, steps: int | None) -> list[str]:
+    lrs = sorted({lr for v in PAPER for lr in study.swept(size, v, steps)})
     uses = [
-        f"{study.trained(tok, size, n):,}"
-        for n in study.lengths(tok, size)
-        if study.chosen_at(tok, size, n) == steps
+        f"{study.trained(size, n):,}"
+        for n in study.lengths(size)
+        if study.chosen_at(size, n) == steps
     ]
     lines = [
-        f"Size {size.upper()}, {study.trained(tok, size, steps):,} updates (its rates serve the "
+        f"Size {size.upper()}, {study.trained(size, steps):,} updates (its rates serve the "
         f"runs of {', '.join(uses)} updates):",
         "",
         "| variant | "
@@ -49,8 +50,8 @@ def _sweep_table(study: Study, tok: str, size: str, steps: int | None) -> list[s
         "|---|" + "---:|" * (len(lrs) + 2),
     ]
     for v in PAPER:
-        scored, best = study.swept(tok, size, v, steps), study.best(tok, size, v, steps)
-        spread, at = study.spread(tok, size, v, steps)
+        scored, best = study.swept(size, v, steps), study.best(size, v, steps)
+        spread, at = study.spread(size, v, steps)
         cells = [
             "--"
             if lr not in scored
@@ -61,9 +62,9 @@ def _sweep_table(study: Study, tok: str, size: str, steps: int | None) -> list[s
         ]
         sd = "--" if math.isnan(spread.sd) else f"{spread.sd:.4f} ({spread.n}, {at:g})"
         lines.append(
-            f"| {v} | " + " | ".join(cells) + f" | {'--' if best is None else f'{best:g}'} | {sd} |"
+            f"| {v} | {' | '.join(cells)} | {'--' if best is None else f'{best:g}'} | {sd} |"
         )
-    ties, seeded = near_ties(study, tok, size, steps), seeded_margins(study, tok, size, steps)
+    ties, seeded = near_ties(study, size, steps), seeded_margins(study, size, steps)
     lines += [
         "",
         f"Near-ties with the best: {'; '.join(ties)}." if ties else "No near-tie with the best.",
@@ -78,15 +79,15 @@ def _sweep_table(study: Study, tok: str, size: str, steps: int | None) -> list[s
     return lines
 
 
-def seeded_margins(study: Study, tok: str, size: str, steps: int | None) -> list[str]:
+def seeded_margins(study: Study, size: str, steps: int | None) -> list[str]:
     """Each rate with two or more seeds beside the best, as its paired difference over seeds
     from the best: where seed 1 ordered two rates that more seeds also ran, what those seeds say
     of the order."""
     found = []
     for v in PAPER:
-        best = study.best(tok, size, v, steps)
-        for lr in sorted(study.swept(tok, size, v, steps)):
-            diff = study.against_best(tok, size, v, steps, lr)
+        best = study.best(size, v, steps)
+        for lr in sorted(study.swept(size, v, steps)):
+            diff = study.against_best(size, v, steps, lr)
             if lr != best and diff.n > 1:
                 low, high = diff.ci()
                 found.append(
@@ -96,55 +97,50 @@ def seeded_margins(study: Study, tok: str, size: str, steps: int | None) -> list
     return found
 
 
-def near_ties(study: Study, tok: str, size: str, steps: int | None) -> list[str]:
+def near_ties(study: Study, size: str, steps: int | None) -> list[str]:
     """The rates of a sweep within one seed sd of their variant's best: the sd over seeds at the
     best rate, or at the rate itself where that ran more seeds and varies more (a rate that is
     unstable over seeds ties more)."""
     ties = []
     for v in PAPER:
-        scored, best = study.swept(tok, size, v, steps), study.best(tok, size, v, steps)
-        at_best = study.spread(tok, size, v, steps)[0].sd
+        scored, best = study.swept(size, v, steps), study.best(size, v, steps)
+        at_best = study.spread(size, v, steps)[0].sd
         for lr, x in sorted(scored.items()):
-            own = study.finite(study.cell(tok, size, v, steps, fold=False, lr=lr), "val").sd
-            sd = max(at_best, own, key=_nan_last)
+            own = study.finite(study.cell(size, v, steps, fold=False, lr=lr), "val").sd
+            sd = np.fmax(at_best, own)  # NaN where neither has 2 seeds
             if lr != best and x - scored[best] < sd:
                 ties.append(f"{v} {lr:g} (+{x - scored[best]:.4f} against {sd:.4f})")
     return ties
 
 
-def _nan_last(sd: float) -> float:
-    return -math.inf if math.isnan(sd) else sd
-
-
-def rates_note(study: Study, tok: str, size: str) -> str:
+def rates_note(study: Study, size: str) -> str:
     """Which sweep chose the rates of each of the size's lengths, the near-ties in those sweeps,
     and the variants not yet run at their chosen rate."""
-    used: dict[int | None, list[int | None]] = {}
-    for n in study.lengths(tok, size):
-        used.setdefault(study.chosen_at(tok, size, n), []).append(n)
-    sweeps = [sweep for sweep in used if sweep in study.sweeps(tok, size)]
-    if not sweeps:
+    if not study.sweeps(size):
         return ""
+    used: dict[int | None, list[int | None]] = {}  # sweep -> the lengths that took its rates
+    for n in study.lengths(size):
+        used.setdefault(study.chosen_at(size, n), []).append(n)
 
     def count(n: int | None) -> str:
-        return f"{study.trained(tok, size, n):,}"
+        return f"{study.trained(size, n):,}"
 
     parts = [
-        f"its sweep at {count(s)} updates for {', '.join(map(count, used[s]))}" for s in sweeps
+        f"its sweep at {count(s)} updates for {', '.join(map(count, ns))}" for s, ns in used.items()
     ]
     text = f"{size.upper()}'s rates: {'; '.join(parts)} updates (the sweep nearest in log updates)."
-    if any(n != sweep for sweep in sweeps for n in used[sweep]):
-        ties = [t for sweep in sweeps for t in near_ties(study, tok, size, sweep)]
+    if any(n != sweep for sweep, ns in used.items() for n in ns):
+        ties = [t for sweep in used for t in near_ties(study, size, sweep)]
         text += (
             " A slope across these lengths joins points whose rates were chosen at another length, "
             "each only as sure as its sweep's margins"
             + (f" (near-ties: {'; '.join(ties)})." if ties else ".")
         )
     stale = []
-    for n in study.lengths(tok, size):
+    for n in study.lengths(size):
         for v in PAPER:
-            chosen = study.best(tok, size, v, study.chosen_at(tok, size, n))
-            ran = study.rate(tok, size, v, n)
+            chosen = study.best(size, v, study.chosen_at(size, n))
+            ran = study.rate(size, v, n)
             if None not in (chosen, ran) and ran != chosen:  # one never run there shows "--"
                 stale.append(f"{v} at {count(n)} updates ({ran:g}, not {chosen:g})")
     if stale:
@@ -154,20 +150,20 @@ def rates_note(study: Study, tok: str, size: str) -> str:
     return text
 
 
-def moved_lines(study: Study, tok: str, size: str) -> list[str]:
+def moved_lines(study: Study, size: str) -> list[str]:
     """Each length whose rates came from a sweep at another length than the size's own: its gaps
     at the own-length sweep's rates beside those at the chosen sweep's (the seeds each has run),
     so the move is read where it is."""
-    own = {v: study.best(tok, size, v) for v in PAPER}
+    own = {v: study.best(size, v) for v in PAPER}
     rows = []
-    for n in study.lengths(tok, size):
-        sweep = study.chosen_at(tok, size, n)
-        chosen = {v: study.best(tok, size, v, sweep) for v in PAPER}
+    for n in study.lengths(size):
+        sweep = study.chosen_at(size, n)
+        chosen = {v: study.best(size, v, sweep) for v in PAPER}
         if sweep is None or None in (*chosen.values(), *own.values()) or chosen == own:
             continue
-        for label, rates in ((study.trained(tok, size, None), own), (sweep, chosen)):
-            cells = gap_cells(study, tok, size, n, rates)
-            rows.append(f"| {study.trained(tok, size, n):,} | {label:,} | {cells} |")
+        for label, rates in ((study.trained(size, None), own), (sweep, chosen)):
+            cells = gap_cells(study, size, n, rates)
+            rows.append(f"| {study.trained(size, n):,} | {label:,} | {cells} |")
     if not rows:
         return []
     return [

@@ -12,8 +12,15 @@ import statistics
 from collections.abc import Sequence
 
 from experiments.plan.names import CODED, CONTROLS, LABELS, PAPER
-from experiments.report.findings import VOCABULARY, Claim, slope_label, word
-from experiments.report.results import GAPS, SPLITS, Points, Study, non_embedding, parse, updates
+from experiments.report.findings import (
+    EQUAL_TOKENS,
+    OWN_LENGTH,
+    VOCABULARY,
+    Claim,
+    slope_label,
+    word,
+)
+from experiments.report.results import GAPS, SPLITS, Points, Study, parse
 from experiments.report.stats import Paired, paired
 
 SCORES = [  # (column key, title, scale, decimals)
@@ -39,11 +46,9 @@ def mean_sd(values: Sequence[float], scale: float = 1.0, decimals: int = 4) -> s
     )
 
 
-def gap_cells(
-    study: Study, tok: str, size: str, steps: int | None, rates: dict[str, float | None]
-) -> str:
+def gap_cells(study: Study, size: str, steps: int | None, rates: dict[str, float | None]) -> str:
     """``lr (l/b/g) | seeds (l/b/g) | the gaps``, each variant at its rate in ``rates``."""
-    cells = {v: study.cell(tok, size, v, steps, lr=rates[v]) for v in PAPER}
+    cells = {v: study.cell(size, v, steps, lr=rates[v]) for v in PAPER}
     gaps = [
         fmt(paired(study.values(cells[a], split), study.values(cells[b], split)))
         for split in SPLITS
@@ -53,7 +58,7 @@ def gap_cells(
     return " | ".join([lr, "/".join(str(len(cells[v])) for v in PAPER), *gaps])
 
 
-def gap_table(study: Study, tok: str, points: Points) -> list[str]:
+def gap_table(study: Study, points: Points) -> list[str]:
     """A row per (size, steps): the three paired gaps on both splits."""
     lines = [
         "| size | non-emb. params | updates | tokens / non-emb. param | lr (l/b/g) | "
@@ -61,12 +66,11 @@ def gap_table(study: Study, tok: str, points: Points) -> list[str]:
         "|---|---:|---:|---:|---|---:|" + "---:|" * len(GAP_HEADS),
     ]
     for size, steps in points:
-        row = study.first(tok, size, steps)
-        rates = {v: study.rate(tok, size, v, steps) for v in PAPER}
+        rates = {v: study.rate(size, v, steps) for v in PAPER}
         lines.append(
-            f"| {size.upper()} | {non_embedding(row):,} | {updates(row):,} | "
-            f"{study.per_param(tok, size, steps):.2f} | "
-            f"{gap_cells(study, tok, size, steps, rates)} |"
+            f"| {size.upper()} | {study.params(size, steps):,} | {study.trained(size, steps):,} | "
+            f"{study.per_param(size, steps):.2f} | "
+            f"{gap_cells(study, size, steps, rates)} |"
         )
     return lines
 
@@ -100,13 +104,13 @@ def _interval(claim: Claim, decimals: int, none: str) -> str:
     return f"95 % {claim.low:+.{decimals}f} to {claim.high:+.{decimals}f}"
 
 
-def design_lines(claims: dict, names: Sequence[str]) -> list[str]:
+def design_lines(claims: dict) -> list[str]:
     """Each gap's size slope at equal tokens per parameter and at equal tokens (the series
-    ``names``), side by side, each with its word."""
+    findings.OWN_LENGTH and EQUAL_TOKENS), side by side, each with its word."""
     lines = []
     for split in SPLITS:
         for a, b in GAPS[:2]:
-            labels = [slope_label(name, a, b, split) for name in names]
+            labels = [slope_label(name, a, b, split) for name in (OWN_LENGTH, EQUAL_TOKENS)]
             if not all(label in claims for label in labels):
                 continue
             text = [
@@ -120,7 +124,7 @@ def design_lines(claims: dict, names: Sequence[str]) -> list[str]:
     return lines
 
 
-def size_table(study: Study, tok: str, sizes: Sequence[str]) -> list[str]:
+def size_table(study: Study) -> list[str]:
     header = [
         "size",
         "variant",
@@ -133,9 +137,9 @@ def size_table(study: Study, tok: str, sizes: Sequence[str]) -> list[str]:
         "wall / run (min)",
     ]
     lines = ["| " + " | ".join(header) + " |", "|---|---|" + "---:|" * (len(header) - 2)]
-    for size in sizes:
+    for size in study.sizes:
         for v in PAPER:
-            runs = list(study.cell(tok, size, v).values())
+            runs = list(study.cell(size, v).values())
             if not runs:
                 continue
             scores = [
@@ -146,43 +150,36 @@ def size_table(study: Study, tok: str, sizes: Sequence[str]) -> list[str]:
                 )
                 for key, _, scale, decimals in SCORES
             ]
+            splits = [mean_sd([study.value(r, split) for r in runs]) for split in SPLITS]
             # a resumed run's wall is partial
             whole = [r["wall_seconds"] for r in runs if not r.get("resumed")]
-            cells = [
-                size.upper(),
-                v,
-                f"{study.rate(tok, size, v):g}",
-                str(len(runs)),
-                f"{runs[0]['trainable_params']:,}",
-                f"{runs[0]['tokens_seen'] / 1e6:.2f}M",
-                *[mean_sd([study.value(r, split) for r in runs]) for split in SPLITS],
-                *scores,
-                f"{statistics.mean(whole) / 60:.1f}" if whole else "--",
-            ]
-            lines.append("| " + " | ".join(cells) + " |")
+            wall = f"{statistics.mean(whole) / 60:.1f}" if whole else "--"
+            lines.append(
+                f"| {size.upper()} | {v} | {study.rate(size, v):g} | {len(runs)} | "
+                f"{runs[0]['trainable_params']:,} | {runs[0]['tokens_seen'] / 1e6:.2f}M | "
+                f"{' | '.join([*splits, *scores])} | {wall} |"
+            )
     return lines
 
 
-def codebook_lines(study: Study, tok: str) -> list[str]:
+def codebook_lines(study: Study) -> list[str]:
     """Where a codebook was drawn per seed: each seed's value with the config's codebook and
     with its own."""
     lines = []
-    for (t, size, v, steps), by_lr in study.index.items():
-        lr = study.rate(tok, size, v, steps)
-        if t != tok or v not in CODED or steps is not None or lr not in by_lr:
-            continue
-        drawn = {s: codes[s] for s, codes in by_lr[lr].items() if s in codes}
-        if not drawn:
-            continue
-        one, each = study.cell(tok, size, v, fold=False), study.cell(tok, size, v)
-        for split in SPLITS:
-            lines.append(
-                f"| {size.upper()} | {v} | {split} | "
-                f"{mean_sd([study.value(r, split) for r in one.values()])}"
-                f" | {mean_sd([study.value(r, split) for r in each.values()])} | "
-                + ", ".join(f"{s}: {study.value(r, split):.4f}" for s, r in sorted(drawn.items()))
-                + f" | {fmt(study.gap(tok, size, 'learned', v, split))} |"
-            )
+    for v in CODED:
+        for size in study.sizes:
+            one, each = study.cell(size, v, fold=False), study.cell(size, v)
+            drawn = {s: r for s, r in each.items() if parse(r)["code"] is not None}
+            if not drawn:
+                continue
+            for split in SPLITS:
+                lines.append(
+                    f"| {size.upper()} | {v} | {split} | "
+                    f"{mean_sd([study.value(r, split) for r in one.values()])}"
+                    f" | {mean_sd([study.value(r, split) for r in each.values()])} | "
+                    + ", ".join(f"{s}: {study.value(r, split):.4f}" for s, r in drawn.items())
+                    + f" | {fmt(study.gap(size, 'learned', v, split))} |"
+                )
     if not lines:
         return []
     return [
@@ -201,8 +198,10 @@ def codebook_lines(study: Study, tok: str) -> list[str]:
     ]
 
 
-def control_lines(study: Study, tok: str, size: str, claims: dict) -> list[str]:
-    """A row per control; each difference led by its Holm p in ``claims`` (findings.family)."""
+def control_lines(study: Study, claims: dict) -> list[str]:
+    """A row per control at the tuning size; each difference led by its Holm p in ``claims``
+    (findings.family)."""
+    size = study.tune
     lines = [
         f"| variant (size {size.upper()}) | lr | seeds | trainable params | val bits/byte | − "
         "learned: Holm p; mean ± sd (95 % CI) | − binary16: Holm p; mean ± sd (95 % CI) | "
@@ -210,7 +209,7 @@ def control_lines(study: Study, tok: str, size: str, claims: dict) -> list[str]:
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for v in CONTROLS:
-        if not (cell := study.cell(tok, size, v)):
+        if not (cell := study.cell(size, v)):
             continue
         cols = []
         for ref in ("learned", "binary16"):
@@ -218,10 +217,10 @@ def control_lines(study: Study, tok: str, size: str, claims: dict) -> list[str]:
             p = Paired(c.per_seed if c else ())
             holm_p = "--" if math.isnan(adjusted) else f"{adjusted:.3g}"
             cols.append(f"{holm_p}; {fmt(p)}{_ci(p, 3)}")
-        share = study.position(tok, size, v)
+        share = study.position(size, v)
         where = f"{share.mean:.2f}{_ci(share, 2, '')}" if share.n else "--"
         lines.append(
-            f"| {v}: {LABELS[v]} | {study.rate(tok, size, v):g} | {len(cell)} | "
+            f"| {v}: {LABELS[v]} | {study.rate(size, v):g} | {len(cell)} | "
             f"{next(iter(cell.values()))['trainable_params']:,} | "
             f"{mean_sd(list(study.values(cell, 'val').values()))} | {cols[0]} | {cols[1]} | "
             f"{where} |"
@@ -262,16 +261,16 @@ def test_lines(claims: dict) -> list[str]:
     return lines
 
 
-def codebook_note(study: Study, tok: str, points: Points) -> str:
+def codebook_note(study: Study, points: Points) -> str:
     """Which of the points' gf2 cells use a codebook per seed and which the config's at every
     seed, and how far the per-seed codebooks move gf2's mean from the config's."""
     per_seed, one = [], []
     for size, steps in points:
-        if not (cell := study.cell(tok, size, "gf2", steps)):
+        if not (cell := study.cell(size, "gf2", steps)):
             continue
-        where = f"{size.upper()} at {study.trained(tok, size, steps):,} updates"
+        where = f"{size.upper()} at {study.trained(size, steps):,} updates"
         if any(parse(r)["code"] is not None for r in cell.values()):
-            config = study.cell(tok, size, "gf2", steps, fold=False)
+            config = study.cell(size, "gf2", steps, fold=False)
             moved = ", ".join(
                 f"{study.finite(cell, split).mean - study.finite(config, split).mean:+.4f} {split}"
                 for split in SPLITS

@@ -59,11 +59,11 @@ class CommandParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (--help lists the options)\n")
 
 
-def main(argv: list[str] | None = None, configure_console: bool | None = None) -> int:
-    """Run ``fixed-embed ARGV``; returns the exit status. The process-wide console set-up is by
-    default done only when ``argv`` is None (from ``sys.argv``), so an in-process caller (tests)
-    keeps its own logging."""
-    configure_console = argv is None if configure_console is None else configure_console
+def main(argv: list[str] | None = None) -> int:
+    """Run ``fixed-embed ARGV``; returns the exit status. The process-wide console set-up is done
+    only when ``argv`` is None (from ``sys.argv``), so an in-process caller (tests) keeps its own
+    logging."""
+    configure_console = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or os.environ.get("FIXED_EMBED_DEBUG", "") not in ("", "0")
     argv = [a for a in argv if a != "--debug"]
@@ -79,12 +79,10 @@ def main(argv: list[str] | None = None, configure_console: bool | None = None) -
         return 2
     if configure_console:  # before the command's imports: see fixed_embed/run/console.py
         console.setup(command)
-    module = importlib.import_module(
-        COMMANDS[command]
-    )  # only the command run: its imports, no other's
-    help_text = (
-        io.StringIO()
-    )  # help comes from docstrings: printed without their markup (``x``, :class:`x`)
+    # only the command run: its imports, no other's
+    module = importlib.import_module(COMMANDS[command])
+    # help comes from docstrings: printed without their markup (``x``, :class:`x`)
+    help_text = io.StringIO()
     try:
         with (
             contextlib.redirect_stdout(help_text)
@@ -97,9 +95,9 @@ def main(argv: list[str] | None = None, configure_console: bool | None = None) -
             raise
         console.forget_unwritten()
         if not getattr(user_error, "printed", False):
-            message = _message(user_error)
             print(
-                f"fixed-embed {command}: error: {message}\n(--debug shows the traceback)",
+                f"fixed-embed {command}: error: {_message(user_error)}\n"
+                "(--debug shows the traceback)",
                 file=sys.stderr,
             )
         return getattr(user_error, "exit_status", 2)
@@ -116,22 +114,18 @@ def main(argv: list[str] | None = None, configure_console: bool | None = None) -
 def _user_error(error: BaseException, argv: list[str]) -> UserError | None:
     """The user's mistake behind ``error`` (None: a bug); Lightning's clean-up after a failed run
     can raise again, hiding it in the context."""
-    user_error = next((cause for cause in causes(error) if isinstance(cause, UserError)), None)
-    written = environment_error(error) if user_error is None else None
-    if (
-        written is not None
-        and written.errno in (errno.EACCES, errno.EPERM)
-        and os.path.exists(written.filename or "")
-    ):
-        return UserError(
-            f"cannot read {written.filename}: {written.strerror}; check its permissions"
-        )
-    if written is not None:  # not a bug
+    if user_error := next((c for c in causes(error) if isinstance(c, UserError)), None):
+        return user_error
+    if (written := environment_error(error)) is not None:  # not a bug
+        if written.errno in (errno.EACCES, errno.EPERM) and os.path.exists(written.filename or ""):
+            return UserError(
+                f"cannot read {written.filename}: {written.strerror}; check its permissions"
+            )
         kept = KEPT.get(argv[0], "no file is left half-written (writes are atomic)")
         return RunWriteError(write_refused(written, kept, "choose another output path"))
-    if user_error is None and (named := _named_path_error(error, argv)) is not None:
+    if (named := _named_path_error(error, argv)) is not None:
         return UserError(f"cannot use {named.filename}: {named.strerror}")
-    return user_error
+    return None
 
 
 def _named_path_error(error: BaseException, argv: list[str]) -> OSError | None:
@@ -156,8 +150,4 @@ def _message(error: BaseException) -> str:
     if "Original Traceback" not in text:
         return text
     last = text.strip().splitlines()[-1]
-    return (
-        last.split(": ", 1)[1]
-        if last.startswith(f"{type(error).__module__}.{type(error).__name__}: ")
-        else last
-    )
+    return last.removeprefix(f"{type(error).__module__}.{type(error).__name__}: ")

@@ -72,10 +72,10 @@ def run(argv: list[str]) -> int:
 def _model(args: Any) -> tuple[Any, str]:
     """The lm-eval model to score, and its row name in the table."""
     if args.hf:
-        device = f",device={args.device}" if args.device else ""
-        hf_args = f"pretrained={args.hf},dtype=auto,trust_remote_code=False{device}"
+        hf_args = f"pretrained={args.hf},dtype=auto,trust_remote_code=False"
+        # None (no --device): lm-eval's default
         lm = lm_eval.api.registry.get_model("hf").create_from_arg_string(
-            hf_args, {"batch_size": args.batch_size}
+            hf_args, {"batch_size": args.batch_size, "device": args.device}
         )
         return lm, args.name or args.hf
     from fixed_embed.evaluation.lm_eval_model import FixedEmbedLM

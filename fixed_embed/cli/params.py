@@ -5,7 +5,6 @@ experiment, on the meta device, and an estimate of its per-GPU training memory
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 from rich.console import Console
@@ -43,12 +42,12 @@ def run(argv: list[str]) -> int:
             f"unrecognized arguments: {' '.join(overrides)} (overrides: --model.KEY VALUE, "
             "--data.KEY VALUE or --trainer.KEY VALUE, after CONFIG)"
         )
-    from fixed_embed.config import load_experiment
+    from fixed_embed.config import load_experiment, merge_flags
     from fixed_embed.errors import ConfigError
     from fixed_embed.train.experiment import check_values, parameter_reports, training_memory
 
     label = " ".join([args.config, *overrides])
-    config = _overridden(load_experiment(args.config), pairs)  # unreadable: one line
+    config = merge_flags(load_experiment(args.config), pairs)  # unreadable: one line
     try:
         check_values(config)  # fit's check before any work
         interface_name, report, control = parameter_reports(config)
@@ -60,23 +59,8 @@ def run(argv: list[str]) -> int:
     console.print(_memory_table(estimate))
     if args.trace:
         _print_trace(console, config, args.world_size, estimate.allocated)
-    console.print(_plan_table(config, args.world_size, estimate.world_size))
+    console.print(_plan_table(config, args.world_size, estimate.run.world_size))
     return 0
-
-
-def _overridden(config: dict, pairs: list[str]) -> dict:
-    """``config`` with each ``--a.b VALUE`` of ``pairs`` merged in (as YAML, else a string)."""
-    import yaml
-
-    from fixed_embed.config import deep_merge, read_yaml
-
-    for flag, value in zip(pairs[::2], pairs[1::2], strict=True):
-        with contextlib.suppress(yaml.YAMLError):  # text that is not YAML is a string, as for fit
-            value = read_yaml(value, flag)
-        for key in reversed(flag[2:].split(".")):
-            value = {key: value}
-        config = deep_merge(config, value)
-    return config
 
 
 def _parameter_table(title: str, report: Any, control: Any) -> Table:
@@ -97,10 +81,11 @@ def _parameter_table(title: str, report: Any, control: Any) -> Table:
 
 
 def _memory_table(estimate: Any) -> Table:
+    run = estimate.run
     title = (
-        f"per-GPU training memory estimate: micro-batch {estimate.micro_batch} x ctx "
-        f"{estimate.seq_len}, {estimate.world_size} GPU(s), "
-        f"{'FSDP' if estimate.sharded else 'replicated (DDP)'}, {estimate.mode}"
+        f"per-GPU training memory estimate: micro-batch {run.micro_batch} x ctx "
+        f"{run.seq_len}, {run.world_size} GPU(s), "
+        f"{'FSDP' if run.sharded else 'replicated (DDP)'}, {estimate.mode}"
     )
     caption = "formulas: fixed_embed.measure.memory.memory_estimate"
     table = Table("memory", Column("GiB", justify="right"), title=title, caption=caption)
@@ -148,15 +133,14 @@ def _print_trace(console: Console, config: dict, world_size: int | None, estimat
     model, run = run_settings(config, world_size)
     traced = trace_update(model, run, TRACED_MICRO_BATCHES)
     table = Table(
+        "memory",
+        Column("GiB", justify="right"),
         title=f"traced update, rank 0 of {run.world_size}: the peak of live tensors by kind",
         caption=f"fixed_embed.measure.trace.trace_update: {traced.micro_batches} micro-batches "
         f"(the peak of any longer accumulation), {traced.seconds:.0f} s",
     )
-    table.add_column("memory")
-    table.add_column("GiB", justify="right")
-    for kind, size in traced.kinds.items():
+    for kind, size in [*traced.kinds.items(), ("traced peak per rank", traced.peak)]:
         table.add_row(kind, f"{size / GIB:,.2f}")
-    table.add_row("traced peak per rank", f"{traced.peak / GIB:,.2f}")
     off = 100 * (estimated / traced.peak - 1)
     table.add_row("estimate's allocated peak", f"{estimated / GIB:,.2f} ({off:+.1f} %)")
     table.add_row(

@@ -29,22 +29,22 @@ def run(argv: list[str]) -> int:
         "--tokenizer", default=PAPER_TOKENIZER, help="tokenizer to cache ('none': skip)"
     )
     args = parser.parse_args(argv[1:])
+    from lm_eval.tasks import get_task_dict
+
     from fixed_embed.data.tokenizer import load_tokenizer
     from fixed_embed.evaluation.suite import check_tasks, columns_for
-    from fixed_embed.evaluation.task_data import prefetch_tasks
     from fixed_embed.evaluation.tasks import check_task_folders
 
     named = [t for t in (args.tasks or "").split(",") if t]
-    tasks = [column.task for column in columns_for(None if args.tasks else args.suite, named)]
+    tasks = sorted({c.task for c in columns_for(None if args.tasks else args.suite, named)})
     check_task_folders(args.include_path)
-    manager = check_tasks(
-        tasks, args.include_path
-    )  # an unknown task is refused before any download
-    if (
-        args.tokenizer.lower() != "none"
-    ):  # then a tokenizer that does not load, before the tasks' downloads
+    # an unknown task is refused before any download
+    manager = check_tasks(tasks, args.include_path)
+    # then a tokenizer that does not load, before the tasks' downloads
+    if args.tokenizer.lower() != "none":
         load_tokenizer(args.tokenizer)
         print(f"cached tokenizer: {args.tokenizer}")
-    for task in prefetch_tasks(tasks, manager):
+    get_task_dict(tasks, manager)  # built: their data downloaded into the Hugging Face cache
+    for task in tasks:
         print(f"cached task data: {task}")
     return 0

@@ -14,6 +14,7 @@ from fixed_embed.config.compose import (
     PUBLIC_PACKAGES,
     deep_merge,
     load_experiment,
+    merge_flags,
 )
 from fixed_embed.config.domains import (
     Beta,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,21 @@ def deep_merge(base: Any, override: Any) -> Any:
         key: deep_merge(base[key], value) if key in base else value
         for key, value in override.items()
     }
+
+
+def merge_flags(config: dict, flags: Iterable[str]) -> dict:
+    """``config`` with each ``--a.b=VALUE`` (or ``--a.b VALUE``) of ``flags`` merged in, its
+    VALUE read as YAML, as fit reads it."""
+    given = iter(flags)
+    for flag in given:
+        key, eq, value = flag.partition("=")
+        value = value if eq else next(given, "")
+        with contextlib.suppress(yaml.YAMLError):  # text that is not YAML is a string, as for fit
+            value = read_yaml(value, key)
+        for part in reversed(key.removeprefix("--").split(".")):
+            value = {part: value}
+        config = deep_merge(config, value)
+    return config
 
 
 def load_experiment(

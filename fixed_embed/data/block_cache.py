@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from lightning.pytorch.utilities import rank_zero_info
 
 from fixed_embed.atomic import atomic_write
 from fixed_embed.data.corpus import cache_root
@@ -24,12 +25,13 @@ class BlockCache:
         self.digest = hashlib.sha256(
             json.dumps(key, sort_keys=True, default=str).encode()
         ).hexdigest()
-        self.path = cache_root() / kind / f"{self.digest[:32]}.pt"
+        self.kind, self.path = kind, cache_root() / kind / f"{self.digest[:32]}.pt"
 
-    def load(self, width: int) -> torch.Tensor | None:
-        """The cached ``LongTensor[n, width]``, or ``None`` when absent or unusable."""
+    def load(self) -> torch.Tensor | None:
+        """The cached blocks, or ``None`` when absent or unusable (their SHA-256 checks them)."""
         try:
             saved = torch.load(self.path, map_location="cpu", weights_only=True)
+            intact = saved["key"] == self.digest and saved["sha256"] == _sha256(saved["blocks"])
         except FileNotFoundError:
             return None
         except Exception as error:  # truncated, corrupt, unreadable: any of many types
@@ -38,21 +40,13 @@ class BlockCache:
                 stacklevel=2,
             )
             return None
-        blocks = saved.get("blocks") if isinstance(saved, dict) else None
-        if not (
-            isinstance(blocks, torch.Tensor)
-            and blocks.dtype == torch.int64
-            and blocks.shape[1:] == (width,)
-            and len(blocks) > 0
-            and saved.get("key") == self.digest
-            and saved.get("sha256") == _sha256(blocks)
-        ):
+        if not intact:
             warnings.warn(
                 f"block cache {self.path} does not hold the expected blocks; rebuilding",
                 stacklevel=2,
             )
             return None
-        return blocks
+        return saved["blocks"]
 
     def save(self, blocks: torch.Tensor) -> None:
         record = {"key": self.digest, "blocks": blocks.contiguous(), "sha256": _sha256(blocks)}
@@ -62,16 +56,18 @@ class BlockCache:
         except OSError as error:  # a read-only or full disk
             warnings.warn(f"could not write the block cache {self.path}: {error}", stacklevel=2)
 
-    def get(
-        self, build: Callable[[], torch.Tensor], width: int
-    ) -> tuple[torch.Tensor, float | None]:
-        """The cached blocks, or ``build()`` saved; with the seconds the build took (``None``:
-        from cache)."""
-        if (blocks := self.load(width)) is not None:
-            return blocks, None
+    def get(self, build: Callable[[], torch.Tensor]) -> torch.Tensor:
+        """The cached blocks, or ``build()`` saved; a line says which, on rank 0."""
+        if (blocks := self.load()) is not None:
+            rank_zero_info(f"{self.kind}: {len(blocks)} blocks from cache {self.path}")
+            return blocks
         start = time.perf_counter()
         self.save(blocks := build())
-        return blocks, time.perf_counter() - start
+        rank_zero_info(
+            f"{self.kind}: built {len(blocks)} blocks in {time.perf_counter() - start:.1f} s, "
+            f"cached at {self.path}"
+        )
+        return blocks
 
 
 def _sha256(blocks: torch.Tensor) -> str:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 from collections.abc import Iterator
@@ -21,20 +22,18 @@ from fixed_embed.errors import DataError
 GLOBAL_POSITION = "global_blocks_consumed"
 
 
+@functools.lru_cache(maxsize=2)  # a batch spans at most two passes
+def _permutation(blocks: int, seed: int, epoch: int) -> np.ndarray:
+    perm = np.random.Generator(np.random.PCG64([seed, epoch])).permutation(blocks)
+    return perm.astype(np.uint32 if blocks < 2**32 else np.int64)
+
+
+@dataclass
 class GlobalBlockOrder:
     """Global position -> block index: a seeded permutation of all ``blocks`` per pass."""
 
-    def __init__(self, blocks: int, seed: int) -> None:
-        self.blocks, self.seed = blocks, seed
-        self._passes: dict[int, np.ndarray] = {}
-
-    def permutation(self, epoch: int) -> np.ndarray:
-        if epoch not in self._passes:
-            if len(self._passes) >= 2:  # a batch spans at most two passes
-                self._passes.pop(min(self._passes))
-            perm = np.random.Generator(np.random.PCG64([self.seed, epoch])).permutation(self.blocks)
-            self._passes[epoch] = perm.astype(np.uint32 if self.blocks < 2**32 else np.int64)
-        return self._passes[epoch]
+    blocks: int
+    seed: int
 
     def __call__(self, positions: np.ndarray) -> np.ndarray:
         """The block at each global position."""
@@ -42,7 +41,7 @@ class GlobalBlockOrder:
         out = np.empty(len(positions), dtype=np.int64)
         for epoch in np.unique(epochs).tolist():
             mask = epochs == epoch
-            out[mask] = self.permutation(epoch)[within[mask]]
+            out[mask] = _permutation(self.blocks, self.seed, epoch)[within[mask]]
         return out
 
 
@@ -130,4 +129,4 @@ class TokenBlockLoader(DataLoader):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         # the data module's resume check has refused another stream's position (TokenShardSource)
-        self._consumed = self.dataset.start = int(state[GLOBAL_POSITION])
+        self._consumed = self.dataset.start = state[GLOBAL_POSITION]

@@ -13,7 +13,7 @@ import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
-from fixed_embed.atomic import atomic_path, atomic_write
+from fixed_embed.atomic import atomic_write
 from fixed_embed.data.sharding import is_held_out
 
 VALID_PER_MILLE = 50
@@ -99,10 +99,8 @@ def default_corpus() -> Path:
             missing_ok=True
         )  # a rebuild cut short must not look like a changed corpus next time
     with (
-        atomic_path(folder / "train.jsonl") as train_tmp,
-        atomic_path(folder / "valid.jsonl") as valid_tmp,
-        open(train_tmp, "w") as train,
-        open(valid_tmp, "w") as valid,
+        atomic_write(folder / "train.jsonl") as train,
+        atomic_write(folder / "valid.jsonl") as valid,
     ):
         for doc_id, text in _documents():
             file = valid if is_held_out(doc_id, VALID_PER_MILLE) else train

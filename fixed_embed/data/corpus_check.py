@@ -5,6 +5,7 @@ DataError to name)."""
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 from pathlib import Path
@@ -46,17 +47,13 @@ def check_corpus(spec: str | os.PathLike | None, what: str, text_field: str = "t
                     "documents"
                 )
             continue
-        try:
-            text = head.decode("utf-8")
+        try:  # not final before the end: a character cut by the read limit waits for more
+            text = codecs.getincrementaldecoder("utf-8")().decode(head, final=at_end)
         except UnicodeDecodeError as error:
-            if (
-                at_end or error.reason != "unexpected end of data"
-            ):  # not merely a character cut by the read limit
-                raise DataError(
-                    f"{what}: {file} is not UTF-8 text (byte {error.start}: {error.reason}); point "
-                    "data at documents"
-                ) from None
-            text = head[: error.start].decode("utf-8")
+            raise DataError(
+                f"{what}: {file} is not UTF-8 text (byte {error.start}: {error.reason}); point "
+                "data at documents"
+            ) from None
         if suffix in (".jsonl", ".json"):
             _check_records(file, text, at_end, what, text_field)
     if empty == len(files):

@@ -1,11 +1,12 @@
-"""TextDataModule: training data and a fixed validation set, exactly resumable, from one of
-:data:`SOURCES` (the first whose ``claims(path)`` is true; a source's methods are those called
-on ``train_source`` below)."""
+"""TextDataModule: training data and a fixed validation set, exactly resumable, from a source
+(:func:`source_for`; a source's methods are those called on ``train_source`` below)."""
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import lightning as L
@@ -17,24 +18,23 @@ from torch.utils.data import DataLoader, IterableDataset
 from fixed_embed.config import NonNegativeInt, PerMille, PositiveInt
 from fixed_embed.data.shard_source import TokenShardSource
 from fixed_embed.data.text_stream import TextStreamSource
-from fixed_embed.data.tokenizer import (
-    EOS,
-    kept_copy,
-    load_tokenizer,
-    special_token_id,
-    tokenizer_mismatch,
-)
+from fixed_embed.data.token_shards import shard_folder
+from fixed_embed.data.tokenizer import kept_copy, load_tokenizer, tokenizer_mismatch
 from fixed_embed.data.validation import bytes_per_target
 from fixed_embed.errors import CheckpointError, ConfigError
 
-SOURCES = (TokenShardSource, TextStreamSource)
+
+def source_for(data: TextDataModule, role: str) -> TokenShardSource | TextStreamSource:
+    """``data.<role>``'s source: a token-shard folder's, else the text stream's."""
+    kind = TokenShardSource if shard_folder(data.hparams[role]) else TextStreamSource
+    return kind(data, role)
 
 
+@dataclass(eq=False)
 class _RankSlice(IterableDataset):
     """This rank's share of the validation blocks: iterable, so Lightning adds no sampler."""
 
-    def __init__(self, blocks: torch.Tensor) -> None:
-        self.blocks = blocks
+    blocks: torch.Tensor
 
     def __len__(self) -> int:
         return len(self.blocks)
@@ -117,12 +117,8 @@ class TextDataModule(L.LightningDataModule):
         self.val_bytes_per_target: float | None = (
             None  # of the blocks validation uses, for bits per byte
         )
-        self._tokenizer_path: str | None = None
-        self._loaded_tokenizer = None
-        self.train_source = next(s for s in SOURCES if s.claims(train))(self, "train")
-        self.valid_source = (
-            None if valid is None else next(s for s in SOURCES if s.claims(valid))(self, "valid")
-        )
+        self.train_source = source_for(self, "train")
+        self.valid_source = None if valid is None else source_for(self, "valid")
         self._sources = [s for s in (self.train_source, self.valid_source) if s is not None]
 
     @property
@@ -134,23 +130,15 @@ class TextDataModule(L.LightningDataModule):
             else int(os.environ.get("PL_GLOBAL_SEED", 0))
         )
 
+    @functools.cached_property
     def tokenizer_path(self) -> str:
         """``data.tokenizer``, else the training source's own (a BPE trained once and cached, or
         the shards')."""
-        if self._tokenizer_path is None:
-            self._tokenizer_path = self.hparams.tokenizer or self.train_source.default_tokenizer()
-        return self._tokenizer_path
+        return self.hparams.tokenizer or self.train_source.default_tokenizer()
 
+    @functools.cached_property
     def tokenizer(self) -> Tokenizer:
-        if self._loaded_tokenizer is None:
-            self._loaded_tokenizer = load_tokenizer(self.tokenizer_path())
-        return self._loaded_tokenizer
-
-    def vocab_size(self) -> int:
-        return self.tokenizer().get_vocab_size()
-
-    def eos_id(self) -> int:
-        return special_token_id(self.tokenizer(), EOS)
+        return load_tokenizer(self.tokenizer_path)
 
     def check_inputs(self) -> None:
         """The configured files, shards and tokenizer exist and read, before any work (the CLI's
@@ -158,17 +146,17 @@ class TextDataModule(L.LightningDataModule):
         for source in self._sources:
             source.check_inputs()
         if self.hparams.tokenizer is not None:
-            self.tokenizer()
+            load_tokenizer(self.hparams.tokenizer)
 
     def setup(self, stage: str) -> None:
         module = self.trainer.lightning_module if self.trainer else None
         model_vocab = getattr(getattr(module, "config", None), "vocab_size", None)
-        vocab = self.vocab_size()
+        vocab = self.tokenizer.get_vocab_size()
         # larger is harmless: the extra ids never occur
         if model_vocab is not None and model_vocab < vocab:
             raise ConfigError(
                 f"model vocab_size {model_vocab} is smaller than the tokenizer's {vocab} "
-                f"({self.tokenizer_path()}); "
+                f"({self.tokenizer_path}); "
                 f"set --model.decoder.vocab_size {vocab}"
             )
         if model_vocab is not None and model_vocab > vocab:
@@ -221,7 +209,7 @@ class TextDataModule(L.LightningDataModule):
             rank_zero_info(
                 f"validation uses {per_rank * world} of {len(blocks)} blocks (equal share per rank)"
             )
-        self.val_bytes_per_target = bytes_per_target(blocks[: per_rank * world], self.tokenizer())
+        self.val_bytes_per_target = bytes_per_target(blocks[: per_rank * world], self.tokenizer)
         return DataLoader(
             _RankSlice(blocks[rank * per_rank : (rank + 1) * per_rank]), batch_size=self.batch_size
         )
@@ -231,7 +219,7 @@ class TextDataModule(L.LightningDataModule):
     def state_dict(self) -> dict[str, Any]:
         # The tokenizer travels in every checkpoint (~2 MB), so evaluation and export need only the
         # checkpoint.
-        return {"tokenizer": self.tokenizer_path(), "tokenizer_json": self.tokenizer().to_str()}
+        return {"tokenizer": self.tokenizer_path, "tokenizer_json": self.tokenizer.to_str()}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         # validate and test take no data position: this is their check (a fit's: resume_refusals)
@@ -245,8 +233,8 @@ class TextDataModule(L.LightningDataModule):
         why = tokenizer_mismatch(
             then,
             f"the checkpoint's tokenizer {saved.get('tokenizer')!r}",
-            self.tokenizer(),
-            f"data.tokenizer {self.tokenizer_path()!r}",
+            self.tokenizer,
+            f"data.tokenizer {self.tokenizer_path!r}",
         )
         return why and (  # the run's own tokenizer kept in the cache only for a refusal
             f"refusing to resume: {why}: resuming would feed the model other ids. Resume with the "

@@ -127,6 +127,15 @@ class PackedBlocks(IterableDataset):
             state.blocks_delivered += 1
             yield state.buffer.pop()
 
+    def documents(self) -> Iterator[list[int]]:
+        """One pass over the stream's documents, read as one reader, each its ids then EOS."""
+        ds, tokenizer = self.source.open(), load_tokenizer(self.tokenizer)
+        for owned in self._owned_batches(ds, reader_plan(ds.num_shards, 1, 0, 1), 1, ReaderState()):
+            encodings = tokenizer.encode_batch(
+                [text for _, text in owned], add_special_tokens=False
+            )
+            yield from ([*encoding.ids, self.eos_id] for encoding in encodings)
+
     def _blocks(
         self, batches: Iterator[list[tuple[int, str]]], tokenizer: Tokenizer, state: ReaderState
     ) -> Iterator[torch.Tensor]:
@@ -143,7 +152,6 @@ class PackedBlocks(IterableDataset):
                 if state.blocks_from_doc == 0:  # else resumed inside this document
                     state.carry_at_doc = state.carries.get(shard, [])
                     state.stats.documents += 1
-                    state.stats.tokens += len(encoding.ids)
                 tokens = [*state.carry_at_doc, *encoding.ids, self.eos_id]
                 n_blocks = len(tokens) // block_len
                 for b in range(state.blocks_from_doc, n_blocks):
@@ -193,62 +201,43 @@ class PackedBlocks(IterableDataset):
         return out
 
     def _owned_batches(
-        self, ds, plan: list[tuple[int, int, int]], virtual: int, state: ReaderState
-    ):
+        self, ds: Any, plan: list[tuple[int, int, int]], virtual: int, state: ReaderState
+    ) -> Iterator[list[tuple[int, str]]]:
         """Yield this reader's documents as ``[(virtual shard, text), ...]`` per tokenization
         batch, from the shards in ``plan``; before each batch, ``state`` records where it starts
         (source shard, stream state, index)."""
-        restored, planned = state.source_state, [f for f, _, _ in plan]
-        if restored is not None and state.source_shard not in planned:
-            raise ValueError(
-                f"the saved data state reads source shard {state.source_shard}, not this reader's"
-            )
-        first = 0 if restored is None else planned.index(state.source_shard)
+        restored = state.source_state
+        first = 0 if restored is None else [f for f, _, _ in plan].index(state.source_shard)
         field_name, source_shards = self.source.text_field, ds.num_shards
         cycle = document_cycle(source_shards, virtual)
         for f, lo, hi in plan[first:]:
             shard = ds.shard(num_shards=source_shards, index=f, contiguous=True)
-            if restored is not None:
+            if restored is None:
+                start_index, start_state = 0, shard.state_dict()
+            else:  # datasets #8308: until a row is read, state_dict() is the *initial* one, so
+                # the batch starts at the loaded state
                 shard.load_state_dict(restored)
-            doc_index = state.source_doc_index if restored is not None else 0
+                start_index, start_state, restored = state.source_doc_index, restored, None
             # .iter(), not iter(): in a DataLoader worker, iter() reads only that worker's share
             # (wrong numbering).
-            batches = shard.iter(batch_size=self.tokenize_batch)
-            while True:
-                # datasets #8308: until a row is read, state_dict() is the *initial* one, so use
-                # the loaded state.
-                start_state = copy.deepcopy(
-                    restored if restored is not None else shard.state_dict()
-                )
-                start_index, counted, restored = (
-                    doc_index,
-                    restored is None,
-                    None,
-                )  # a resumed batch was counted
-                batch = next(batches, None)
-                if batch is None:
-                    break
+            for batch in shard.iter(batch_size=self.tokenize_batch):
                 if field_name not in batch:
                     raise KeyError(
                         f"text field {field_name!r} not found; fields are {sorted(batch)}"
                     )
-                texts = batch[field_name]
-                owned: list[tuple[int, str]] = []
+                texts, owned = batch[field_name], []
                 for j, text in enumerate(texts, start_index):
                     if not lo <= j % cycle < hi:
                         continue
                     if not isinstance(text, str) or not text.strip():
-                        state.stats.empty_documents += counted
+                        state.stats.empty_documents += 1
                         continue
                     if is_held_out(text, self.holdout_per_mille) != (self.keep == "held_out"):
                         continue
-                    state.stats.replaced_characters += counted * text.count("\ufffd")
+                    state.stats.replaced_characters += text.count("\ufffd")
                     owned.append((virtual_shard_of(source_shards, virtual, f, j), text))
-                doc_index = start_index + len(texts)
-                state.stats.rows_read += counted * len(texts)
-                state.source_shard, state.source_state, state.source_doc_index = (
-                    f,
-                    start_state,
-                    start_index,
-                )
+                state.stats.rows_read += len(texts)
+                state.source_shard, state.source_doc_index = f, start_index
+                state.source_state = copy.deepcopy(start_state)
                 yield owned
+                start_index, start_state = start_index + len(texts), shard.state_dict()

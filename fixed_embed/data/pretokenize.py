@@ -10,16 +10,15 @@ import os
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
-from contextlib import ExitStack, suppress
+from contextlib import ExitStack
 from pathlib import Path
-from queue import Empty
 from typing import Any
 
 import numpy as np
 from tokenizers import Tokenizer
 
-from fixed_embed.atomic import atomic_path, atomic_write_text
-from fixed_embed.data.sharding import document_cycle, is_held_out, reader_plan, virtual_shard_of
+from fixed_embed.atomic import atomic_write, atomic_write_text
+from fixed_embed.data.sharding import is_held_out, reader_plan, virtual_shard_of
 from fixed_embed.data.sources import DocumentSource
 from fixed_embed.data.token_shards import (
     FORMAT,
@@ -77,19 +76,18 @@ def pretokenize(
         "holdout": {"per_mille": holdout_per_mille, "rule": HOLDOUT_RULE},
         "tokenize_batch": tokenize_batch,
     }
-    mine = range(shards)
-    if task:
-        mine = range(task[0] * shards // task[1], (task[0] + 1) * shards // task[1])
-    done = _prepare(out, plan, overwrite, tok, mine)
+    i, n = task or (0, 1)  # the i-th of n runs of the shards
+    mine = range(i * shards // n, (i + 1) * shards // n)
+    todo = _prepare(out, plan, overwrite, tok, mine)
     if progress is not None and source.is_local:
         progress({"total_bytes": sum(size for _, size in plan["source"]["fingerprint"]["files"])})
-    todo = [v for v in mine if v not in done]
     _write_all(source, out, plan, todo, workers, progress)
+    kept = len(mine) - len(todo)
     if task:  # the index is the call without task's
         return {
             "task": (*task, mine.start, mine.stop),
             "written": len(todo),
-            "kept": len(mine) - len(todo),
+            "kept": kept,
             "out": str(out),
         }
     totals = _write_index(out, plan)
@@ -98,7 +96,7 @@ def pretokenize(
         **totals,
         "seconds": seconds,
         "tokens_per_s": totals["tokens"] / max(seconds, 1e-9),
-        "resumed_shards": len(done),
+        "resumed_shards": kept,
         "out": str(out),
     }
 
@@ -140,9 +138,9 @@ def _plan(source: DocumentSource, tok: Tokenizer, spec: str) -> dict[str, Any]:
 
 def _prepare(
     out: Path, plan: dict[str, Any], overwrite: bool, tok: Tokenizer, mine: range
-) -> set[int]:
-    """Make ``out`` ready to write shards ``mine`` with ``tok``; return the shards already
-    finished by an interrupted run of the same ``plan``."""
+) -> list[int]:
+    """Make ``out`` ready to write shards ``mine`` with ``tok``; return those still to write (an
+    interrupted run of the same ``plan`` finished the others)."""
     if (out / INDEX).exists() and not overwrite:
         raise ConfigError(
             f"pretokenize: {out} already holds token shards ({INDEX}); pass --overwrite to replace "
@@ -171,14 +169,14 @@ def _prepare(
     out.mkdir(parents=True, exist_ok=True)
     if saved != plan or overwrite:
         atomic_write_text(out / PLAN, json.dumps(plan, indent=1))
-    done = {v for v in range(plan["shards"]) if _finished(out, v, plan["dtype"])}
+    todo = [v for v in mine if not _finished(out, v, plan["dtype"])]
     # a killed writer's or worker's: these names are this run's alone while it holds the lock
     for half in (p for v in mine for s in SPLITS for p in out.glob(f".{SHARD.format(s, v)}.tmp-*")):
         half.unlink()
     # written over when it changed since a first run: the shards' ids are this one's
     if not (own := out / TOKENIZER_FILE).is_file() or own.read_text() != tok.to_str(pretty=True):
         atomic_write_text(own, tok.to_str(pretty=True))
-    return done
+    return todo
 
 
 def _finished(out: Path, v: int, dtype: str) -> bool:
@@ -192,20 +190,20 @@ def _finished(out: Path, v: int, dtype: str) -> bool:
     return all((path.stat().st_size if path.is_file() else 0) == n for path, n in files)
 
 
-class _Shard:
+class _Shard(ExitStack):
     """The two files (train, held-out) of one output shard, written through temporary names
-    (atomic), and its ``part`` record."""
+    (atomic) that closing it renames into place, and its ``part`` record."""
 
     def __init__(self, out: Path, v: int) -> None:
-        self.out, self.v, self.stack = out, v, ExitStack()
+        super().__init__()
+        self.out, self.v = out, v
         self.part: dict[str, Any] = {
             s: {"file": SHARD.format(s, v), "documents": 0, "tokens": 0} for s in SPLITS
         }
         self.part |= {"empty_documents": 0, "replaced_characters": 0}
-        self.files = {}
-        for split in SPLITS:
-            tmp = self.stack.enter_context(atomic_path(out / self.part[split]["file"]))
-            self.files[split] = self.stack.enter_context(open(tmp, "wb"))  # noqa: SIM115 (closed by the stack)
+        self.files = {
+            s: self.enter_context(atomic_write(out / SHARD.format(s, v), "wb")) for s in SPLITS
+        }
 
     def write(self, split: str, ids: np.ndarray) -> None:
         try:
@@ -217,7 +215,7 @@ class _Shard:
         self.part[split]["tokens"] += len(ids)
 
     def finish(self) -> None:
-        self.stack.close()  # flush, fsync, rename into place
+        self.close()  # flush, fsync, rename into place
         for split in SPLITS:
             path = self.out / self.part[split]["file"]
             if self.part[split]["tokens"] == 0:
@@ -229,32 +227,28 @@ class _Shard:
 
 def _write(
     source: DocumentSource,
-    out: str,
+    out: Path,
     plan: dict[str, Any],
-    mine: tuple[int, ...],
+    mine: list[int],
     progress: Progress | None,
 ) -> None:
     """Write shards ``mine`` of ``plan`` into ``out``, reading their source shards once."""
-    tok = load_tokenizer(Path(out) / TOKENIZER_FILE)
+    tok = load_tokenizer(out / TOKENIZER_FILE)
     ds = source.open()
     s, v_all = ds.num_shards, plan["shards"]
-    cycle, units = document_cycle(s, v_all), {v: reader_plan(s, v_all, v, v_all) for v in mine}
+    units = {v: reader_plan(s, v_all, v, v_all) for v in mine}
     per_mille = plan["holdout"]["per_mille"]
-    open_shards = {v: _Shard(Path(out), v) for v in mine}
     with ExitStack() as unfinished:  # their temporary files removed on an error
-        for target in open_shards.values():
-            unfinished.enter_context(target.stack)
+        open_shards = {v: unfinished.enter_context(_Shard(out, v)) for v in mine}
         for f in sorted({f for plan_v in units.values() for f, _, _ in plan_v}):
-            ranges = [(lo, hi) for plan_v in units.values() for g, lo, hi in plan_v if g == f]
             j = 0  # the number of the batch's first document in the source shard
             for batch in ds.shard(num_shards=s, index=f, contiguous=True).iter(
                 batch_size=plan["tokenize_batch"]
             ):
                 texts, kept = batch[source.text_field], []
                 for i, text in enumerate(texts, j):
-                    if not any(lo <= i % cycle < hi for lo, hi in ranges):
-                        continue
-                    target = open_shards[virtual_shard_of(s, v_all, f, i)]  # one of mine
+                    if (target := open_shards.get(virtual_shard_of(s, v_all, f, i))) is None:
+                        continue  # not one of mine
                     if not isinstance(text, str) or not text.strip():
                         target.part["empty_documents"] += 1
                         continue
@@ -263,44 +257,24 @@ def _write(
                         (target, "held_out" if is_held_out(text, per_mille) else "train", text)
                     )
                 j += len(texts)
-                if kept:
-                    _write_batch(tok, kept, plan, progress)
+                # tokenized together; each to its shard's split, then EOS
+                encodings = tok.encode_batch([text for *_, text in kept], add_special_tokens=False)
+                for (target, split, _), encoding in zip(kept, encodings, strict=True):
+                    ids = [*encoding.ids, plan["eos_id"]]
+                    target.write(split, np.asarray(ids, dtype=plan["dtype"]))
+                if progress is not None and kept:
+                    tokens = sum(len(encoding.ids) + 1 for encoding in encodings)
+                    text_bytes = sum(len(text.encode("utf-8", "replace")) for *_, text in kept)
+                    progress({"documents": len(kept), "tokens": tokens, "text_bytes": text_bytes})
             # every shard's last source shard is among those read: all finish here
             for v in [v for v, plan_v in units.items() if plan_v[-1][0] == f]:
                 open_shards.pop(v).finish()
 
 
-def _write_batch(
-    tok: Tokenizer,
-    kept: list[tuple[_Shard, str, str]],
-    plan: dict[str, Any],
-    progress: Progress | None,
-) -> None:
-    """Tokenize the documents ``kept`` together; each goes to its shard's split, then EOS."""
-    encodings = tok.encode_batch([text for _, _, text in kept], add_special_tokens=False)
-    tokens = text_bytes = 0
-    for (target, split, text), encoding in zip(kept, encodings, strict=True):
-        ids = np.asarray([*encoding.ids, plan["eos_id"]], dtype=plan["dtype"])
-        target.write(split, ids)
-        tokens += len(ids)
-        text_bytes += len(text.encode("utf-8", "replace"))
-    if progress is not None:
-        progress({"documents": len(kept), "tokens": tokens, "text_bytes": text_bytes})
-
-
-_QUEUE: Any = None
-
-
-def _init_worker(queue: Any, threads: int) -> None:
-    global _QUEUE
-    _QUEUE = queue
+def _init_worker(threads: int) -> None:
     # the tokenizer's own thread pool, sized so the workers share the cores, not each take all
     os.environ.setdefault("RAYON_NUM_THREADS", str(threads))
     os.environ.setdefault("RAYON_RS_NUM_CPUS", str(threads))
-
-
-def _write_in_worker(*job: Any) -> None:
-    _write(*job, _QUEUE.put)
 
 
 def _write_all(
@@ -312,22 +286,20 @@ def _write_all(
     progress: Progress | None,
 ) -> None:
     """Write shards ``todo``: here, or split into consecutive runs over ``workers`` processes."""
-    if not todo:  # every shard is finished
-        return None
     workers = min(workers, len(todo))
-    runs = [
-        tuple(todo[w * len(todo) // workers : (w + 1) * len(todo) // workers])
-        for w in range(workers)
-    ]
-    if len(runs) == 1:
-        return _write(source, str(out), plan, runs[0], progress)
+    if workers <= 1:
+        return _write(source, out, plan, todo, progress)
     ctx = multiprocessing.get_context("spawn")  # no forked tokenizer or datasets state
-    queue = ctx.Queue()
     threads = max(1, (os.cpu_count() or 1) // workers)
-    with ProcessPoolExecutor(
-        workers, mp_context=ctx, initializer=_init_worker, initargs=(queue, threads)
-    ) as pool:
-        pending = {pool.submit(_write_in_worker, source, str(out), plan, run) for run in runs}
+    with (
+        ctx.Manager() as manager,
+        ProcessPoolExecutor(
+            workers, mp_context=ctx, initializer=_init_worker, initargs=(threads,)
+        ) as pool,
+    ):
+        queue = manager.Queue()
+        runs = (run.tolist() for run in np.array_split(todo, workers))  # consecutive shards
+        pending = {pool.submit(_write, source, out, plan, run, queue.put) for run in runs}
         while pending:
             finished, pending = wait(pending, timeout=0.2, return_when=FIRST_EXCEPTION)
             _drain(queue, progress)
@@ -337,11 +309,10 @@ def _write_all(
 
 
 def _drain(queue: Any, progress: Progress | None) -> None:
-    with suppress(Empty):
-        while True:
-            update = queue.get_nowait()
-            if progress is not None:
-                progress(update)
+    while not queue.empty():  # this process alone takes from it: get() does not wait
+        update = queue.get()
+        if progress is not None:
+            progress(update)
 
 
 def _write_index(out: Path, plan: dict[str, Any]) -> dict[str, Any]:

@@ -25,7 +25,6 @@ class PackingStats:
     documents: int = 0
     empty_documents: int = 0
     replaced_characters: int = 0
-    tokens: int = 0
     blocks: int = 0
     rows_read: int = (
         0  # documents pulled from the source, own or not (what the reader downloads and parses)

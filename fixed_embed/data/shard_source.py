@@ -13,17 +13,12 @@ from fixed_embed.data.block_order import GLOBAL_POSITION, RankBatches, TokenBloc
 from fixed_embed.data.loader_state import find_states, fingerprint_refusal, saved_loader_state
 from fixed_embed.data.source_settings import SourceSettings
 from fixed_embed.data.token_shards import TokenShards, shard_folder
-from fixed_embed.data.tokenizer import tokenizer_fingerprint
-from fixed_embed.data.validation import spread_document_blocks
+from fixed_embed.data.validation import spread_blocks
 from fixed_embed.errors import DataError
 
 
 class TokenShardSource:
     """``data.train`` (``role`` "train") or ``data.valid`` ("valid") as a token-shard folder."""
-
-    @staticmethod
-    def claims(path: str | None) -> bool:
-        return shard_folder(path) is not None
 
     def __init__(self, data: SourceSettings, role: str) -> None:
         self.data, self.role = data, role
@@ -46,9 +41,7 @@ class TokenShardSource:
         """The shards must have been written with this tokenizer (and, for training, this
         hold-out)."""
         data = self.data
-        self.shards().check_tokenizer(
-            tokenizer_fingerprint(data.tokenizer()), data.tokenizer_path()
-        )
+        self.shards().check_tokenizer(data.tokenizer, data.tokenizer_path)
         if self.role == "train":
             self.shards().check_holdout(data.hparams.holdout_per_mille)
 
@@ -103,7 +96,7 @@ class TokenShardSource:
         where = f"{shards.folder} ({shards.split})"
         if self.data.hparams.val_per_document:
             documents = (shards.tokens(a, b) for a, b in shards.document_spans().tolist())
-            return spread_document_blocks(documents, width, total, where)
+            return spread_blocks(documents, width, total, where)
         n = min(total, shards.block_count(width))
         if n == 0:
             raise DataError(

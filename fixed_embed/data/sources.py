@@ -72,12 +72,9 @@ class DocumentSource:
             files = resolve_files(self.path)
             # order keys only when set: a stream without them matches checkpoints that lack them
             order = {
-                k: v
-                for k, v in (
-                    ("passage_chars", self.passage_chars),
-                    ("shuffle_seed", self.shuffle_seed),
-                )
-                if v is not None
+                key: getattr(self, key)
+                for key in ("passage_chars", "shuffle_seed")
+                if getattr(self, key) is not None
             }
             return {
                 "files": [[f, os.path.getsize(f)] for f in files],

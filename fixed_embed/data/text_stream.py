@@ -26,7 +26,7 @@ from fixed_embed.data.packing import PackedBlocks
 from fixed_embed.data.sharding import virtual_shard_count
 from fixed_embed.data.source_settings import SourceSettings
 from fixed_embed.data.sources import DocumentSource
-from fixed_embed.data.tokenizer import bpe_for_source, tokenizer_fingerprint
+from fixed_embed.data.tokenizer import EOS, bpe_for_source, special_token_id, tokenizer_fingerprint
 from fixed_embed.data.validation import spread_blocks
 from fixed_embed.errors import DataError, MissingFileError
 
@@ -42,10 +42,6 @@ class TextStreamSource:
     """``data.train`` (``role`` "train") or ``data.valid`` ("valid") read as text; ``None``: the
     default corpus."""
 
-    @staticmethod
-    def claims(path: str | None) -> bool:
-        return True  # registered last: whatever no other source claims is text
-
     def __init__(self, data: SourceSettings, role: str) -> None:
         self.data, self.role = data, role
         self.path = data.hparams[role]
@@ -54,7 +50,7 @@ class TextStreamSource:
         """The documents as training reads them if ``reordered`` (passages, seeded order), else
         as the files hold."""
         hp = self.data.hparams
-        path = self.path if self.path is not None else str(default_corpus() / "train.jsonl")
+        path = self.path or str(default_corpus() / "train.jsonl")
         source = DocumentSource(path, hp[f"{self.role}_split"], hp.hub_name, hp.text_field)
         if not reordered:
             return source
@@ -79,19 +75,15 @@ class TextStreamSource:
 
     def stream(self, documents: DocumentSource, **options: Any) -> PackedBlocks:
         hp, data = self.data.hparams, self.data
-        options = {
-            "num_shards": hp.num_shards,
-            "seed": data.seed,
-            "tokenize_batch": hp.tokenize_batch,
-            **options,
-        }
         return PackedBlocks(
             documents,
-            data.tokenizer_path(),
+            data.tokenizer_path,
             data.seq_len,
-            eos_id=data.eos_id(),
+            special_token_id(data.tokenizer, EOS),
+            **{"num_shards": hp.num_shards, **options},
+            seed=data.seed,
             holdout_per_mille=hp.holdout_per_mille,
-            **options,
+            tokenize_batch=hp.tokenize_batch,
         )
 
     def training_stream(
@@ -195,7 +187,7 @@ class TextStreamSource:
         if not held_out:
             return self.documents(), "train"
         if self.path is None:  # the default corpus has its own validation file
-            return DocumentSource(str(default_corpus() / "valid.jsonl"), text_field="text"), "train"
+            return DocumentSource(str(default_corpus() / "valid.jsonl")), "train"
         return self.documents(), "held_out"
 
     def validation_cache(self, held_out: bool) -> BlockCache:
@@ -206,7 +198,7 @@ class TextStreamSource:
             "source": documents.content_stamp(),
             "keep": keep,
             "seq_len": data.seq_len,
-            "tokenizer": tokenizer_fingerprint(data.tokenizer()),
+            "tokenizer": tokenizer_fingerprint(data.tokenizer),
             "num_shards": VALIDATION_SHARDS,
             **{
                 name: hp[name]
@@ -219,31 +211,15 @@ class TextStreamSource:
         """Built once and cached on disk, keyed by everything they depend on (an unreadable file
         is rebuilt)."""
         cache = self.validation_cache(held_out)
-        blocks, seconds = cache.get(
-            lambda: self._build(*self.validation_documents(held_out)), width=self.data.seq_len + 1
-        )
-        if seconds is None:
-            rank_zero_info(f"validation: {len(blocks)} blocks from cache {cache.path}")
-        else:
-            rank_zero_info(
-                f"validation: built {len(blocks)} blocks in {seconds:.1f} s, cached at {cache.path}"
-            )
-        return blocks
+        return cache.get(lambda: self._build(*self.validation_documents(held_out)))
 
     def _build(self, documents: DocumentSource, keep: str) -> torch.Tensor:
-        hp, data, width = self.data.hparams, self.data, self.data.seq_len + 1
-        if hp.val_per_document:  # spread_blocks warns of short documents and names what it refuses
-            return spread_blocks(
-                documents,
-                data.tokenizer(),
-                data.seq_len,
-                hp.val_sequences,
-                data.eos_id(),
-                holdout=(hp.holdout_per_mille, keep),
-            )
+        hp, width = self.data.hparams, self.data.seq_len + 1
         stream = self.stream(
             documents, shuffle_buffer=0, epochs=1, keep=keep, num_shards=VALIDATION_SHARDS
         )
+        if hp.val_per_document:  # spread_blocks warns of short documents and names what it refuses
+            return spread_blocks(stream.documents(), width, hp.val_sequences, documents.path)
         try:
             blocks = list(itertools.islice(stream, hp.val_sequences))
         except (

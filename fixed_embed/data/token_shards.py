@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 from lightning.pytorch.utilities import rank_zero_warn
+from tokenizers import Tokenizer
 
 from fixed_embed.data.tokenizer import load_tokenizer, tokenizer_fingerprint, tokenizer_mismatch
 from fixed_embed.distributed.ranks import is_node_leader
@@ -111,15 +112,16 @@ class TokenShards:
         self._identities = [
             self._check_shard(e, p) for e, p in zip(entries, self.files, strict=True)
         ]
-        self.documents = sum(int(entry.get("documents", 0)) for entry in entries)
-        counts = [int(entry["tokens"]) for entry in entries]
+        self.documents = sum(entry.get("documents", 0) for entry in entries)
+        counts = [entry["tokens"] for entry in entries]
         # token offset of each shard
         self.starts = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
         self.total = int(self.starts[-1])
         self._maps: list[np.memmap | None] = [None] * len(self.files)
 
     def _check_dtype(self, entries: list[dict[str, Any]]) -> str:
-        """The one dtype of the index and its ``entries``; it must hold the vocabulary's ids."""
+        """The one dtype of the index and its ``entries`` (pretokenize's choice for the
+        vocabulary)."""
         where, dtype = self.folder / INDEX, self.index.get("dtype")
         if dtype not in _DTYPES:
             raise DataError(f"{where}: dtype {dtype!r} is not one of {sorted(_DTYPES)}")
@@ -132,17 +134,12 @@ class TokenShards:
                 "runs?): one folder holds one dtype; run `fixed-embed pretokenize --overwrite` "
                 "into it, or use separate folders"
             )
-        if token_dtype(int(self.index["vocab_size"])) != dtype and dtype == "uint16":
-            raise DataError(
-                f"{where}: dtype uint16 cannot hold the ids of a vocabulary of "
-                f"{self.index['vocab_size']}"
-            )
         return dtype
 
     def _check_shard(self, entry: dict[str, Any], path: Path) -> tuple[int, ...]:
         """The shard ``path`` of index ``entry`` as the index says (size, SHA-256); its
         identity."""
-        tokens, where = int(entry["tokens"]), self.folder / INDEX
+        tokens, where = entry["tokens"], self.folder / INDEX
         if not path.is_file():
             raise MissingFileError(
                 f"token shard {path} listed in {where} is missing; copy the whole folder"
@@ -169,20 +166,16 @@ class TokenShards:
         return _identity(path)
 
     @property
-    def eos_id(self) -> int:
-        return int(self.index["eos_id"])
-
-    @property
     def holdout_per_mille(self) -> int:
-        return int(self.index["holdout"]["per_mille"])
+        return self.index["holdout"]["per_mille"]
 
-    def check_tokenizer(self, fingerprint: str, spec: str) -> None:
-        """Refuse a tokenizer other than the one these ids were made with (its fingerprint: its
-        EOS id with it)."""
+    def check_tokenizer(self, tokenizer: Tokenizer, spec: str) -> None:
+        """Refuse a tokenizer (data.tokenizer ``spec``) other than the one these ids were made with
+        (its fingerprint: its EOS id with it)."""
         written = self.index["tokenizer"]
-        if written["fingerprint"] != fingerprint:
+        if written["fingerprint"] != (fingerprint := tokenizer_fingerprint(tokenizer)):
             own, made = load_tokenizer(self.tokenizer_file), f"tokenizer {written.get('spec')}"
-            why = tokenizer_mismatch(own, made, load_tokenizer(spec), f"data.tokenizer {spec}")
+            why = tokenizer_mismatch(own, made, tokenizer, f"data.tokenizer {spec}")
             fix = f"set data.tokenizer: {self.tokenizer_file} (or null)"
             if tokenizer_fingerprint(own) != written["fingerprint"]:  # their own copy changed too
                 why = (
@@ -228,18 +221,13 @@ class TokenShards:
         return {**self.__dict__, "_maps": [None] * len(self.files)}
 
     def tokens(self, start: int, stop: int) -> np.ndarray:
-        """Tokens ``[start, stop)`` of the split's stream (a view when inside one shard, else a
-        copy)."""
-        if not 0 <= start <= stop <= self.total:
-            raise IndexError(
-                f"tokens [{start}, {stop}) outside the {self.total} of {self.folder} ({self.split})"
-            )
-        parts, i = [], int(np.searchsorted(self.starts, start, side="right")) - 1
+        """Tokens ``[start, stop)`` of the split's stream (a copy)."""
+        parts, i = [], np.searchsorted(self.starts, start, side="right") - 1
         while start < stop or not parts:
-            end = min(stop, int(self.starts[i + 1]))
-            parts.append(self._map(i)[start - int(self.starts[i]) : end - int(self.starts[i])])
+            end = min(stop, self.starts[i + 1])
+            parts.append(self._map(i)[start - self.starts[i] : end - self.starts[i]])
             start, i = end, i + 1
-        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+        return np.concatenate(parts)
 
     def block_count(self, block_len: int) -> int:
         """Blocks of ``block_len`` tokens the stream packs into (the remainder, < one block, is
@@ -249,14 +237,13 @@ class TokenShards:
     def blocks(self, indices: np.ndarray, block_len: int) -> np.ndarray:
         """Blocks ``indices`` (in stream order) as an ``int64`` array ``[len(indices),
         block_len]``."""
-        out = np.empty((len(indices), block_len), dtype=np.int64)
-        for row, b in enumerate(indices.tolist()):
-            out[row] = self.tokens(b * block_len, (b + 1) * block_len)
+        blocks = [self.tokens(b * block_len, (b + 1) * block_len) for b in indices.tolist()]
+        out = np.stack(blocks).astype(np.int64)
         # named here, not by the model
-        if len(out) and int(out.max()) >= (vocab := int(self.index["vocab_size"])):
+        if out.max() >= (vocab := self.index["vocab_size"]):
             row, col = np.argwhere(out >= vocab)[0].tolist()
             shard = self.files[
-                int(np.searchsorted(self.starts, indices[row] * block_len + col, "right")) - 1
+                np.searchsorted(self.starts, indices[row] * block_len + col, "right") - 1
             ]
             raise DataError(
                 f"token shard {shard}: block {indices[row]} holds id {out[row, col]}, outside the "
@@ -269,7 +256,7 @@ class TokenShards:
         """``[start, stop)`` of every document (its tokens and EOS) in the stream, as an array
         ``[D, 2]``."""
         ends = (
-            np.flatnonzero(self._map(i) == self.eos_id) + int(self.starts[i]) + 1
+            np.flatnonzero(self._map(i) == self.index["eos_id"]) + self.starts[i] + 1
             for i in range(len(self.files))
         )
         stops = np.concatenate([np.zeros(0, np.int64), *ends])

@@ -10,7 +10,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from tokenizers import Tokenizer
+from tokenizers.implementations import ByteLevelBPETokenizer
 
 from fixed_embed.atomic import atomic_path, atomic_write_text
 from fixed_embed.data.corpus import cache_root
@@ -107,15 +108,6 @@ def kept_copy(tokenizer: Tokenizer) -> str:
         return f"the checkpoint's tokenizer, which could not be copied to {path}: {error.strerror}"
 
 
-def bpe_cache_dir(fingerprint: str, vocab_size: int) -> Path:
-    """The cache folder of the BPE of ``vocab_size`` trained on the corpus with ``fingerprint``."""
-    return (
-        cache_root()
-        / "tokenizers"
-        / f"bpe-{vocab_size}-{hashlib.sha256(fingerprint.encode()).hexdigest()[:16]}"
-    )
-
-
 def bpe_for_source(
     source: DocumentSource,
     vocab_size: int,
@@ -124,10 +116,11 @@ def bpe_for_source(
     overwrite: bool = True,
 ) -> Path:
     """The ``tokenizer.json`` of a byte-level BPE of ``vocab_size`` on ``source``, trained once;
-    without ``out_dir`` in :func:`bpe_cache_dir`, so the CLI and ``TextDataModule`` find the
-    same file and corpora never share one."""
+    without ``out_dir`` in the cache, named by the corpus and the size, so the CLI and
+    ``TextDataModule`` find the same file and corpora never share one."""
     fingerprint = repr(source.fingerprint())
-    out = Path(out_dir) if out_dir is not None else bpe_cache_dir(fingerprint, vocab_size)
+    digest = hashlib.sha256(fingerprint.encode()).hexdigest()[:16]
+    out = Path(out_dir or cache_root() / "tokenizers" / f"bpe-{vocab_size}-{digest}")
     texts = (row[source.text_field] for row in source.open())
     return train_bpe(texts, vocab_size, out, fingerprint, corpus=source.path, overwrite=overwrite)
 
@@ -194,18 +187,9 @@ def train_bpe(
     return target
 
 
-def _train(texts: Iterable[str], vocab_size: int) -> tuple[Tokenizer, dict[str, int]]:
+def _train(texts: Iterable[str], vocab_size: int) -> tuple[ByteLevelBPETokenizer, dict[str, int]]:
     """A byte-level BPE trained on ``texts``, and how many documents (and blank ones) it read."""
-    tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=[EOS],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
+    tokenizer = ByteLevelBPETokenizer(add_prefix_space=False, trim_offsets=False)
     counts = {"documents": 0, "blank": 0}
 
     def counted(texts: Iterable[str]) -> Iterable[str]:
@@ -214,5 +198,7 @@ def _train(texts: Iterable[str], vocab_size: int) -> tuple[Tokenizer, dict[str, 
             counts["blank"] += not text.strip()
             yield text
 
-    tokenizer.train_from_iterator(counted(texts), trainer=trainer)
+    tokenizer.train_from_iterator(
+        counted(texts), vocab_size, min_frequency=0, special_tokens=[EOS], show_progress=False
+    )
     return tokenizer, counts

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 
 import numpy as np
@@ -10,44 +11,14 @@ import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from tokenizers import Tokenizer, decoders
 
-from fixed_embed.data.sharding import is_held_out
-from fixed_embed.data.sources import DocumentSource
 from fixed_embed.errors import ConfigError
 
 
 def spread_blocks(
-    source: DocumentSource,
-    tokenizer: Tokenizer,
-    seq_len: int,
-    total: int,
-    eos_id: int,
-    holdout: tuple[int, str] = (0, "train"),
-) -> torch.Tensor:
-    """``total`` blocks of ``seq_len + 1`` tokens, an equal share (:func:`_shares`) from each
-    document of ``source`` at evenly spaced positions. ``holdout`` (per mille, keep): the
-    packer's hash hold-out, for a hold-out of train."""
-    per_mille, keep = holdout
-
-    def documents():
-        for batch in source.open().iter(batch_size=16):
-            texts = [
-                t
-                for t in batch[source.text_field]
-                if isinstance(t, str)
-                and t.strip()
-                and is_held_out(t, per_mille) == (keep == "held_out")
-            ]
-            for encoding in tokenizer.encode_batch(texts, add_special_tokens=False):
-                yield [*encoding.ids, eos_id]
-
-    return spread_document_blocks(documents(), seq_len + 1, total, source.path)
-
-
-def spread_document_blocks(
     documents: Iterable[Sequence[int]], width: int, total: int, where: str
 ) -> torch.Tensor:
-    """:func:`spread_blocks` from documents already tokenized (each its ids + EOS): token shards
-    use it too."""
+    """``total`` blocks of ``width`` tokens, an equal share (:func:`_shares`) from each of
+    ``documents`` (each its ids + EOS) at evenly spaced positions; ``where``: their source."""
     blocks = (
         torch.from_numpy(np.asarray(ids[: len(ids) // width * width], dtype=np.int64))
         for ids in documents
@@ -105,7 +76,7 @@ def token_bytes(tokenizer: Tokenizer) -> torch.Tensor:
         if byte_level:  # one vocabulary character per byte (GPT-2's byte-to-unicode map)
             lengths[i] = len(token)
         else:  # SentencePiece-style vocabularies: "▁" is a space, "<0xNN>" one byte
-            is_byte = len(token) == 6 and token.startswith("<0x") and token.endswith(">")
+            is_byte = re.fullmatch("<0x..>", token)
             lengths[i] = 1 if is_byte else len(token.replace("\u2581", " ").encode("utf-8"))
     return lengths
 

@@ -20,35 +20,28 @@ _FAILED, _STOP = "fixed_embed/failed", "fixed_embed/stop"
 
 
 class RankWatch:
-    def __init__(self, store: dist.Store | None, rank: int, poll_s: float = 1.0) -> None:
+    def __init__(self, store: dist.Store, rank: int, poll_s: float = 1.0) -> None:
         self.store, self.rank, self.poll_s = store, rank, poll_s
         self.stop_requested = self._publish = self._failed = False
         self._closing = threading.Event()
-        self._thread: threading.Thread | None = None
-        if store is not None:
-            self._thread = threading.Thread(
-                target=self._watch, name="fixed-embed-rank-watch", daemon=True
-            )
-            self._thread.start()
+        self._thread = threading.Thread(
+            target=self._watch, name="fixed-embed-rank-watch", daemon=True
+        )
+        self._thread.start()
 
     def request_stop(self) -> None:
         """This rank wants every rank to stop (a flag: safe in a signal handler)."""
         self._publish = True
-        if self.store is None:
-            self.stop_requested = True
 
     def fail(self, message: str) -> None:
         """Tell every other rank that this one failed; they exit with status 1."""
-        if self.store is None:
-            return
         self._failed = True  # this rank ends with its own error: stop reading others'
         with contextlib.suppress(Exception):  # the store may be gone (rank 0 failed first)
             self.store.set(_FAILED, f"rank {self.rank}: {message}")
 
     def close(self) -> None:
         self._closing.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=2 * self.poll_s + 1)
+        self._thread.join(timeout=2 * self.poll_s + 1)
 
     def _watch(self) -> None:
         while not self._closing.wait(self.poll_s):
@@ -80,13 +73,12 @@ _current: RankWatch | None = None
 
 
 def start(poll_s: float) -> None:
-    """The process's watch, started on the default process group's store (a local-only one
-    without)."""
+    """The process's watch, started on the default process group's store (none in a process
+    alone: its own stop request and failure reach all there is)."""
     global _current
-    if _current is None:
-        distributed = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
-        store = dist.distributed_c10d._get_default_store() if distributed else None
-        _current = RankWatch(store, dist.get_rank() if store is not None else 0, poll_s)
+    distributed = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+    if _current is None and distributed:
+        _current = RankWatch(dist.distributed_c10d._get_default_store(), dist.get_rank(), poll_s)
 
 
 def current() -> RankWatch | None:
@@ -114,9 +106,8 @@ def note_lost_ranks(trainer: Any) -> None:
     """On rank 0 under Lightning's DDP launcher: print the first rank whose process has died
     (given a second to be reaped, as this runs while handling the exception its death caused)."""
     global _lost
-    launcher = getattr(trainer.strategy, "launcher", None)
-    procs = list(getattr(launcher, "procs", None) or [])
-    if not procs:
+    launcher = trainer.strategy.launcher  # its local ranks' processes, when it started them
+    if not (procs := getattr(launcher, "procs", None)):
         return
     deadline = time.monotonic() + 1.0
     while not (
@@ -128,9 +119,7 @@ def note_lost_ranks(trainer: Any) -> None:
             return
         time.sleep(0.05)
     local, code = dead[0]
-    environment = getattr(launcher, "cluster_environment", None)
-    node = environment.node_rank() if environment is not None else 0
-    rank = node * getattr(launcher, "num_processes", len(procs) + 1) + local
+    rank = launcher.cluster_environment.node_rank() * launcher.num_processes + local
     name = signal.Signals(-code).name if -code in set(signal.Signals) else "?"
     how = f"exited with signal {-code} ({name})" if code < 0 else f"exited with status {code}"
     _lost = f"rank {rank} {how}; relaunch with --ckpt_path last"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -26,9 +27,9 @@ _LLAMA_MODULES = {
 }
 
 
-def check_export_dir(out: str | os.PathLike, overwrite: bool = False) -> Path:
-    """``out`` as a Path if an export may go there (missing, empty, or with ``overwrite`` an
-    export); else raises."""
+def check_export_dir(out: str | os.PathLike, overwrite: bool = False) -> None:
+    """Raise unless an export may go to ``out``: missing, empty, or with ``overwrite`` an
+    export."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"export path {out} is a file, not a folder; choose a folder")
@@ -43,20 +44,16 @@ def check_export_dir(out: str | os.PathLike, overwrite: bool = False) -> Path:
                 f"export folder {out} is not empty and is not an earlier export (no {MARKER}): "
                 "--overwrite only replaces exports; choose another folder"
             )
-    return out
 
 
 def llama_state_dict(model: LanguageModel) -> dict[str, torch.Tensor]:
     """Our weights under transformers' Llama names (a fixed interface materialised as
     embed_tokens)."""
     decoder = model.decoder
-    table = getattr(decoder.interface, "table", None)
-    if table is None:
-        raise ValueError(
-            f"{type(decoder.interface).__name__} cannot be written as a Llama embed_tokens table: "
-            "it has no table() giving the vector of every id"
-        )
-    state = {"model.embed_tokens.weight": table(), "model.norm.weight": decoder.norm.weight}
+    state = {
+        "model.embed_tokens.weight": decoder.interface.table(),
+        "model.norm.weight": decoder.norm.weight,
+    }
     if not decoder.config.tie_embeddings:
         state["lm_head.weight"] = decoder.head.weight
     for name, weight in decoder.layers.named_parameters():  # "0.attn.q_proj.weight", ...
@@ -76,8 +73,7 @@ def export_llama(
     whole; return it."""
     import transformers
 
-    config = model.decoder.config
-    out = check_export_dir(out, overwrite)
+    config, out = model.decoder.config, Path(out)
     eos = special_token_id(tokenizer, EOS)
     hf_config = transformers.LlamaConfig(
         vocab_size=config.vocab_size,
@@ -91,9 +87,6 @@ def export_llama(
         rms_norm_eps=config.norm_eps,
         rope_theta=config.rope_theta,
         tie_word_embeddings=config.tie_embeddings,
-        attention_bias=False,
-        mlp_bias=False,
-        hidden_act="silu",
         bos_token_id=eos,
         eos_token_id=eos,
         torch_dtype=dtype,
@@ -104,9 +97,7 @@ def export_llama(
         writing(out),
         atomic_folder(out) as tmp,
     ):
-        check_export_dir(
-            out, overwrite
-        )  # again, under its lock: an export that ended meanwhile is kept
+        check_export_dir(out, overwrite)  # under its lock: an export that ended meanwhile is kept
         hf_config.save_pretrained(tmp)
         save_file(state, tmp / "model.safetensors", metadata={"format": "pt"})
         fast = transformers.PreTrainedTokenizerFast(
@@ -119,6 +110,6 @@ def export_llama(
         fast.save_pretrained(tmp)
         marker = {**getattr(model, "provenance", {}), "interface": model.decoder.interface.spec()}
         (tmp / MARKER).write_text(
-            json.dumps({**marker, "decoder": config.to_dict()}, indent=2) + "\n"
+            json.dumps({**marker, "decoder": asdict(config)}, indent=2) + "\n"
         )
     return out

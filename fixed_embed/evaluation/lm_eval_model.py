@@ -4,7 +4,6 @@ for console to route."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import nullcontext
 from itertools import groupby
 from typing import Any
 
@@ -14,7 +13,7 @@ import torch.nn.functional as F
 from lm_eval import utils as lm_utils
 from lm_eval.api.model import TemplateLM
 from lm_eval.api.registry import register_model
-from lm_eval.models.utils import Collator
+from lm_eval.models.utils import Collator, chunks, postprocess_generated_text
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
@@ -78,7 +77,7 @@ class FixedEmbedLM(TemplateLM):
         if module is None:
             device = device or ("cuda" if torch.cuda.is_available() else "cpu")
             module, tokenizer_object = load_checkpoint(checkpoint, tokenizer, device)
-        self.module, self.tok = module, tokenizer_object
+        self.module, self.tok, self._device = module, tokenizer_object, module.device
         self.max_length = int(max_length or module.config.max_seq_len)
         if not 1 <= self.max_length <= module.config.max_seq_len:
             raise ValueError(
@@ -88,11 +87,9 @@ class FixedEmbedLM(TemplateLM):
         if dtype not in ("auto", "bfloat16", "float32"):
             raise ValueError(f"dtype must be auto, bfloat16 or float32, got {dtype!r}")
         cuda_bf16 = self.device.type == "cuda" and torch.cuda.is_bf16_supported()
-        self.bf16, self.interrupt = (
-            dtype == "bfloat16" or (dtype == "auto" and cuda_bf16),
-            interrupt,
-        )
-        if distributed and dist.is_available() and dist.is_initialized():
+        self.bf16 = dtype == "bfloat16" or (dtype == "auto" and cuda_bf16)
+        self.interrupt = interrupt
+        if distributed:
             self._rank, self._world_size = dist.get_rank(), dist.get_world_size()
 
     def _check_interrupt(self) -> None:
@@ -124,30 +121,24 @@ class FixedEmbedLM(TemplateLM):
     def eot_token_id(self) -> int:
         return self._eot
 
-    @property
-    def device(self) -> torch.device:
-        return self.module.device
-
     def tok_encode(
         self, string: str, add_special_tokens: bool | None = None, **kwargs: Any
     ) -> list[int]:
         return self.tok.encode(string, add_special_tokens=bool(add_special_tokens)).ids
 
-    def tok_decode(self, tokens: list[int], skip_special_tokens: bool = True) -> str:
-        return self.tok.decode(tokens, skip_special_tokens=skip_special_tokens)
+    def tok_decode(self, tokens: list[int]) -> str:
+        """The text of ``tokens``, end-of-text tokens included (stop sequences may hold them)."""
+        return self.tok.decode(tokens, skip_special_tokens=False)
 
     def _loglikelihood_tokens(
-        self,
-        requests: list[tuple[Any, list, list]],
-        disable_tqdm: bool = False,
-        override_bs: int | None = None,
+        self, requests: list[tuple[Any, list, list]], disable_tqdm: bool = False
     ) -> list[tuple[float, bool]]:
         collator = Collator(requests, sort_fn=lambda r: (-len(r[1] + r[2]), tuple(r[1] + r[2])))
         results = []
         progress = tqdm(
             total=len(requests), disable=disable_tqdm or self.rank != 0, desc="loglikelihood"
         )
-        for chunk in collator.get_batched(n=override_bs or self.batch_size):
+        for chunk in collator.get_batched(n=self.batch_size):
             self._check_interrupt()
             inputs = []
             for _, context, continuation in chunk:
@@ -157,9 +148,8 @@ class FixedEmbedLM(TemplateLM):
                     )
                 if len(continuation) > self.max_length:
                     raise ValueError(
-                        f"a continuation of {len(continuation)} tokens cannot be scored within the "
-                        "context "
-                        f"length {self.max_length}"
+                        f"a continuation of {len(continuation)} tokens cannot be scored "
+                        f"within the context length {self.max_length}"
                     )
                 inputs.append((context + continuation)[-(self.max_length + 1) :][:-1])
             logits = self._logits(inputs)
@@ -182,9 +172,8 @@ class FixedEmbedLM(TemplateLM):
     def loglikelihood_rolling(self, requests: list, disable_tqdm: bool = False) -> list[float]:
         windows, owners = [], []
         for index, (string,) in enumerate(req.args for req in requests):
-            tokens = self.tok_encode(string)
             rolling = lm_utils.get_rolling_token_windows(
-                tokens, self.prefix_token_id, self.max_length, context_len=1
+                self.tok_encode(string), self.prefix_token_id, self.max_length, context_len=1
             )
             for context, target in map(lm_utils.make_disjoint_window, rolling):
                 windows.append((None, context, target))
@@ -214,7 +203,7 @@ class FixedEmbedLM(TemplateLM):
                 "generation "
                 "tasks with fixed-embed eval on the (consolidated) checkpoint"
             )
-        jobs, eot = [], self.tok_decode([self.eot_token_id], skip_special_tokens=False)
+        jobs, eot = [], self.tok_decode([self.eot_token_id])
         for context, gen_kwargs in (req.args for req in requests):
             kwargs = gen_kwargs or {}
             if kwargs.get("do_sample", False) and kwargs.get("temperature", 0.0) > 0:
@@ -226,17 +215,13 @@ class FixedEmbedLM(TemplateLM):
             limit = int(kwargs.get("max_gen_toks", self.max_gen_toks))
             jobs.append((self.tok_encode(context), [*until, eot], limit))
         # Batch equal-length contexts: no padding, no attention mask needed while generating.
-        order = sorted(range(len(jobs)), key=lambda i: (-len(jobs[i][0]), i))
+        order = sorted(range(len(jobs)), key=lambda i: -len(jobs[i][0]))
         outputs: list[str] = [""] * len(jobs)
         progress = tqdm(
             total=len(jobs), disable=disable_tqdm or self.rank != 0, desc="generate_until"
         )
         for _, same_length in groupby(order, key=lambda i: len(jobs[i][0])):
-            same_length = list(same_length)
-            for group in (
-                same_length[i : i + self.batch_size]
-                for i in range(0, len(same_length), self.batch_size)
-            ):
+            for group in chunks(same_length, self.batch_size):
                 if self.world_size == 1:
                     self._check_interrupt()
                 for index, text in zip(group, self._greedy([jobs[i] for i in group]), strict=True):
@@ -253,17 +238,9 @@ class FixedEmbedLM(TemplateLM):
         batch = torch.nn.utils.rnn.pad_sequence(
             rows, batch_first=True, padding_value=self.eot_token_id
         )
-        was_training = self.module.training
-        self.module.eval()
-        try:
-            with (
-                torch.autocast(self.device.type, dtype=torch.bfloat16)
-                if self.bf16
-                else nullcontext()
-            ):
-                return self.module(batch.to(self.device))
-        finally:
-            self.module.train(was_training)
+        # no mode to set: the model has no layer that trains differently
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+            return self.module(batch.to(self.device))
 
     def _greedy(self, jobs: list[tuple[list[int], list[str], int]]) -> list[str]:
         """Equal-length contexts, decoded together; every row takes a token each step so they
@@ -277,15 +254,11 @@ class FixedEmbedLM(TemplateLM):
             for row, token in enumerate(self._logits(inputs)[:, -1].argmax(-1).tolist()):
                 generated[row].append(token)
             if all(
-                len(tokens) >= limit
-                or any(stop in self.tok_decode(tokens, False) for stop in until)
+                len(tokens) >= limit or any(stop in self.tok_decode(tokens) for stop in until)
                 for tokens, (_, until, limit) in zip(generated, jobs, strict=True)
             ):
                 break
-        texts = []
-        for tokens, (_, until, limit) in zip(generated, jobs, strict=True):
-            text = self.tok_decode(tokens[:limit], skip_special_tokens=False)
-            for stop in until:
-                text = text.split(stop)[0]
-            texts.append(text)
-        return texts
+        return [
+            postprocess_generated_text(self.tok_decode(tokens[:limit]), until, None)
+            for tokens, (_, until, limit) in zip(generated, jobs, strict=True)
+        ]

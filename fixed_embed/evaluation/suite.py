@@ -152,10 +152,10 @@ def check_tasks(tasks: Iterable[str], include_path: Iterable[str | os.PathLike] 
 
 
 def run_label(checkpoint: str | os.PathLike) -> str:
-    """``logs/tiny/gf2/default/step=00000050.ckpt`` for
+    """``logs/tiny/gf2/default/step=00000050.ckpt`` for the absolute path of
     ``logs/tiny/gf2/default/checkpoints/step=00000050.ckpt``: the path from the working folder
     (logs/demo/tiny/gf2 is not logs/tiny/gf2); outside it, the last three folders."""
-    path = Path(os.path.abspath(Path(checkpoint).expanduser()))
+    path = Path(checkpoint)
     if path.is_relative_to(Path.cwd()):
         return "/".join(
             p for p in path.relative_to(Path.cwd()).parts if p not in ("checkpoints", "ckpt")

@@ -38,14 +38,3 @@ def check_task_data(tasks: Iterable[str], manager: Any, instead: str = IN_LOOP) 
             "Face cache "
             "(HF_HOME / HF_DATASETS_CACHE)"
         )
-
-
-def prefetch_tasks(tasks: Iterable[str], manager: Any) -> list[str]:
-    """Build every task once (downloading its data into the Hugging Face cache); the tasks done,
-    in order."""
-    from lm_eval.tasks import get_task_dict
-
-    done = sorted(set(tasks))
-    for task in done:
-        get_task_dict([task], manager)
-    return done

@@ -22,15 +22,12 @@ class InputInterface(nn.Module):
 
     #: True when the interface has no trainable state (its output is a fixed function of the id).
     fixed: bool = False
-    #: The persistent buffer that fixes the code, if any: a checkpoint holding another is refused.
+    #: The persistent buffer that fixes the code, if any: a checkpoint holding another than
+    #: ``code_from_options()`` gives (it, and those options in words) is refused.
     code_buffer: str | None = None
 
     def __init__(self, vocab_size: int, d_model: int) -> None:
-        super().__init__()
-        if not isinstance(vocab_size, int) or vocab_size < 2:
-            raise ValueError(f"vocab_size must be an integer >= 2, got {vocab_size!r}")
-        if not isinstance(d_model, int) or d_model < 1:
-            raise ValueError(f"d_model must be a positive integer, got {d_model!r}")
+        super().__init__()  # both checked by DecoderConfig's types
         self.vocab_size, self.d_model = vocab_size, d_model
 
     @classmethod
@@ -46,6 +43,12 @@ class InputInterface(nn.Module):
     def expected_norm(self, ids: torch.Tensor) -> torch.Tensor:
         """The L2 norm each id's output vector should have (shape of ``ids``)."""
         raise NotImplementedError
+
+    @torch.no_grad()
+    def table(self) -> torch.Tensor:
+        """The V x d matrix this interface computes, materialised (for export)."""
+        device = next(self.buffers(), next(self.parameters(), torch.empty(0))).device
+        return self(torch.arange(self.vocab_size, device=device))
 
     def spec(self) -> dict[str, Any]:
         """``{"class_path", "init_args"}`` that rebuilds this interface (vocab_size and d_model
@@ -73,10 +76,6 @@ class InputInterface(nn.Module):
                 f"token ids must lie in [0, {self.vocab_size - 1}], got min {lo} and max {hi}"
             )
 
-    def code_from_options(self) -> tuple[torch.Tensor, str]:
-        """What the options give :attr:`code_buffer`, and those options in words."""
-        raise NotImplementedError
-
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
         stored = state_dict.get(prefix + self.code_buffer) if self.code_buffer else None
         if stored is not None and stored.device.type != "meta":
@@ -90,9 +89,6 @@ class InputInterface(nn.Module):
                     f"the checkpoint's {self.code_buffer} differs from the one {options} gives"
                 )
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
-
-    def extra_repr(self) -> str:
-        return f"vocab_size={self.vocab_size}, d_model={self.d_model}"
 
 
 def _class_path(cls: type) -> str:

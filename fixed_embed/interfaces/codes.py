@@ -72,24 +72,6 @@ def gf2_rank(rows: Sequence[int]) -> int:
     return len(pivots)
 
 
-def gf2_inverse(rows: Sequence[int], width: int) -> list[int]:
-    """Row masks of A^-1 over GF(2); raises ConfigError naming the rank if A is singular."""
-    # Gauss-Jordan on the augmented [A | I], each augmented row packed as one int.
-    aug = [rows[r] | (1 << (width + r)) for r in range(width)]
-    for col in range(width):
-        pivot = next((r for r in range(col, width) if (aug[r] >> col) & 1), None)
-        if pivot is None:
-            raise ConfigError(
-                f"GF(2) matrix is singular (rank {gf2_rank(rows)} < {width}); a recoding must be "
-                "invertible so that every token keeps a distinct code"
-            )
-        aug[col], aug[pivot] = aug[pivot], aug[col]
-        for r in range(width):
-            if r != col and (aug[r] >> col) & 1:
-                aug[r] ^= aug[col]
-    return [row >> width for row in aug]
-
-
 def _seeded_words(seed: int, label: str):
     """Endless 64-bit words, SHA-256 in counter mode: unlike torch's or NumPy's RNG, the same on
     every version."""

@@ -26,7 +26,7 @@ class PermutedCodeInput(BinaryCodeInput):
     """Binary codes assigned by a random injective (not linear) map fixed by ``code_seed``
     (token 0's too; stored)."""
 
-    max_code_width = 24  # a 2^K inverse table, and a shuffle of 2^K Python ints
+    max_code_width = 24  # a shuffle of 2^K Python ints
     code_buffer = "assignment"
 
     def __init__(
@@ -43,27 +43,16 @@ class PermutedCodeInput(BinaryCodeInput):
         self.register_buffer(
             "assignment", torch.empty(vocab_size, dtype=torch.int64), persistent=True
         )
-        self.register_buffer(
-            "inverse", torch.empty(2**self.code_width, dtype=torch.int64), persistent=False
-        )
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
         self.assignment.copy_(torch.tensor(self._codes, dtype=torch.int64))
-        self.inverse.fill_(-1)  # codes no id uses decode to -1
-        self.inverse[self.assignment] = torch.arange(self.vocab_size, device=self.inverse.device)
 
     def code_from_options(self) -> tuple[torch.Tensor, str]:
         return torch.tensor(self._codes, dtype=torch.int64), f"code_seed={self.code_seed}"
 
     def encode(self, ids: torch.Tensor) -> torch.Tensor:
         return self.assignment[ids.to(torch.int64)]
-
-    def decode_codes(self, codes: torch.Tensor) -> torch.Tensor:
-        return self.inverse[codes.to(torch.int64)]
-
-    def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, code_seed={self.code_seed}"
 
 
 class RandomCodeInput(InputInterface):
@@ -130,16 +119,6 @@ class RandomCodeInput(InputInterface):
     def expected_norm(self, ids: torch.Tensor) -> torch.Tensor:
         return tiled_norm(self.codes[ids], self.d_model)
 
-    def table(self) -> torch.Tensor:
-        return tile(self.codes, self.d_model)
-
-    def extra_repr(self) -> str:
-        match = ", norm-matched" if self.norm_match else ""
-        return (
-            f"{super().extra_repr()}, {self.distribution} K={self.code_width}, "
-            f"code_seed={self.code_seed}{match}"
-        )
-
 
 class LowRankLearnedInput(InputInterface):
     """A trainable K-dim vector per token, tiled to d; ``init``: ``binary`` (as binary16) or
@@ -181,12 +160,6 @@ class LowRankLearnedInput(InputInterface):
     def expected_norm(self, ids: torch.Tensor) -> torch.Tensor:
         return tiled_norm(self.weight.detach()[ids], self.d_model)
 
-    def table(self) -> torch.Tensor:
-        return tile(self.weight.detach(), self.d_model)
-
-    def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, K={self.code_width}, init={self.init}"
-
 
 class NormMatchedLearnedInput(LearnedInput):
     """A learned V x d table, each output row rescaled to the norm of the id's 0/1 code (token
@@ -199,10 +172,6 @@ class NormMatchedLearnedInput(LearnedInput):
 
     def expected_norm(self, ids: torch.Tensor) -> torch.Tensor:
         return binary_code_norm(ids, self.vocab_size, self.d_model)
-
-    def table(self) -> torch.Tensor:
-        with torch.no_grad():
-            return self.forward(torch.arange(self.vocab_size, device=self.weight.device))
 
 
 def _fingerprint(table: torch.Tensor) -> torch.Tensor:

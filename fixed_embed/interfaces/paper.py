@@ -15,7 +15,7 @@ from fixed_embed.interfaces.codes import (
     bits_of,
     decode_bits,
     gf2_apply,
-    gf2_inverse,
+    gf2_rank,
     matrix_from_rows,
     random_invertible_gf2,
     rows_from_matrix,
@@ -43,17 +43,13 @@ class LearnedInput(InputInterface):
     def expected_norm(self, ids: torch.Tensor) -> torch.Tensor:
         return self.weight.detach()[ids].float().norm(dim=-1)
 
-    def table(self) -> torch.Tensor:
-        """The V x d matrix this interface computes (for export)."""
-        return self.weight.detach()
-
 
 class BinaryCodeInput(InputInterface):
     """The id's K-bit little-endian code (0/1, or -1/+1 if ``bipolar``; K: ceil(log2 V) unless
     given), tiled to d."""
 
     fixed = True
-    max_code_width = 62  # codes are int64 (the permuted control's 2^K inverse table allows fewer)
+    max_code_width = 62  # codes are int64 (the permuted control's 2^K shuffle allows fewer)
 
     def __init__(
         self, vocab_size: int, d_model: int, code_width: int | None = None, bipolar: bool = False
@@ -82,22 +78,10 @@ class BinaryCodeInput(InputInterface):
         """Integer code of each id (the identity here; recodings override it)."""
         return ids.to(torch.int64)
 
-    def decode_codes(self, codes: torch.Tensor) -> torch.Tensor:
-        """Inverse of :meth:`encode`."""
-        return codes.to(torch.int64)
-
     def bits(self, ids: torch.Tensor) -> torch.Tensor:
         """The K-bit code of each id: ``ids.shape + (K,)``, int64 0/1, element 0 = least
         significant bit."""
         return bits_of(self.encode(ids), self.code_width)
-
-    def decode(self, bits: torch.Tensor) -> torch.Tensor:
-        """Ids from K-bit codes (last dim K): the inverse of :meth:`bits`."""
-        if bits.shape[-1] != self.code_width:
-            raise ValueError(
-                f"expected codes with last dim K = {self.code_width}, got shape {tuple(bits.shape)}"
-            )
-        return self.decode_codes(decode_bits(bits))
 
     def values(self, ids: torch.Tensor) -> torch.Tensor:
         """The K code values of each id: the bits (0/1), or 2 bits - 1 (-1/+1) when bipolar."""
@@ -112,16 +96,6 @@ class BinaryCodeInput(InputInterface):
         """0/1: sqrt(popcount(code) * floor(d/K) + popcount of the truncated copy's bits);
         -1/+1: sqrt(d)."""
         return tiled_norm(self.values(ids), self.d_model)
-
-    def table(self) -> torch.Tensor:
-        """The V x d matrix this interface computes, materialised (for export only)."""
-        device = next(self.buffers(), torch.empty(0)).device
-        return self.forward(torch.arange(self.vocab_size, device=device))
-
-    def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, code_width={self.code_width}" + (
-            ", bipolar" if self.bipolar else ""
-        )
 
 
 class GF2CodeInput(BinaryCodeInput):
@@ -145,12 +119,11 @@ class GF2CodeInput(BinaryCodeInput):
         width = self.code_width
         self.code_seed = code_seed
         self.matrix = [list(map(int, r)) for r in matrix] if matrix is not None else None
-        gf2_inverse(self._defined_rows(), width)  # raises for a wrongly sized or singular matrix
+        self._defined_rows()  # raises for a wrongly sized or singular matrix
         self.offset = _offset_mask(offset, width)  # the K-bit offset b as an integer mask
         self.register_buffer(
             "code_matrix", torch.empty(width, width, dtype=torch.uint8), persistent=True
         )
-        self.register_buffer("rows", torch.empty(width, dtype=torch.int64), persistent=False)
         self.reset_parameters()
 
     def _defined_rows(self) -> list[int]:
@@ -168,31 +141,23 @@ class GF2CodeInput(BinaryCodeInput):
                 f"matrix must be K x K = {self.code_width} x {self.code_width} for vocab_size "
                 f"{self.vocab_size}, got {k} rows{f': set code_width {k}' if fits else ''}"
             )
+        if (rank := gf2_rank(rows)) < self.code_width:
+            raise ConfigError(
+                f"GF(2) matrix is singular (rank {rank} < {self.code_width}); a recoding must be "
+                "invertible so that every token keeps a distinct code"
+            )
         return rows
 
     def reset_parameters(self) -> None:
-        """(Re)compute the buffers from the options, e.g. after meta-device init."""
-        rows = self._defined_rows()
-        self.code_matrix.copy_(matrix_from_rows(rows, self.code_width))
-        self.rows.copy_(torch.tensor(rows, dtype=torch.int64))
+        """(Re)compute the matrix from the options, e.g. after meta-device init."""
+        self.code_matrix.copy_(matrix_from_rows(self._defined_rows(), self.code_width))
 
     def code_from_options(self) -> tuple[torch.Tensor, str]:
         source = f"code_seed={self.code_seed}" if self.matrix is None else "the explicit matrix"
         return matrix_from_rows(self._defined_rows(), self.code_width), source
 
     def encode(self, ids: torch.Tensor) -> torch.Tensor:
-        return gf2_apply(self.rows, ids) ^ self.offset
-
-    def decode_codes(self, codes: torch.Tensor) -> torch.Tensor:
-        # Only decoding (tests, analysis) needs A^-1: derived from the rows in use, not kept.
-        inverse = torch.tensor(
-            gf2_inverse(self.rows.tolist(), self.code_width), device=self.rows.device
-        )
-        return gf2_apply(inverse, codes.to(torch.int64) ^ self.offset)
-
-    def extra_repr(self) -> str:
-        source = f"code_seed={self.code_seed}" if self.matrix is None else "explicit matrix"
-        return f"{super().extra_repr()}, {source}, offset={self.offset:#x}"
+        return gf2_apply(decode_bits(self.code_matrix), ids) ^ self.offset  # A's row masks
 
 
 def _offset_mask(offset: int | Sequence[int], width: int) -> int:

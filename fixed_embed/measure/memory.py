@@ -15,7 +15,7 @@ from torch import nn
 from fixed_embed.distributed.fsdp import shards_parameters
 from fixed_embed.errors import ConfigError
 from fixed_embed.model.accounting import parameter_count
-from fixed_embed.model.decoder import Decoder, DecoderConfig
+from fixed_embed.model.decoder import DecoderConfig
 from fixed_embed.model.loss import DEFAULT_LOSS_CHUNK_TOKENS
 
 ActivationMode = Literal["float32", "mixed", "bfloat16"]
@@ -41,6 +41,30 @@ def optimizer_state_bytes(n_trainable: int) -> int:
 
 
 @dataclass(frozen=True)
+class RunShape:
+    """What a run's memory depends on besides the model (``seq_len`` None: the model's context)."""
+
+    micro_batch: int
+    seq_len: int | None = None
+    precision: Any = "32-true"
+    world_size: int = 1
+    sharded: bool = False
+    accumulate: int = 1
+
+    @classmethod
+    def of(cls, trainer: Any) -> RunShape | None:
+        """The shape of what ``trainer`` is about to fit (None without a datamodule giving
+        ``batch_size``)."""
+        datamodule = getattr(trainer, "datamodule", None)
+        micro_batch = getattr(datamodule, "batch_size", None)
+        if not isinstance(micro_batch, int):
+            return None
+        seq_len, sharded = getattr(datamodule, "seq_len", None), shards_parameters(trainer.strategy)
+        accumulate = getattr(trainer, "accumulate_grad_batches", 1)
+        return cls(micro_batch, seq_len, trainer.precision, trainer.world_size, sharded, accumulate)
+
+
+@dataclass(frozen=True)
 class MemoryEstimate:
     """Per-GPU training memory in bytes; activations and logits are per micro-batch."""
 
@@ -53,10 +77,7 @@ class MemoryEstimate:
     logits_chunked: int  # the loss's peak, chunked (loss_chunk_tokens)
     activation_checkpointing: bool
     loss_chunk_tokens: int | None
-    micro_batch: int
-    seq_len: int
-    world_size: int
-    sharded: bool
+    run: RunShape  # its seq_len the context estimated for
     mode: ActivationMode
     # What `total` leaves out and `allocated` counts:
     autocast_weights: int  # autocast's 16-bit copies of the matmul weights, saved for backward
@@ -65,7 +86,6 @@ class MemoryEstimate:
     # FSDP2: unsharded parameters (root, head, 2 blocks) and, syncing, 2 blocks' gradients
     fsdp_gathered: int
     unsharded_gradients: int  # FSDP2 accumulating without reduce-scatter: the full gradients
-    accumulate: int
 
     @property
     def model_state(self) -> int:
@@ -102,7 +122,7 @@ class MemoryEstimate:
 
     @property
     def device_overhead(self) -> int:
-        return CUDA_CONTEXT_BYTES + (NCCL_BYTES if self.world_size > 1 else 0)
+        return CUDA_CONTEXT_BYTES + (NCCL_BYTES if self.run.world_size > 1 else 0)
 
     @property
     def required(self) -> int:
@@ -115,7 +135,8 @@ class MemoryEstimate:
     def rows(self) -> list[tuple[str, int]]:
         """(label, bytes); ``*`` marks the alternatives the configuration uses, which ``total``
         adds up."""
-        shard = f" / {self.world_size} (FSDP)" if self.sharded and self.world_size > 1 else ""
+        world, sharded = self.run.world_size, self.run.sharded
+        shard = f" / {world} (FSDP)" if sharded and world > 1 else ""
         ac, chunked = self.activation_checkpointing, bool(self.loss_chunk_tokens)
         chunk = self.loss_chunk_tokens or DEFAULT_LOSS_CHUNK_TOKENS
         synced = "" if self.unsharded_gradients else " + 2 blocks' gradients"
@@ -135,7 +156,7 @@ class MemoryEstimate:
             ("backward: gradients of one block's activations", self.backward_transient),
             (f"FSDP2: gathered parameters (root, head, 2 blocks){synced}", self.fsdp_gathered),
             (
-                f"FSDP2: unsharded gradients, accumulating {self.accumulate} micro-batches",
+                f"FSDP2: unsharded gradients, accumulating {self.run.accumulate} micro-batches",
                 self.unsharded_gradients,
             ),
             ("allocated peak (live tensors: torch.cuda.max_memory_allocated)", self.allocated),
@@ -144,7 +165,7 @@ class MemoryEstimate:
                 self.fragmentation,
             ),
             (
-                "CUDA context and workspaces" + (", NCCL buffers" if self.world_size > 1 else ""),
+                "CUDA context and workspaces" + (", NCCL buffers" if world > 1 else ""),
                 self.device_overhead,
             ),
             (
@@ -166,59 +187,48 @@ def activation_mode(precision: Any, fsdp_param_dtype: str | None = None) -> Acti
 
 
 def memory_estimate(
-    decoder: Decoder,
-    micro_batch: int,
-    seq_len: int | None = None,
-    *,
-    mode: ActivationMode = "float32",
-    activation_checkpointing: bool = False,
-    loss_chunk_tokens: int | None = None,
-    world_size: int = 1,
-    sharded: bool = False,
-    shard_group_size: int | None = None,
-    param_dtype: str | None = None,
-    reduce_dtype: str = "float32",
-    accumulate: int = 1,
-    sync_every_micro_batch: bool = False,
+    model: Any, run: RunShape, activation_checkpointing: bool | None = None
 ) -> MemoryEstimate:
-    """Per-GPU training memory of ``decoder`` at ``micro_batch`` x ``seq_len`` tokens
-    (docs/design.md#memory)."""
-    config = decoder.config
-    t = seq_len or config.max_seq_len
-    tokens = micro_batch * t
+    """Per-GPU training memory of a ``LanguageModel`` at ``run``, with its own settings
+    (activation checkpointing unless given; docs/design.md#memory)."""
+    decoder, parallel, chunk = model.decoder, model.parallel_config, model.loss_chunk_tokens
+    config, param_dtype = decoder.config, parallel.param_dtype if run.sharded else None
+    mode = activation_mode(run.precision, param_dtype)
+    run = replace(run, seq_len=run.seq_len or config.max_seq_len)
+    tokens = run.micro_batch * run.seq_len
     d, v, p = config.d_model, config.vocab_size, 4 if mode == "float32" else 2
-    shards = min(shard_group_size or world_size, world_size) if sharded else 1  # HSDP: in groups
+    # HSDP: sharded in groups
+    shards = min(parallel.shard_group_size or run.world_size, run.world_size) if run.sharded else 1
     total, trainable = parameter_count(decoder), parameter_count(decoder, trainable=True)
     copy = p if p < 4 else 0  # the 16-bit copy of an fp32 buffer
-    gathered_16bit = sharded and param_dtype == "bfloat16"
     fsdp_gathered = unsharded_gradients = 0
-    if sharded:
-        if accumulate > 1 and not sync_every_micro_batch:
-            unsharded_gradients = (4 if reduce_dtype == "float32" else 2) * trainable
-        g = 2 if gathered_16bit or mode == "bfloat16" else 4
-        fsdp_gathered = g * _gathered_parameters(decoder, 2 if unsharded_gradients else 4)
+    if run.sharded:
+        if run.accumulate > 1 and not parallel.sync_every_micro_batch:
+            unsharded_gradients = (4 if parallel.reduce_dtype == "float32" else 2) * trainable
+        g = 2 if param_dtype == "bfloat16" or mode == "bfloat16" else 4
+        # unsharded at once: the root's parameters, the head's and 4 blocks' (2 accumulating)
+        apart = config.n_layers - (2 if unsharded_gradients else 4)
+        fsdp_gathered = g * (total - apart * parameter_count(decoder.layers[0]))
+    matmul_weights = sum(m.weight.numel() for m in decoder.modules() if isinstance(m, nn.Linear))
     return MemoryEstimate(
         weights=-(-4 * total // shards),
         gradients=-(-4 * trainable // shards),
         optimizer=-(-8 * trainable // shards),
         **_activation_bytes(config, tokens, mode),
         logits_full=tokens * 12 * v,
-        logits_chunked=min(loss_chunk_tokens or DEFAULT_LOSS_CHUNK_TOKENS, tokens) * v * (4 + copy)
+        logits_chunked=min(chunk or DEFAULT_LOSS_CHUNK_TOKENS, tokens) * v * (4 + copy)
         + tokens * d * p
         + v * d * (4 + copy),
-        activation_checkpointing=activation_checkpointing,
-        loss_chunk_tokens=loss_chunk_tokens,
-        micro_batch=micro_batch,
-        seq_len=t,
-        world_size=world_size,
-        sharded=sharded,
+        activation_checkpointing=parallel.activation_checkpointing
+        if activation_checkpointing is None
+        else activation_checkpointing,
+        loss_chunk_tokens=chunk,
+        run=run,
         mode=mode,
-        autocast_weights=2 * _matmul_weights(decoder)
-        if mode == "mixed" and not gathered_16bit
-        else 0,
+        # a 16-bit param_dtype (sharded) gathers the copies autocast would make
+        autocast_weights=2 * matmul_weights if mode == "mixed" and param_dtype != "bfloat16" else 0,
         fsdp_gathered=fsdp_gathered,
         unsharded_gradients=unsharded_gradients,
-        accumulate=accumulate,
     )
 
 
@@ -244,74 +254,6 @@ def _activation_bytes(config: DecoderConfig, tokens: int, mode: ActivationMode) 
         "backward_transient": tokens * p * (3 * f + 2 * d),
         "recomputed_block": tokens * per_block,
     }
-
-
-def _matmul_weights(decoder: Decoder) -> int:
-    """The weights of the Linear layers, a tied one once."""
-    weights = {id(m.weight): m.weight for m in decoder.modules() if isinstance(m, nn.Linear)}
-    return sum(w.numel() for w in weights.values())
-
-
-def _gathered_parameters(decoder: Decoder, blocks: int) -> int:
-    """The parameters FSDP2 holds unsharded at once: the root's, the head's and ``blocks``
-    blocks'."""
-    block = parameter_count(decoder.layers[0]) if decoder.config.n_layers else 0
-    head = 0 if decoder.config.tie_embeddings else parameter_count(decoder.head)
-    root = parameter_count(decoder.interface) + head + parameter_count(decoder.norm)
-    return root + blocks * block
-
-
-@dataclass(frozen=True)
-class RunShape:
-    """What a run's memory depends on besides the model (``seq_len`` None: the model's context)."""
-
-    micro_batch: int
-    seq_len: int | None = None
-    precision: Any = "32-true"
-    world_size: int = 1
-    sharded: bool = False
-    accumulate: int = 1
-
-    @classmethod
-    def of(cls, trainer: Any) -> RunShape | None:
-        """The shape of what ``trainer`` is about to fit (None without a datamodule giving
-        ``batch_size``)."""
-        datamodule = getattr(trainer, "datamodule", None)
-        micro_batch = getattr(datamodule, "batch_size", None)
-        if not isinstance(micro_batch, int):
-            return None
-        seq_len, sharded = getattr(datamodule, "seq_len", None), shards_parameters(trainer.strategy)
-        accumulate = getattr(trainer, "accumulate_grad_batches", 1)
-        return cls(micro_batch, seq_len, trainer.precision, trainer.world_size, sharded, accumulate)
-
-
-def model_memory_estimate(
-    model: Any, run: RunShape, activation_checkpointing: bool | None = None
-) -> MemoryEstimate:
-    """:func:`memory_estimate` of a ``LanguageModel`` with its own settings (checkpointing
-    unless given) at ``run``."""
-    parallel = model.parallel_config
-    param_dtype = parallel.param_dtype if run.sharded else None
-    ac = (
-        parallel.activation_checkpointing
-        if activation_checkpointing is None
-        else activation_checkpointing
-    )
-    return memory_estimate(
-        model.decoder,
-        run.micro_batch,
-        run.seq_len,
-        mode=activation_mode(run.precision, param_dtype),
-        activation_checkpointing=ac,
-        loss_chunk_tokens=model.loss_chunk_tokens,
-        world_size=run.world_size,
-        sharded=run.sharded,
-        shard_group_size=parallel.shard_group_size,
-        param_dtype=param_dtype,
-        reduce_dtype=parallel.reduce_dtype,
-        accumulate=run.accumulate,
-        sync_every_micro_batch=parallel.sync_every_micro_batch,
-    )
 
 
 @dataclass(frozen=True)
@@ -342,7 +284,7 @@ def cheapest_fit(model: Any, run: RunShape, device_bytes: int) -> FitOption | No
                 changed = replace(
                     run, micro_batch=mb, precision=precision, sharded=shard, accumulate=more
                 )
-                est = model_memory_estimate(model, changed, activation_checkpointing=ac)
+                est = memory_estimate(model, changed, activation_checkpointing=ac)
                 if not est.fits(device_bytes):
                     continue
                 new_ac, new_shard = ac and not configured_ac, shard and not run.sharded
@@ -364,9 +306,9 @@ def memory_warning(model: Any, trainer: Any, device_bytes: int | None = None) ->
         if device.type != "cuda":
             return None
         device_bytes = torch.cuda.get_device_properties(device).total_memory
-    if (run := RunShape.of(trainer)) is None or (
-        estimate := model_memory_estimate(model, run)
-    ).fits(device_bytes):
+    if (run := RunShape.of(trainer)) is None or (estimate := memory_estimate(model, run)).fits(
+        device_bytes
+    ):
         return None
     hints = []
     if option := cheapest_fit(model, run, device_bytes):
@@ -375,7 +317,7 @@ def memory_warning(model: Any, trainer: Any, device_bytes: int | None = None) ->
         hints.append("--model.parallel.activation_checkpointing true")
     if not estimate.loss_chunk_tokens:
         hints.append(f"--model.loss_chunk_tokens {DEFAULT_LOSS_CHUNK_TOKENS}")
-    if not estimate.sharded and estimate.world_size > 1:
+    if not estimate.run.sharded and estimate.run.world_size > 1:
         hints.append("--config experiments/strategies/fsdp.yaml")
     hints.append("a smaller data.batch_size with more trainer.accumulate_grad_batches")
     return (
@@ -383,8 +325,8 @@ def memory_warning(model: Any, trainer: Any, device_bytes: int | None = None) ->
         f"{100 * USABLE_FRACTION:.0f} % of the device's {device_bytes / _GIB:.1f} GiB (allocated "
         f"peak {estimate.allocated / _GIB:.1f} GiB: model state {estimate.model_state / _GIB:.1f} "
         f"GiB, activations {estimate.saved_activations / _GIB:.1f} GiB, loss "
-        f"{estimate.loss / _GIB:.1f} GiB at micro-batch {estimate.micro_batch} x "
-        f"{estimate.seq_len} tokens, {estimate.mode}; `fixed-embed params CONFIG` itemises it); "
+        f"{estimate.loss / _GIB:.1f} GiB at micro-batch {run.micro_batch} x {estimate.run.seq_len} "
+        f"tokens, {estimate.mode}; `fixed-embed params CONFIG` itemises it); "
         f"cheapest way out first: {'; '.join(dict.fromkeys(hints))}. To start anyway: "
         f"{IGNORE_MEMORY_ENV}=1"
     )

@@ -10,18 +10,15 @@ import torch
 
 from fixed_embed.distributed.fsdp import shards_parameters
 
+_HOPPER_SXM = {"bf16": 989.4e12, "fp16": 989.4e12, "tf32": 494.7e12, "fp32": 66.9e12}
+_HOPPER_NVL = {"bf16": 835.5e12, "fp16": 835.5e12, "tf32": 417.5e12, "fp32": 60.0e12}
 # chip -> {dtype name: FLOP/s}. Matched against torch.cuda.get_device_name(), most specific first.
 PEAK_FLOPS: dict[str, dict[str, float]] = {
-    "h200 nvl": {"bf16": 835.5e12, "fp16": 835.5e12, "tf32": 417.5e12, "fp32": 60.0e12},
-    "h200": {"bf16": 989.4e12, "fp16": 989.4e12, "tf32": 494.7e12, "fp32": 66.9e12},  # SXM
-    "h100 nvl": {"bf16": 835.5e12, "fp16": 835.5e12, "tf32": 417.5e12, "fp32": 60.0e12},
+    "h200 nvl": _HOPPER_NVL,
+    "h200": _HOPPER_SXM,
+    "h100 nvl": _HOPPER_NVL,
     "h100 pcie": {"bf16": 756.5e12, "fp16": 756.5e12, "tf32": 378.0e12, "fp32": 51.2e12},
-    "h100": {
-        "bf16": 989.4e12,
-        "fp16": 989.4e12,
-        "tf32": 494.7e12,
-        "fp32": 66.9e12,
-    },  # SXM ("H100 80GB HBM3")
+    "h100": _HOPPER_SXM,  # "H100 80GB HBM3"
     "a100": {"bf16": 312.0e12, "fp16": 312.0e12, "tf32": 156.0e12, "fp32": 19.5e12},
     "l40s": {"bf16": 362.05e12, "fp16": 362.05e12, "tf32": 183.0e12, "fp32": 91.6e12},
 }

@@ -67,24 +67,19 @@ class ModuleCost:
 
 def module_costs(decoder: Decoder, seq_len: int | None = None) -> list[ModuleCost]:
     """Per top-level part of the decoder (interface, blocks, final norm, head), in forward order."""
-    t = seq_len or decoder.config.max_seq_len
-    tied = (
-        decoder.config.tie_embeddings
-    )  # a tied head is counted once, under the interface that owns it
-    head = decoder.head.flops_per_token()
+    # a tied head is counted once, under the interface that owns it
+    tied, head = decoder.config.tie_embeddings, 6 * decoder.head.weight.numel()
     flops = {
         "interface": head if tied else 0,
-        "layers": sum(layer.flops_per_token(t) for layer in decoder.layers),
+        "layers": decoder.flops_per_token(seq_len) - head,
         "norm": 0,
         "head": 0 if tied else head,
     }
     rows = []
     for name, module in decoder.named_children():
-        if name not in flops:
-            continue  # RoPE tables: derived, non-persistent
         kind = type(module).__name__
         if isinstance(module, nn.ModuleList):
-            kind = f"{len(module)} x {type(module[0]).__name__}" if len(module) else "empty"
+            kind = f"{len(module)} x {type(module[0]).__name__}"
         if name == "head" and tied:
             kind, trainable, frozen = f"{kind} (tied)", 0, 0
         else:
@@ -101,7 +96,7 @@ def module_costs(decoder: Decoder, seq_len: int | None = None) -> list[ModuleCos
 
 
 def derived_buffers(module: nn.Module) -> list[str]:
-    """Names of the buffers ``module`` rebuilds rather than stores: non-persistent ones (RoPE
-    tables, GF(2) rows)."""
+    """Names of the buffers ``module`` rebuilds rather than stores: non-persistent ones (GF(2)
+    rows, random code tables)."""
     stored = module.state_dict(keep_vars=True).keys()
     return [name for name, _ in module.named_buffers() if name not in stored]

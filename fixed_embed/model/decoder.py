@@ -5,7 +5,7 @@ an export to ``LlamaForCausalLM`` is exact."""
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -77,15 +77,6 @@ class DecoderConfig:
     def kv_heads(self) -> int:
         return self.n_kv_heads or self.n_heads
 
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-def _matmul_flops(module: nn.Module) -> int:
-    """6 FLOPs (2 forward + 4 backward) per token for every weight of every Linear below
-    ``module``."""
-    return 6 * sum(m.weight.numel() for m in module.modules() if isinstance(m, nn.Linear))
-
 
 class RMSNorm(nn.Module):
     """x / sqrt(mean(x^2) + eps) * gain, computed in float32, cast back to the input dtype."""
@@ -104,61 +95,32 @@ class RMSNorm(nn.Module):
         return (normed * self.weight.float()).to(x.dtype)
 
 
-class RotaryEmbedding(nn.Module):
-    """RoPE cos/sin tables: position p rotates the pair (x_i, x_{i+h/2}) by p theta^(-2i/h)."""
-
-    def __init__(self, head_dim: int, max_seq_len: int, theta: float = 10000.0) -> None:
-        super().__init__()
-        self.head_dim, self.max_seq_len, self.theta = head_dim, max_seq_len, theta
-        # Non-persistent: derived from the config, recomputed after meta-device init.
-        self.register_buffer("cos", torch.empty(max_seq_len, head_dim // 2), persistent=False)
-        self.register_buffer("sin", torch.empty(max_seq_len, head_dim // 2), persistent=False)
-        self.reset_parameters()
-
-    def reset_parameters(self) -> None:
-        if self.cos.is_meta:
-            return
-        inv_freq = 1.0 / (
-            self.theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.float64) / self.head_dim)
-        )
-        angles = torch.outer(torch.arange(self.max_seq_len, dtype=torch.float64), inv_freq)
-        self.cos.copy_(angles.cos())
-        self.sin.copy_(angles.sin())
-
-    def _apply(
-        self, fn, recurse=True
-    ):  # nn.Module's: bf16-true would round the tables, so recompute them in fp32
-        super()._apply(fn, recurse)
-        if self.cos.dtype != torch.float32:
-            self.cos, self.sin = self.cos.float(), self.sin.float()
-            self.reset_parameters()
-        return self
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Rotate ``x[B, H, T, h]`` in float32 (as torchtitan): a bf16 ``x`` is rounded once, at
-        the end."""
-        cos, sin = self.cos[: x.shape[-2]], self.sin[: x.shape[-2]]
-        x1, x2 = x.float().chunk(2, dim=-1)
-        return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """RoPE: rotate ``x[B, H, T, h]`` by the tables of :meth:`Decoder.rope`, in float32 (as
+    torchtitan): a bf16 ``x`` is rounded once, at the end."""
+    x1, x2 = x.float().chunk(2, dim=-1)
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
 
 
 class Attention(nn.Module):
     def __init__(self, config: DecoderConfig) -> None:
         super().__init__()
         d, h, kv = config.d_model, config.head_dim, config.kv_heads
-        self.n_heads, self.n_kv_heads, self.head_dim = config.n_heads, kv, h
+        self.head_dim = h
         self.q_proj = nn.Linear(d, config.n_heads * h, bias=False)
         self.k_proj = nn.Linear(d, kv * h, bias=False)
         self.v_proj = nn.Linear(d, kv * h, bias=False)
         self.o_proj = nn.Linear(config.n_heads * h, d, bias=False)
 
-    def forward(self, x: torch.Tensor, rope: RotaryEmbedding) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         b, t, _ = x.shape
-        q = rope(self.q_proj(x).view(b, t, self.n_heads, self.head_dim).transpose(1, 2))
-        k = rope(self.k_proj(x).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2))
-        v = self.v_proj(x).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        q, k, v = (  # [B, heads, T, h]
+            proj(x).view(b, t, -1, self.head_dim).transpose(1, 2)
+            for proj in (self.q_proj, self.k_proj, self.v_proj)
+        )
+        q, k = rotate(q, cos, sin), rotate(k, cos, sin)
         y = F.scaled_dot_product_attention(
-            q, k, v, is_causal=True, enable_gqa=self.n_kv_heads != self.n_heads
+            q, k, v, is_causal=True, enable_gqa=k.shape[1] != q.shape[1]
         )
         return self.o_proj(y.transpose(1, 2).reshape(b, t, -1))
 
@@ -179,20 +141,14 @@ class Block(nn.Module):
 
     def __init__(self, config: DecoderConfig) -> None:
         super().__init__()
-        self.d_model = config.d_model
         self.attn_norm = RMSNorm(config.d_model, config.norm_eps)
         self.attn = Attention(config)
         self.mlp_norm = RMSNorm(config.d_model, config.norm_eps)
         self.mlp = SwiGLU(config)
 
-    def forward(self, x: torch.Tensor, rope: RotaryEmbedding) -> torch.Tensor:
-        x = x + self.attn(self.attn_norm(x), rope)
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.attn_norm(x), cos, sin)
         return x + self.mlp(self.mlp_norm(x))
-
-    def flops_per_token(self, seq_len: int) -> int:
-        """6 x matmul weights + 12 d T for the attention scores (QK^T and AV, forward +
-        backward)."""
-        return _matmul_flops(self) + 12 * self.d_model * seq_len
 
 
 class OutputHead(nn.Linear):
@@ -205,10 +161,6 @@ class OutputHead(nn.Linear):
         if targets is None:
             return super().forward(x)
         return linear_cross_entropy(x, self.weight, targets, chunk_tokens)
-
-    def flops_per_token(self) -> int:
-        """Also when tied: the matmul still runs."""
-        return _matmul_flops(self)
 
 
 class Decoder(nn.Module):
@@ -228,7 +180,6 @@ class Decoder(nn.Module):
                 f"{type(interface).__name__}: set model.decoder.tie_embeddings false"
             )
         self.config, self.interface = config, interface
-        self.rope = RotaryEmbedding(config.head_dim, config.max_seq_len, config.rope_theta)
         self.layers = nn.ModuleList(Block(config) for _ in range(config.n_layers))
         self.norm = RMSNorm(config.d_model, config.norm_eps)
         self.head = OutputHead(config.d_model, config.vocab_size, bias=False)
@@ -263,18 +214,30 @@ class Decoder(nn.Module):
 
     def hidden(self, ids: torch.Tensor) -> torch.Tensor:
         """The final-normed hidden states ``[B, T, d]``."""
-        x = self.embed(ids)
+        x, rope = self.embed(ids), self.rope(ids)
         for layer in self.layers:
             if self.activation_checkpointing and torch.is_grad_enabled():
-                x = checkpoint(layer, x, self.rope, use_reentrant=False)
+                x = checkpoint(layer, x, *rope, use_reentrant=False)
             else:
-                x = layer(x, self.rope)
+                x = layer(x, *rope)
         return self.norm(x)
 
+    def rope(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """RoPE's fp32 cos and sin ``[T, h / 2]`` for ``ids[B, T]``, from float64 angles: position
+        p turns the pair (x_i, x_{i+h/2}) by p theta^(-2i/h). Made per forward: no buffer to
+        rebuild after meta-device init or to keep in fp32 under bf16-true."""
+        h, device = self.config.head_dim, ids.device
+        inv_freq = 1.0 / (
+            self.config.rope_theta
+            ** (torch.arange(0, h, 2, dtype=torch.float64, device=device) / h)
+        )
+        angles = torch.outer(
+            torch.arange(ids.shape[1], dtype=torch.float64, device=device), inv_freq
+        )
+        return angles.cos().float(), angles.sin().float()
+
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
-        """The interface's output for ``ids[B, T]``, after checking the shape fits the model."""
-        if ids.dim() != 2:
-            raise ValueError(f"ids must have shape [batch, seq], got {tuple(ids.shape)}")
+        """The interface's output for ``ids[B, T]``, after checking they fit the context."""
         if ids.shape[1] > self.config.max_seq_len:
             raise ValueError(
                 f"sequence length {ids.shape[1]} exceeds max_seq_len {self.config.max_seq_len}"
@@ -283,9 +246,9 @@ class Decoder(nn.Module):
 
     def hidden_states(self, ids: torch.Tensor) -> list[torch.Tensor]:
         """The residual stream after the interface (index 0) and after each block (index i + 1)."""
-        states = [self.embed(ids)]
+        states, rope = [self.embed(ids)], self.rope(ids)
         for layer in self.layers:
-            states.append(layer(states[-1], self.rope))
+            states.append(layer(states[-1], *rope))
         return states
 
     @torch.no_grad()
@@ -317,9 +280,10 @@ class Decoder(nn.Module):
         return ids
 
     def flops_per_token(self, seq_len: int | None = None) -> int:
-        """Training FLOPs per token at context ``seq_len`` (default: max_seq_len); the input
-        interface does none."""
-        blocks = sum(
-            layer.flops_per_token(seq_len or self.config.max_seq_len) for layer in self.layers
-        )
-        return blocks + self.head.flops_per_token()
+        """Training FLOPs per token at context ``seq_len`` (default: max_seq_len): 6 (2 forward +
+        4 backward) per weight of every matmul (the head's also when tied: the matmul still runs),
+        and per block 12 d T for the attention scores (QK^T and AV); the input interface does
+        none."""
+        matmul = sum(m.weight.numel() for m in self.modules() if isinstance(m, nn.Linear))
+        config = self.config
+        return 6 * matmul + 12 * config.d_model * (seq_len or config.max_seq_len) * config.n_layers

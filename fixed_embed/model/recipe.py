@@ -60,11 +60,9 @@ def lr_at(step: int, peak: float, warmup_steps: int, max_steps: int, min_lr_rati
 
 
 def _input_parameters(model: nn.Module) -> list[nn.Parameter]:
-    """The trainable parameters of the model's input interface(s) (none for fixed codes)."""
-    params = {
-        id(p): p for m in model.modules() if isinstance(m, InputInterface) for p in m.parameters()
-    }
-    return [p for p in params.values() if p.requires_grad]  # once each, also for nested interfaces
+    """The trainable parameters of the model's input interface (none for fixed codes)."""
+    interfaces = [m for m in model.modules() if isinstance(m, InputInterface)]
+    return [p for m in interfaces for p in m.parameters() if p.requires_grad]
 
 
 def parameter_groups(

@@ -25,7 +25,7 @@ from fixed_embed.measure.memory import (
     MemoryEstimate,
     RunShape,
     cheapest_fit,
-    model_memory_estimate,
+    memory_estimate,
 )
 from fixed_embed.model.accounting import ParameterReport, parameter_report
 from fixed_embed.model.decoder import DecoderConfig
@@ -219,7 +219,7 @@ def parameter_reports(config_path: str | Path) -> tuple[str, ParameterReport, Pa
 
 def training_memory(config_path: str | Path, world_size: int | None = None) -> MemoryEstimate:
     """The experiment's per-GPU training memory, from its trainer, data and model settings."""
-    return model_memory_estimate(*run_settings(config_path, world_size))
+    return memory_estimate(*run_settings(config_path, world_size))
 
 
 def memory_plan(config_path: str | Path, world_size: int | None = None) -> list[dict[str, Any]]:
@@ -233,7 +233,7 @@ def memory_plan(config_path: str | Path, world_size: int | None = None) -> list[
             run.precision if sharded == run.sharded else ("32-true" if sharded else "bf16-mixed")
         )
         shape = replace(run, precision=precision, sharded=sharded)
-        estimate = model_memory_estimate(model, shape)
+        estimate = memory_estimate(model, shape)
         for gpu, device_bytes in GPU_KINDS.items():
             fits = estimate.fits(device_bytes)
             option = None if fits else cheapest_fit(model, shape, device_bytes)

@@ -74,7 +74,7 @@ class LanguageModel(L.LightningModule):
         # LanguageModel(**hparams) agree.
         self.save_hyperparameters()
         self.hparams.update(
-            decoder=self.config.to_dict(),
+            decoder=asdict(self.config),
             interface=built.spec(),
             optimizer=asdict(self.optimizer_config),
             schedule=asdict(self.schedule_config),

@@ -24,7 +24,7 @@ from fixed_embed.model.recipe import parameter_groups_change
 from fixed_embed.run.folder import LAST, benchmark_folder, step_checkpoints, step_of
 
 # A resume may not change what the weights compute: init_std acts only at init, max_seq_len only
-# sizes RoPE tables.
+# bounds the input's length.
 _RESUMABLE_DECODER_CHANGES = {"init_std", "max_seq_len"}
 # The model settings a resume takes from the config instead of the checkpoint.
 _TAKEN_FROM_CONFIG = (

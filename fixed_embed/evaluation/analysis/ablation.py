@@ -45,12 +45,10 @@ def layer_ablation(
 
 def plot_ablation(results: dict[str, dict], path: str) -> None:
     """Loss increase per ablated block, one group of bars per model."""
-    import matplotlib
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8, 4))
+    fig = Figure(figsize=(8, 4))
+    ax = fig.subplots()
     width = 0.8 / max(1, len(results))
     for j, (label, result) in enumerate(results.items()):
         xs = [row["block"] + j * width for row in result["blocks"]]
@@ -63,4 +61,3 @@ def plot_ablation(results: dict[str, dict], path: str) -> None:
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)

@@ -54,13 +54,12 @@ def probe_sample(
     # position: the first train_fraction of the blocks;
     # type: tokens outside the held-out quarter of types
     cut = max(1, int(len(blocks) * train_fraction)) * (blocks.shape[1] - 1)
-    held = torch.zeros(vocab_size, dtype=torch.bool)
-    held[
-        torch.randperm(vocab_size, generator=torch.Generator().manual_seed(TYPE_SEED))[
-            : vocab_size // 4
-        ]
-    ] = True
-    return ids, targets, {"position": torch.arange(len(ids)) < cut, "type": ~held[ids]}
+    types = torch.randperm(vocab_size, generator=torch.Generator().manual_seed(TYPE_SEED))
+    splits = {
+        "position": torch.arange(len(ids)) < cut,
+        "type": ~torch.isin(ids, types[: vocab_size // 4]),
+    }
+    return ids, targets, splits
 
 
 def _scores(predicted: torch.Tensor, targets: torch.Tensor) -> dict[str, float]:
@@ -124,13 +123,11 @@ def identity_probe(
 def plot_probe(results: dict[str, dict], path: str, seed: int | None = None) -> None:
     """Bit and id accuracy vs depth per split, a line per model (label -> identity_probe
     output), majority floors."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 
-    fig, axes = plt.subplots(2, 2, figsize=(10, 7.5), sharex=True)
+    fig = Figure(figsize=(10, 7.5))
+    axes = fig.subplots(2, 2, sharex=True)
     splits = (
         ("position", "", "held-out positions"),
         ("type", "_unseen_types", "held-out token types"),
@@ -167,7 +164,6 @@ def plot_probe(results: dict[str, dict], path: str, seed: int | None = None) -> 
     fig.suptitle("Linear identity probes" + (f", seed {seed}" if seed is not None else ""))
     fig.tight_layout(rect=(0, 0.01 + 0.03 * rows, 1, 1))
     fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 def _plot_model(panels: list, i: int, label: str, result: dict, floors: dict | None) -> None:
