@@ -68,14 +68,12 @@ def run(variant: str, mode: str, args: argparse.Namespace) -> dict:
     precision = "bf16-mixed" if device.type == "cuda" else "32-true"
     estimate = memory_estimate(model, RunShape(args.batch, seq, precision), checkpointing)
 
-    def step() -> (
-        None
-    ):  # one optimizer update: what LanguageModel.training_step and Lightning's loop run
+    # one optimizer update: what LanguageModel.training_step and Lightning's loop run
+    def step() -> None:
         for micro in range(args.accumulate):
             with autocast:
-                loss, _ = model.block_loss(
-                    ids[micro]
-                )  # the chunked head + cross-entropy of training
+                # the chunked head + cross-entropy of training
+                loss, _ = model.block_loss(ids[micro])
             (loss / args.accumulate).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
@@ -184,13 +182,11 @@ def main() -> int:
     for variant in args.variants:
         for mode in args.modes:
             rows.append(run_fresh(variant, mode, args))
-            console.print(
-                "  " + " | ".join(format_row(rows[-1])), highlight=False
-            )  # as it finishes
+            # as it finishes
+            console.print("  " + " | ".join(format_row(rows[-1])), highlight=False)
             if args.out:
-                atomic_write_text(
-                    args.out, json.dumps(rows, indent=2) + "\n"
-                )  # gpu_check reads it back
+                # gpu_check reads it back
+                atomic_write_text(args.out, json.dumps(rows, indent=2) + "\n")
     table = Table(
         title=f"Training step, {'tiny' if args.tiny else 'paper 1.7B'} config, batch {args.batch} "
         "x "

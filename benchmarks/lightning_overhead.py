@@ -120,9 +120,10 @@ def build(variant: str, steps: int, log_dir: str, monitors: bool = True):
     ]
     cli = FixedEmbedCLI(args=args, run=False)
     # No checkpoints (the plain loop saves nothing either), no in-loop lm-eval.
+    # with FixedEmbedCLI: this script's --help needs neither
     from callbacks.benchmarks import (
         BenchmarkCallback,
-    )  # with FixedEmbedCLI: this script's --help needs neither
+    )
 
     dropped = (L.pytorch.callbacks.Checkpoint, BenchmarkCallback)
     kept = [c for c in cli.trainer.callbacks if not isinstance(c, dropped)]

@@ -149,9 +149,8 @@ def main() -> int:
         action="store_true",
         help="the estimate against measured peaks, several shapes",
     )
-    parser.add_argument(
-        "--one", choices=MODES, help=argparse.SUPPRESS
-    )  # internal: measure in this process
+    # internal: measure in this process
+    parser.add_argument("--one", choices=MODES, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.chunk is None:
         import inspect

@@ -33,9 +33,8 @@ def main() -> None:
         for p in sorted((ROOT / "experiments" / "beyond").glob("*.yaml"))
     ]
     plan = []
-    for seed in (
-        args.seeds
-    ):  # 1234 (the configs' seed) keeps the committed rows' plain names: a re-run skips them
+    # 1234 (the configs' seed) keeps the committed rows' plain names: a re-run skips them
+    for seed in args.seeds:
         suffix, flags = (
             ("", []) if seed == 1234 else (f"-seed{seed}", [f"--seed_everything={seed}"])
         )

@@ -15,9 +15,8 @@ from typing import IO
 
 from fixed_embed.errors import ConfigError, writing
 
-os.umask(
-    _UMASK := os.umask(0)
-)  # read (at import, before threads): a written file gets what open() gives, 0666 & ~it
+# read (at import, before threads): a written file gets what open() gives, 0666 & ~it
+os.umask(_UMASK := os.umask(0))
 
 
 def temporary_name(path: str | os.PathLike, kind: str = "tmp") -> Path:
@@ -35,15 +34,13 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temporary_name(path)
     try:
-        with writing(
-            path
-        ):  # a refused write(), fsync or Rust writer names no file: the error is given path
+        # a refused write(), fsync or Rust writer names no file: the error is given path
+        with writing(path):
             yield tmp
             with open(tmp, "rb") as file:
                 os.fsync(file.fileno())
-            os.chmod(
-                tmp, 0o666 & ~_UMASK
-            )  # also when written through a temporary file of the writer's (0600)
+            # also when written through a temporary file of the writer's (0600)
+            os.chmod(tmp, 0o666 & ~_UMASK)
             os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
@@ -88,9 +85,8 @@ def atomic_folder(path: str | os.PathLike) -> Iterator[Path]:
     the folder's lock."""
     path = Path(path)
     tmp, old = temporary_name(path), temporary_name(path, "old")
-    if path.is_dir() and not os.access(
-        path, os.W_OK
-    ):  # before the work: it could be moved aside, never removed
+    # before the work: it could be moved aside, never removed
+    if path.is_dir() and not os.access(path, os.W_OK):
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()

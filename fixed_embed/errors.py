@@ -83,9 +83,10 @@ def environment_error(error: BaseException | None) -> OSError | None:
             if isinstance(cause, OSError)
             else re.search(r"\(os error (\d+)\)", str(cause))
         ):
+            # writing()'s
             cause = OSError(
                 int(rust[1]), os.strerror(int(rust[1])), getattr(cause, "filename", None)
-            )  # writing()'s
+            )
         if getattr(cause, "errno", None) in ENVIRONMENT_ERRNOS:
             return cause
     return None
@@ -98,9 +99,8 @@ def writing(path: str | os.PathLike) -> Iterator[None]:
     try:
         yield
     except Exception as error:
-        for cause in (
-            causes(error) if environment_error(error) is not None else ()
-        ):  # in place: an ExitStack goes on
+        # in place: an ExitStack goes on
+        for cause in causes(error) if environment_error(error) is not None else ():
             cause.filename = getattr(cause, "filename", None) or str(path)
         raise
 
@@ -113,9 +113,8 @@ def write_refused(error: OSError, kept: str, elsewhere: str) -> str:
         errno.EDQUOT: "free space in your quota or ",
         errno.EFBIG: "raise the file-size limit (ulimit -f) or ",
     }.get(error.errno, "")
-    verb = (
-        "use" if error.errno in (errno.EACCES, errno.EPERM, errno.ENAMETOOLONG) else "write"
-    )  # reads meet these too
+    # reads meet these too
+    verb = "use" if error.errno in (errno.EACCES, errno.EPERM, errno.ENAMETOOLONG) else "write"
     return (
         f"cannot {verb} {error.filename or 'a file'}: {error.strerror} ([Errno {error.errno}] "
         f"{errno.errorcode.get(error.errno, '')}); {kept}.\n{first}{elsewhere}"

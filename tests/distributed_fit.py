@@ -155,9 +155,8 @@ def _fit(args: argparse.Namespace) -> dict | None:
         interface=LearnedInput,
         optimizer={"lr": 1e-2},
         schedule={"warmup_steps": 1},
-        parallel={
-            "param_dtype": "float32"
-        },  # CPU: fp32 compute, so 1 and 2 processes agree closely
+        # CPU: fp32 compute, so 1 and 2 processes agree closely
+        parallel={"param_dtype": "float32"},
     )
     monitors = [GradientMonitor(every_n_steps=1), InputNormMonitor(every_n_steps=1)]
     if args.bench_tokenizer:

@@ -29,9 +29,8 @@ def _save(job: dict) -> None:
 
 
 def sbatch(argv: list[str]) -> None:
-    at = next(
-        i for i, arg in enumerate(argv) if not arg.startswith("-")
-    )  # options, the script, its arguments
+    # options, the script, its arguments
+    at = next(i for i, arg in enumerate(argv) if not arg.startswith("-"))
     script, args = Path(argv[at]), argv[at + 1 :]
     STATE.mkdir(parents=True, exist_ok=True)
     job_id = str(len(list(STATE.glob("*.json"))) + 1001)
@@ -132,9 +131,8 @@ def scancel(argv: list[str]) -> None:
     if at is not None:  # --signal SIG or --signal=SIG
         name = argv[at].partition("=")[2] or argv[at + 1]
         signum = getattr(signal, "SIG" + name.removeprefix("SIG"))
-        _signal(
-            job_id, signum, ("pgid",) if "--batch" in argv else ("step",)
-        )  # the batch shell, or the step
+        # the batch shell, or the step
+        _signal(job_id, signum, ("pgid",) if "--batch" in argv else ("step",))
         return
     _save({**_job(job_id), "state": "CANCELLED"})
     _signal(job_id, signal.SIGTERM)

@@ -37,12 +37,10 @@ def test_probe_reads_the_bits_off_a_binary_code_input(blocks):
     assert [row["layer"] for row in result["layers"]] == [0, 1, 2] and result["code_bits"] == 9
     assert result["layers"][0]["bit_accuracy"] > 0.99 and result["layers"][0]["id_accuracy"] > 0.9
     assert result["test_tokens"] == 24 * 16
-    assert (
-        result["layers"][0]["bit_accuracy_unseen_types"] > 0.99
-    )  # the bits read off ids never trained on
-    assert result["majority"] == majority_baseline(
-        *probe_sample(blocks, 300)[1:]
-    )  # the floor, on the probe's own samples
+    # the bits read off ids never trained on
+    assert result["layers"][0]["bit_accuracy_unseen_types"] > 0.99
+    # the floor, on the probe's own samples
+    assert result["majority"] == majority_baseline(*probe_sample(blocks, 300)[1:])
     assert set(result["majority"]) == {"position", "type"}
     assert (
         result["layers"][0]["bit_accuracy"] > result["majority"]["position"]["bit_accuracy"] > 0.5
@@ -77,9 +75,8 @@ def test_plot_probe_names_the_seed_draws_integer_layers_and_writes_the_file(tmp_
         seen["title"] = fig._suptitle.get_text()
         seen["ticks"] = [tick for ax in fig.axes for tick in ax.get_xticks() if 0 <= tick <= 3]
         seen["legend"] = [text.get_text() for legend in fig.legends for text in legend.get_texts()]
-        flat = [
-            line for line in fig.axes[0].lines if len(set(line.get_ydata())) == 1
-        ]  # data lines vary by layer
+        # data lines vary by layer
+        flat = [line for line in fig.axes[0].lines if len(set(line.get_ydata())) == 1]
         seen["floors"] = sorted({round(float(line.get_ydata()[0]), 6) for line in flat})
         return save(fig, *args, **kwargs)
 
@@ -103,9 +100,8 @@ def test_plot_probe_names_the_seed_draws_integer_layers_and_writes_the_file(tmp_
     assert (tmp_path / "probe.png").stat().st_size > 1000
     assert "seed 1" in seen["title"]
     assert seen["ticks"] and all(float(tick).is_integer() for tick in seen["ticks"])
-    assert sum("majority" in label for label in seen["legend"]) == 1 and seen["floors"] == [
-        0.65
-    ]  # one shared line
+    # one shared line
+    assert sum("majority" in label for label in seen["legend"]) == 1 and seen["floors"] == [0.65]
 
 
 def test_only_a_code_generalises_to_token_types_the_probe_never_saw(blocks):
@@ -140,10 +136,11 @@ def test_cli_analyze_writes_json_and_png(tmp_path, corpus):
         assert (tmp_path / "out" / f"{analysis}.png").stat().st_size > 1000
     probe = json.loads((tmp_path / "out" / "probe.json").read_text())["binary"]
     assert probe["interface"] == "BinaryCodeInput"
+    # the file the link resolved to
     assert (probe["checkpoint"], probe["update"]) == (
         str(checkpoint.resolve()),
         2,
-    )  # the file the link resolved to
+    )
     assert (
         set(probe["majority"]) == {"position", "type"}
         and 0 <= probe["majority"]["type"]["bit_accuracy"] <= 1

@@ -27,9 +27,8 @@ def test_the_target_keeps_its_old_content_until_the_write_completes(tmp_path):
     with atomic_write(target) as file:
         file.write("new, ")
         file.flush()
-        assert (
-            target.read_text() == "old"
-        )  # a reader mid-write sees the old file, not half the new one
+        # a reader mid-write sees the old file, not half the new one
+        assert target.read_text() == "old"
         tmp = Path(file.name)
         assert tmp.parent == target.parent and tmp.name.startswith(".")  # same filesystem, hidden
         file.write("whole")

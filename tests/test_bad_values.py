@@ -307,9 +307,8 @@ def test_positive_refuses_what_is_not_a_finite_positive_number():
     )
     for text in ("0", "-1", "nan", "inf", "x", "1.5"):
         with pytest.raises(UserError, match=f"^-n must be a finite int > 0, got '{text}'$"):
-            positive("-n")(
-                text
-            )  # not a ValueError: argparse would catch it and print its usage block
+            # not a ValueError: argparse would catch it and print its usage block
+            positive("-n")(text)
 
 
 def test_a_parsed_value_is_a_plain_number():
@@ -323,12 +322,13 @@ def test_a_parsed_value_is_a_plain_number():
 EXPERIMENTS = ROOT / "experiments"
 OVERRIDE = EXPERIMENTS / "rehearsal" / "override.yaml"
 COMPOSITIONS = [
+    # slurm/: job settings, tests/test_slurm.py
     *(
         [p]
         for p in sorted(EXPERIMENTS.rglob("*.yaml"))
         if p.name not in ("callbacks.yaml", "plan.yaml")
         and p.parent.name not in ("strategies", "rehearsal", "gpu", "slurm")
-    ),  # slurm/: job settings, tests/test_slurm.py
+    ),
     *(
         [EXPERIMENTS / "paper" / f"{v}.yaml", EXPERIMENTS / "strategies" / f"{s}.yaml", *extra]
         for v in ("learned", "gf2")

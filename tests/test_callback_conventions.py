@@ -120,9 +120,8 @@ def disabled_callbacks():
         GradientMonitor(every_n_steps=1, enabled=False),
         InputNormMonitor(every_n_steps=1, enabled=False),
         SpeedMonitor(every_n_steps=1, skip_first_steps=0, enabled=False),
-        BenchmarkCallback(
-            tasks=["no_such_task"], every_n_steps=1, enabled=False
-        ),  # set-up would refuse the task
+        # set-up would refuse the task
+        BenchmarkCallback(tasks=["no_such_task"], every_n_steps=1, enabled=False),
         PreemptionCheckpoint(enabled=False),
         FailFast(enabled=False),
         ParameterSummary(enabled=False),
@@ -215,9 +214,10 @@ def test_data_wait_is_the_loader_and_nothing_else(tmp_path, corpus, monkeypatch)
     fake_time = SimpleNamespace(perf_counter=lambda: clock.now, time=time.time)
     monkeypatch.setattr(sys.modules[SpeedMonitor.__module__], "time", fake_time)
 
+    # the last window: updates 3-4 = 4 micro-batches of 4 samples, 4 fetches
     def wait_seconds(
         metrics,
-    ):  # the last window: updates 3-4 = 4 micro-batches of 4 samples, 4 fetches
+    ):
         return metrics["perf/data_wait_frac"] * 16 / metrics["perf/samples_per_sec"]
 
     # A slow callback after the monitor (0.1 s per micro-batch) is not data wait, though it runs
@@ -254,6 +254,5 @@ def test_data_wait_is_the_loader_and_nothing_else(tmp_path, corpus, monkeypatch)
         accumulate=2,
         callbacks=[monitor, SlowAfter(clock)],
     )
-    assert wait_seconds(monitor.last_metrics) == pytest.approx(0.4, rel=1e-6), (
-        monitor.last_metrics
-    )  # float32
+    # float32
+    assert wait_seconds(monitor.last_metrics) == pytest.approx(0.4, rel=1e-6), monitor.last_metrics

@@ -134,12 +134,10 @@ def test_two_processes_give_the_single_process_norms_losses_and_benchmarks(
     tmp_path, corpus, strategy, monkeypatch
 ):
     flags = ["--strategy", strategy, "--bench-tokenizer", str(corpus[1])]
-    monkeypatch.chdir(
-        tmp_path
-    )  # the benchmark results go under the working folder, as in the 2-process run
-    single = distributed_fit.main(
-        [str(tmp_path / "1.json"), "--devices", "1", *flags]
-    )  # one process: this one
+    # the benchmark results go under the working folder, as in the 2-process run
+    monkeypatch.chdir(tmp_path)
+    # one process: this one
+    single = distributed_fit.main([str(tmp_path / "1.json"), "--devices", "1", *flags])
     run = subprocess.run(
         [
             sys.executable,
@@ -241,18 +239,18 @@ def test_benchmark_callback_logs_in_the_loop_without_perturbing_training(
     assert with_bench.losses == plain.losses  # same data order, same updates
     assert model.training and torch.is_grad_enabled()
     tags, _ = scalars(logger.log_dir)
+    # steps 2, 4 and the end (5)
     assert [s for s, _ in tags["bench/fixed_embed_word_order/acc"]] == [
         1,
         3,
         4,
-    ]  # steps 2, 4 and the end (5)
+    ]
     assert all(0 <= v <= 1 for _, v in tags["bench/fixed_embed_word_order/acc"])
     results = tmp_path / "bench" / "benchmarks" / "step_00000004" / "results.json"
     saved = json.loads(results.read_text())
     assert saved["lm_eval"]["0-shot"]["results"]["fixed_embed_word_order"]["sample_len"] == 6
-    assert (
-        saved["update"] == 4 and "checkpoint" in saved
-    )  # what was scored (no checkpoint callback here: None)
+    # what was scored (no checkpoint callback here: None)
+    assert saved["update"] == 4 and "checkpoint" in saved
 
 
 def test_benchmark_task_typo_fails_when_fitting_starts(tmp_path, corpus):

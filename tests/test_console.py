@@ -172,9 +172,8 @@ def test_the_bar_counts_updates_of_max_steps_and_each_validation_is_one_line(
         accumulate_grad_batches=2,
         val_check_interval=4,
     )
-    assert probe.seen == [
-        ("update", 4, n) for n in (0, 1, 1, 2, 2, 3, 3, 4)
-    ]  # micro-batches, updates
+    # micro-batches, updates
+    assert probe.seen == [("update", 4, n) for n in (0, 1, 1, 2, 2, 3, 3, 4)]
     lines = [r.getMessage() for r in caplog.records if r.pathname.endswith("progress.py")]
     assert [line.split(":")[0] for line in lines] == [
         "validation at update 2",
@@ -193,9 +192,8 @@ def test_off_a_terminal_the_bar_is_a_line_per_logging_interval_and_ends_on_the_l
 ):
     import rich.console
 
-    monkeypatch.setattr(
-        rich.console.Console, "is_terminal", property(lambda self: False)
-    )  # a batch job's log
+    # a batch job's log
+    monkeypatch.setattr(rich.console.Console, "is_terminal", property(lambda self: False))
     last = LastBar()
     trainer = _fit_with_bar(
         tmp_path, corpus, caplog, last, max_steps=6, val_check_interval=3, log_every_n_steps=2

@@ -92,9 +92,8 @@ def test_random_codes_norm_matching_is_exact_and_the_table_is_verified_on_load()
 
 
 def test_random_codes_store_only_a_fingerprint_checked_at_the_precision_stored():
-    assert list(RandomCodeInput(V, D, code_seed=1).state_dict()) == [
-        "fingerprint"
-    ]  # never the V x K table
+    # never the V x K table
+    assert list(RandomCodeInput(V, D, code_seed=1).state_dict()) == ["fingerprint"]
     # bf16-true casts float buffers: its checkpoint still loads into the same code, and no other
     for seed, refused in ((1, False), (2, True)):
         state = RandomCodeInput(V, D, code_seed=seed).to(torch.bfloat16).state_dict()

@@ -258,9 +258,8 @@ def test_an_index_without_checksums_warns_and_a_bad_id_names_its_shard_and_block
         match=rf"token shard \S*{shard.name}: block {block} holds id 9000, outside the vocab",
     ):
         shards.blocks(np.arange(shards.block_count(width)), width)
-    assert (
-        shards.blocks(np.array([block + 1]), width).max() < 300
-    )  # the blocks around it still read
+    # the blocks around it still read
+    assert shards.blocks(np.array([block + 1]), width).max() < 300
 
 
 # -- checkpoints: torch.save's CRC-32s, whatever path names the file
@@ -280,9 +279,8 @@ def test_a_checkpoint_is_refused_by_its_crc32_and_one_saved_without_them_is_read
             match=rf"{name}: its record \S+ does not match the CRC-32 written with it",
         ):
             load_weights_only(tmp_path / name, tmp_path / name)
-    torch.serialization.set_crc32_options(
-        False
-    )  # torch writes 0 for every record: nothing to check against
+    # torch writes 0 for every record: nothing to check against
+    torch.serialization.set_crc32_options(False)
     try:
         torch.save({"weights": torch.arange(4096.0)}, tmp_path / "b.ckpt")
     finally:

@@ -32,12 +32,13 @@ from tests.test_bad_values import _kind, fit_options
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "experiments" / "tiny" / "gf2.yaml"
+# a cheaper build: the keys swept are others
 SMALL = [
     "--model.decoder.n_layers",
     "1",
     "--model.decoder.ffn_dim",
     "64",
-]  # a cheaper build: the keys swept are others
+]
 # Past int64 (2**63: also the whole fit command), a float for an int (the reported max_steps 1e20),
 # and a float at float64's range (a product with it overflows). Smaller edges (2**31, 2**53 + 1)
 # meet the same declared domains.
@@ -233,14 +234,14 @@ def test_the_sweep_meets_each_constraint():
         "RandomCodeInput",
         "LowRankLearnedInput",
     }
+    # below the 13 bits of V = 8192
     overrides = {
         "model.decoder.d_model": "12",
         "model.decoder.n_heads": "6",
-    }  # below the 13 bits of V = 8192
+    }
     message = refusal(params(overrides), overrides)
-    assert message.endswith("set model.decoder.d_model 24"), (
-        message
-    )  # 13 bits, in 6 heads of even dim
+    # 13 bits, in 6 heads of even dim
+    assert message.endswith("set model.decoder.d_model 24"), message
     assert check_advice(params, overrides, message) == 1
 
 

@@ -306,9 +306,8 @@ def test_default_corpus_is_deterministic_and_cached(tmp_path, monkeypatch):
     train = (first / "train.jsonl").read_bytes()
     assert len(train) > 1_000_000 and (first / "valid.jsonl").stat().st_size > 10_000
     mtime = (first / "train.jsonl").stat().st_mtime_ns
-    assert (
-        default_corpus() == first and (first / "train.jsonl").stat().st_mtime_ns == mtime
-    )  # cached
+    # cached
+    assert default_corpus() == first and (first / "train.jsonl").stat().st_mtime_ns == mtime
     monkeypatch.setenv("FIXED_EMBED_CACHE", str(tmp_path / "b"))
     assert (default_corpus() / "train.jsonl").read_bytes() == train
     train_ids = {json.loads(line)["id"] for line in train.decode().splitlines()}

@@ -55,9 +55,8 @@ def test_passages_cut_at_paragraph_breaks_and_keep_every_character(books):
     ]
     cut = DocumentSource(str(books / "*.jsonl"), passage_chars=200)
     passages = [t for batch in cut.open().iter(batch_size=100) for t in batch["text"]]
-    assert all(
-        len(p) >= 200 for p in passages[:-1] if not p.endswith("wind.")
-    )  # only a book's last may be short
+    # only a book's last may be short
+    assert all(len(p) >= 200 for p in passages[:-1] if not p.endswith("wind."))
     assert "\n\n".join(passages).replace("\n\n", "") == "".join(whole).replace("\n\n", "")
     assert sum(len(p) < 200 for p in passages) <= BOOKS  # at most one short tail per book
 
@@ -71,9 +70,8 @@ def test_shuffled_documents_depend_on_the_seed_and_cover_every_book(books):
     assert order(1) == order(1)
     assert order(1) != order(2)
     books_seen = {int(text.split()[1]) for text in order(1)}
-    assert (
-        len(books_seen) >= 4
-    )  # twelve passages of a permutation come from most books, not the first one
+    # twelve passages of a permutation come from most books, not the first one
+    assert len(books_seen) >= 4
     stream_order = first_docs(DocumentSource(str(books / "*.jsonl"), passage_chars=200), 8)
     assert {int(t.split()[1]) for t in stream_order} == {0}  # unshuffled: the first book's passages
 
@@ -153,9 +151,8 @@ def test_validation_takes_an_equal_share_of_every_document_spread_through_it(boo
     assert all(len(owner) == 1 for owner in owners)  # each block lies inside one book
     per_book = [sum(owner == {b} for owner in owners) for b in range(BOOKS)]
     assert per_book == [6, 6, 5, 5, 5, 5]  # an equal share of every book, the first two one more
-    first_book = [
-        t for t in texts[:6]
-    ]  # spread: the first and last picks are far apart in the book
+    # spread: the first and last picks are far apart in the book
+    first_book = [t for t in texts[:6]]
     positions = [int(t.split("paragraph ")[1].split()[0]) for t in first_book if "paragraph " in t]
     assert max(positions) - min(positions) > 20
     with pytest.raises(Exception, match=r"val_sequences >= 6"):

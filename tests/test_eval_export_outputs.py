@@ -26,9 +26,8 @@ def test_default_eval_folder_is_unique_per_checkpoint_and_evaluation(tmp_path):
         "tiny-gf2-version_0-last-offline-"
     )
     assert len({a, default_eval_dir(run1, "offline"), default_eval_dir(other_root, "offline")}) == 3
-    assert (
-        default_eval_dir(run0, "offline") == a
-    )  # stable: the same evaluation finds its folder again
+    # stable: the same evaluation finds its folder again
+    assert default_eval_dir(run0, "offline") == a
     assert default_eval_dir(run0, "paper") != a
     assert "-limit4-" in default_eval_dir(run0, "offline", limit=4).name
     assert "piqa+arc_easy-5shot" in default_eval_dir(run0, None, ["piqa", "arc_easy"], 5).name
@@ -136,9 +135,8 @@ def test_export_refuses_non_empty_folder(tmp_path, capsys):
     message = cli(["export", str(tmp_path / "missing.ckpt"), str(out)], capsys, OutputExistsError)
     assert f"export folder {out} exists and is not empty" in message and "--overwrite" in message
     message = cli(["export", str(tmp_path / "missing.ckpt"), str(out), "--overwrite"], capsys)
-    assert (
-        "is not an earlier export" in message
-    )  # --overwrite never deletes a folder that is not an export
+    # --overwrite never deletes a folder that is not an export
+    assert "is not an earlier export" in message
     assert (out / "notes.txt").read_text() == "mine"
 
 
@@ -156,6 +154,5 @@ def test_export_overwrite_replaces_an_earlier_export_whole(tmp_path, corpus):
         export_llama(model, tokenizer, out)
     export_llama(model, tokenizer, out, overwrite=True)
     assert (out / "fixed_embed.json").is_file() and not (out / "stale.bin").exists()
-    assert not [
-        p for p in tmp_path.iterdir() if p.name.startswith(".hf.")
-    ]  # no temporary folders left
+    # no temporary folders left
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".hf.")]

@@ -185,9 +185,8 @@ def test_cli_eval_writes_results_and_table_and_merges(tmp_path, checkpoint):
         )
         == 0
     )
-    assert (
-        merged.read_text() == markdown_table([results, other]) + TABLE_NOTES
-    )  # the notes travel with the rows
+    # the notes travel with the rows
+    assert merged.read_text() == markdown_table([results, other]) + TABLE_NOTES
 
 
 def test_results_name_the_file_a_moved_last_ckpt_resolved_to_and_its_update(
@@ -226,9 +225,8 @@ def test_results_name_the_file_a_moved_last_ckpt_resolved_to_and_its_update(
             f"step_{step:08d}-offline" in path.parent.name
             and f"step={step:08d}" in results["model"]
         )
-    assert all(
-        path.read_text() == text for path, text in written.items()
-    )  # the first one untouched
+    # the first one untouched
+    assert all(path.read_text() == text for path, text in written.items())
     assert main(["table", *map(str, written), "--output", str(tmp_path / "table.md")]) == 0
     rows = (tmp_path / "table.md").read_text().splitlines()[2:4]
     assert [" @ update 3 |" in rows[0], " @ update 5 |" in rows[1]] == [True, True], rows

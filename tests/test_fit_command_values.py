@@ -53,9 +53,8 @@ def test_val_check_interval_beyond_the_run_says_no_validation_will_run(
     from fixed_embed.cli import train
     from tests.test_lifecycle import fit_args
 
-    monkeypatch.setattr(
-        train, "_preflight", lambda config: (_ for _ in ()).throw(_Fit())
-    )  # stop before any data
+    # stop before any data
+    monkeypatch.setattr(train, "_preflight", lambda config: (_ for _ in ()).throw(_Fit()))
     said, locks = [], []
     monkeypatch.setattr(train, "rank_zero_warn", said.append)
     try:

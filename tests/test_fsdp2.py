@@ -44,16 +44,14 @@ def test_fsdp2_root_keeps_torch_default_and_blocks_reshard(monkeypatch):
     decoder = Decoder(config, GF2CodeInput(config.vocab_size, config.d_model))
     apply_parallelism(decoder, ParallelConfig(), FakeMesh())
     assert [kw.get("reshard_after_forward") for _, kw in calls] == [True, True, False, None]
-    assert (
-        "reshard_after_forward" not in calls[-1][1] and calls[-1][0] is decoder
-    )  # root: torch's default
+    # root: torch's default
+    assert "reshard_after_forward" not in calls[-1][1] and calls[-1][0] is decoder
 
     tied = DecoderConfig(**{**TINY, "tie_embeddings": True})
     with pytest.raises(ConfigError, match="tie_embeddings=true cannot be sharded with FSDP2"):
         apply_parallelism(Decoder(tied, LearnedInput(300, 32)), ParallelConfig(), FakeMesh())
-    parser = ArgumentParser(
-        exit_on_error=False
-    )  # its type, which jsonargparse checks while parsing
+    # its type, which jsonargparse checks while parsing
+    parser = ArgumentParser(exit_on_error=False)
     parser.add_class_arguments(ParallelConfig, "parallel")
     with pytest.raises(ArgumentError, match="shard_group_size"):
         parser.parse_args(["--parallel.shard_group_size=0"])

@@ -242,12 +242,10 @@ def refusals(
     paths in the order written, sizes, reached); of these the first, one in the middle, the last."""
     points: dict[Path | int, tuple] = {}
     for path, size, reached in written:
-        if (
-            kind == "file size limit"
-        ):  # under its size: the first file to grow as large fails (eval: also its trial);
-            limit = (
-                size * 9 // 10
-            )  # 10 % under: a file whose size varies from run to run (eval's times) still does
+        # under its size: the first file to grow as large fails (eval: also its trial);
+        if kind == "file size limit":
+            # 10 % under: a file whose size varies from run to run (eval's times) still does
+            limit = size * 9 // 10
             points.setdefault(
                 size, (f"ulimit {limit} bytes", partial(file_size_limit, limit), None)
             )
@@ -361,20 +359,19 @@ def test_a_refused_write_is_one_line_naming_the_file_and_keeps_what_was_there(
             probe_refused = command == "eval" and not trial_write(out / "results.json", 4096)
             result = run_cli(*argv, *again)
         named = assert_refused(result, out, kind)
-        whole = (
-            named == out and refused is not None and refused.is_relative_to(out)
-        )  # a folder written whole
+        # a folder written whole
+        whole = named == out and refused is not None and refused.is_relative_to(out)
         assert refused in (None, named) or whole, (what, named)
         assert not leftovers(tmp), (what, leftovers(tmp))
         after = snapshot(tmp)
         for file in (k for k in set(before) | set(after) if (tmp / k).is_relative_to(named)):
+            # its previous bytes or none, never a part
             assert after.get(file) in (before.get(file), None), (
                 what,
                 file,
-            )  # its previous bytes or none, never a part
-        if (
-            command == "eval"
-        ):  # refused before the evaluation when a write would be; else the scores are printed
+            )
+        # refused before the evaluation when a write would be; else the scores are printed
+        if command == "eval":
             assert (
                 evaluated.called != probe_refused and (SCORES in result.stdout) == evaluated.called
             ), what

@@ -11,9 +11,8 @@ from fixed_embed.model.decoder import Decoder, DecoderConfig
 from tests.cli import run_cli
 from tests.helpers import TINY_DECODER
 
-CHECKPOINT = (
-    Path(__file__).parent / "fixtures" / "main-1c25064" / "step=00000002.ckpt"
-)  # tiny binary16, V 512
+# tiny binary16, V 512
+CHECKPOINT = Path(__file__).parent / "fixtures" / "main-1c25064" / "step=00000002.ckpt"
 
 
 def tiny(interface) -> Decoder:

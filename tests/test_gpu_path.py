@@ -46,12 +46,13 @@ TABLE = [  # strategy, precision, model.parallel.param_dtype -> matmul dtype
     ("ddp", "bf16-mixed", "bfloat16", "bf16"),  # the paper's setup
     ("ddp", "16-mixed", "float32", "fp16"),
     ("ddp", "bf16-true", "float32", "bf16"),
+    # experiments/strategies/fsdp.yaml: was divided by the fp32 peak
     (
         "fsdp",
         "32-true",
         "bfloat16",
         "bf16",
-    ),  # experiments/strategies/fsdp.yaml: was divided by the fp32 peak
+    ),
     ("fsdp", "32-true", "float32", "fp32"),
     ("fsdp", "bf16-mixed", "float32", "bf16"),
     ("fsdp", "bf16-true", "bfloat16", "bf16"),
@@ -131,9 +132,8 @@ class SyncCounter(L.Callback):
         while frame is not None:
             if any(part in frame.f_code.co_filename for part in DATA_CODE):
                 return
-            if (
-                frame.f_code.co_name == "check_ids"
-            ):  # its CPU branch; on CUDA it is torch._assert_async
+            # its CPU branch; on CUDA it is torch._assert_async
+            if frame.f_code.co_name == "check_ids":
                 return
             frame = frame.f_back
         self.counts[self.batch] += 1
@@ -188,13 +188,11 @@ def test_no_host_sync_on_non_final_micro_batches(tmp_path, corpus, monkeypatch):
     assert trainer.global_step == 4 and len(counter.counts) == 16
     final = {i: n for i, n in counter.counts.items() if (i + 1) % 4 == 0}
     non_final = {i: n for i, n in counter.counts.items() if (i + 1) % 4}
-    assert all(n == 0 for n in non_final.values()), (
-        non_final
-    )  # the progress bar read the loss here before
+    # the progress bar read the loss here before
+    assert all(n == 0 for n in non_final.values()), non_final
     print("host syncs per update (final micro-batch):", final)
-    assert all(n <= 10 for n in final.values()), (
-        final
-    )  # the non-finite check, the bar, the monitors' windows
+    # the non-finite check, the bar, the monitors' windows
+    assert all(n <= 10 for n in final.values()), final
     # CPU, 32-true: read from what runs (no peak: no MFU)
     assert training_matmul_dtype(trainer, model) == "fp32"
     assert "perf/tokens_per_sec" in throughput.last_metrics
@@ -245,9 +243,8 @@ def test_validation_and_evaluation_do_not_recompile_the_training_graph(
             lm._loglikelihood_tokens(
                 [(None, [1, 2, 3], [4, 5]), (None, [1, 2, 3, 4, 5, 6, 7], [8])]
             )
-        assert (
-            counter.frame_count == first.frames
-        )  # fit (4 updates), validation, lm-eval: no recompiles
+        # fit (4 updates), validation, lm-eval: no recompiles
+        assert counter.frame_count == first.frames
         with torch.no_grad():  # the control: outside the eager stance, evaluation compiles again
             model.decoder(torch.randint(0, 300, (1, 7)))
         assert counter.frame_count > first.frames
@@ -268,9 +265,8 @@ def test_rope_rotates_in_fp32_with_fp32_tables_under_bf16():
     x = torch.randn(1, 2, 2048, 8).to(torch.bfloat16)
     out = rotate(x, cos, sin)
     assert out.dtype == torch.bfloat16
-    assert torch.equal(
-        out, rotate(x.float(), cos, sin).to(torch.bfloat16)
-    )  # rounded once, after an fp32 rotation
+    # rounded once, after an fp32 rotation
+    assert torch.equal(out, rotate(x.float(), cos, sin).to(torch.bfloat16))
 
 
 # -- 3. memory: fits per GPU kind, the cheapest way out, refusal at fit start

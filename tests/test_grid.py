@@ -288,10 +288,8 @@ def test_a_local_grid_killed_mid_way_continues_every_run_exactly_once(tmp_path):
     # (the in-loop one at update 100 is missing when the SIGTERM stopped it mid-way: the job's then
     # stands alone)
     assert sorted(scores) == [99, 119] and all(len(same) == 1 for same in scores.values()), bench
-    assert sum(step == 119 for step, _ in bench) == 2, (
-        bench
-    )  # the end of the run's in-loop benchmark and the job's
+    # the end of the run's in-loop benchmark and the job's
+    assert sum(step == 119 for step, _ in bench) == 2, bench
     again = subprocess.run(score, cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert (
-        again.returncode == 0 and "scoring " not in again.stdout
-    )  # what is scored is not scored twice
+    # what is scored is not scored twice
+    assert again.returncode == 0 and "scoring " not in again.stdout

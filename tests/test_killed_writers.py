@@ -51,9 +51,8 @@ def _killed_at(argv: list, k: int) -> int:
     child's pid."""
     pid = os.fork()
     if pid == 0:  # the child: no pytest clean-up, no atexit (a kill -9 runs none)
-        torch.set_num_threads(
-            1
-        )  # the parent's OpenMP pool is not in the child: a parallel op there would hang
+        # the parent's OpenMP pool is not in the child: a parallel op there would hang
+        torch.set_num_threads(1)
         try:
             real, count = os.replace, [0]
 
@@ -88,9 +87,8 @@ def hidden(folder: Path) -> list[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "command", sorted(set(WRITERS) - {"consolidate"})
-)  # consolidate: see below
+# consolidate: see below
+@pytest.mark.parametrize("command", sorted(set(WRITERS) - {"consolidate"}))
 def test_a_writer_killed_at_any_rename_leaves_nothing_after_the_relaunch(
     command, tmp_path, corpus, checkpoint
 ):
@@ -98,25 +96,24 @@ def test_a_writer_killed_at_any_rename_leaves_nothing_after_the_relaunch(
     argv, out = make(tmp_path, corpus, checkpoint)
     if command == "fit":  # each kill in a fresh run of its own; the relaunch continues it
         again = lambda k: [*argv, "--run", f"killed-{k}"]  # noqa: E731
-        assert (
-            run_cli(*again(-1)).returncode == 0
-        )  # the first fit also fills the data caches: renames of its own
+        # the first fit also fills the data caches: renames of its own
+        assert run_cli(*again(-1)).returncode == 0
         renames = _renames(again(0))
     # over the previous output: an export's kill can fall between moving it aside and the swap
     else:
         again = lambda k: [*argv, "--overwrite"]  # noqa: E731
         assert run_cli(*argv).returncode == 0
         renames = _renames(again(0))
-    tried = (
-        2 if command == "fit" else KILL_POINTS
-    )  # a fit's relaunch takes seconds: its first and last renames
+    # a fit's relaunch takes seconds: its first and last renames
+    tried = 2 if command == "fit" else KILL_POINTS
     points = sorted({1 + round(i * (renames - 1) / (tried - 1)) for i in range(tried)})
     for k in points:
         pid = _killed_at(again(k), k)
+        # it left some
         assert any(name.endswith(f"-{pid}") for name in hidden(tmp_path)), (
             k,
             hidden(tmp_path),
-        )  # it left some
+        )
         result = run_cli(*again(k), *(["--ckpt_path", "last"] if command == "fit" else []))
         assert result.returncode == 0, (k, result.stderr[-3000:])
         assert hidden(tmp_path) == [], (k, hidden(tmp_path))

@@ -253,10 +253,11 @@ def test_final_checkpoint_precedes_the_final_evaluation_and_sigterm_stops_it(tmp
             CheckpointPolicy(every_n_steps=2, dirpath=str(folder)),
         ],
     )
+    # on disk before any on_train_end
     assert probe.seen == [
         "step=00000004.ckpt",
         "step=00000005.ckpt",
-    ]  # on disk before any on_train_end
+    ]
     assert preemption.received == signal.SIGTERM and bench.interrupted and bench.last_metrics == {}
 
 

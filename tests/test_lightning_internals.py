@@ -136,9 +136,8 @@ def test_the_helpers_do_what_their_callers_rely_on():
 
     checkpoint = {"loops": {"fit_loop": {"state_dict": {internals.COMBINED_LOADER: ["state"]}}}}
     assert internals.fit_loop_state(checkpoint) == {"combined_loader": ["state"]}
-    assert (
-        "state_dict" in trainer.fit_loop.state_dict()
-    )  # the loop's own state, under the key read above
+    # the loop's own state, under the key read above
+    assert "state_dict" in trainer.fit_loop.state_dict()
 
     # The profiler wrap sees the loop's fetch action (named after the loop's class) and passes
     # every action on.
@@ -217,9 +216,8 @@ def test_the_sigterm_broadcast_is_skipped_while_preemption_owns_sigterm_and_rest
     assert loop._broadcast_sigterm_tensor == original and "_broadcast_sigterm_tensor" not in vars(
         loop
     )
-    other = PreemptionCheckpoint(
-        signals=["SIGUSR1"]
-    )  # Lightning's SIGTERM handler stays: so does its broadcast
+    # Lightning's SIGTERM handler stays: so does its broadcast
+    other = PreemptionCheckpoint(signals=["SIGUSR1"])
     other.on_train_start(trainer, None)
     try:
         assert "_broadcast_sigterm_tensor" not in vars(loop)

@@ -75,9 +75,8 @@ def test_bf16_autocast_matches_the_plain_path():
         ref, (ref_h, ref_w) = loss_and_grads(lambda h, w: plain_loss(h, w, t), h, w)
         got, (got_h, got_w) = loss_and_grads(lambda h, w: linear_cross_entropy(h, w, t, 7), h, w)
     assert got_h.dtype == got_w.dtype == torch.float32  # the leaves' dtype, as on the plain path
-    torch.testing.assert_close(
-        got, ref, rtol=1e-5, atol=1e-5
-    )  # same bf16 logits, same fp32 softmax
+    # same bf16 logits, same fp32 softmax
+    torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
     # bf16 matmuls of the same operands; the chunked head-weight gradient is summed over chunks in
     # fp32
     exact = loss_and_grads(lambda h, w: plain_loss(h.double(), w.double(), t), h, w)[1]
@@ -119,9 +118,8 @@ def test_decoder_loss_gives_every_parameter_the_same_gradient(interface, options
     assert got.keys() == ref.keys() == {n for n, p in model.named_parameters() if p.requires_grad}
     for name in ref:
         close(got[name], ref[name])
-    torch.testing.assert_close(
-        model(ids[:, :-1], ids[:, 1:], 0), ref_loss, rtol=0, atol=0
-    )  # 0: unchunked
+    # 0: unchunked
+    torch.testing.assert_close(model(ids[:, :-1], ids[:, 1:], 0), ref_loss, rtol=0, atol=0)
 
 
 def test_with_activation_checkpointing_and_logits_unchanged():
@@ -150,9 +148,8 @@ def test_language_model_option_and_validation_use_the_chunked_loss():
         losses[chunk] = model.block_loss(block)[0]
     assert LanguageModel(decoder=decoder).loss_chunk_tokens == 4096
     torch.testing.assert_close(losses[5], losses[0], rtol=1e-6, atol=1e-6)
-    assert torch.equal(
-        losses[None], losses[0]
-    )  # a negative chunk: refused by its type (tests/test_bad_values.py)
+    # a negative chunk: refused by its type (tests/test_bad_values.py)
+    assert torch.equal(losses[None], losses[0])
 
 
 def _fsdp_worker(rank, world, port, results):

@@ -64,9 +64,8 @@ def test_tiny_config_by_hand():
     # p = 2, plus the three extra 16-bit casts of block inputs under autocast: 520 + 2 x 480 + 3 x
     # 2 x 32 + 16
     assert mixed.activations == 32 * (2 * 1688 + 268)
-    assert (
-        mixed.logits_chunked == 32 * 300 * 6 + 32 * 32 * 2 + 300 * 32 * 6
-    )  # chunk capped at the 32 tokens
+    # chunk capped at the 32 tokens
+    assert mixed.logits_chunked == 32 * 300 * 6 + 32 * 32 * 2 + 300 * 32 * 6
     assert mixed.total == mixed.model_state + mixed.activations_checkpointed + mixed.logits_full
 
     sharded = memory_estimate(model(), RunShape(2, 16, world_size=4, sharded=True))
@@ -74,10 +73,11 @@ def test_tiny_config_by_hand():
     hybrid = memory_estimate(
         model(parallel={"shard_group_size": 2}), RunShape(2, 16, world_size=8, sharded=True)
     )
+    # sharded within groups of 2
     assert (hybrid.weights, hybrid.optimizer) == (
         2 * 30240,
         4 * 30240,
-    )  # sharded within groups of 2
+    )
     assert sharded.activations == est.activations  # activations are per device, not sharded
 
 
@@ -129,9 +129,8 @@ def test_activation_formula_matches_what_autograd_saves(mode, options):
     decoder.activation_checkpointing = True
     residual = 2 if mode == "bfloat16" else 4  # autocast keeps the residual stream in fp32
     outside = 8 * 32 + 4 + 8  # the final norm (input, output, 1/rms), the embedding's int64 ids
-    assert (
-        saved_bytes_per_token(decoder, mode) == 2 * residual * 32 + outside
-    )  # block inputs + the rest
+    # block inputs + the rest
+    assert saved_bytes_per_token(decoder, mode) == 2 * residual * 32 + outside
     one_block = (est.activations / 16 - outside) / 2
     assert est.activations_checkpointed / 16 == 2 * residual * 32 + one_block + outside
 
@@ -198,9 +197,8 @@ def test_params_command_prints_the_memory_estimate(tmp_path):
     )
     sharded = training_memory(str(fsdp))
     assert (sharded.run.world_size, sharded.run.sharded, sharded.mode) == (8, True, "bfloat16")
-    assert sharded.weights == -(
-        -4 * 1_711_376_384 // 8
-    )  # base.yaml's interface: the default binary code
+    # base.yaml's interface: the default binary code
+    assert sharded.weights == -(-4 * 1_711_376_384 // 8)
     result = run_cli("params", fsdp, "--world-size", "16")
     assert result.returncode == 0, result.stderr[-2000:]
     out = " ".join(result.stdout.split())  # rich wraps the title

@@ -98,9 +98,8 @@ def test_head_flops_are_reported_once_tied_or_not():
         config = DecoderConfig(**{**asdict(CONFIG), "tie_embeddings": tie})
         model = Decoder(config, LearnedInput(256, 32))
         rows = {row.name: row.flops_per_token for row in module_costs(model)}
-        assert rows["head"] == (
-            0 if tie else 6 * 256 * 32
-        )  # tied: under the interface that owns the table
+        # tied: under the interface that owns the table
+        assert rows["head"] == (0 if tie else 6 * 256 * 32)
         assert rows["interface"] == (6 * 256 * 32 if tie else 0)
         assert sum(rows.values()) == model.flops_per_token()
 

@@ -30,9 +30,8 @@ def test_a_task_whose_data_cannot_be_loaded_fails_at_fit_start_with_the_way_out(
     (tasks / "gone.yaml").write_text(
         MISSING_TASK.format(name="gone_local_task", path=tmp_path / "missing.jsonl")
     )
-    manager = check_tasks(
-        ["gone_local_task"], [tasks]
-    )  # the name is known: the old check passed here
+    # the name is known: the old check passed here
+    manager = check_tasks(["gone_local_task"], [tasks])
     with pytest.raises(
         DataError, match=r"gone_local_task: .*fixed-embed prefetch --tasks gone_local_task"
     ):
@@ -47,9 +46,8 @@ def test_prefetch_caches_the_paper_suite_and_the_tokenizer(monkeypatch):
     from tests.cli import run_cli
 
     built, loaded = [], []
-    monkeypatch.setattr(
-        suite, "check_tasks", lambda tasks, include_path=(): None
-    )  # no registry scan: seconds
+    # no registry scan: seconds
+    monkeypatch.setattr(suite, "check_tasks", lambda tasks, include_path=(): None)
     monkeypatch.setattr(lm_eval.tasks, "get_task_dict", lambda tasks, manager: built.extend(tasks))
     monkeypatch.setattr(tokenizer, "load_tokenizer", lambda spec: loaded.append(spec))
     result = run_cli("prefetch")
@@ -63,9 +61,8 @@ def test_prefetch_refuses_an_unknown_task_before_loading_the_tokenizer(monkeypat
     from tests.cli import run_cli
 
     loaded = []
-    monkeypatch.setattr(
-        tokenizer, "load_tokenizer", lambda spec: loaded.append(spec)
-    )  # a hub download otherwise
+    # a hub download otherwise
+    monkeypatch.setattr(tokenizer, "load_tokenizer", lambda spec: loaded.append(spec))
     result = run_cli("prefetch", "--tasks", "no_such_task")
     assert result.returncode == 2 and "no_such_task" in result.stderr and not loaded, result.stderr[
         -2000:

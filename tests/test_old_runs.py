@@ -17,9 +17,8 @@ from fixed_embed.evaluation.lm_eval_model import FixedEmbedLM
 from fixed_embed.evaluation.loading import load_checkpoint
 from tests.cli import run_cli
 
-OLD_RUN = (
-    Path(__file__).parent / "fixtures" / "main-1c25064"
-)  # tiny binary16, V 512, d 32, one block, update 2
+# tiny binary16, V 512, d 32, one block, update 2
+OLD_RUN = Path(__file__).parent / "fixtures" / "main-1c25064"
 CHECKPOINT = OLD_RUN / "step=00000002.ckpt"
 
 
@@ -103,9 +102,8 @@ def test_every_public_class_named_by_a_module_that_is_gone_is_refused_naming_its
 
 
 def test_a_config_naming_two_moved_classes_is_refused_in_one_line_naming_both(tmp_path):
-    config = (
-        tmp_path / "fsdp.yaml"
-    )  # experiments/strategies/fsdp.yaml and a base as main wrote them before the move
+    # experiments/strategies/fsdp.yaml and a base as main wrote them before the move
+    config = tmp_path / "fsdp.yaml"
     config.write_text(
         "trainer:\n  strategy:\n    class_path: fixed_embed.fsdp.FSDP2Strategy\n"
         "  plugins:\n  - class_path: fixed_embed.checkpoint_io.AtomicCheckpointIO\n"

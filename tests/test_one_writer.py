@@ -171,9 +171,8 @@ def test_a_second_writer_is_refused_naming_the_first_and_leaves_nothing(
         result = run_cli(*argv)
         refused(result.returncode, result.stderr, out)
         assert tree(tmp_path) == during  # the refused launch wrote nothing
-    assert (
-        tree(tmp_path) == before
-    )  # the refused launch made nothing, and the holder's lock went with it
+    # the refused launch made nothing, and the holder's lock went with it
+    assert tree(tmp_path) == before
     if command in SUCCESS_ELSEWHERE:
         return
     result = run_cli(*argv)  # now alone: it writes, and leaves only its output
@@ -224,18 +223,16 @@ def test_two_pretokenize_processes_at_once_one_writes_one_is_refused(tmp_path, c
     always meets it mid-write however slowly either starts; then the first goes on and finishes
     alone."""
     data, tok = corpus
-    (tmp_path / "docs.jsonl").write_text(
-        Path(data).read_text() * 10
-    )  # seconds of work: time to be stopped in
+    # seconds of work: time to be stopped in
+    (tmp_path / "docs.jsonl").write_text(Path(data).read_text() * 10)
     argv, out = _pretokenize(tmp_path, (tmp_path / "docs.jsonl", tok), None)
     command = [sys.executable, "-m", "fixed_embed", *map(str, argv)]
     first = subprocess.Popen(
         command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
     )
     lock = tmp_path / f".{out.name}.lock"
-    while (
-        not _holder(lock) and first.poll() is None
-    ):  # its record written: the holder it names is the first
+    # its record written: the holder it names is the first
+    while not _holder(lock) and first.poll() is None:
         time.sleep(0.01)
     os.kill(first.pid, signal.SIGSTOP)
     try:

@@ -19,9 +19,8 @@ TINY = Path(__file__).resolve().parents[1] / "experiments" / "tiny" / "gf2.yaml"
 def test_a_model_vocabulary_larger_than_the_tokenizers_trains_and_a_smaller_one_names_the_flag(
     tmp_path, corpus
 ):
-    fit_tiny(
-        tmp_path / "larger", corpus, stop_at=1, max_steps=1, decoder={"vocab_size": 320}
-    )  # tokenizer: 300
+    # tokenizer: 300
+    fit_tiny(tmp_path / "larger", corpus, stop_at=1, max_steps=1, decoder={"vocab_size": 320})
     with pytest.raises(
         ConfigError,
         match=r"smaller than the tokenizer's 300 .*set --model\.decoder\.vocab_size 300",

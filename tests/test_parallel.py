@@ -159,6 +159,5 @@ def test_regional_compile_with_checkpointing_keeps_outputs_and_parameter_names()
     compiled, reference, ids = twin_decoders()
     apply_parallelism(compiled, ParallelConfig(compile=True, activation_checkpointing=True))
     assert torch.allclose(compiled(ids), reference(ids), atol=1e-5)
-    assert list(compiled.state_dict()) == list(
-        reference.state_dict()
-    )  # no _orig_mod. / wrapper prefixes
+    # no _orig_mod. / wrapper prefixes
+    assert list(compiled.state_dict()) == list(reference.state_dict())

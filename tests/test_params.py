@@ -109,9 +109,8 @@ def test_model_summary_callback_table_shows_trainable_frozen_and_fixed():
     text = console.export_text()
     assert "GF2CodeInput" in text and "2 x Block" in text
     norm_row = next(line for line in text.splitlines() if " norm " in line)
-    assert (
-        norm_row.split("│")[3].strip() == "0" and norm_row.split("│")[4].strip() == "32"
-    )  # trainable, frozen
+    # trainable, frozen
+    assert norm_row.split("│")[3].strip() == "0" and norm_row.split("│")[4].strip() == "32"
     interface_row = next(line for line in text.splitlines() if " interface " in line)
     # trainable, frozen, fixed state: the GF(2) code has no parameters, only its 9 x 9 matrix (V
     # 300: 9 bits)

@@ -91,18 +91,15 @@ def test_a_finished_task_writes_nothing_and_a_failed_one_reruns_alone(corpus, tm
     # dead writer)
     (out / "part-00002.json").unlink()
     (out / "train-00002.bin").unlink()
-    (out / ".held_out-00002.bin.tmp-4194301").write_bytes(
-        b"half"
-    )  # a killed writer's leftover, of task 1's share
-    other = (
-        out / ".train-00004.bin.tmp-4194302"
-    )  # of task 2's share: another machine's writer, maybe alive
+    # a killed writer's leftover, of task 1's share
+    (out / ".held_out-00002.bin.tmp-4194301").write_bytes(b"half")
+    # of task 2's share: another machine's writer, maybe alive
+    other = out / ".train-00004.bin.tmp-4194302"
     other.write_bytes(b"live?")
     assert "wrote 1 of its shards 1..2 (1 finished before)" in _task(corpus, out, 1, 3)
     assert not (out / ".held_out-00002.bin.tmp-4194301").exists()
-    assert (
-        other.read_bytes() == b"live?"
-    )  # not task 1's to remove: left to its own task (or the index step)
+    # not task 1's to remove: left to its own task (or the index step)
+    assert other.read_bytes() == b"live?"
     other.unlink()
     assert run_cli(*_argv(corpus, out)).returncode == 0
     assert _files(out) == single
@@ -113,9 +110,8 @@ def test_the_index_step_waits_for_a_running_task_and_a_task_runs_once_at_a_time(
 
     out = tmp_path / "s"
     _task(corpus, out, 0, 2)
-    with acquire(
-        out / "task-00001-of-00002", beside=True
-    ):  # task 1 runs (this process holds its lock)
+    # task 1 runs (this process holds its lock)
+    with acquire(out / "task-00001-of-00002", beside=True):
         for argv in (_argv(corpus, out), _argv(corpus, out, "--tasks", "2", "--task", "1")):
             refused = run_cli(*argv)
             assert refused.returncode == 2, refused.stderr[-2000:]

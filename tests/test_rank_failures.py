@@ -190,9 +190,8 @@ def test_the_processes_started_at_once_are_found_as_lightning_will_see_them(monk
     }
     for name in [n for n in os.environ if n.startswith(("SLURM_", "TORCHELASTIC_")) or n in ranks]:
         monkeypatch.delenv(name)
-    assert (
-        peers(1) is None and peers(2) is None
-    )  # a lone launcher (Lightning starts its ranks after it)
+    # a lone launcher (Lightning starts its ranks after it)
+    assert peers(1) is None and peers(2) is None
     slurm = {
         "SLURM_NTASKS": "4",
         "SLURM_NTASKS_PER_NODE": "4",
@@ -204,17 +203,15 @@ def test_the_processes_started_at_once_are_found_as_lightning_will_see_them(monk
     }
     for name, value in slurm.items():
         monkeypatch.setenv(name, value)
-    monkeypatch.setenv(
-        "SLURM_JOB_NAME", "interactive"
-    )  # an allocation Lightning launches in itself: no agreement
+    # an allocation Lightning launches in itself: no agreement
+    monkeypatch.setenv("SLURM_JOB_NAME", "interactive")
     assert peers(1) is None
     monkeypatch.setenv("SLURM_JOB_NAME", "fit")  # srun's tasks
     assert peers(1) == (2, 4, "localhost", 29511)
     for name in slurm:
         monkeypatch.delenv(name)
-    monkeypatch.setenv(
-        "GROUP_RANK", "1"
-    )  # node 1 of a two-node Lightning launch (NODE_RANK unset: GROUP_RANK)
+    # node 1 of a two-node Lightning launch (NODE_RANK unset: GROUP_RANK)
+    monkeypatch.setenv("GROUP_RANK", "1")
     assert peers(2) is None  # without MASTER_PORT Lightning cannot join the nodes either
     monkeypatch.setenv("MASTER_PORT", "29511")
     assert peers(2)[:2] == (1, 2) and peers(2)[3] == 29511 and peers(1) is None

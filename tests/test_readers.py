@@ -105,9 +105,8 @@ def test_pretokenize_overwrite_into_the_shards_a_running_fit_reads_is_refused(
         )
     assert fit.returncode == 0, fit.stderr[-3000:]
     refused(seen[0].returncode, seen[0].stderr, folder)
-    assert (
-        f".shards.lock.read-{socket.gethostname()}-{os.getpid()}" in seen[0].stderr
-    )  # the reader's record
+    # the reader's record
+    assert f".shards.lock.read-{socket.gethostname()}-{os.getpid()}" in seen[0].stderr
     assert not list(tmp_path.glob(".shards.lock*"))  # the fit's record went with it
     assert run_cli(*overwrite).returncode == 0  # and now the writer may
 
@@ -130,9 +129,8 @@ def _new_file(path: Path) -> None:
 def _in_place(path: Path) -> None:
     with open(path, "r+b") as file:
         file.write(bytes(reversed(file.read(8))))
-    os.utime(
-        path, ns=(time.time_ns(), path.stat().st_mtime_ns + 1)
-    )  # a write within the file system's mtime tick
+    # a write within the file system's mtime tick
+    os.utime(path, ns=(time.time_ns(), path.stat().st_mtime_ns + 1))
 
 
 REPLACEMENTS = {
@@ -154,9 +152,8 @@ REPLACEMENTS = {
 def test_a_shard_replaced_under_a_reader_is_refused_by_name_or_read_as_checked(
     how, mapped, shards, tmp_path
 ):
-    if (
-        "in place" in how and mapped
-    ):  # no writer here writes in place: they write a new file and rename it
+    # no writer here writes in place: they write a new file and rename it
+    if "in place" in how and mapped:
         pytest.skip(
             "a mapped file written in place shows the new bytes, cut short it faults (SIGBUS): "
             "docs/faults.md"
@@ -190,9 +187,8 @@ def test_every_reader_of_a_checkpoint_leaves_its_record_while_it_reads(
 ):
     """Generated over the commands with a checkpoint argument: a fit's retention sees them
     (below)."""
-    lead, parts = baseline(
-        command, {**valid_inputs, "checkpoint": checkpoint}, tmp_path
-    )  # one eval's task fits
+    # one eval's task fits
+    lead, parts = baseline(command, {**valid_inputs, "checkpoint": checkpoint}, tmp_path)
     positionals = [t for f, p, _ in arguments(command) if p and f in parts for t in parts[f]]
     options = [t for f, p, _ in arguments(command) if not p and f in parts for t in parts[f]]
     read = [
@@ -237,9 +233,9 @@ def test_retention_keeps_a_checkpoint_while_it_is_read_and_prunes_it_at_a_later_
                 self.lock.release()
 
     policy = CheckpointPolicy(every_n_steps=1, keep_last=1, dirpath=str(folder))
-    fit_tiny(
-        tmp_path, corpus, 6, max_steps=6, callbacks=[policy, Reader()]
-    )  # each update's save comes after
+    # each update's save comes after
+    fit_tiny(tmp_path, corpus, 6, max_steps=6, callbacks=[policy, Reader()])
+    # update 2's kept by the save of 3, pruned by the save of 4
     assert kept == [
         [],
         [1],
@@ -247,4 +243,4 @@ def test_retention_keeps_a_checkpoint_while_it_is_read_and_prunes_it_at_a_later_
         [2, 3],
         [4],
         [5],
-    ]  # update 2's kept by the save of 3, pruned by the save of 4
+    ]

@@ -118,9 +118,8 @@ def test_decay_shrinks_only_what_is_in_the_decay_group():
         )
         optimizer = build_adamw(model, model.optimizer_config)
         before = model.interface.weight.detach().clone()
-        model.interface.weight.grad = torch.zeros_like(
-            before
-        )  # no gradient: only the decay moves it
+        # no gradient: only the decay moves it
+        model.interface.weight.grad = torch.zeros_like(before)
         optimizer.step()
         after = model.interface.weight.detach()
         if decay_input:

@@ -8,9 +8,8 @@ from experiments import rehearsal
 
 @pytest.mark.multi_rank
 def test_paper_config_rehearsal_survives_preemption_and_relaunch(tmp_path, capsys):
-    code = rehearsal.main(
-        ["--logs", str(tmp_path / "logs")]
-    )  # its launches are the processes; it need not be
+    # its launches are the processes; it need not be
+    code = rehearsal.main(["--logs", str(tmp_path / "logs")])
     report = capsys.readouterr().out[-4000:]
     assert code == 0, report
     assert "FAIL" not in report and "rehearsal: 18 of 18 checks hold" in report

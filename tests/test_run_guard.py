@@ -154,9 +154,8 @@ def test_a_regular_last_ckpt_older_than_the_newest_step_is_refused(trained, tmp_
     run = copy_run(trained, tmp_path)
     checkpoints = run / "checkpoints"
     (checkpoints / "last.ckpt").unlink()
-    shutil.copy(
-        checkpoints / "step=00000001.ckpt", checkpoints / "last.ckpt"
-    )  # restored from a backup
+    # restored from a backup
+    shutil.copy(checkpoints / "step=00000001.ckpt", checkpoints / "last.ckpt")
     result = run_cli(*args(tmp_path, corpus, "--trainer.max_steps", "4", "--ckpt_path", "last"))
     refused(
         result,
@@ -180,9 +179,8 @@ def test_a_truncated_newest_checkpoint_names_the_readable_one_and_how_to_resume_
         run / "checkpoints" / "step=00000002.ckpt",
         run / "checkpoints" / "step=00000001.ckpt",
     )
-    os.truncate(
-        newest, newest.stat().st_size // 2
-    )  # in place, as a full disk or a lost node leaves it
+    # in place, as a full disk or a lost node leaves it
+    os.truncate(newest, newest.stat().st_size // 2)
     result = run_cli(
         *args(tmp_path, corpus, "--trainer.max_steps", "2", "--ckpt_path", "last", bench=False)
     )
@@ -195,12 +193,10 @@ def test_a_truncated_newest_checkpoint_names_the_readable_one_and_how_to_resume_
         "is cut",
     )
     message = result.stderr[result.stderr.index("fixed-embed fit: error:") :].splitlines()
-    assert message[1] == fix and "last.ckpt" not in "".join(message[:2]), (
-        message
-    )  # two lines, the broken link unsaid
-    assert message[0].endswith("failed finding central directory);"), (
-        message
-    )  # torch's first sentence, whole
+    # two lines, the broken link unsaid
+    assert message[1] == fix and "last.ckpt" not in "".join(message[:2]), message
+    # torch's first sentence, whole
+    assert message[0].endswith("failed finding central directory);"), message
     result = run_cli(
         *args(tmp_path, corpus, "--trainer.max_steps", "2", "--ckpt_path", str(intact), bench=False)
     )
@@ -214,9 +210,8 @@ def test_a_finished_run_says_so_and_names_the_final_benchmark_it_lacks(trained, 
     assert result.returncode == 0 and "Checkpoints:" not in result.stderr, result.stderr[-2000:]
     assert "run complete:" in result.stderr and "nothing to train" in result.stderr
     assert "final benchmark" not in result.stderr  # it ran: benchmarks/step_00000002/results.json
-    shutil.rmtree(
-        run / "benchmarks" / "step_00000002"
-    )  # as a SIGTERM during the final benchmark leaves it
+    # as a SIGTERM during the final benchmark leaves it
+    shutil.rmtree(run / "benchmarks" / "step_00000002")
     result = run_cli(*args(tmp_path, corpus, "--trainer.max_steps", "2", "--ckpt_path", "last"))
     assert result.returncode == 0, result.stderr[-2000:]
     line = next(
@@ -316,7 +311,6 @@ def test_eval_refuses_unknown_tasks_and_bad_limits_in_one_line(tmp_path):
     ):
         result = run_cli("eval", missing, *flags)
         assert result.returncode == 2 and message in result.stderr, (flags, result.stderr[-1500:])
-        assert (
-            "Traceback" not in result.stderr and "usage:" not in result.stderr
-        )  # the error, not the usage
+        # the error, not the usage
+        assert "Traceback" not in result.stderr and "usage:" not in result.stderr
         assert len(result.stderr.strip().splitlines()) <= 2

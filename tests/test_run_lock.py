@@ -134,9 +134,8 @@ def test_every_rank_of_an_external_launch_of_a_run_in_use_prints_its_refusal(
         "--trainer.accelerator",
         "cpu",
     )
-    if (
-        launcher == "torchrun"
-    ):  # each agent writes its worker's output to files, apart from the agent's own
+    # each agent writes its worker's output to files, apart from the agent's own
+    if launcher == "torchrun":
         tasks = [
             (
                 {},
@@ -181,11 +180,12 @@ def test_every_rank_of_an_external_launch_of_a_run_in_use_prints_its_refusal(
         tasks = [
             ({**slurm, "SLURM_PROCID": str(n), "SLURM_LOCALID": str(n)}, command) for n in range(2)
         ]
+    # as a first launch still training would
     held, started, ranks = (
         acquire(run),
         time.monotonic(),
         [],
-    )  # as a first launch still training would
+    )
     try:
         ranks = [
             subprocess.Popen(
@@ -214,9 +214,8 @@ def test_every_rank_of_an_external_launch_of_a_run_in_use_prints_its_refusal(
     ]
     assert [len(lines) for lines in errors] == [1, 1] and errors[0] == errors[1], said
     assert f"run folder {run} is in use by another launch (pid {os.getpid()}" in errors[0][0]
-    assert [rank.returncode for rank in ranks] == (
-        [1, 1] if launcher == "torchrun" else [2, 2]
-    )  # torchrun: 1
+    # torchrun: 1
+    assert [rank.returncode for rank in ranks] == ([1, 1] if launcher == "torchrun" else [2, 2])
     assert not any(
         word in out for out in said for word in ("DistNetworkError", "DistStoreError", "timed out")
     )

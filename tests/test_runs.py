@@ -51,9 +51,8 @@ def test_a_resumed_run_says_so_and_records_the_commit_it_started_from(tmp_path, 
     logs, name = tmp_path / "logs", "tiny/binary16"
     run_dir = logs / name / "default"
     (run_dir / "checkpoints").mkdir(parents=True)
-    (run_dir / "checkpoints" / "step=00000100.ckpt").write_bytes(
-        b""
-    )  # an earlier attempt's checkpoint (no last link)
+    # an earlier attempt's checkpoint (no last link)
+    (run_dir / "checkpoints" / "step=00000100.ckpt").write_bytes(b"")
     commits = iter(["at-start", "at-end"])
     monkeypatch.setattr(fit, "git_commit", lambda: next(commits))
     monkeypatch.setattr(fit, "code_changed", lambda: True)
@@ -95,9 +94,8 @@ def test_a_runs_file_changed_in_place_is_refused_in_one_line_naming_it(tmp_path)
 
     out = str(tmp_path / "out")
     runs_file.write_rows([row("a", 1.0), row("b", 2.0)], "T", out, commit="abc")
-    flip(
-        Path(f"{out}.json")
-    )  # the same size, other bytes: a study must not resume from or render it
+    # the same size, other bytes: a study must not resume from or render it
+    flip(Path(f"{out}.json"))
     with pytest.raises(
         SystemExit, match=rf"^cannot read the runs file {out}\.json \(\w+: [^\n]*\): restore it"
     ):

@@ -110,14 +110,12 @@ def test_a_good_sharded_folder_still_consolidates(tmp_path):
 def test_a_sharded_folder_with_pickled_objects_is_refused_and_runs_nothing(tmp_path, where, entry):
     marker = tmp_path / "marker"
     state = {"state_dict": {"w": torch.ones(2)}}
-    if (
-        where == "item"
-    ):  # a non-tensor item: torch's planner would torch.load it with weights_only=False
+    # a non-tensor item: torch's planner would torch.load it with weights_only=False
+    if where == "item":
         state["evil"] = Payload(marker)
     folder = dcp_folder(tmp_path / "last.ckpt", state)
-    if (
-        where == "metadata"
-    ):  # the DCP index, a plain pickle that torch.distributed.checkpoint would pickle.load
+    # the DCP index, a plain pickle that torch.distributed.checkpoint would pickle.load
+    if where == "metadata":
         (folder / ".metadata").write_bytes(pickle.dumps(Payload(marker)))
     if where == "meta.pt":
         torch.save({"global_step": 3, "x": Payload(marker)}, folder / "meta.pt")
@@ -241,9 +239,8 @@ def test_every_load_in_the_source_tree_is_safe():
                 isinstance(remote, ast.Constant) and remote.value is False
             ):
                 problems.append(f"{where}:{node.lineno}: trust_remote_code not False")
-    assert (
-        torch_loads >= 3
-    )  # data/block_cache.py and distributed/checkpoint.py: the checker still sees them
+    # data/block_cache.py and distributed/checkpoint.py: the checker still sees them
+    assert torch_loads >= 3
     texts = {p.relative_to(ROOT): p.read_text() for p in files}
     texts |= {
         p.relative_to(ROOT): p.read_text()
@@ -278,9 +275,8 @@ def test_eval_hf_builds_the_model_without_remote_code(tmp_path, monkeypatch):
             raise Stop
 
     monkeypatch.setattr(lm_eval.api.registry, "get_model", lambda name: FakeHF)
-    monkeypatch.setattr(
-        eval_cli, "check_task_data", lambda *args: None
-    )  # offline here: hellaswag's data is absent
+    # offline here: hellaswag's data is absent
+    monkeypatch.setattr(eval_cli, "check_task_data", lambda *args: None)
     with pytest.raises(Stop):
         eval_cli.run(
             [
@@ -302,11 +298,12 @@ def test_eval_hf_builds_the_model_without_remote_code(tmp_path, monkeypatch):
 def make_n(*args: str) -> list[str]:
     if shutil.which("make") is None:
         pytest.skip("make not installed")
+    # the environment must not widen the bind
     env = {
         **os.environ,
         "HOST": "0.0.0.0",
         "PORT": "6999",
-    }  # the environment must not widen the bind
+    }
     run = subprocess.run(
         ["make", "-n", "tensorboard", *args],
         cwd=ROOT,

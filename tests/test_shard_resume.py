@@ -52,9 +52,8 @@ def _launch(shards_dir, world, batches, state, batch_size=3):
             loader.load_state_dict(state)
         loaders.append(loader)
     its = [iter(loader) for loader in loaders]
-    out = [
-        next(it) for _ in range(batches) for it in its
-    ]  # global batch k: rank 0's rows, then rank 1's, ...
+    # global batch k: rank 0's rows, then rank 1's, ...
+    out = [next(it) for _ in range(batches) for it in its]
     states = [loader.state_dict() for loader in loaders]
     assert all(s == states[0] for s in states), "every rank saves the same global position"
     return torch.cat(out), states[0]
@@ -86,9 +85,8 @@ def test_loader_workers_deal_whole_batches_in_the_order_the_loader_returns_them(
         )
         it = iter(data)
         workers.append([next(it) for _ in range(3)])
-    round_robin = [
-        workers[k % 3][k // 3] for k in range(9)
-    ]  # how a DataLoader interleaves its workers
+    # how a DataLoader interleaves its workers
+    round_robin = [workers[k % 3][k // 3] for k in range(9)]
     assert all(torch.equal(x, y) for x, y in zip(round_robin, reference, strict=True))
 
 
@@ -121,9 +119,8 @@ def test_a_token_shard_position_goes_to_every_rank_and_the_data_module_refuses_a
     stream = [{"reader": [1, 2], "fingerprint": "{}"}]
     ckpt = checkpoint([[{"reader": [0, 2], "fingerprint": "{}"}], stream])
     take_own_loader_state(ckpt, 1)
-    assert (
-        ckpt["loops"]["fit_loop"]["state_dict"]["combined_loader"] == stream
-    )  # a text stream: its rank's
+    # a text stream: its rank's
+    assert ckpt["loops"]["fit_loop"]["state_dict"]["combined_loader"] == stream
     sharded = TextDataModule(train=str(shards), seq_len=SEQ, holdout_per_mille=100)
     with pytest.raises(CheckpointError, match="differ"):
         check_resume(

@@ -95,9 +95,8 @@ def test_reader_plan_gives_every_document_to_one_reader_and_opens_few_files():
                 owners = {}
                 for r in range(readers):
                     plan = reader_plan(s, v, r, readers)
-                    per_reader = (
-                        math.ceil(v / readers) * s / v
-                    )  # files' worth of its virtual shards
+                    # files' worth of its virtual shards
+                    per_reader = math.ceil(v / readers) * s / v
                     assert len(plan) <= math.ceil(per_reader) + 1
                     for f, lo, hi in plan:
                         for j in range(lo, hi):  # a document in each of its parts of the file
@@ -109,9 +108,8 @@ def test_reader_plan_gives_every_document_to_one_reader_and_opens_few_files():
                                 < (r + 1) * v // readers
                             )
                 assert len(owners) == s * cycle
-    assert reader_plan(16, 2, 1, 2) == [
-        (f, 0, 1) for f in range(8, 16)
-    ]  # whole files, no other file
+    # whole files, no other file
+    assert reader_plan(16, 2, 1, 2) == [(f, 0, 1) for f in range(8, 16)]
     assert reader_plan(16, 128, 9, 128) == [(1, 1, 2)]  # one file, documents j % 8 == 1 of it
 
 
@@ -162,9 +160,8 @@ def test_blocks_depend_on_num_shards_not_on_the_world(files, fake_tokenizer):
     # more readers than num_shards: one virtual shard per reader, as num_shards=None does
     assert _block_set(local(files), 32, num_shards=8) == _block_set(local(files), 1, num_shards=32)
     assert _block_set(local(files), 32) == _block_set(local(files), 1, num_shards=32)
-    assert _block_set(local(files), 1) != _block_set(
-        local(files), 2
-    )  # num_shards=None: per readers
+    # num_shards=None: per readers
+    assert _block_set(local(files), 1) != _block_set(local(files), 2)
 
 
 def _resume_in_steps(make, stops):
@@ -262,9 +259,8 @@ def test_a_stream_with_its_own_shards_is_split_at_them(fake_tokenizer, readers):
         stream = blocks_of(source, r, readers)
         fake_tokenizer.seen.clear()
         list(stream)
-        assert (
-            stream.stats.rows_read <= 2 * 40
-        )  # at most two of the six shards, never the whole stream
+        # at most two of the six shards, never the whole stream
+        assert stream.stats.rows_read <= 2 * 40
         for text in fake_tokenizer.seen:
             assert text not in owner
             owner[text] = r
@@ -313,14 +309,12 @@ def test_validation_is_built_once_then_read_from_the_cache(corpus, cache, monkey
     built = _dm(corpus).validation_blocks()
     assert built.shape == (4, 17)
     assert "validation: built 4 blocks in" in caplog.text and str(cache) in caplog.text
-    assert len(list(cache.glob("*.pt"))) == 1 and not list(
-        cache.glob(".*")
-    )  # no temporary file left
+    # no temporary file left
+    assert len(list(cache.glob("*.pt"))) == 1 and not list(cache.glob(".*"))
     _forbid_reading(monkeypatch)
     caplog.clear()
-    assert torch.equal(
-        _dm(corpus, batch_size=4).validation_blocks(), built
-    )  # another start: the file
+    # another start: the file
+    assert torch.equal(_dm(corpus, batch_size=4).validation_blocks(), built)
     assert "validation: 4 blocks from cache" in caplog.text
 
 
@@ -333,9 +327,8 @@ def test_validation_cache_key_follows_what_the_blocks_depend_on(corpus, cache, t
     copy = tmp_path / "copy" / "tokenizer.json"
     copy.parent.mkdir()
     copy.write_bytes(tok.read_bytes())
-    assert torch.equal(
-        _dm(corpus, tokenizer=str(copy)).validation_blocks(), base
-    )  # content, not the name
+    # content, not the name
+    assert torch.equal(_dm(corpus, tokenizer=str(copy)).validation_blocks(), base)
     assert len(list(cache.glob("*.pt"))) == 3
     texts = [json.loads(line)["text"] for line in data.read_text().splitlines()]
     other = train_bpe(texts, 280, tmp_path / "other-tok", "other")

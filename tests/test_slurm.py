@@ -154,9 +154,8 @@ def test_slurm_jobs_carry_their_settings_a_warned_job_is_requeued_and_a_relaunch
         "--signal=USR2@60",
     ):
         assert f"#SBATCH {option}" in script, script
-    subprocess.run(
-        ["scancel", "--signal", "USR2", job["job"]], check=True
-    )  # SLURM's warning before the limit
+    # SLURM's warning before the limit
+    subprocess.run(["scancel", "--signal", "USR2", job["job"]], check=True)
     wait_until(
         lambda: json.loads((slurm / f"{job['job']}.json").read_text())["restarts"] == 1,
         "the requeue",
@@ -164,9 +163,8 @@ def test_slurm_jobs_carry_their_settings_a_warned_job_is_requeued_and_a_relaunch
     again = subprocess.run(launch, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert f"attached to slurm job {job['job']}" in again.stdout
-    assert (
-        json.loads(Path(f"{out}-jobs.json").read_text())["tiny/learned"]["job"] == job["job"]
-    )  # not resubmitted
+    # not resubmitted
+    assert json.loads(Path(f"{out}-jobs.json").read_text())["tiny/learned"]["job"] == job["job"]
     assert [r["name"] for r in json.loads(out.with_suffix(".json").read_text())["runs"]] == [
         "tiny/learned"
     ]

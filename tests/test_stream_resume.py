@@ -105,7 +105,6 @@ def test_resume_refusals_name_what_changed(corpus, tokenizer, tmp_path):
         rf"and data.tokenizer {re.escape(repr(other))} \(\w{{12}}\) differ in merges, vocab:",
         refusals[0],
     )
-    with pytest.raises(
-        ValueError, match=r"differ in .*: resuming would feed the model other ids"
-    ):  # at load
+    # at load
+    with pytest.raises(ValueError, match=r"differ in .*: resuming would feed the model other ids"):
         data(tokenizer=other).load_state_dict(checkpoint["TextDataModule"])

@@ -28,11 +28,12 @@ from tests.cli import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENT = ROOT / "experiments" / "tiny" / "gf2.yaml"
+# the parts of a config that fit also takes as a file or a value
 SECTIONS = (
     "model",
     "data",
     "trainer",
-)  # the parts of a config that fit also takes as a file or a value
+)
 # where a case's pathological value goes, written as YAML text (anchors need text)
 HOLE = "value_of_the_case"
 

@@ -45,9 +45,8 @@ def test_wikitext_articles_split_at_titles_and_are_detokenized(tmp_path, monkeyp
     docs = offline_data.docs_ppl(n_docs=None, max_chars=None, path="wiki/valid.tokens")["test"][
         "text"
     ]
-    assert (
-        len(docs) == 2
-    )  # "= = Description = =" is a section, not an article; the stub is too short
+    # "= = Description = =" is a section, not an article; the stub is too short
+    assert len(docs) == 2
     assert (
         docs[0].startswith(" = Lobster =")
         and "3-metre animal. It lives in the sea (mostly)." in docs[0]
@@ -154,9 +153,8 @@ def test_the_plan_names_every_run_and_sets_its_seed_and_rate():
         == len(set(names))
         == 2 * 9 + 2 * 3 * 4 + len(scale.codebooks) + 2 * len(CONTROLS)
     )
-    assert names[0] == "bpe8k-s/learned-lr0.003-seed1" and names[9].endswith(
-        "-seed2"
-    )  # whole seeds first
+    # whole seeds first
+    assert names[0] == "bpe8k-s/learned-lr0.003-seed1" and names[9].endswith("-seed2")
     assert (
         "bpe8k-l/learned-lr0.005-seed2" in names and "bpe8k-s/gf2-lr0.002-seed1-steps1728" in names
     )
@@ -165,9 +163,8 @@ def test_the_plan_names_every_run_and_sets_its_seed_and_rate():
         "bpe8k-l/gf2-lr0.002-seed2-code2" in names
         and "bpe8k-m/random_full-lr0.001-seed2-code2" in names
     )
-    assert not [
-        n for n in names if "-code" in n and "-seed1" in n
-    ]  # seed 1 keeps the config's codebook
+    # seed 1 keeps the config's codebook
+    assert not [n for n in names if "-code" in n and "-seed1" in n]
     for name, configs, flags in later:
         meta = parse({"name": name})
         assert (
@@ -207,13 +204,13 @@ def test_a_best_rate_at_the_edge_of_the_sweep_asks_for_the_next_rung():
     }
     best, more = stages.best_lrs(scale, rows, {("m", v): lrs for v in PAPER})
     assert best == {"m": {"learned": 3e-3, "binary16": 2e-3, "gf2": 1e-3}}
+    # the ladder's neighbours, per variant
     assert more == {
         ("m", "learned"): [5e-3],
         ("m", "gf2"): [5e-4],
-    }  # the ladder's neighbours, per variant
-    assert (
-        stages.rate_at(scale, best, "s", "gf2") == 1e-3
-    )  # an unswept size borrows the tuning size's rate
+    }
+    # an unswept size borrows the tuning size's rate
+    assert stages.rate_at(scale, best, "s", "gf2") == 1e-3
 
 
 def test_the_resweep_starts_around_each_own_length_best_and_serves_the_lengths_nearer_it():
@@ -252,9 +249,8 @@ def test_the_resweep_starts_around_each_own_length_best_and_serves_the_lengths_n
     assert found == {"s": {"learned": 3e-3, "binary16": 2e-3, "gf2": 5e-4}} and more == {
         ("s", "gf2"): [3e-4]
     }
-    assert (
-        study.resweep_best(scale, rows, rates) == {}
-    )  # not finished: the length stage keeps S's own rates
+    # not finished: the length stage keeps S's own rates
+    assert study.resweep_best(scale, rows, rates) == {}
     rows[run_name("bpe8k", "s", "gf2", 3e-4, 1, steps=1024)] = {"val_bpb": 2.0}
     rates[("s", "gf2")] = [3e-4, *rates[("s", "gf2")]]
     assert stages.swept(scale, rows, scale.resweep)[("s", "gf2")] == rates[("s", "gf2")]
@@ -268,9 +264,8 @@ def test_the_resweep_starts_around_each_own_length_best_and_serves_the_lengths_n
     )
     assert stages.length_rate(scale, best, again, "m", "gf2", 1024) == 3e-3  # M was not swept again
     names = [n for n, _, _ in stages.later_plan(scale, ["length"], best, [1, 2, 3], again)]
-    assert names[:3] == [
-        f"bpe8k-m/learned-lr0.003-seed{s}-steps1024" for s in (1, 2, 3)
-    ]  # whole cells first
+    # whole cells first
+    assert names[:3] == [f"bpe8k-m/learned-lr0.003-seed{s}-steps1024" for s in (1, 2, 3)]
     assert names[3:6] == [f"bpe8k-m/binary16-lr0.003-seed{s}-steps1024" for s in (1, 2, 3)]
     assert names[9] == "bpe8k-s/learned-lr0.003-seed1-steps1024"  # S: the equal-token length first
     assert (
@@ -293,9 +288,8 @@ def test_every_study_config_composes_at_both_scales():
         meta = parse({"name": name})
         decoder = resolve(configs)["model"]["decoder"]
         assert config["model"]["decoder"]["d_model"] == decoder["d_model"]
-        if meta["variant"].startswith(
-            "lowrank"
-        ):  # the control's own optimizer settings survive the merges
+        # the control's own optimizer settings survive the merges
+        if meta["variant"].startswith("lowrank"):
             assert config["model"]["optimizer"]["input_lr_scale"] == 10.0
             assert config["model"]["optimizer"]["decay_input"] is False
 
@@ -309,12 +303,10 @@ def test_the_best_rate_is_chosen_among_finished_runs_only():
     }
     rows[run_name("bpe8k", "m", "gf2", 1e-2, 1)] = {"val_bpb": 1.0}  # a rung only gf2 finished
     rows[run_name("bpe8k", "m", "learned", 3e-3, 1)] = {"val_bpb": float("nan")}  # diverged
-    rows[run_name("bpe8k", "m", "gf2", 2e-3, 1, steps=1024)] = {
-        "val_bpb": 0.5
-    }  # another length: not the sweep
-    rows[run_name("bpe8k", "m", "gf2", 2e-3, 2, code=2)] = {
-        "val_bpb": 0.5
-    }  # another seed and codebook
+    # another length: not the sweep
+    rows[run_name("bpe8k", "m", "gf2", 2e-3, 1, steps=1024)] = {"val_bpb": 0.5}
+    # another seed and codebook
+    rows[run_name("bpe8k", "m", "gf2", 2e-3, 2, code=2)] = {"val_bpb": 0.5}
     swept = stages.swept(scale, rows)
     assert swept[("m", "learned")] == swept[("m", "binary16")] == [1e-3, 3e-3] and swept[
         ("m", "gf2")

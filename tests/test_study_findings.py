@@ -86,12 +86,10 @@ def test_the_rule_chooses_every_word():
     assert word(0.049, claim) == ESTABLISHED
     assert word(0.05, claim) == SIGN  # not below 0.05: the signs decide
     flipped = Claim("x", "difference", 0.1, -0.1, 0.3, 0.2, (0.1, -0.01, 0.2), ())
-    assert (
-        word(0.2, flipped) == NOT and word(0.01, flipped) == ESTABLISHED
-    )  # the family's p alone establishes
-    assert (
-        word(math.nan, Claim("x", "difference", 0.1, 0.1, 0.1, math.nan, (0.1,), ())) == NOT
-    )  # one seed
+    # the family's p alone establishes
+    assert word(0.2, flipped) == NOT and word(0.01, flipped) == ESTABLISHED
+    # one seed
+    assert word(math.nan, Claim("x", "difference", 0.1, 0.1, 0.1, math.nan, (0.1,), ())) == NOT
     assert ESTABLISHED in VOCABULARY and SIGN in VOCABULARY and "Holm" in VOCABULARY
 
 
@@ -101,9 +99,8 @@ def test_the_family_is_declared_once_and_its_edges_are_reported():
     kinds = [c.kind for c, _ in claims.values()]
     assert (kinds.count("difference"), kinds.count("slope")) == (52, 16)
     text = findings(study)
-    assert text.index("**The family.** 68 tests") < text.index(
-        "| S | 108 |"
-    )  # declared before its numbers
+    # declared before its numbers
+    assert text.index("**The family.** 68 tests") < text.index("| S | 108 |")
     moved = sensitivity(study)
     # binary16 − learned at L on val rests on where the family's edge is drawn: it is established
     # only without slopes

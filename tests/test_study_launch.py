@@ -35,9 +35,8 @@ def test_the_estimate_lists_every_planned_run_once(tmp_path, monkeypatch, capsys
     scale = stages.Scale(False)
     sweep = 3 * sum(map(len, scale.sweep.values()))
     lengths = 3 * 3 * sum(map(len, scale.lengths.values()))
-    resweep = (
-        3 * 2 * len(scale.resweep)
-    )  # each variant's rungs either side (the middle: a length run's seed 1)
+    # each variant's rungs either side (the middle: a length run's seed 1)
+    resweep = 3 * 2 * len(scale.resweep)
     n = sweep + resweep + (27 - 9) + lengths + 2 * len(scale.codebooks) + 15
     assert len(runs) == n and total.startswith(f"{n} runs (0 finished, 0 to adopt, {n} to run): ")
 
@@ -69,9 +68,8 @@ def test_the_estimate_runs_at_the_swept_rates_counts_each_runs_updates_and_skips
     later = [n for n in runs if n.startswith("bpe8k-s/") and "seed1" not in n]
     assert later and all(f"-lr{s:g}-" in n for n in later)  # the sweep's best, not the middle guess
     short, long = (runs[run_name("bpe8k", "s", "gf2", s, 3, steps=n)] for n in (432, 1728))
-    assert float(long[2]) == pytest.approx(
-        4 * float(short[2]), rel=0.01
-    )  # training FLOPs: 1,728 / 432 updates
+    # training FLOPs: 1,728 / 432 updates
+    assert float(long[2]) == pytest.approx(4 * float(short[2]), rel=0.01)
     assert (
         runs[run_name("bpe8k", "s", "gf2", s, 2, steps=1728)][-1] == "finished" and long[-1] == "h"
     )
@@ -98,9 +96,8 @@ def test_the_estimate_guesses_only_where_a_sweep_is_incomplete_and_counts_adopta
         json.dumps({"title": "t", "runs": list(rows.values())})
     )
     earlier = tmp_path / "earlier-runs.json"
-    control = stages.step(
-        scale, "l", "learned", scale.sweep["l"][1], 2
-    )  # L learned's swept best, seed 2
+    # L learned's swept best, seed 2
+    control = stages.step(scale, "l", "learned", scale.sweep["l"][1], 2)
     earlier.write_text(
         json.dumps({"runs": [{"name": control[0], "extra": control[2], "val_bpb": 1.0}]})
     )
@@ -109,13 +106,11 @@ def test_the_estimate_guesses_only_where_a_sweep_is_incomplete_and_counts_adopta
     assert run_name("bpe8k", "s", "learned", scale.sweep["s"][1], 2) in runs  # swept: its best
     assert run_name("bpe8k", "s", "gf2", guess["s"], 2) in runs  # never swept
     assert run_name("bpe8k", "m", "learned", guess["m"], 2) in runs  # a rate logged nothing
-    rung = stages.LADDER[
-        stages.LADDER.index(low) - 1
-    ]  # the sweep would add it below the edge best ...
+    # the sweep would add it below the edge best ...
+    rung = stages.LADDER[stages.LADDER.index(low) - 1]
     assert runs[run_name("bpe8k", "l", "binary16", rung, 1)][-1] == "h"
-    assert (
-        run_name("bpe8k", "l", "binary16", guess["l"], 2) in runs
-    )  # ... so its best is not known yet
+    # ... so its best is not known yet
+    assert run_name("bpe8k", "l", "binary16", guess["l"], 2) in runs
     assert runs[control[0]][-1] == "adopt" and " 1 to adopt, " in total
 
 
@@ -138,9 +133,8 @@ def test_a_relaunched_resweep_adds_a_finished_variants_edge_rung_before_the_rest
     """gf2's resweep has scored all its rates, its best at the top edge; the other variants'
     have not: the launch plans gf2's next rung now, beside the unfinished rates, not after them."""
     scale = stages.Scale(False)
-    rows = [
-        r for r in _sweep_rows(scale, best_at=2) if r["name"].startswith("bpe8k-s/")
-    ]  # S's best: 3e-3
+    # S's best: 3e-3
+    rows = [r for r in _sweep_rows(scale, best_at=2) if r["name"].startswith("bpe8k-s/")]
     rows += [
         {"name": run_name("bpe8k", "s", "gf2", lr, 1, steps=1024), "val_bpb": x}
         for lr, x in ((2e-3, 2.0), (3e-3, 1.9), (5e-3, 1.8))
@@ -156,7 +150,6 @@ def test_a_relaunched_resweep_adds_a_finished_variants_edge_rung_before_the_rest
         "--stages",
         "resweep",
     )
-    assert (
-        runs[run_name("bpe8k", "s", "gf2", 1e-2, 1, steps=1024)][-1] == "h"
-    )  # the rung above 5e-3
+    # the rung above 5e-3
+    assert runs[run_name("bpe8k", "s", "gf2", 1e-2, 1, steps=1024)][-1] == "h"
     assert runs[run_name("bpe8k", "s", "learned", 2e-3, 1, steps=1024)][-1] == "h"

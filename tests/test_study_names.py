@@ -21,9 +21,8 @@ def test_every_name_the_plan_can_write_parses_back_to_its_parts(tokenizer):
     for size in plan.SIZES:
         for variant in VARIANTS:
             for lr in (*stages.LADDER, 3e-5, 0.5, 1.0):
-                assert (
-                    float(f"{lr:g}") == lr
-                )  # the rate in the name is the rate trained (--model.optimizer.lr)
+                # the rate in the name is the rate trained (--model.optimizer.lr)
+                assert float(f"{lr:g}") == lr
                 for seed in (1, 2, 3, 12):
                     for steps in (None, 4, 1728):
                         for code in (None, 2) if variant in plan.CODED else (None,):
@@ -62,9 +61,8 @@ def test_the_runner_names_its_steps_with_the_shared_format():
             "code": None,
         }
         assert "--model.optimizer.lr=0.003" in flags and "--seed_everything=2" in flags
-        assert any(
-            flag.startswith("--model.decoder.ffn_dim=") for flag in flags
-        )  # the report reads the width back
+        # the report reads the width back
+        assert any(flag.startswith("--model.decoder.ffn_dim=") for flag in flags)
         name, _, flags = stages.step(scale, "s", "random_full", 1e-3, 3, steps=1024, code=3)
         assert plan.parse_name(name) == {
             "tok": scale.tokenizer,

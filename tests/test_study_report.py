@@ -138,9 +138,8 @@ def test_the_report_compares_each_size_at_its_own_rates_and_folds_the_codebooks(
         if line.startswith("- binary16 − learned (val)") and "parameters" in line
     )
     assert "3 points, 9 runs" in fit
-    rows = [
-        r for r in rows if not ("-steps" in r["name"] and "seed1" not in r["name"])
-    ]  # the axis at one seed
+    # the axis at one seed
+    rows = [r for r in rows if not ("-steps" in r["name"] and "seed1" not in r["name"])]
     report.render({"title": "Study v3: x", "runs": rows}, tmp_path / "study-v3")
     length = (
         (tmp_path / "study-v3.md")
@@ -212,9 +211,10 @@ def test_holm_adjusts_in_input_order_and_skips_untested():
 
 def test_the_slope_interval_holds_every_points_seed_noise():
     xs = [1e5, 1e6, 1e7]
+    # no noise: no test
     assert slope_fit(xs, [[0.3, 0.3], [0.2, 0.2], [0.1, 0.1]]) == pytest.approx(
         (-0.1, -0.1, -0.1, math.nan), nan_ok=True
-    )  # no noise: no test
+    )
     samples = [[0.28, 0.32, 0.30], [0.2, 0.2, 0.2], [0.1, 0.1, 0.1]]
     slope, low, high, p = slope_fit(xs, samples)
     # weights -0.5, 0, 0.5 per decade: the variance is 0.25 * var(S) / 3, all from S (2 degrees of
@@ -257,9 +257,8 @@ def test_each_cell_is_compared_at_its_variants_best_rate_not_at_its_most_seeded(
             _row(f"bpe8k-m/binary16-lr0.001-seed{seed}", 2.6, 3.6),
         ]
         rows.append(_row(f"bpe8k-m/matched-lr0.001-seed{seed}", 1.0, 2.0))
-    rows += [
-        _row("bpe8k-m/gf2-lr0.001-seed4", 1.0, 2.0)
-    ]  # a fourth seed at another rate: not compared
+    # a fourth seed at another rate: not compared
+    rows += [_row("bpe8k-m/gf2-lr0.001-seed4", 1.0, 2.0)]
     study = Study(rows)
     assert study.rate("m", "learned") == 3e-3 and study.rate("m", "matched") == 3e-3
     assert study.gap("m", "learned", "matched", "val").mean == pytest.approx(0.15)
@@ -278,9 +277,8 @@ def test_a_diverged_or_unscored_run_is_named_not_averaged(tmp_path):
     diverged["scores"] = {}
     unscored = next(r for r in rows if r["name"] == "bpe8k-s/gf2-lr0.003-seed3")
     unscored["scores"] = {}
-    rows.append(
-        _row("bpe8k-s/learned-lr0.003-seed1-steps1024", 1.0, 2.0)
-    )  # a length point only one variant ran
+    # a length point only one variant ran
+    rows.append(_row("bpe8k-s/learned-lr0.003-seed1-steps1024", 1.0, 2.0))
     report.render({"title": "Study v3: x", "runs": rows}, tmp_path / "study-v3")
     text = (tmp_path / "study-v3.md").read_text()
     l_line = next(
@@ -369,9 +367,8 @@ def test_a_rate_that_varies_over_seeds_ties_and_more_seeds_order_what_seed_one_d
     own spread (a near-tie, though seed 1 put it well behind a steady best), and the paired
     differences over seeds are printed."""
     rows = _study_rows()
-    for v in (
-        PAPER
-    ):  # at 432 updates S also ran 1e-2 at 3 seeds: seed 1 worse than at 3e-3, seeds 2-3 better
+    # at 432 updates S also ran 1e-2 at 3 seeds: seed 1 worse than at 3e-3, seeds 2-3 better
+    for v in PAPER:
         rows += [
             _row(f"bpe8k-s/{v}-lr0.01-seed{s}-steps432", x, 3.0)
             for s, x in ((1, 1.7), (2, 1.3), (3, 1.35))

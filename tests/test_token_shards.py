@@ -243,9 +243,8 @@ def test_a_sigterm_stops_pretokenize_as_ctrl_c_does_and_the_rerun_cleans_up(
     data, tok = corpus
     real = writer._write
 
-    def killed_mid_write(
-        source, out, plan, mine, progress
-    ):  # the scheduler's SIGTERM arrives while a shard is being written
+    # the scheduler's SIGTERM arrives while a shard is being written
+    def killed_mid_write(source, out, plan, mine, progress):
         (Path(out) / f".train-00000.bin.tmp-{os.getpid()}").write_bytes(b"half")
         os.kill(os.getpid(), signal.SIGTERM)
 

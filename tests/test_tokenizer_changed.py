@@ -25,14 +25,12 @@ def test_a_cached_bpe_changed_in_place_is_not_reused(corpus, tmp_path, section):
     shutil.copytree(corpus[1].parent, folder)
     target, baseline = folder / "tokenizer.json", (folder / "tokenizer.json").read_text()
     expected = tokenizer_fingerprint(load_tokenizer(target))
-    assert (
-        train_bpe(texts, 300, folder, "training-corpus", overwrite=False) == target
-    )  # the stamp matches: reused
+    # the stamp matches: reused
+    assert train_bpe(texts, 300, folder, "training-corpus", overwrite=False) == target
     write_reserialized(target)
     reserialized = target.read_text()
-    assert (
-        train_bpe(texts, 300, folder, "training-corpus", overwrite=False) == target
-    )  # the same tokenizer
+    # the same tokenizer
+    assert train_bpe(texts, 300, folder, "training-corpus", overwrite=False) == target
     assert target.read_text() == reserialized  # reused, not trained again
     write_changed(target, section, baseline)
     with pytest.raises(
@@ -52,9 +50,8 @@ def test_a_resume_with_the_tokenizer_changed_in_place_exits_2_naming_both(
 ):
     from tests.test_lifecycle import fit_args
 
-    monkeypatch.setenv(
-        "FIXED_EMBED_CACHE", str(tmp_path / "cache")
-    )  # where the refusal keeps the run's tokenizer
+    # where the refusal keeps the run's tokenizer
+    monkeypatch.setenv("FIXED_EMBED_CACHE", str(tmp_path / "cache"))
     tokenizer = tmp_path / "tokenizer.json"
     shutil.copy(corpus[1], tokenizer)
     first = run_cli(
@@ -89,9 +86,8 @@ def test_a_resume_with_the_tokenizer_changed_in_place_exits_2_naming_both(
     )
     assert "differ in normalizer" in line and "set data.tokenizer: " in line, line
     kept = Path(line.split("set data.tokenizer: ")[1].split(")")[0])
-    assert (
-        tokenizer_fingerprint(load_tokenizer(kept)) == before
-    )  # the fix it names is the run's own tokenizer
+    # the fix it names is the run's own tokenizer
+    assert tokenizer_fingerprint(load_tokenizer(kept)) == before
 
 
 def _commands_overriding_a_checkpoints_tokenizer() -> list[str]:

@@ -80,9 +80,8 @@ CHANGES: dict[str, Callable[[Any], Any]] = {
     "model.merges": lambda v: [v[1], v[0], *v[2:]],  # the same size: two merges trade ranks
     "model.dropout": lambda v: _either(v, 0.5),
     "model.unk_token": lambda v: _either(v, "<|endoftext|>"),
-    "model.continuing_subword_prefix": lambda v: _either(
-        v, ""
-    ),  # a longer one panics: no merge has it
+    # a longer one panics: no merge has it
+    "model.continuing_subword_prefix": lambda v: _either(v, ""),
     "model.end_of_word_suffix": lambda v: _either(v, "</w>"),
     "model.fuse_unk": lambda v: not v,
     "model.byte_fallback": lambda v: not v,
@@ -90,11 +89,12 @@ CHANGES: dict[str, Callable[[Any], Any]] = {
 }
 SAME_SIZE = {"model.vocab", "model.merges"}
 # SmolLM2's (each at one place): the reported change and the same-size ones
+# the corpus BPE tries every section everywhere
 ONE_PLACE_EACH = [
     "normalizer",
     "model.vocab",
     "model.merges",
-]  # the corpus BPE tries every section everywhere
+]
 UNCHANGEABLE = {
     "version": "the format's version: another is no tokenizer this library reads (load_tokenizer "
     "refuses it)",
@@ -156,9 +156,10 @@ def _datamodule(saved: Saved, **options: Any) -> TextDataModule:
     return TextDataModule(val_sequences=4, holdout_per_mille=300, **options)
 
 
+# 49k tokens
 @pytest.fixture(
     scope="module", params=["corpus-bpe", pytest.param("smollm2", marks=pytest.mark.slow)]
-)  # 49k tokens
+)
 def saved(request, corpus, tmp_path_factory):
     if request.param == "smollm2" and not SMOLLM2.is_file():
         pytest.skip(f"the SmolLM2 tokenizer is not at {SMOLLM2}")
@@ -234,9 +235,8 @@ def _resume(saved: Saved) -> None:
     datamodule = _datamodule(saved)
     refusals = datamodule.resume_refusals(saved.resume_state, 1)
     assert len(refusals) <= 1, refusals
-    datamodule.load_state_dict(
-        saved.resume_state["TextDataModule"]
-    )  # validate, test: the same check at load
+    # validate, test: the same check at load
+    datamodule.load_state_dict(saved.resume_state["TextDataModule"])
     if refusals:  # the load above refused too, or this fails
         raise AssertionError(f"load_state_dict accepted what resume_refusals refused: {refusals}")
 
@@ -327,9 +327,8 @@ def test_a_tokenizer_changed_in_place_is_refused_everywhere_in_one_line_naming_b
         places = [places[ONE_PLACE_EACH.index(section) % len(places)]]
     for name, place in places:
         path = place.file(saved)
-        path.write_text(
-            baseline
-        )  # the same tokenizer, in the form write_changed writes (for the size)
+        # the same tokenizer, in the form write_changed writes (for the size)
+        path.write_text(baseline)
         size = path.stat().st_size
         write_changed(path, section, baseline)
         changed = tokenizer_fingerprint(load_tokenizer(path))

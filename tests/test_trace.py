@@ -38,20 +38,17 @@ def _ddp(accumulate=4):
 def test_traced_ddp_update_holds_the_state_the_estimate_counts_and_peaks_near_it():
     model = _model("LearnedInput")
     estimate = memory_estimate(model, _ddp())
-    traced = trace_update(
-        model, _ddp(), micro_batches=2
-    )  # of the update's 4: its peak (docs/benchmarks.md)
+    # of the update's 4: its peak (docs/benchmarks.md)
+    traced = trace_update(model, _ddp(), micro_batches=2)
     assert traced.micro_batches == 2 and traced.tokens == 2 * 32
     assert (
         traced.kinds["Parameter"] == estimate.weights
         and traced.kinds["Gradient"] == estimate.gradients
     )
-    assert (
-        estimate.optimizer <= traced.kinds["Optstate"] <= estimate.optimizer + 4096
-    )  # + AdamW's step counters
-    assert (
-        0.95 < estimate.allocated / traced.peak < 1.05
-    )  # docs/benchmarks.md: within 4 % at the paper shape
+    # + AdamW's step counters
+    assert estimate.optimizer <= traced.kinds["Optstate"] <= estimate.optimizer + 4096
+    # docs/benchmarks.md: within 4 % at the paper shape
+    assert 0.95 < estimate.allocated / traced.peak < 1.05
 
 
 @pytest.mark.parametrize(("world_size", "group"), [(8, None), (8, 2)])
@@ -63,13 +60,11 @@ def test_traced_fsdp2_update_is_rank_0_of_a_sharded_world(world_size, group):
     estimate = memory_estimate(model, run)
     traced = trace_update(model, run)
     assert not torch.distributed.is_initialized()  # the fake process group is gone
-    assert traced.kinds["Sharded Param"] == pytest.approx(
-        estimate.weights, rel=0.05
-    )  # shards padded per tensor
+    # shards padded per tensor
+    assert traced.kinds["Sharded Param"] == pytest.approx(estimate.weights, rel=0.05)
     assert traced.kinds["OptState"] == pytest.approx(estimate.optimizer, rel=0.05)
-    assert (
-        0.95 < estimate.allocated / traced.peak < 1.15
-    )  # the gathered blocks weigh more at tiny shapes
+    # the gathered blocks weigh more at tiny shapes
+    assert 0.95 < estimate.allocated / traced.peak < 1.15
 
 
 @pytest.mark.parametrize("ac", [False, True])
@@ -93,9 +88,8 @@ def test_fake_ids_pass_the_id_check_and_real_ones_are_still_checked():
 
     interface = _model().interface
     with FakeTensorMode():
-        interface.check_ids(
-            torch.zeros(2, 3, dtype=torch.long)
-        )  # no values: nothing to check, no data-dependent op
+        # no values: nothing to check, no data-dependent op
+        interface.check_ids(torch.zeros(2, 3, dtype=torch.long))
     with pytest.raises(ValueError, match="must lie in"):
         interface.check_ids(torch.tensor([[0, 512]]))
 

@@ -89,9 +89,8 @@ def test_lr_schedule_formula():
     assert lr_at(381_470, 1.5e-4, 2000, 381_470, 0.1) == pytest.approx(1.5e-5)
 
 
-@pytest.mark.parametrize(
-    "workers", [0, pytest.param(2, marks=pytest.mark.slow)]
-)  # 2: reader processes
+# 2: reader processes
+@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])
 def test_resume_continues_with_the_next_batch_and_same_loss(tmp_path, corpus, workers):
     full, _ = _fit(tmp_path / "full", corpus, 9, workers)
     first, _ = _fit(tmp_path / "run", corpus, 3, workers)
@@ -186,9 +185,8 @@ def test_cli_fit_writes_checkpoint_and_tensorboard(tmp_path, corpus):
     losses = [e.value for e in events.Scalars("train/loss")]
     assert len(losses) == 4 and all(torch.isfinite(torch.tensor(losses)))
     assert "val/loss" in events.Tags()["scalars"] and "train/lr" in events.Tags()["scalars"]
-    assert not {"hp_metric", "epoch"} & set(
-        events.Tags()["scalars"]
-    )  # constants: -1 (default_hp_metric: false), 0
+    # constants: -1 (default_hp_metric: false), 0
+    assert not {"hp_metric", "epoch"} & set(events.Tags()["scalars"])
     # the resolved config, as config.yaml holds it, in the text tab
     text = events.Tensors("config/text_summary")[0].tensor_proto.string_val[0].decode()
     assert "BinaryCodeInput" in text and "max_steps: 4" in text and text.startswith("    ")

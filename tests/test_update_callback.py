@@ -70,12 +70,10 @@ def test_on_update_end_fires_once_per_update_never_mid_accumulation():
         (4, 4, True),
         (5, 5, False),
     ]
-    assert recorder.hooks("update_start") == [
-        (n, n - 1) for n in range(1, 6)
-    ]  # its first micro-batch
-    assert recorder.hooks("before_step") == [
-        (n, n - 1) for n in range(1, 6)
-    ]  # the step not taken yet
+    # its first micro-batch
+    assert recorder.hooks("update_start") == [(n, n - 1) for n in range(1, 6)]
+    # the step not taken yet
+    assert recorder.hooks("before_step") == [(n, n - 1) for n in range(1, 6)]
     assert len(recorder.hooks("micro_start")) == len(recorder.hooks("micro_end")) == 10
     # Per update: start, micro, micro, step, micro, end -- nothing after the first micro-batch's
     # end.

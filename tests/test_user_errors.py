@@ -107,9 +107,8 @@ def test_tokenizer_out_refuses_a_tokenizer_from_other_inputs(tmp_path, cache, ca
     out = tmp_path / "tok"
     assert main(["tokenizer", "--data", str(a), "--vocab-size", "300", "--out", str(out)]) == 0
     before = (out / "tokenizer.json").read_text()
-    assert (
-        main(["tokenizer", "--data", str(a), "--vocab-size", "300", "--out", str(out)]) == 0
-    )  # same inputs: reused
+    # same inputs: reused
+    assert main(["tokenizer", "--data", str(a), "--vocab-size", "300", "--out", str(out)]) == 0
     message = cli(
         ["tokenizer", "--data", str(b), "--vocab-size", "300", "--out", str(out)],
         capsys,
@@ -204,9 +203,8 @@ def test_a_checkpoint_name_lightning_cannot_resolve_here_is_refused_in_one_line(
     nothing, and 'last' needs the run folder; Lightning would look for a ModelCheckpoint and
     warn or start fresh."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv(
-        "FIXED_EMBED_DEBUG", "1"
-    )  # the error itself, not stderr: Lightning's seed logger keeps
+    # the error itself, not stderr: Lightning's seed logger keeps
+    monkeypatch.setenv("FIXED_EMBED_DEBUG", "1")
     # the first in-process call's stderr, which pytest has closed by the second
     config = ["--config", str(Path(__file__).parents[1] / "experiments/tiny/gf2.yaml")]
     message = cli([argv[0], *config, *argv[1:]], capsys, expected=ConfigError)
@@ -222,10 +220,11 @@ UNDECODABLE = {
     "start": (0, b"\xff"),
     "middle of the first MiB": (HEAD_BYTES // 2, b"\xff"),
     "last byte of the first MiB": (HEAD_BYTES - 1, b"\xff"),
+    # valid UTF-8: must pass, unchanged
     "a character cut by the limit": (
         HEAD_BYTES - 1,
         "\u00e9".encode(),
-    ),  # valid UTF-8: must pass, unchanged
+    ),
     "past the first MiB": (HEAD_BYTES + 10, b"\xff"),
 }
 

@@ -21,13 +21,14 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from experiments.launch.executor import ROOT, ended, started
 from experiments.launch.record import Configs, run_record
 
+# kept in each row, for plots
 CURVES = (
     "train/loss",
     "val/loss",
     "val/bits_per_byte",
     "input/norm_mean",
     "perf/tokens_per_sec",
-)  # kept in each row, for plots
+)
 
 
 def curves(run_dir: Path, tags: Sequence[str] | None = CURVES) -> dict[str, list[list[float]]]:

@@ -40,9 +40,8 @@ def _axes(axis, title: str, xlabel: str, ylabel: str) -> None:
 def _ticks_at(axis, xs: Sequence[float], text) -> None:
     """Ticks at the plotted x values only, each labelled by ``text``: matplotlib's own labels on
     a log axis that spans about a decade fall on minor ticks, which overlap."""
-    labels = {
-        text(x): x for x in sorted(xs, reverse=True)
-    }  # points that print alike share the smallest's tick
+    # points that print alike share the smallest's tick
+    labels = {text(x): x for x in sorted(xs, reverse=True)}
     axis.set_xticks(list(labels.values()), list(labels), fontsize=8)
     axis.xaxis.set_minor_locator(NullLocator())
 
@@ -75,9 +74,8 @@ def _save(figure: Figure, path: Path, columns: int = 3, note: str = "") -> None:
 def _write_png(figure, path: Path) -> None:
     """A kill mid-render leaves the previous figure, never half of one."""
     with atomic_path(path) as tmp:
-        figure.savefig(
-            tmp, dpi=110, format="png"
-        )  # the temporary name has no .png to infer it from
+        # the temporary name has no .png to infer it from
+        figure.savefig(tmp, dpi=110, format="png")
     plt.close(figure)
 
 

@@ -37,10 +37,11 @@ VOCABULARY = (
     "interval is never corrected and never decides a word. A trend is named with everything "
     "that varied along it; no value is stated beyond the measured range."
 )
+# the declared family: every gap and control difference and every slope printed
 FAMILY = (
     "differences",
     "slopes",
-)  # the declared family: every gap and control difference and every slope printed
+)
 ALPHA = 0.05
 
 

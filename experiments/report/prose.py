@@ -34,10 +34,11 @@ from fixed_embed.atomic import atomic_write_text
 
 # The sessions that trained the study's own rows: data, beside the runs file (its "about" says what)
 SESSIONS = ROOT / "docs" / "results" / "study-v3-sessions.json"
+# block -> page, from the repository root
 BLOCKS = {
     "findings": "docs/results/README.md",
     "results": "README.md",
-}  # block -> page, from the repository root
+}
 CHANGED = "†"
 
 

@@ -23,12 +23,10 @@ def run(argv: list[str]) -> int:
 
     check_output(args.out, "OUT")
     with (
-        acquire(
-            args.out, "or choose another OUT", beside=True
-        ),  # before the (long) read of the shards
-        acquire(
-            Path(args.folder).resolve(), "or pass another FOLDER", beside=True, shared=True
-        ),  # kept by a fit
+        # before the (long) read of the shards
+        acquire(args.out, "or choose another OUT", beside=True),
+        # kept by a fit
+        acquire(Path(args.folder).resolve(), "or pass another FOLDER", beside=True, shared=True),
     ):
         checkpoint = consolidate(args.folder, args.out)
     n = sum(t.numel() for t in checkpoint["state_dict"].values())

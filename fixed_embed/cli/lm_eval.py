@@ -14,9 +14,8 @@ def run(argv: list[str]) -> int:
     args = argv[1:]
     if "--include_path" not in args and not any(a.startswith("--include_path=") for a in args):
         args += ["--include_path", str(tasks_dir())]
-    if (
-        not any(a.startswith("--device") for a in args) and not torch.cuda.is_available()
-    ):  # lm-eval's default: cuda
+    # lm-eval's default: cuda
+    if not any(a.startswith("--device") for a in args) and not torch.cuda.is_available():
         args += ["--device", "cpu"]
     # lm-eval 0.4's CLI takes no argument list (HarnessCLI.parse_args reads, and edits, sys.argv).
     saved, sys.argv = sys.argv, ["lm-eval", *args]

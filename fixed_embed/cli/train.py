@@ -95,9 +95,8 @@ class FixedEmbedCLI(LightningCLI):
                 self.config[subcommand].ckpt_path,
                 None,
             )
-            check_values(
-                self.config[subcommand]
-            )  # before LightningCLI seeds (seed_everything) or anything else
+            # before LightningCLI seeds (seed_everything) or anything else
+            check_values(self.config[subcommand])
 
     def before_instantiate_classes(self) -> None:
         if (subcommand := self.config.get("subcommand")) is None:
@@ -135,9 +134,8 @@ class FixedEmbedCLI(LightningCLI):
         """The run lock (before anything is read), then what this launch resumes; global rank 0
         first."""
         folder = pin_run_folder(config.trainer, config.run)
-        if (
-            is_launching_rank()
-        ):  # the run folder's writer, and a reader of the data folders (token shards)
+        # the run folder's writer, and a reader of the data folders (token shards)
+        if is_launching_rank():
             self._locks += [run_lock.acquire(folder)] if folder is not None else []
             read = {
                 Path(p).resolve()
@@ -176,9 +174,8 @@ class FixedEmbedCLI(LightningCLI):
         trainer = self.trainer
         self._trainers.append(trainer)
         if isinstance(trainer.val_check_interval, int) and trainer.accumulate_grad_batches > 1:
-            trainer.val_check_interval *= (
-                trainer.accumulate_grad_batches
-            )  # updates -> Lightning's micro-batches
+            # updates -> Lightning's micro-batches
+            trainer.val_check_interval *= trainer.accumulate_grad_batches
         if self._resumed_step is not None:
             self.model.resume_planned = True
             purge_curve_after(trainer, self._resumed_step)
@@ -188,9 +185,8 @@ class _SaveConfig(SaveConfigCallback):
     def save_config(
         self, trainer: Any, pl_module: Any, stage: str
     ) -> None:  # rank 0, once: config.yaml's text
-        if stage == "fit" and isinstance(
-            trainer.logger, TensorBoardLogger
-        ):  # in TensorBoard's text tab, as code
+        # in TensorBoard's text tab, as code
+        if stage == "fit" and isinstance(trainer.logger, TensorBoardLogger):
             text = self.parser.dump(self.config, skip_none=False)
             trainer.logger.experiment.add_text(
                 "config", "".join(f"    {line}" for line in text.splitlines(True))
@@ -225,9 +221,8 @@ def run(argv: list[str]) -> int:
         rank_zero_info(str(done))
         return 0
     except SystemExit as stop:
-        if isinstance(
-            stop.__context__, KeyboardInterrupt
-        ):  # Lightning's Ctrl-C handler: sys.exit(1)
+        # Lightning's Ctrl-C handler: sys.exit(1)
+        if isinstance(stop.__context__, KeyboardInterrupt):
             _say_interrupted(trainers)
         elif stop.code == 2 and (
             files := [f for f in config_values(argv, CONFIG_FILE_FLAGS) if os.path.isfile(f)]

@@ -39,9 +39,8 @@ def load_checkpoint(
             "'hyper_parameters', "
             f"found {keys})"
         )
-    tokenizer_object = _tokenizer(
-        checkpoint, tokenizer, path
-    )  # a refusal before the model is built
+    # a refusal before the model is built
+    tokenizer_object = _tokenizer(checkpoint, tokenizer, path)
     hparams = {k: v for k, v in checkpoint["hyper_parameters"].items() if not k.startswith("_")}
     try:
         with torch.device("meta"):  # no random init of weights that are about to be overwritten

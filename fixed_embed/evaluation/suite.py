@@ -201,9 +201,8 @@ def check_results_folder(out_dir: str | os.PathLike, overwrite: bool = False) ->
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         with writing(path), open(temporary_name(path), "wb") as probe:
-            probe.write(
-                bytes(4096)
-            )  # tried (read-only, full, ulimit -f); a results.json holds more (lm-eval's report)
+            # tried (read-only, full, ulimit -f); a results.json holds more (lm-eval's report)
+            probe.write(bytes(4096))
     finally:
         temporary_name(path).unlink(missing_ok=True)
 
@@ -242,9 +241,8 @@ def markdown_table(results: Sequence[dict[str, Any]]) -> str:
     rows = [header, rule]
     for result in results:
         cells = [_cell(result["scores"].get(key), column) for key, column in columns.items()]
-        update = (
-            f" @ update {result['update']}" if result.get("update") is not None else ""
-        )  # what it scored
+        # what it scored
+        update = f" @ update {result['update']}" if result.get("update") is not None else ""
         rows.append(f"| {result['model']}{update} | " + " | ".join(cells) + " |")
     return "\n".join(rows) + "\n"
 

@@ -62,9 +62,8 @@ class InputInterface(nn.Module):
         """Reject non-integer or out-of-vocabulary ids instead of silently encoding them."""
         if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
             raise TypeError(f"token ids must be an integer tensor, got dtype {ids.dtype}")
-        if (
-            ids.device.type == "meta" or ids.numel() == 0 or is_fake(ids)
-        ):  # shapes only: no values to check
+        # shapes only: no values to check
+        if ids.device.type == "meta" or ids.numel() == 0 or is_fake(ids):
             return
         if ids.device.type == "cuda":
             # No host sync on the hot path: the check fails asynchronously on the device.

@@ -36,9 +36,8 @@ def parity(x: torch.Tensor) -> torch.Tensor:
 def gf2_apply(rows: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
     """y = A x over GF(2) for integer codes ``codes`` (any shape); ``rows`` is an int64 tensor
     of K row masks."""
-    return decode_bits(
-        parity(codes.to(torch.int64).unsqueeze(-1) & rows)
-    )  # bit r of y: parity(x & rows[r])
+    # bit r of y: parity(x & rows[r])
+    return decode_bits(parity(codes.to(torch.int64).unsqueeze(-1) & rows))
 
 
 def rows_from_matrix(matrix: Sequence[Sequence[int]]) -> list[int]:

@@ -17,9 +17,8 @@ from fixed_embed.interfaces.codes import code_width as minimal_code_width
 from fixed_embed.interfaces.paper import BinaryCodeInput, LearnedInput
 from fixed_embed.interfaces.tiling import binary_code_norm, tile, tiled_norm
 
-TorchSeed = domain(
-    "an integer in [0, 2**64)", int, (">=", 0), ("<", 2**64)
-)  # what Generator.manual_seed takes
+# what Generator.manual_seed takes
+TorchSeed = domain("an integer in [0, 2**64)", int, (">=", 0), ("<", 2**64))
 
 
 class PermutedCodeInput(BinaryCodeInput):
@@ -73,9 +72,8 @@ class RandomCodeInput(InputInterface):
         norm_match: bool = False,
     ) -> None:
         super().__init__(vocab_size, d_model)
-        width = (
-            minimal_code_width(vocab_size) if code_width is None else code_width
-        )  # d_model >= it: least_d_model
+        # d_model >= it: least_d_model
+        width = minimal_code_width(vocab_size) if code_width is None else code_width
         if distribution not in ("gaussian", "uniform"):
             raise ConfigError(f"distribution must be 'gaussian' or 'uniform', got {distribution!r}")
         self.code_seed, self.distribution, self.code_width, self.norm_match = (

@@ -21,9 +21,8 @@ from fixed_embed.model.loss import linear_cross_entropy
 #: in.
 VocabSize = domain("an integer in [2, 2**24]", int, (">=", 2), ("<=", 2**24))
 Dim = domain("an integer in [1, 2**24]", int, (">=", 1), ("<=", 2**24))
-Depth = domain(
-    "an integer in [1, 1024]", int, (">=", 1), ("<=", 1024)
-)  # a block takes ~3 ms to build on meta
+# a block takes ~3 ms to build on meta
+Depth = domain("an integer in [1, 1024]", int, (">=", 1), ("<=", 1024))
 
 
 @dataclass

@@ -28,9 +28,8 @@ def linear_cross_entropy(
     if not chunk_tokens:
         return F.cross_entropy(F.linear(h, weight).float(), t)
     device = h.device.type
-    if torch.is_autocast_enabled(
-        device
-    ):  # what F.linear would compute in; the casts are differentiable
+    # what F.linear would compute in; the casts are differentiable
+    if torch.is_autocast_enabled(device):
         dtype = torch.get_autocast_dtype(device)
         h, weight = h.to(dtype), weight.to(dtype)
     else:

@@ -80,9 +80,8 @@ _LIBRARY_LOGGERS = (
     "torchmetrics",
 )
 _ROOT = Path(__file__).resolve().parents[2]  # the repository: fixed_embed/run/console.py
-_PROJECT_DIRS = tuple(
-    f"{_ROOT / name}{os.sep}" for name in ("fixed_embed", "callbacks")
-)  # this project's code
+# this project's code
+_PROJECT_DIRS = tuple(f"{_ROOT / name}{os.sep}" for name in ("fixed_embed", "callbacks"))
 _BUFFER_LIMIT = 20_000  # records kept before a run folder is known
 _PROGRESS_EVERY_S = 30.0  # a long progress bar's state is logged at least this often
 
@@ -199,9 +198,8 @@ class _ProgressStream(io.TextIOBase):
                     if not self._last:  # a new bar, or a new stretch of one
                         self._logged_at = time.monotonic()
                     self._last = segment
-                if self._last and (
-                    separator == "\n" or not segment
-                ):  # the bar ended, or was cleared
+                # the bar ended, or was cleared
+                if self._last and (separator == "\n" or not segment):
                     self._log()
             if self._last and time.monotonic() - self._logged_at > _PROGRESS_EVERY_S:
                 self._log()
@@ -248,10 +246,11 @@ def setup(command: str) -> None:
     warnings.showwarning = _showwarning
     if not verbose:
         route_tqdm(_ProgressStream(_run_log))
+    # the command's own process, not a host calling main()
     if Path(sys.argv[0]).name in (
         "fixed-embed",
         "__main__.py",
-    ):  # the command's own process, not a host calling main()
+    ):
         atexit.register(_run_log.close_at_exit, Path("logs").absolute() / f"{command}.log")
 
 

@@ -25,9 +25,8 @@ STALE_AFTER_S = (
     600.0  # a lock of another host not touched for this long is stale (10 missed heartbeats)
 )
 
-_held: set[Path] = (
-    set()
-)  # the lock files this process holds (a second in-process launch is refused too)
+# the lock files this process holds (a second in-process launch is refused too)
+_held: set[Path] = set()
 
 
 class RunInUseError(UserError):
@@ -66,9 +65,8 @@ class RunLock(contextlib.AbstractContextManager):
         if _read(self.path) == self.record:
             with contextlib.suppress(FileNotFoundError):
                 self.path.unlink()
-        for folder in (
-            self.made
-        ):  # those the lock made, deepest first: a launch that wrote nothing leaves none
+        # those the lock made, deepest first: a launch that wrote nothing leaves none
+        for folder in self.made:
             with contextlib.suppress(OSError):
                 folder.rmdir()
         atexit.unregister(self.release)

@@ -44,12 +44,10 @@ def build_model(model_config: dict[str, Any], device: str | torch.device = "meta
     )
     module, _, name = interface["class_path"].rpartition(".")
     options, cls = interface.get("init_args") or {}, getattr(importlib.import_module(module), name)
-    if (d := decoder.d_model) < (
-        least := cls.least_d_model(decoder.vocab_size, **options)
-    ):  # what it declares
-        wider = (
-            -(-least // (2 * decoder.n_heads)) * 2 * decoder.n_heads
-        )  # in whole heads of even dim
+    # what it declares
+    if (d := decoder.d_model) < (least := cls.least_d_model(decoder.vocab_size, **options)):
+        # in whole heads of even dim
+        wider = -(-least // (2 * decoder.n_heads)) * 2 * decoder.n_heads
         raise ConfigError(
             f"model.decoder.d_model {d} is below the K = {least} bits of model.interface {name}'s "
             "code "
@@ -89,13 +87,11 @@ def check_values(config: Any) -> None:
     loaders count."""
     if not hasattr(config, "trainer"):  # params': parsed as fit parses them
         config = _parsed({key: config.get(key) or {} for key in ("model", "data", "trainer")})[1]
-    lightning = {
-        f"trainer.{key}": value for key, value in vars(config.trainer).items()
-    }  # its types: int or float
+    # its types: int or float
+    lightning = {f"trainer.{key}": value for key, value in vars(config.trainer).items()}
     for key, value in {**lightning, "seed_everything": config.get("seed_everything")}.items():
-        number = type(value) in (int, float) and not (
-            value == -1 and key in MINUS_ONE
-        )  # not a bool
+        # not a bool
+        number = type(value) in (int, float) and not (value == -1 and key in MINUS_ONE)
         most = 2**32 if key == "seed_everything" else math.inf  # numpy's seeds
         if number and not ((value > 0 if key in POSITIVE else value >= 0) and value < most):
             raise ConfigError(
@@ -103,9 +99,8 @@ def check_values(config: Any) -> None:
                 f"{f' below {most}' if most < math.inf else ''}"
                 f"{' (or -1: no limit)' if key in MINUS_ONE else ''}, got {value}"
             )
-    if (
-        config.trainer.devices != "auto" and trainer_world_size(config.trainer) is None
-    ):  # as Lightning reads it
+    # as Lightning reads it
+    if config.trainer.devices != "auto" and trainer_world_size(config.trainer) is None:
         raise ConfigError(
             "trainer.devices must be a count > 0, -1, auto or ids (0,1), got "
             f"{config.trainer.devices!r}"
@@ -143,9 +138,10 @@ POSITIVE = {
         "check_val_every_n_epoch",
     )
 }
+# -1: all
 MINUS_ONE = {
     f"trainer.{key}" for key in ("max_steps", "max_epochs", "num_sanity_val_steps", "devices")
-}  # -1: all
+}
 
 
 def trainer_world_size(trainer: Mapping[str, Any]) -> int | None:
@@ -158,10 +154,11 @@ def trainer_world_size(trainer: Mapping[str, Any]) -> int | None:
         devices = int(devices)
     if isinstance(devices, (list, tuple)):
         devices = len(devices)
+    # as Lightning counts them: every CUDA device, or one process on the CPU
     if devices in (
         "auto",
         -1,
-    ):  # as Lightning counts them: every CUDA device, or one process on the CPU
+    ):
         from lightning.pytorch.accelerators import CUDAAccelerator
 
         on_cpu = str(trainer.get("accelerator", "auto")) == "cpu"

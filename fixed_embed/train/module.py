@@ -178,9 +178,8 @@ class LanguageModel(L.LightningModule):
     # one graph.
     def on_validation_start(self) -> None:
         if self.parallel_config.compile:
-            self._stance = torch.compiler.set_stance(
-                "force_eager"
-            )  # it keeps the stance it replaced
+            # it keeps the stance it replaced
+            self._stance = torch.compiler.set_stance("force_eager")
 
     def on_validation_end(self) -> None:
         if self._stance is not None:
@@ -208,9 +207,8 @@ class LanguageModel(L.LightningModule):
         # Lightning may call this hook again (e.g. fit then test): apply the wrapping once.
         if self._parallelized:
             return
-        apply_parallelism(
-            self.decoder, self.parallel_config, self.device_mesh
-        )  # ModelParallelStrategy sets the mesh
+        # ModelParallelStrategy sets the mesh
+        apply_parallelism(self.decoder, self.parallel_config, self.device_mesh)
         self._parallelized = True
 
     def setup(self, stage: str) -> None:

@@ -92,9 +92,8 @@ def identity_probe(
 ) -> dict:
     """Per-layer bit and id accuracy of linear probes on held-out tokens, and ``majority``; a
     JSON-ready dict."""
-    ids, targets, splits = probe_sample(
-        blocks, decoder.config.vocab_size, train_fraction
-    )  # checked before any forward
+    # checked before any forward
+    ids, targets, splits = probe_sample(blocks, decoder.config.vocab_size, train_fraction)
     layers = []
     for depth, x in enumerate(_states(decoder, blocks, batch_size)):
         row = {"layer": depth}
