@@ -132,3 +132,15 @@ def test_every_package_and_root_module_has_a_layer(package):
 def test_the_readme_is_at_most_300_lines():
     lines = len((ROOT / "README.md").read_text().splitlines())
     assert lines <= 300, f"README.md is {lines} lines: move detail into docs/ (at most 300)"
+
+
+def test_no_function_of_the_library_or_experiments_is_over_60_lines():
+    long = []
+    for folder in ("fixed_embed", "callbacks", "experiments"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                    lines = node.end_lineno - node.lineno + 1
+                    if lines > 60:
+                        long.append(f"{path.relative_to(ROOT)}:{node.name} ({lines} lines)")
+    assert not long, f"functions over 60 lines (split them into named steps): {long}"

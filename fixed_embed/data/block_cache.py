@@ -10,7 +10,6 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from lightning.pytorch.utilities import rank_zero_info
 
 from fixed_embed.atomic import atomic_write
 from fixed_embed.data.corpus import cache_root
@@ -25,7 +24,7 @@ class BlockCache:
         self.digest = hashlib.sha256(
             json.dumps(key, sort_keys=True, default=str).encode()
         ).hexdigest()
-        self.kind, self.path = kind, cache_root() / kind / f"{self.digest[:32]}.pt"
+        self.path = cache_root() / kind / f"{self.digest[:32]}.pt"
 
     def load(self) -> torch.Tensor | None:
         """The cached blocks, or ``None`` when absent or unusable (their SHA-256 checks them)."""
@@ -56,18 +55,14 @@ class BlockCache:
         except OSError as error:  # a read-only or full disk
             warnings.warn(f"could not write the block cache {self.path}: {error}", stacklevel=2)
 
-    def get(self, build: Callable[[], torch.Tensor]) -> torch.Tensor:
-        """The cached blocks, or ``build()`` saved; a line says which, on rank 0."""
+    def get(self, build: Callable[[], torch.Tensor]) -> tuple[torch.Tensor, float | None]:
+        """The cached blocks, or ``build()`` saved; with the seconds the build took (``None``:
+        from cache)."""
         if (blocks := self.load()) is not None:
-            rank_zero_info(f"{self.kind}: {len(blocks)} blocks from cache {self.path}")
-            return blocks
+            return blocks, None
         start = time.perf_counter()
         self.save(blocks := build())
-        rank_zero_info(
-            f"{self.kind}: built {len(blocks)} blocks in {time.perf_counter() - start:.1f} s, "
-            f"cached at {self.path}"
-        )
-        return blocks
+        return blocks, time.perf_counter() - start
 
 
 def _sha256(blocks: torch.Tensor) -> str:

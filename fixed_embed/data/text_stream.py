@@ -211,7 +211,14 @@ class TextStreamSource:
         """Built once and cached on disk, keyed by everything they depend on (an unreadable file
         is rebuilt)."""
         cache = self.validation_cache(held_out)
-        return cache.get(lambda: self._build(*self.validation_documents(held_out)))
+        blocks, seconds = cache.get(lambda: self._build(*self.validation_documents(held_out)))
+        if seconds is None:
+            rank_zero_info(f"validation: {len(blocks)} blocks from cache {cache.path}")
+        else:
+            rank_zero_info(
+                f"validation: built {len(blocks)} blocks in {seconds:.1f} s, cached at {cache.path}"
+            )
+        return blocks
 
     def _build(self, documents: DocumentSource, keep: str) -> torch.Tensor:
         hp, width = self.data.hparams, self.data.seq_len + 1

@@ -30,7 +30,7 @@ MIN_VOCAB_FRACTION = 0.5  # a trained BPE smaller than this share of the size as
 def load_tokenizer(spec: str | os.PathLike) -> Tokenizer:
     """A ``tokenizers.Tokenizer`` from a local ``tokenizer.json``, a folder with one, or a hub
     id."""
-    path = Path(spec).expanduser()
+    name, path = str(spec), Path(spec).expanduser()
     if path.is_dir():
         path = path / "tokenizer.json"
         if not path.is_file():
@@ -45,15 +45,11 @@ def load_tokenizer(spec: str | os.PathLike) -> Tokenizer:
                 f"{path} is not a valid tokenizers JSON ({str(error).splitlines()[0][:200]}); "
                 f"re-create it (fixed-embed tokenizer) or point to another: {ACCEPTED}"
             ) from error
-    if (
-        str(spec).endswith(".json")
-        or str(spec).startswith((".", "/", "~"))
-        or str(spec).count("/") != 1
-    ):
+    if name.endswith(".json") or name.startswith((".", "/", "~")) or name.count("/") != 1:
         # not a hub id (owner/name): a local path that does not exist
         raise MissingFileError(f"tokenizer file or folder not found: {spec}; give {ACCEPTED}")
     try:
-        return Tokenizer.from_pretrained(str(spec))
+        return Tokenizer.from_pretrained(name)
     except Exception as error:  # the hub client raises several unrelated types
         raise MissingFileError(
             f"could not load tokenizer {spec!r} from the Hugging Face hub ({type(error).__name__}: "
